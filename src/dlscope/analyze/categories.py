@@ -1,0 +1,29 @@
+"""Name patterns that classify CPU time (data loading, I/O) and mark iterations, from a data file."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from .tensor_core import classify_names
+
+
+@lru_cache(maxsize=1)
+def patterns() -> dict:
+    raw = json.loads(resources.files("dlscope.data").joinpath("categories.json").read_text())
+    return {
+        "dataloader": re.compile("|".join(raw["dataloader"]), re.IGNORECASE),
+        "io": re.compile("|".join(raw["io"]), re.IGNORECASE),
+        "profiler_step": re.compile(raw["profiler_step"]),
+        "step_like_range": re.compile(raw["step_like_range"], re.IGNORECASE),
+    }
+
+
+def matches(names: pd.Series, kind: str) -> np.ndarray:
+    rx = patterns()[kind]
+    return classify_names(names, lambda n: rx.search(n) is not None)

@@ -1,0 +1,51 @@
+"""Vectorized interval algebra over int64 nanosecond [start, end) intervals."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals cut to [lo, hi); empty ones are dropped."""
+    s = np.maximum(np.asarray(starts, dtype=np.int64), lo)
+    e = np.minimum(np.asarray(ends, dtype=np.int64), hi)
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals as sorted, disjoint intervals."""
+    if len(starts) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, dtype=np.int64)[order]
+    e = np.asarray(ends, dtype=np.int64)[order]
+    running_end = np.maximum.accumulate(e)
+    new_group = np.empty(len(s), dtype=bool)
+    new_group[0] = True
+    new_group[1:] = s[1:] > running_end[:-1]
+    group = np.cumsum(new_group) - 1
+    out_s = s[new_group]
+    out_e = np.zeros(len(out_s), dtype=np.int64)
+    np.maximum.at(out_e, group, running_end)
+    return out_s, out_e
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Length of the union: overlapping intervals count once."""
+    s, e = merge(starts, ends)
+    return int((e - s).sum())
+
+
+def coverage(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For the elementary segments [bounds[i], bounds[i+1]), whether any interval covers each one.
+
+    ``bounds`` must be sorted and contain every interval start and end (after clipping).
+    """
+    n_seg = len(bounds) - 1
+    if n_seg <= 0:
+        return np.zeros(max(n_seg, 0), dtype=bool)
+    delta = np.zeros(len(bounds) + 1, dtype=np.int64)
+    np.add.at(delta, np.searchsorted(bounds, starts), 1)
+    np.add.at(delta, np.searchsorted(bounds, ends), -1)
+    return np.cumsum(delta)[:n_seg] > 0

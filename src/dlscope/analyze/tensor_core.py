@@ -1,0 +1,67 @@
+"""Tensor Core verdicts: does a kernel use Tensor Cores, and could an op use them.
+
+Both come from data files (``data/tensor_core_kernels.json``, ``data/eligible_ops.json``) so the lists can
+be corrected without touching code. Verdicts are computed once per distinct name, not per event.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+
+def _load(name: str) -> dict:
+    return json.loads(resources.files("dlscope.data").joinpath(name).read_text())
+
+
+def _compile(entries: list[dict], key: str) -> list[re.Pattern]:
+    out = []
+    for entry in entries:
+        text = entry[key]
+        flags = 0 if entry.get("case_sensitive", True) else re.IGNORECASE
+        out.append(re.compile(text if entry.get("match") == "regex" else re.escape(text), flags))
+    return out
+
+
+@lru_cache(maxsize=1)
+def _kernel_rules() -> tuple[list[re.Pattern], list[re.Pattern]]:
+    ref = _load("tensor_core_kernels.json")
+    positives = [p for p in ref["patterns"] if p.get("indicates") == "tensor_core" and p.get("confidence") != "low"]
+    return _compile(positives, "pattern"), _compile(ref["negative_tokens"], "token")
+
+
+def kernel_uses_tc(name: str) -> bool:
+    """True when a demangled kernel name matches a Tensor Core pattern and no CUDA-core token."""
+    positives, negatives = _kernel_rules()
+    if not any(p.search(name) for p in positives):
+        return False
+    return not any(n.search(name) for n in negatives)
+
+
+@lru_cache(maxsize=1)
+def _op_rules() -> tuple[frozenset, tuple, tuple, list[re.Pattern]]:
+    ref = _load("eligible_ops.json")
+    return (frozenset(ref["exact"]), tuple(ref["tf_endswith"]), tuple(ref["tf_contains"]),
+            [re.compile(r) for r in ref["regex"]])
+
+
+def op_type_tc_eligible(op_type: str) -> bool:
+    """True when ops of this type can run on Tensor Cores (GEMM, conv, attention, RNN families)."""
+    exact, ends, contains, regexes = _op_rules()
+    if op_type in exact or op_type.endswith(ends) or any(c in op_type for c in contains):
+        return True
+    return any(r.search(op_type) for r in regexes)
+
+
+def classify_names(names: pd.Series, verdict, dtype=bool) -> np.ndarray:
+    """Apply a per-name function to a column, evaluating each distinct name once."""
+    if len(names) == 0:
+        return np.zeros(0, dtype=dtype)
+    codes, uniques = pd.factorize(names, sort=False)
+    verdicts = np.array([verdict(str(u)) for u in uniques], dtype=dtype)
+    return verdicts[codes]

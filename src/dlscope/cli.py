@@ -1,0 +1,125 @@
+"""The `dlscope` command line. DLProf's option names where they exist; errors are one line, exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import DlscopeError
+
+ITER_OPTIONS = [
+    click.option("--iter-start", type=int, default=None, help="First iteration of the aggregation (inclusive)."),
+    click.option("--iter-stop", type=int, default=None, help="Last iteration of the aggregation (inclusive)."),
+    click.option("--key-node", default=None, help="Op or range name that marks the start of each iteration."),
+]
+
+
+def iter_options(fn):
+    for option in reversed(ITER_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def _split(values: str) -> list[str]:
+    return [v.strip() for v in values.split(",") if v.strip()]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dlscope")
+def cli() -> None:
+    """dlscope: where the time of a deep-learning job goes, with numbers you can trust."""
+
+
+@cli.command("import")
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output-path", "output", type=click.Path(path_type=Path), required=True,
+              help="Profile database to write (SQLite).")
+@click.option("--profile-name", default=None, help="A label for this profile.")
+@iter_options
+@click.option("--force", is_flag=True, help="Overwrite an existing output database.")
+@click.option("--quiet", "-q", is_flag=True, help="Print no summary.")
+def import_command(traces, output, profile_name, iter_start, iter_stop, key_node, force, quiet) -> None:
+    """Import PyTorch/Kineto traces or Nsight Systems SQLite exports into a profile database."""
+    from .pipeline import build_database
+    from .present.summary import render_summary, summary_dict
+
+    build_database(traces, output, profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop,
+                   key_node=key_node, force=force, progress=not quiet)
+    if not quiet:
+        click.echo(render_summary(summary_dict(output)), nl=False)
+    click.echo(f"wrote {output}", err=True)
+
+
+@cli.command("summary")
+@click.argument("database", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option("--agg-id", type=int, default=None, help="Aggregation to show (default: the newest).")
+def summary_command(database, as_json, agg_id) -> None:
+    """Show the key metrics of a profile database."""
+    from .present.summary import render_summary, summary_dict
+
+    summary = summary_dict(database, agg_id)
+    click.echo(json.dumps(summary, indent=1) if as_json else render_summary(summary), nl=not not as_json)
+
+
+@cli.command("aggregate")
+@click.argument("database", type=click.Path(path_type=Path))
+@iter_options
+@click.option("--rank", type=int, default=None, help="Only this rank (default: every rank).")
+def aggregate_command(database, iter_start, iter_stop, key_node, rank) -> None:
+    """Add an aggregation (iteration range, key node) to a database without re-importing."""
+    from .pipeline import aggregate
+
+    ids = aggregate(database, iter_start, iter_stop, key_node, rank)
+    click.echo(f"added aggregation {', '.join(map(str, ids))} to {database}", err=True)
+
+
+@cli.command("report")
+@click.argument("database", type=click.Path(path_type=Path))
+@click.option("--reports", default="summary,detail,iteration,kernel,tensor_core,op_type,group_node",
+              help="Comma-separated reports.")
+@click.option("--formats", default="csv", help="Comma-separated formats: csv, json, md.")
+@click.option("-o", "--output-path", "out_dir", type=click.Path(path_type=Path), default=Path("."),
+              help="Folder for the report files.")
+@click.option("--agg-id", type=int, default=None, help="Aggregation to report (default: the newest).")
+def report_command(database, reports, formats, out_dir, agg_id) -> None:
+    """Write DLProf's reports (summary, detail, iteration, kernel, tensor_core, op_type, group_node)."""
+    from .present.reports import write_reports
+
+    for path in write_reports(database, out_dir, _split(reports), _split(formats), agg_id):
+        click.echo(str(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: user errors become one line on stderr and exit code 2."""
+    try:
+        cli.main(args=argv, prog_name="dlscope", standalone_mode=False)
+    except DlscopeError as e:
+        click.echo(f"dlscope: error: {e}", err=True)
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("dlscope: interrupted", err=True)
+        return 130
+    except click.ClickException as e:
+        click.echo(f"dlscope: error: {e.format_message()}", err=True)
+        return 2
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except KeyboardInterrupt:
+        click.echo("dlscope: interrupted", err=True)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a bug must still not dump a traceback on the user
+        if os.environ.get("DLSCOPE_DEBUG"):
+            raise
+        click.echo(f"dlscope: internal error: {type(e).__name__}: {e} (set DLSCOPE_DEBUG=1 for details)", err=True)
+        return 1
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())

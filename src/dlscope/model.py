@@ -1,0 +1,158 @@
+"""The normalized profile model: the one shape every importer produces and every analysis reads.
+
+A :class:`Profile` is a set of pandas DataFrames with fixed columns (``TABLES`` below). All times are
+integer nanoseconds on the trace's own clock. Missing integers are ``-1`` and missing strings are ``""``
+so the tables stay plain int64/object columns that numpy can work on without masks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+I = "int64"
+S = "object"
+
+#: Column name -> dtype for each raw table. Importers fill what they can; everything else keeps the
+#: missing value. Analyses add derived tables (iterations, op/kernel attribution) on top.
+TABLES: dict[str, dict[str, str]] = {
+    # A framework operation on the CPU: a PyTorch cpu_op, a TF op, or an NVTX range that stands for one
+    # (PyTorch emit_nvtx / DLProf ranges).
+    "ops": {
+        "op_id": I, "rank": I, "pid": I, "tid": I, "name": S, "op_type": S,
+        "start": I, "end": I,
+        "external_id": I,       # Kineto "External id"; -1 elsewhere
+        "seq": I,               # autograd sequence number; -1 when absent
+        "direction": S,         # "fwd", "bwd" or ""
+        "input_shapes": S,      # JSON list of shapes, e.g. "[[32,3,224,224],[64,3,7,7],[]]"; "" when unknown
+        "input_dtypes": S,      # JSON list of dtype strings aligned with input_shapes; "" when unknown
+        "concrete_inputs": S,   # JSON list of scalar argument values as the trace recorded them; ""
+        "scope": S,             # module / name-scope path when the trace carries one, "/"-separated; ""
+    },
+    # Annotation ranges that are not ops: ProfilerStep#N, user annotations, NVTX ranges, data loading,
+    # gpu_user_annotation (device >= 0 for ranges drawn on a GPU lane).
+    "ranges": {
+        "range_id": I, "rank": I, "pid": I, "tid": I, "device": I, "name": S,
+        "domain": S,            # "user_annotation", "gpu_user_annotation", "nvtx", "python_function", ...
+        "start": I, "end": I,
+    },
+    # CUDA runtime / driver API calls on CPU threads.
+    "api_calls": {
+        "api_id": I, "rank": I, "pid": I, "tid": I, "name": S,
+        "kind": S,              # "runtime" or "driver"
+        "start": I, "end": I, "correlation": I,
+    },
+    # Kernel executions on a GPU.
+    "kernels": {
+        "kernel_id": I, "rank": I, "pid": I, "device": I, "stream": I, "name": S,
+        "start": I, "end": I, "correlation": I,
+        "grid_x": I, "grid_y": I, "grid_z": I, "block_x": I, "block_y": I, "block_z": I,
+        "registers": I,         # registers per thread
+        "shared_mem": I,        # bytes of shared memory (static + dynamic)
+    },
+    # memcpy and memset on a GPU.
+    "memops": {
+        "memop_id": I, "rank": I, "pid": I, "device": I, "stream": I,
+        "kind": S,              # "memcpy" or "memset"
+        "name": S,              # e.g. "Memcpy HtoD (Pageable -> Device)"
+        "copy_kind": S,         # "HtoD", "DtoH", "DtoD", "HtoH", "PtoP" or "" (memset)
+        "src_mem": S, "dst_mem": S,  # "pageable", "pinned", "device", "managed", "array" or ""
+        "start": I, "end": I, "bytes": I, "correlation": I,
+    },
+    # Synchronizations: device / stream / event synchronize and stream-wait-event.
+    "syncs": {
+        "sync_id": I, "rank": I, "pid": I, "tid": I, "device": I, "stream": I,
+        "kind": S,              # "device", "stream", "event", "stream_wait_event", "context" or "unknown"
+        "start": I, "end": I, "correlation": I,
+    },
+    # Memory allocator samples (Kineto [memory] instant events), for peak-memory questions.
+    "memory": {
+        "rank": I, "device": I, "ts": I, "bytes_delta": I, "total_allocated": I, "total_reserved": I,
+    },
+    # One row per GPU seen (per rank).
+    "gpus": {
+        "rank": I, "device": I, "name": S, "sm_count": I, "memory_bytes": I,
+        "cc_major": I, "cc_minor": I,
+    },
+}
+
+MISSING_INT = -1
+MISSING_STR = ""
+
+
+def empty_table(name: str) -> pd.DataFrame:
+    cols = TABLES[name]
+    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})
+
+
+def make_table(name: str, columns: Mapping[str, Any], n: int | None = None) -> pd.DataFrame:
+    """Build a table from whatever columns an importer has, filling the rest with missing values.
+
+    ``columns`` maps column names to sequences/arrays of equal length; unknown names are an error so a
+    typo in an importer fails loudly instead of silently dropping data.
+    """
+    spec = TABLES[name]
+    unknown = set(columns) - set(spec)
+    if unknown:
+        raise KeyError(f"{name}: unknown columns {sorted(unknown)}")
+    if n is None:
+        n = len(next(iter(columns.values()))) if columns else 0
+    data = {}
+    for col, dtype in spec.items():
+        if col in columns:
+            values = columns[col]
+            if dtype == I:
+                data[col] = np.asarray(values, dtype=np.int64)
+            else:
+                arr = np.empty(n, dtype=object)
+                arr[:] = list(values) if not isinstance(values, np.ndarray) else values
+                data[col] = arr
+        elif dtype == I:
+            data[col] = np.full(n, MISSING_INT, dtype=np.int64)
+        else:
+            arr = np.empty(n, dtype=object)
+            arr[:] = MISSING_STR
+            data[col] = arr
+    return pd.DataFrame(data)
+
+
+@dataclass
+class Profile:
+    """Everything one import produced, before analysis.
+
+    ``meta`` holds scalar facts about the source: ``source_format`` ("kineto" / "nsys"), ``source_path``,
+    ``rank``, ``world_size``, ``hostname``, ``trace_start_ns`` and free-form extras.
+    """
+
+    ops: pd.DataFrame = field(default_factory=lambda: empty_table("ops"))
+    ranges: pd.DataFrame = field(default_factory=lambda: empty_table("ranges"))
+    api_calls: pd.DataFrame = field(default_factory=lambda: empty_table("api_calls"))
+    kernels: pd.DataFrame = field(default_factory=lambda: empty_table("kernels"))
+    memops: pd.DataFrame = field(default_factory=lambda: empty_table("memops"))
+    syncs: pd.DataFrame = field(default_factory=lambda: empty_table("syncs"))
+    memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))
+    gpus: pd.DataFrame = field(default_factory=lambda: empty_table("gpus"))
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def table(self, name: str) -> pd.DataFrame:
+        return getattr(self, name)
+
+    @classmethod
+    def concat(cls, profiles: list["Profile"]) -> "Profile":
+        """Merge several imports (e.g. one per rank) into one, renumbering ids so they stay unique."""
+        if len(profiles) == 1:
+            return profiles[0]
+        out = cls()
+        id_cols = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
+                   "memops": "memop_id", "syncs": "sync_id"}
+        for name in TABLES:
+            frames = [p.table(name) for p in profiles]
+            frame = pd.concat(frames, ignore_index=True) if frames else empty_table(name)
+            if name in id_cols:
+                frame[id_cols[name]] = np.arange(len(frame), dtype=np.int64)
+            setattr(out, name, frame)
+        out.meta = {"sources": [p.meta for p in profiles]}
+        return out

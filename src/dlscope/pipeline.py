@@ -1,0 +1,149 @@
+"""The flow end to end: import → analyze → store. The CLI, the capture and the viewer call these."""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .analyze.aggregation import aggregate as compute_aggregation
+from .analyze.analysis import Analysed, analyse
+from .errors import DlscopeError
+from .importers import load
+from .model import TABLES, Profile
+from .store import reader, writer
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator:
+    """A Rich progress bar on stderr (silent when disabled or not a terminal)."""
+    if not enabled:
+        yield lambda *_a, **_k: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console,
+                  transient=True, disable=not console.is_terminal) as bar:
+        task = bar.add_task("importing", total=None)
+
+        def step(description: str, advance: float = 1, total: float | None = None) -> None:
+            if total is not None:
+                bar.update(task, total=total)
+            bar.update(task, description=description, advance=advance)
+        yield step
+
+
+def load_profiles(paths: Sequence[Path], step=lambda *a, **k: None) -> Profile:
+    """Import every file; files of several ranks are merged into one profile."""
+    profiles = []
+    step("reading", advance=0, total=len(paths) + 3)
+    for path in paths:
+        step(f"reading {Path(path).name}")
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            profiles.append(load(path))
+        finally:
+            if gc_was:
+                gc.enable()
+    _assign_ranks(profiles)
+    return Profile.concat(profiles)
+
+
+def _assign_ranks(profiles: list[Profile]) -> None:
+    """Each file is one rank: from its own metadata when distinct, else numbered in order."""
+    ranks = [p.meta.get("rank", 0) for p in profiles]
+    if len(set(ranks)) != len(ranks):
+        ranks = list(range(len(profiles)))
+    for p, rank in zip(profiles, ranks):
+        p.meta["rank"] = rank
+        for name in TABLES:
+            p.table(name)["rank"] = np.int64(rank)
+
+
+def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
+    p = an.profile
+    return {"gpus": p.gpus, "iterations": an.iterations, "ops": p.ops, "ranges": p.ranges,
+            "api_calls": p.api_calls, "kernels": p.kernels, "memops": p.memops, "syncs": p.syncs,
+            "memory": p.memory}
+
+
+def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, profile_name: str | None = None,
+                   iter_start: int | None = None, iter_stop: int | None = None, key_node: str | None = None,
+                   force: bool = False, extra_meta: dict | None = None, progress: bool = True) -> Path:
+    """Import traces into a new profile database with one aggregation; returns the database path."""
+    paths = [Path(p) for p in trace_paths]
+    if not paths:
+        raise DlscopeError("no trace files given")
+    db_path = Path(db_path)
+    if db_path.exists() and not force:
+        raise DlscopeError(f"{db_path}: already exists (use --force to overwrite)")
+    with _progress(progress) as step:
+        profile = load_profiles(paths, step)
+        step("analysing")
+        an = analyse(profile, key_node)
+        aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks]
+        step("writing database")
+        with writer.atomic_database(db_path, force) as conn:
+            sources = profile.meta.get("sources", [profile.meta])
+            writer.write_meta(conn, profile_name or _default_name(paths), {**(extra_meta or {}),
+                              "key_node": key_node or "", "iteration_methods": an.iteration_methods})
+            writer.write_sources(conn, sources)
+            writer.write_raw(conn, _raw_tables(an))
+            for agg in aggs:
+                writer.write_aggregation(conn, agg)
+    return db_path
+
+
+def _default_name(paths: list[Path]) -> str:
+    name = paths[0].name
+    for suffix in (".gz", ".json", ".sqlite", ".pt.trace"):
+        name = name.removesuffix(suffix)
+    return name if len(paths) == 1 else f"{name} (+{len(paths) - 1} files)"
+
+
+def profile_from_database(conn) -> Profile:
+    """Rebuild the imported model from a database's raw tables (for re-aggregation without re-import)."""
+    profile = Profile()
+    for name in ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory", "gpus"):
+        frame = reader.read_table(conn, name)
+        cols = list(TABLES[name])
+        frame = frame[cols].copy()
+        for col, dtype in TABLES[name].items():
+            frame[col] = frame[col].fillna(-1 if dtype == "int64" else "").astype(dtype)
+        setattr(profile, name, frame)
+    return profile
+
+
+def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int | None = None,
+              key_node: str | None = None, rank: int | None = None) -> list[int]:
+    """Add an aggregation to an existing database in one transaction; returns the new agg_ids.
+
+    A different key node re-splits the iterations: the ``iterations`` table and the raw tables'
+    ``iteration`` columns follow the newest split, earlier aggregations keep their own summaries.
+    """
+    conn = reader.connect(db_path, readonly=False)
+    try:
+        an = analyse(profile_from_database(conn), key_node)
+        ranks = an.ranks if rank is None else [rank]
+        aggs = [compute_aggregation(an, r, iter_start, iter_stop) for r in ranks]
+        with conn:
+            if key_node:
+                for table in ("iterations",):
+                    conn.execute(f"DELETE FROM {table}")
+                writer.insert_frame(conn, "iterations", an.iterations)
+                for name in ("ops", "ranges", "api_calls", "kernels", "memops", "syncs"):
+                    id_col = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
+                              "memops": "memop_id", "syncs": "sync_id"}[name]
+                    frame = an.profile.table(name)
+                    conn.executemany(f"UPDATE {name} SET iteration = ? WHERE {id_col} = ?",
+                                     zip(frame["iteration"].tolist(), frame[id_col].tolist()))
+            return [writer.write_aggregation(conn, agg) for agg in aggs]
+    finally:
+        conn.close()

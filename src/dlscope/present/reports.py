@@ -1,0 +1,92 @@
+"""DLProf's reports from a profile database, as CSV, JSON or Markdown files."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import DlscopeError
+from ..store import reader
+from .summary import summary_dict
+
+#: report name -> (table, ORDER BY) read for one aggregation.
+TABLE_REPORTS = {
+    "detail": ("agg_ops", "gpu_time_ns DESC, cpu_time_ns DESC"),
+    "iteration": ("agg_iterations", "iteration"),
+    "kernel": ("agg_kernels", "gpu_time_ns DESC"),
+    "op_type": ("agg_op_types", "gpu_time_total DESC"),
+    "group_node": ("agg_groups", "group_id"),
+    "tensor_core": ("agg_ops", "tc_eligible DESC, gpu_time_ns DESC"),
+}
+REPORTS = ("summary", *TABLE_REPORTS)
+FORMATS = ("csv", "json", "md")
+
+
+def report_frame(conn: sqlite3.Connection, name: str, agg_id: int) -> pd.DataFrame:
+    table, order = TABLE_REPORTS[name]
+    frame = pd.read_sql_query(f"SELECT * FROM {table} WHERE agg_id = ? ORDER BY {order}", conn, params=(agg_id,))
+    if name == "tensor_core":
+        frame = frame.loc[frame["tc_eligible"] == 1, ["op_name", "op_type", "direction", "data_type", "calls",
+                                                       "gpu_time_ns", "tc_gpu_time_ns", "kernel_count",
+                                                       "tc_kernel_count", "using_tc"]]
+    return frame.drop(columns=["agg_id"], errors="ignore")
+
+
+def _write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+    elif fmt == "json":
+        path.write_text(frame.to_json(orient="records", indent=1))
+    else:
+        path.write_text(_markdown(frame))
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    """A Markdown table; cell text is escaped so names with pipes stay in their cell."""
+    def cell(v) -> str:
+        return str(v).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    head = "| " + " | ".join(cell(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *body]) + "\n"
+
+
+def write_reports(db_path: Path, out_dir: Path, reports: list[str], formats: list[str],
+                  agg_id: int | None = None) -> list[Path]:
+    """Write each report in each format to ``out_dir``; returns the files written."""
+    unknown = [r for r in reports if r not in REPORTS] + [f for f in formats if f not in FORMATS]
+    if unknown:
+        raise DlscopeError(f"unknown report or format: {', '.join(unknown)} "
+                           f"(reports: {', '.join(REPORTS)}; formats: {', '.join(FORMATS)})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    summary = summary_dict(db_path, agg_id) if "summary" in reports else None
+    conn = reader.connect(db_path)
+    try:
+        agg = summary["aggregation"]["agg_id"] if summary else reader.resolve_agg_id(conn, agg_id)
+        for name in reports:
+            for fmt in formats:
+                path = out_dir / f"{name}.{fmt}"
+                if name == "summary":
+                    _write_summary(summary, path, fmt)
+                else:
+                    _write_frame(report_frame(conn, name, agg), path, fmt)
+                written.append(path)
+    finally:
+        conn.close()
+    return written
+
+
+def _write_summary(summary: dict, path: Path, fmt: str) -> None:
+    if fmt == "json":
+        path.write_text(json.dumps(summary, indent=1))
+        return
+    a = summary["aggregation"]
+    rows = [("profile_name", summary["profile_name"])]
+    rows += [(f"profile.{k}", v) for k, v in summary["profile"].items() if k != "gpus"]
+    rows += [(f"aggregation.{k}", v) for k, v in a.items() if k not in ("top_gpu_ops", "resource_breakdown_ns", "gpus")]
+    rows += [(f"aggregation.resource_breakdown_ns.{k}", v) for k, v in a["resource_breakdown_ns"].items()]
+    _write_frame(pd.DataFrame(rows, columns=["metric", "value"]), path, fmt)

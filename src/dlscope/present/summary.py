@@ -1,0 +1,161 @@
+"""The summary: one JSON object (a stable contract, documented in the README) and its terminal rendering."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from ..analyze.aggregation import CATEGORIES
+from ..store import reader
+
+
+def _one(conn: sqlite3.Connection, sql: str, params: tuple = ()):
+    return conn.execute(sql, params).fetchone()[0]
+
+
+def current_agg_id(conn: sqlite3.Connection) -> int | None:
+    """The newest aggregation of the lowest rank: what the summary and the viewer show by default."""
+    row = conn.execute("SELECT agg_id FROM aggregations ORDER BY rank ASC, agg_id DESC LIMIT 1").fetchone()
+    return row[0] if row else None
+
+
+def _profile_section(conn: sqlite3.Connection, methods: dict) -> dict:
+    kernels = conn.execute("SELECT COUNT(*), SUM(dur) FROM kernels").fetchone()
+    memops = dict(conn.execute("SELECT kind, COUNT(*) FROM memops GROUP BY kind").fetchall())
+    method = methods.get(str(_one(conn, "SELECT MIN(rank) FROM aggregations") or 0)) or next(iter(methods.values()), None)
+    iterations = _one(conn, "SELECT COUNT(*) FROM iterations WHERE rank = (SELECT MIN(rank) FROM iterations)")
+    gpus = [dict(zip(("rank", "device", "name", "sm_count", "memory_bytes", "cc_major", "cc_minor"), r))
+            for r in conn.execute("SELECT rank, device, name, sm_count, memory_bytes, cc_major, cc_minor FROM gpus "
+                                  "ORDER BY rank, device")]
+    for g in gpus:
+        for key in ("sm_count", "memory_bytes", "cc_major", "cc_minor"):
+            if g[key] is not None and g[key] < 0:
+                g[key] = None
+    return {
+        "kernel_count": kernels[0], "kernel_time_ns": kernels[1] or 0,
+        "memcpy_count": memops.get("memcpy", 0), "memset_count": memops.get("memset", 0),
+        "op_count": _one(conn, "SELECT COUNT(*) FROM ops"),
+        "iterations_total": None if method == "whole_profile" else iterations,
+        "iteration_method": method,
+        "ranks": _one(conn, "SELECT COUNT(DISTINCT rank) FROM sources") or 1,
+        "gpus": gpus,
+    }
+
+
+def _aggregation_section(conn: sqlite3.Connection, agg_id: int) -> dict:
+    cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
+    row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+    whole = row["iteration_method"] == "whole_profile"
+    top = conn.execute(
+        "SELECT op_name, op_type, direction, gpu_time_ns, calls, tc_eligible, using_tc FROM agg_ops "
+        "WHERE agg_id = ? AND gpu_time_ns > 0 ORDER BY gpu_time_ns DESC LIMIT 10", (agg_id,)).fetchall()
+    gpus = conn.execute("SELECT rank, device, busy_ns, utilization, kernel_count, kernel_time_ns FROM agg_gpus "
+                        "WHERE agg_id = ? ORDER BY device", (agg_id,)).fetchall()
+    return {
+        "agg_id": agg_id, "rank": row["rank"],
+        "iter_start": None if whole else row["iter_start"], "iter_stop": None if whole else row["iter_stop"],
+        "iterations_profiled": None if whole else row["iterations_profiled"],
+        "key_node": row["key_node"] or None, "iteration_method": row["iteration_method"],
+        "wall_clock_ns": row["wall_clock_ns"],
+        "avg_iteration_ns": None if whole else row["avg_iteration_ns"],
+        "gpu_busy_ns": row["gpu_busy_ns"], "gpu_utilization": row["gpu_utilization"],
+        "kernel_count": row["kernel_count"], "kernel_time_ns": row["kernel_time_ns"],
+        "tc_kernel_time_ns": row["tc_kernel_time_ns"], "tc_kernel_efficiency": row["tc_kernel_efficiency"],
+        "resource_breakdown_ns": {c: row[f"{c}_ns"] for c in CATEGORIES},
+        "gpus": [dict(zip(("rank", "device", "busy_ns", "utilization", "kernel_count", "kernel_time_ns"), g))
+                 for g in gpus],
+        "top_gpu_ops": [{"op_name": t[0], "op_type": t[1], "direction": t[2], "gpu_time_ns": t[3], "calls": t[4],
+                         "tc_eligible": bool(t[5]), "using_tc": bool(t[6])} for t in top],
+    }
+
+
+def _findings(conn: sqlite3.Connection, agg_id: int) -> list[dict]:
+    rows = conn.execute("SELECT rule, severity, problem, recommendation, est_saving_ns, est_saving_pct, "
+                        "evidence_json FROM findings WHERE agg_id = ? ORDER BY finding_id", (agg_id,)).fetchall()
+    keys = ("rule", "severity", "problem", "recommendation", "est_saving_ns", "est_saving_pct", "evidence")
+    return [dict(zip(keys, (*r[:6], json.loads(r[6] or "{}")))) for r in rows]
+
+
+def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
+    """The summary JSON object of a profile database (see README, "The summary JSON")."""
+    conn = reader.connect(db_path)
+    try:
+        meta = reader.meta(conn)
+        extra = json.loads(meta.get("extra_json") or "{}")
+        methods = {str(k): v for k, v in (extra.get("iteration_methods") or {}).items()}
+        agg_id = reader.resolve_agg_id(conn, agg_id if agg_id is not None else current_agg_id(conn))
+        out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
+               "profile": _profile_section(conn, methods), "aggregation": _aggregation_section(conn, agg_id),
+               "findings": _findings(conn, agg_id)}
+        if extra.get("capture"):
+            out["capture"] = extra["capture"]
+        return out
+    finally:
+        conn.close()
+
+
+def fmt_ns(ns: float | None) -> str:
+    """A duration in readable units."""
+    if ns is None:
+        return "n/a"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:,.2f} {unit}"
+    return f"{ns:,.0f} ns"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def render_summary(summary: dict) -> str:
+    """The terminal summary: key metrics, GPUs, breakdown, top 10 GPU ops, findings."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    buf = StringIO()
+    console = Console(file=buf, width=120, force_terminal=False, color_system=None)
+    p, a = summary["profile"], summary["aggregation"]
+    console.print(f"[bold]dlscope summary[/bold]: {escape(str(summary['profile_name']))}")
+    key = Table(show_header=False, box=None)
+    its = (f"{a['iter_start']}..{a['iter_stop']} ({a['iterations_profiled']} of {p['iterations_total']}, "
+           f"found by {p['iteration_method']})" if a["iterations_profiled"] else
+           "none found: the whole profile is one window (mark steps with ProfilerStep, dlscope.step() or --key-node)")
+    for label, value in (
+        ("Iterations", its), ("Wall clock", fmt_ns(a["wall_clock_ns"])),
+        ("Average iteration", fmt_ns(a["avg_iteration_ns"])),
+        ("GPU utilization", fmt_pct(a["gpu_utilization"]) if p["kernel_count"] else "n/a (no GPU kernels)"),
+        ("Tensor Core kernel efficiency", fmt_pct(a["tc_kernel_efficiency"]) if a["tc_kernel_efficiency"] is not None
+         else "n/a (no kernels of Tensor-Core-eligible ops)"),
+        ("Kernels", f"{p['kernel_count']:,} in the profile ({fmt_ns(p['kernel_time_ns'])}); "
+                    f"{a['kernel_count']:,} in the aggregation ({fmt_ns(a['kernel_time_ns'])})"),
+        ("Ops", f"{p['op_count']:,}"),
+        ("GPUs", escape(", ".join(f"{g['device']}: {g['name'] or '?'}" for g in p["gpus"]) or "none")),
+    ):
+        key.add_row(f"[bold]{label}[/bold]", value)
+    console.print(key)
+    wall = a["wall_clock_ns"] or 0
+    bd = Table(title="Resource usage breakdown", title_justify="left")
+    bd.add_column("Category")
+    bd.add_column("Time", justify="right")
+    bd.add_column("Share", justify="right")
+    for cat, ns in a["resource_breakdown_ns"].items():
+        bd.add_row(cat.replace("_", " "), fmt_ns(ns), fmt_pct(ns / wall if wall else None))
+    console.print(bd)
+    if a["top_gpu_ops"]:
+        top = Table(title="Top 10 GPU ops", title_justify="left")
+        for col in ("GPU time", "Op", "Type", "Calls", "TC eligible", "Using TC"):
+            top.add_column(col, justify="right" if col in ("GPU time", "Calls") else "left")
+        for op in a["top_gpu_ops"]:
+            top.add_row(fmt_ns(op["gpu_time_ns"]), escape(op["op_name"][:60]), escape(op["op_type"][:30]), f"{op['calls']:,}",
+                        "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
+        console.print(top)
+    for f in summary["findings"]:
+        console.print(escape(f"[{f['severity']}] {f['problem']} → {f['recommendation']}"))
+    if summary.get("capture", {}).get("ended_early"):
+        console.print("Note: the profiled program ended early; the profile covers the steps before it stopped.")
+    return buf.getvalue()

@@ -1,0 +1,172 @@
+"""The profile database schema: one SQLite file, documented in docs/schema.md.
+
+Raw normalized tables hold every event with the analysis' attribution columns; ``agg_*`` tables hold one
+aggregation's summaries (several aggregations may live in one file, keyed by ``agg_id``). Every sort and
+filter the viewer offers has an index.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+DDL = """
+CREATE TABLE dlscope_meta (key TEXT PRIMARY KEY, value TEXT);
+
+CREATE TABLE sources (
+    source_id INTEGER PRIMARY KEY, path TEXT, format TEXT, rank INTEGER, world_size INTEGER,
+    hostname TEXT, meta_json TEXT
+);
+
+CREATE TABLE gpus (
+    rank INTEGER, device INTEGER, name TEXT, sm_count INTEGER, memory_bytes INTEGER,
+    cc_major INTEGER, cc_minor INTEGER, PRIMARY KEY (rank, device)
+);
+
+CREATE TABLE iterations (
+    rank INTEGER, iteration INTEGER, name TEXT, start INTEGER, cpu_end INTEGER, "end" INTEGER,
+    PRIMARY KEY (rank, iteration)
+);
+
+CREATE TABLE ops (
+    op_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, name TEXT, op_type TEXT,
+    start INTEGER, "end" INTEGER, dur INTEGER, parent_id INTEGER, depth INTEGER, external_id INTEGER,
+    seq INTEGER, direction TEXT, input_shapes TEXT, input_dtypes TEXT, concrete_inputs TEXT, scope TEXT,
+    data_type TEXT, iteration INTEGER, node_id INTEGER, tc_eligible INTEGER, using_tc INTEGER,
+    kernel_count INTEGER, gpu_time INTEGER, tc_gpu_time INTEGER, api_time INTEGER, gpu_idle INTEGER
+);
+
+CREATE TABLE ranges (
+    range_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, device INTEGER, name TEXT,
+    domain TEXT, start INTEGER, "end" INTEGER, category TEXT
+);
+
+CREATE TABLE api_calls (
+    api_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, name TEXT, kind TEXT,
+    start INTEGER, "end" INTEGER, correlation INTEGER, op_id INTEGER, iteration INTEGER
+);
+
+CREATE TABLE kernels (
+    kernel_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, device INTEGER, stream INTEGER, name TEXT,
+    start INTEGER, "end" INTEGER, dur INTEGER, correlation INTEGER,
+    grid_x INTEGER, grid_y INTEGER, grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER,
+    registers INTEGER, shared_mem INTEGER, uses_tc INTEGER, api_id INTEGER, launch_ts INTEGER,
+    op_id INTEGER, iteration INTEGER
+);
+
+CREATE TABLE memops (
+    memop_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, device INTEGER, stream INTEGER, kind TEXT,
+    name TEXT, copy_kind TEXT, src_mem TEXT, dst_mem TEXT, start INTEGER, "end" INTEGER, dur INTEGER,
+    bytes INTEGER, correlation INTEGER, api_id INTEGER, op_id INTEGER, iteration INTEGER
+);
+
+CREATE TABLE syncs (
+    sync_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, device INTEGER, stream INTEGER,
+    kind TEXT, start INTEGER, "end" INTEGER, correlation INTEGER, op_id INTEGER, iteration INTEGER
+);
+
+CREATE TABLE memory (
+    rank INTEGER, device INTEGER, ts INTEGER, bytes_delta INTEGER, total_allocated INTEGER,
+    total_reserved INTEGER
+);
+
+CREATE TABLE aggregations (
+    agg_id INTEGER PRIMARY KEY, created_at TEXT, rank INTEGER, iter_start INTEGER, iter_stop INTEGER,
+    key_node TEXT, iteration_method TEXT, iterations_profiled INTEGER, window_start INTEGER,
+    window_end INTEGER, wall_clock_ns INTEGER, avg_iteration_ns REAL, gpu_busy_ns INTEGER,
+    gpu_utilization REAL, kernel_count INTEGER, kernel_time_ns INTEGER, tc_kernel_time_ns INTEGER,
+    tc_eligible_kernel_time_ns INTEGER, tc_kernel_efficiency REAL, memory_ns INTEGER,
+    tensor_core_ns INTEGER, non_tensor_core_ns INTEGER, dataloader_ns INTEGER, io_ns INTEGER,
+    cpu_ns INTEGER, other_ns INTEGER, op_count INTEGER, tc_eligible_op_count INTEGER,
+    using_tc_op_count INTEGER
+);
+
+CREATE TABLE agg_gpus (
+    agg_id INTEGER, rank INTEGER, device INTEGER, busy_ns INTEGER, utilization REAL,
+    kernel_count INTEGER, kernel_time_ns INTEGER, tc_kernel_time_ns INTEGER, memory_ns INTEGER,
+    PRIMARY KEY (agg_id, rank, device)
+);
+
+CREATE TABLE agg_iterations (
+    agg_id INTEGER, rank INTEGER, iteration INTEGER, profiled INTEGER, start INTEGER, "end" INTEGER,
+    duration_ns INTEGER, kernel_count INTEGER, tc_kernel_count INTEGER, kernel_time_ns INTEGER,
+    tc_kernel_time_ns INTEGER, gpu_busy_ns INTEGER, tensor_core_ns INTEGER, non_tensor_core_ns INTEGER,
+    memory_ns INTEGER, dataloader_ns INTEGER, io_ns INTEGER, cpu_ns INTEGER, other_ns INTEGER,
+    PRIMARY KEY (agg_id, rank, iteration)
+);
+
+-- One row per op node (same name, direction, scope and input shapes) with its calls summed.
+CREATE TABLE agg_ops (
+    agg_id INTEGER, node_id INTEGER, rank INTEGER, op_name TEXT, op_type TEXT, direction TEXT,
+    scope TEXT, input_shapes TEXT, data_type TEXT, calls INTEGER, kernel_count INTEGER,
+    tc_kernel_count INTEGER, gpu_time_ns INTEGER, tc_gpu_time_ns INTEGER, cpu_time_ns INTEGER,
+    api_time_ns INTEGER, cpu_overhead_ns INTEGER, gpu_idle_ns INTEGER, tc_eligible INTEGER,
+    using_tc INTEGER, PRIMARY KEY (agg_id, node_id)
+);
+
+CREATE TABLE agg_op_types (
+    agg_id INTEGER, op_type TEXT, ops INTEGER, calls INTEGER,
+    cpu_time_total INTEGER, cpu_time_avg REAL, cpu_time_min INTEGER, cpu_time_max INTEGER,
+    gpu_time_total INTEGER, gpu_time_avg REAL, gpu_time_min INTEGER, gpu_time_max INTEGER,
+    cpu_overhead_total INTEGER, cpu_overhead_avg REAL, cpu_overhead_min INTEGER, cpu_overhead_max INTEGER,
+    gpu_idle_total INTEGER, gpu_idle_avg REAL, gpu_idle_min INTEGER, gpu_idle_max INTEGER,
+    kernel_count INTEGER, tc_eligible INTEGER, using_tc INTEGER,
+    PRIMARY KEY (agg_id, op_type)
+);
+
+-- One row per distinct kernel name (per device) in the aggregation.
+CREATE TABLE agg_kernels (
+    agg_id INTEGER, kernel_name TEXT, uses_tc INTEGER, calls INTEGER, gpu_time_ns INTEGER,
+    avg_ns REAL, min_ns INTEGER, max_ns INTEGER, PRIMARY KEY (agg_id, kernel_name)
+);
+
+-- Kernels summed per op node and kernel name: the "Ops and Kernels" view's lower table.
+CREATE TABLE agg_op_kernels (
+    agg_id INTEGER, node_id INTEGER, kernel_name TEXT, uses_tc INTEGER, calls INTEGER,
+    gpu_time_ns INTEGER, avg_ns REAL, min_ns INTEGER, max_ns INTEGER,
+    PRIMARY KEY (agg_id, node_id, kernel_name)
+);
+
+-- The Group Ops tree: groups (scope prefixes) and ops, each group summing its descendants.
+CREATE TABLE agg_groups (
+    agg_id INTEGER, group_id INTEGER, parent_group_id INTEGER, is_group INTEGER, level INTEGER,
+    name TEXT, path TEXT, node_id INTEGER, calls INTEGER, kernel_count INTEGER, gpu_time_ns INTEGER,
+    tc_gpu_time_ns INTEGER, cpu_time_ns INTEGER, api_time_ns INTEGER, cpu_overhead_ns INTEGER,
+    gpu_idle_ns INTEGER, tc_eligible INTEGER, using_tc INTEGER, PRIMARY KEY (agg_id, group_id)
+);
+
+CREATE TABLE findings (
+    agg_id INTEGER, finding_id INTEGER, rule TEXT, severity TEXT, problem TEXT, recommendation TEXT,
+    est_saving_ns INTEGER, est_saving_pct REAL, evidence_json TEXT, PRIMARY KEY (agg_id, finding_id)
+);
+"""
+
+#: Indexes for every sort and filter the viewer offers (and the joins the analyses use).
+INDEXES = """
+CREATE INDEX kernels_iteration ON kernels (rank, iteration, start);
+CREATE INDEX kernels_op ON kernels (op_id);
+CREATE INDEX kernels_dur ON kernels (dur);
+CREATE INDEX kernels_name ON kernels (name);
+CREATE INDEX kernels_start ON kernels (start);
+CREATE INDEX kernels_device ON kernels (device, start);
+CREATE INDEX ops_iteration ON ops (rank, iteration, start);
+CREATE INDEX ops_node ON ops (node_id);
+CREATE INDEX ops_name ON ops (name);
+CREATE INDEX ops_gpu_time ON ops (gpu_time);
+CREATE INDEX ops_parent ON ops (parent_id);
+CREATE INDEX memops_iteration ON memops (rank, iteration, start);
+CREATE INDEX api_calls_iteration ON api_calls (rank, iteration, start);
+CREATE INDEX ranges_start ON ranges (rank, start);
+CREATE INDEX agg_ops_gpu_time ON agg_ops (agg_id, gpu_time_ns);
+CREATE INDEX agg_ops_cpu_time ON agg_ops (agg_id, cpu_time_ns);
+CREATE INDEX agg_ops_name ON agg_ops (agg_id, op_name);
+CREATE INDEX agg_ops_type ON agg_ops (agg_id, op_type);
+CREATE INDEX agg_ops_calls ON agg_ops (agg_id, calls);
+CREATE INDEX agg_kernels_time ON agg_kernels (agg_id, gpu_time_ns);
+CREATE INDEX agg_kernels_calls ON agg_kernels (agg_id, calls);
+CREATE INDEX agg_op_types_gpu ON agg_op_types (agg_id, gpu_time_total);
+CREATE INDEX agg_groups_parent ON agg_groups (agg_id, parent_group_id);
+CREATE INDEX agg_iterations_profiled ON agg_iterations (agg_id, profiled, iteration);
+"""
+
+#: Raw tables written from the analysed model, in DDL column order.
+RAW_TABLES = ("gpus", "iterations", "ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")

@@ -1,0 +1,114 @@
+"""Writing the profile database: bulk inserts into a temporary file, renamed into place at the end."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sqlite3
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from .. import __version__
+from ..errors import DlscopeError
+from .schema import DDL, INDEXES, RAW_TABLES, SCHEMA_VERSION
+
+
+def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
+
+
+def _arrow(frame: pd.DataFrame, columns: list[str]) -> pa.Table:
+    """A frame as an Arrow table in the database's column order; bools become 0/1, NaN becomes NULL."""
+    data = {}
+    for col in columns:
+        values = frame[col] if col in frame else pd.Series([None] * len(frame))
+        if values.dtype == bool:
+            values = values.astype(np.int64)
+        data[col] = pa.array(values.to_numpy() if values.dtype != object else values.tolist(),
+                             from_pandas=True)
+    return pa.table(data) if data else pa.table({})
+
+
+def insert_frame(conn: sqlite3.Connection, table: str, frame: pd.DataFrame) -> None:
+    """Bulk-insert a frame in the table's column order, values bound as parameters."""
+    columns = table_columns(conn, table)
+    if frame.empty:
+        return
+    cols = ", ".join(f'"{c}"' for c in columns)
+    marks = ", ".join("?" * len(columns))
+    arrow = _arrow(frame, columns)
+    conn.executemany(f'INSERT INTO "{table}" ({cols}) VALUES ({marks})', _rows(arrow))
+
+
+def _rows(table: pa.Table) -> Iterator[tuple]:
+    """Rows of an Arrow table in batches, without building one Python dict per row."""
+    for batch in table.to_batches(max_chunksize=65536):
+        yield from zip(*(col.to_pylist() for col in batch.columns))
+
+
+@contextmanager
+def atomic_database(path: Path, force: bool) -> Iterator[sqlite3.Connection]:
+    """A fresh database at a temporary path next to ``path``; renamed into place only on success."""
+    path = Path(path)
+    if path.exists() and not force:
+        raise DlscopeError(f"{path}: already exists (use --force to overwrite)")
+    if not path.parent.exists():
+        raise DlscopeError(f"{path}: folder {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    os.unlink(tmp)
+    conn = sqlite3.connect(tmp)
+    try:
+        conn.execute("PRAGMA journal_mode=OFF")
+        conn.execute("PRAGMA synchronous=OFF")
+        conn.executescript(DDL)
+        conn.execute("BEGIN")
+        yield conn
+        conn.commit()
+        conn.executescript(INDEXES)
+        conn.execute("PRAGMA journal_mode=DELETE")
+        conn.close()
+        os.replace(tmp, path)
+    except BaseException:
+        conn.close()
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_meta(conn: sqlite3.Connection, profile_name: str, extra: dict) -> None:
+    meta = {"schema_version": str(SCHEMA_VERSION), "dlscope_version": __version__, "profile_name": profile_name,
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "extra_json": json.dumps(extra, default=str)}
+    conn.executemany("INSERT OR REPLACE INTO dlscope_meta (key, value) VALUES (?, ?)", list(meta.items()))
+
+
+def write_sources(conn: sqlite3.Connection, sources: list[dict]) -> None:
+    rows = [(i, s.get("source_path", ""), s.get("source_format", ""), s.get("rank", 0), s.get("world_size", 1),
+             s.get("hostname", ""), json.dumps(s, default=str)) for i, s in enumerate(sources)]
+    conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+
+def write_raw(conn: sqlite3.Connection, tables: dict[str, pd.DataFrame]) -> None:
+    for name in RAW_TABLES:
+        insert_frame(conn, name, tables[name])
+
+
+def write_aggregation(conn: sqlite3.Connection, agg) -> int:
+    """Store one :class:`~dlscope.analyze.aggregation.Aggregation`; returns its agg_id."""
+    agg_id = (conn.execute("SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations").fetchone()[0])
+    row = {**agg.row, "agg_id": agg_id,
+           "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    insert_frame(conn, "aggregations", pd.DataFrame([row]))
+    for table, frame in (("agg_gpus", agg.gpus), ("agg_iterations", agg.iterations), ("agg_ops", agg.ops),
+                         ("agg_op_types", agg.op_types), ("agg_kernels", agg.kernels),
+                         ("agg_op_kernels", agg.op_kernels), ("agg_groups", agg.groups)):
+        insert_frame(conn, table, frame.assign(agg_id=agg_id))
+    return agg_id
