@@ -26,3 +26,21 @@ def data_files(folder: str, pattern: str) -> list[Path]:
 
 
 requires_shared = pytest.mark.skipif(not DATA.exists(), reason="../shared/data is absent")
+
+
+@pytest.fixture(scope="session")
+def import_db(tmp_path_factory):
+    """Build (once per session) a profile database from trace files; returns its path."""
+    from dlscope.pipeline import build_database
+
+    cache: dict = {}
+
+    def build(*paths: Path, **options) -> Path:
+        key = (tuple(str(p) for p in paths), tuple(sorted(options.items())))
+        if key not in cache:
+            out = tmp_path_factory.mktemp("db") / (Path(paths[0]).name + ".sqlite")
+            build_database(list(paths), out, progress=False, **options)
+            cache[key] = out
+        return cache[key]
+
+    return build

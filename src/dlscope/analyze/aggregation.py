@@ -210,13 +210,13 @@ def resolve_range(an: Analysed, rank: int, iter_start: int | None, iter_stop: in
     """The iterations of the aggregation, or a clear error for a range outside the profile."""
     its = an.iterations[an.iterations["rank"] == rank].sort_values("iteration")
     numbers = its["iteration"].to_numpy()
+    if iter_start is not None and iter_stop is not None and iter_stop < iter_start:
+        raise DlscopeError(f"--iter-start {iter_start} is after --iter-stop {iter_stop}")
     lo = int(numbers.min()) if iter_start is None else int(iter_start)
     hi = int(numbers.max()) if iter_stop is None else int(iter_stop)
-    if hi < lo:
-        raise DlscopeError(f"--iter-start {lo} is after --iter-stop {hi}")
     chosen = its[(its["iteration"] >= lo) & (its["iteration"] <= hi)]
     if chosen.empty:
-        raise DlscopeError(f"no iterations in [{lo}, {hi}]; the profile has iterations "
+        raise DlscopeError(f"no iterations from {lo} to {hi}; the profile has iterations "
                            f"{int(numbers.min())}..{int(numbers.max())}")
     return chosen
 

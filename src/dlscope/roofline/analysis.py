@@ -1,0 +1,260 @@
+"""Place every op node and every counter-profiled kernel under its GPU's roofline.
+
+Ops (from a trace): analytic FLOPs and bytes from the shapes of the node's calls (``flops.op_cost``)
+against the GPU time of the node's own kernels (``agg_ops.gpu_time_ns``: kernels belong to their
+innermost launching op, so parents and children never count the same kernel). Kernels (from Nsight
+Compute): measured FLOPs per precision and bytes per memory level (hierarchical roofline, seed 004).
+
+An op is *math bound* when its arithmetic intensity is at or above the ridge point (peak FLOP/s of its
+precision ÷ DRAM bandwidth), else *memory bound* (seed 002). ``pct_of_ceiling`` = achieved ÷ the roof at
+its intensity, min(peak, AI × bandwidth), as a percentage.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dlscope.errors import DlscopeError
+from dlscope.roofline.ceilings import LEVELS, GpuCeilings, find_ceilings, load_spec_file
+from dlscope.roofline.flops import op_cost
+
+#: Families whose kernels run on Tensor Cores when the op uses them (others use CUDA cores).
+TENSOR_FAMILIES = frozenset({"gemm", "conv", "conv_bwd", "attention"})
+#: How many ops the summary lists as furthest below their roof.
+FURTHEST_BELOW = 10
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _table_exists(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+
+def _aggregation(conn: sqlite3.Connection, agg_id: int | None) -> dict | None:
+    if agg_id is None or not _table_exists(conn, "aggregations"):
+        return None
+    row = conn.execute("SELECT agg_id, rank, iter_start, iter_stop FROM aggregations WHERE agg_id=?",
+                       (agg_id,)).fetchone()
+    if row is None:
+        raise DlscopeError(f"aggregation {agg_id} not found in the database")
+    return dict(zip(("agg_id", "rank", "iter_start", "iter_stop"), row))
+
+
+def _trace_gpu(conn: sqlite3.Connection, agg: dict | None) -> dict | None:
+    """The GPU of the aggregation's rank that ran the most kernel time (first GPU when unknown)."""
+    if not _table_exists(conn, "gpus"):
+        return None
+    params: list[Any] = []
+    where = ""
+    if agg is not None and agg.get("rank") is not None:
+        where, params = "WHERE g.rank = ?", [agg["rank"]]
+    order = "g.rank, g.device"
+    join = ""
+    if agg is not None and _table_exists(conn, "agg_gpus"):
+        join = "LEFT JOIN agg_gpus a ON a.agg_id = ? AND a.rank = g.rank AND a.device = g.device"
+        params = [agg["agg_id"], *params]
+        order = "COALESCE(a.kernel_time_ns, 0) DESC, g.rank, g.device"
+    row = conn.execute(f"SELECT g.rank, g.device, g.name, g.sm_count, g.cc_major, g.cc_minor FROM gpus g "
+                       f"{join} {where} ORDER BY {order} LIMIT 1", params).fetchone()
+    if row is None:
+        return None
+    rank, device, name, sms, major, minor = row
+    cc = f"{major}.{minor}" if major is not None and major >= 0 and minor is not None and minor >= 0 else None
+    return {"rank": rank, "device": device, "name": name or None, "sm_count": sms if sms and sms > 0 else None,
+            "cc": cc, "source": "trace"}
+
+
+def _ncu_gpu(kernels: pd.DataFrame) -> dict | None:
+    if kernels.empty:
+        return None
+    names = [n for n in kernels["device_name"].dropna().astype(str) if n and n != "nan"]
+    ccs = [c for c in kernels["cc"].dropna().astype(str) if c and c != "nan"]
+    if not names and not ccs:
+        return None
+    return {"rank": None, "device": None, "name": names[0] if names else None, "sm_count": None,
+            "cc": ccs[0] if ccs else None, "source": "ncu"}
+
+
+def _ceilings(gpu: dict | None, gpu_spec_path: str | Path | None) -> tuple[GpuCeilings | None, str]:
+    if gpu_spec_path:
+        return load_spec_file(gpu_spec_path), ""
+    if gpu is None:
+        return None, ("no GPU recorded in the profile; pass --gpu-spec FILE (one GPU in the shape of an "
+                      "entry of dlscope/data/gpu_specs.json)")
+    return find_ceilings(gpu.get("name"), gpu.get("cc"), gpu.get("sm_count"))
+
+
+def _place(flops: float, nbytes: float, time_ns: float, peak: float | None, bandwidth: float | None) -> dict:
+    """Arithmetic intensity, achieved rates, bound and percent of the roof for one point."""
+    seconds = time_ns * 1e-9 if time_ns and time_ns > 0 else None
+    ai = flops / nbytes if nbytes and nbytes > 0 else None
+    out = {"arithmetic_intensity": ai,
+           "achieved_flops_per_s": flops / seconds if seconds else None,
+           "achieved_bytes_per_s": nbytes / seconds if seconds and nbytes else None,
+           "bound": None, "pct_of_ceiling": None}
+    if ai is None or not peak or not bandwidth:
+        return out
+    out["bound"] = "math" if ai >= peak / bandwidth else "memory"
+    if seconds:
+        if out["bound"] == "math":
+            out["pct_of_ceiling"] = 100.0 * out["achieved_flops_per_s"] / peak
+        else:
+            out["pct_of_ceiling"] = 100.0 * out["achieved_bytes_per_s"] / bandwidth
+    return out
+
+
+def _op_rows(conn: sqlite3.Connection, agg_id: int) -> pd.DataFrame:
+    """One row per op node with GPU time, plus the shapes of its first call."""
+    query = """
+        SELECT a.node_id, a.op_name, a.op_type, a.direction, a.scope, a.calls, a.kernel_count,
+               a.gpu_time_ns, a.using_tc, a.tc_eligible, o.input_shapes, o.input_dtypes, o.concrete_inputs
+        FROM agg_ops a
+        LEFT JOIN ops o ON o.op_id = (SELECT MIN(op_id) FROM ops WHERE ops.node_id = a.node_id)
+        WHERE a.agg_id = ? AND a.gpu_time_ns > 0
+        ORDER BY a.gpu_time_ns DESC, a.node_id
+    """
+    return pd.read_sql_query(query, conn, params=(agg_id,))
+
+
+def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list[dict], int]:
+    """Op dicts for every node with a FLOP model; also the GPU time of nodes without one."""
+    ops: list[dict] = []
+    unmodelled_ns = 0
+    dram = ceilings.bandwidth.get("dram") if ceilings else None
+    for row in rows.itertuples(index=False):
+        cost = op_cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs)
+        if cost is None:
+            unmodelled_ns += int(row.gpu_time_ns)
+            continue
+        calls = int(row.calls) if row.calls and row.calls > 0 else 1
+        tensor = bool(row.using_tc) and cost.family in TENSOR_FAMILIES
+        precision = "tf32" if tensor and cost.precision == "fp32" else cost.precision
+        peak = ceilings.peak(cost.precision, tensor) if ceilings else None
+        if peak is None and ceilings and tensor:                  # e.g. FP32 on a GPU without TF32
+            peak = ceilings.peak(cost.precision, False)
+        flops, nbytes = cost.flops * calls, cost.bytes * calls
+        op = {"node_id": int(row.node_id), "op_name": row.op_name, "op_type": row.op_type,
+              "direction": row.direction, "scope": row.scope, "family": cost.family, "calls": calls,
+              "precision": precision, "tensor_cores": tensor, "flops": flops, "bytes": nbytes,
+              "flops_per_call": cost.flops, "bytes_per_call": cost.bytes, "gpu_time_ns": int(row.gpu_time_ns),
+              "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None,
+              "ceiling_bytes_per_s": dram}
+        op.update(_place(flops, nbytes, row.gpu_time_ns, peak[1] if peak else None, dram))
+        ops.append(op)
+    return ops, unmodelled_ns
+
+
+def _kernel_precision(row: pd.Series) -> tuple[str, str | None, bool]:
+    """(dominant FLOP column, precision, tensor) of a counter-profiled kernel."""
+    columns = {"flops_fp64": ("fp64", False), "flops_fp32": ("fp32", False), "flops_fp16": ("fp16", False),
+               "flops_tensor": ("fp16", True)}
+    values = {c: row[c] for c in columns if pd.notna(row[c])}
+    if not values or max(values.values()) <= 0:
+        return "", None, False
+    best = max(values, key=values.get)
+    return best, *columns[best]
+
+
+def roofline_kernels(kernels: pd.DataFrame, ceilings: GpuCeilings | None) -> list[dict]:
+    """Hierarchical roofline points of ncu kernels: one intensity and bound per memory level."""
+    out = []
+    for _, row in kernels.iterrows():
+        flop_cols = ["flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor"]
+        measured = [row[c] for c in flop_cols if pd.notna(row[c])]
+        flops = float(sum(measured)) if measured else None
+        _, precision, tensor = _kernel_precision(row)
+        peak = ceilings.peak(precision, tensor) if ceilings and precision else None
+        item = {"kernel_id": _finite(float(row["kernel_id"])) if pd.notna(row["kernel_id"]) else None,
+                "kernel_name": row["kernel_name"], "precision": precision, "tensor_cores": tensor,
+                "flops": flops, "time_ns": _finite(float(row["time_ns"])) if pd.notna(row["time_ns"]) else None,
+                "tensor_pipe_inst": _finite(row["tensor_pipe_inst"]) if pd.notna(row["tensor_pipe_inst"]) else None,
+                "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None}
+        for c in flop_cols:
+            item[c] = float(row[c]) if pd.notna(row[c]) else None
+        roofs = []
+        for level in LEVELS:
+            nbytes = row[f"bytes_{level}"]
+            nbytes = float(nbytes) if pd.notna(nbytes) else None
+            bandwidth = ceilings.bandwidth.get(level) if ceilings else None
+            placed = _place(flops or 0.0, nbytes or 0.0, item["time_ns"] or 0.0,
+                            peak[1] if peak else None, bandwidth) if flops is not None else {}
+            item[f"bytes_{level}"] = nbytes
+            item[f"ai_{level}"] = placed.get("arithmetic_intensity")
+            item[f"bound_{level}"] = placed.get("bound")
+            if placed.get("arithmetic_intensity") and bandwidth:
+                roofs.append((placed["arithmetic_intensity"] * bandwidth, level))
+        item["achieved_flops_per_s"] = (flops / (item["time_ns"] * 1e-9)
+                                        if flops is not None and item["time_ns"] else None)
+        item["limiting_level"] = None
+        item["pct_of_ceiling"] = None
+        if peak and roofs and item["achieved_flops_per_s"] is not None:
+            roof, level = min(roofs)
+            item["limiting_level"] = level if roof < peak[1] else "compute"
+            item["pct_of_ceiling"] = 100.0 * item["achieved_flops_per_s"] / min(roof, peak[1])
+        out.append(item)
+    return out
+
+
+def _summary(ops: list[dict], unmodelled_ns: int, total_ns: int) -> dict:
+    placed = [o for o in ops if o["bound"]]
+    for o in placed:
+        pct = o["pct_of_ceiling"]
+        o["est_saving_ns"] = int(o["gpu_time_ns"] * (1 - min(pct, 100.0) / 100.0)) if pct is not None else None
+    ranked = sorted((o for o in placed if o.get("est_saving_ns") is not None),
+                    key=lambda o: (-o["est_saving_ns"], o["node_id"]))
+    furthest = [{k: o[k] for k in ("node_id", "op_name", "bound", "precision", "pct_of_ceiling",
+                                   "gpu_time_ns", "est_saving_ns")} for o in ranked[:FURTHEST_BELOW]]
+    has_roofs = bool(placed) or not ops
+    return {
+        "memory_bound_gpu_time_ns": sum(o["gpu_time_ns"] for o in placed if o["bound"] == "memory")
+        if has_roofs else None,
+        "math_bound_gpu_time_ns": sum(o["gpu_time_ns"] for o in placed if o["bound"] == "math")
+        if has_roofs else None,
+        "modelled_gpu_time_ns": sum(o["gpu_time_ns"] for o in ops),
+        "unmodelled_gpu_time_ns": unmodelled_ns,
+        "op_gpu_time_ns": total_ns,
+        "modelled_op_nodes": len(ops),
+        "furthest_below": furthest,
+    }
+
+
+def _ncu_frame(conn: sqlite3.Connection) -> pd.DataFrame:
+    if not _table_exists(conn, "ncu_kernels"):
+        return pd.DataFrame(columns=["kernel_id", "kernel_name", "device_name", "cc"])
+    return pd.read_sql_query("SELECT * FROM ncu_kernels ORDER BY ncu_id", conn)
+
+
+def roofline_report(conn: sqlite3.Connection, agg_id: int | None, gpu_spec_path: str | Path | None = None) -> dict:
+    """The roofline of one aggregation (ops) and of the ncu-profiled kernels in the database, as JSON-ready
+    dicts. Unknown GPU: ops and kernels still get FLOPs, bytes, intensities and achieved rates; bound and
+    pct_of_ceiling are None and ``ceilings_error`` says how to supply a spec."""
+    agg = _aggregation(conn, agg_id)
+    kernels_frame = _ncu_frame(conn)
+    gpu = _trace_gpu(conn, agg) or _ncu_gpu(kernels_frame)
+    ceilings, reason = _ceilings(gpu, gpu_spec_path)
+    rows = _op_rows(conn, agg["agg_id"]) if agg is not None and _table_exists(conn, "agg_ops") else pd.DataFrame()
+    ops, unmodelled_ns = roofline_ops(rows, ceilings) if not rows.empty else ([], 0)
+    total_ns = int(rows["gpu_time_ns"].sum()) if not rows.empty else 0
+    kernels = roofline_kernels(kernels_frame, ceilings) if "time_ns" in kernels_frame else []
+    summary = _summary(ops, unmodelled_ns, total_ns)
+    if ceilings is None:
+        summary["memory_bound_gpu_time_ns"] = summary["math_bound_gpu_time_ns"] = None
+    return {"agg_id": agg["agg_id"] if agg else None, "gpu": gpu,
+            "ceilings": ceilings.to_dict() if ceilings else None, "ceilings_error": reason or None,
+            "ops": [{k: _finite(v) for k, v in o.items()} for o in ops],
+            "kernels": [{k: _finite(v) for k, v in k_.items()} for k_ in kernels],
+            "summary": summary}
+
+
+def roofline_tables(report: dict) -> dict[str, pd.DataFrame]:
+    """The report's ops and kernels as DataFrames (for CSV / Parquet exports and the Python API)."""
+    return {"roofline_ops": pd.DataFrame(report["ops"]), "roofline_kernels": pd.DataFrame(report["kernels"])}

@@ -1,0 +1,199 @@
+"""GPU ceilings for the roofline: peak FLOP/s per precision and bandwidth per memory level.
+
+Values come from ``data/gpu_specs.json`` (datasheet peaks, dense, with sources) or from a user file given
+with ``--gpu-spec`` (the same JSON shape for one GPU). A trace names its GPU by ``cudaDeviceProp.name``,
+compute capability and SM count; matching is exact on the name first, then by model token (``V100``,
+``A100``, ``H100``...) narrowed by compute capability and SM count. A different product that merely shares
+CC and SM count (an RTX 2070 SUPER and a T4 are both 7.5/40) is never matched: a wrong roof is worse than
+none, so an unknown GPU gets a reason that says how to supply a spec.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from dlscope.errors import DlscopeError, InputError
+
+#: Peak-FLOP/s keys: (precision, on Tensor Cores) -> field of a gpu_specs.json entry, best first.
+PEAK_FIELDS: dict[tuple[str, bool], tuple[str, ...]] = {
+    ("fp64", False): ("fp64_flops",),
+    ("fp64", True): ("fp64_tensor_flops", "fp64_flops"),
+    ("fp32", False): ("fp32_flops",),
+    ("tf32", True): ("tf32_tensor_flops_dense",),
+    ("fp32", True): ("tf32_tensor_flops_dense",),
+    ("fp16", True): ("fp16_tensor_flops_dense",),
+    ("bf16", True): ("bf16_tensor_flops_dense",),
+    ("fp8", True): ("fp8_tensor_flops_dense",),
+    ("int8", True): ("int8_tensor_ops_dense",),
+    # CUDA-core half precision has no datasheet row; the FP32 pipe rate is the roof dlscope uses.
+    ("fp16", False): ("fp32_flops",),
+    ("bf16", False): ("fp32_flops",),
+}
+
+#: Ceiling names as they appear in reports and charts, and the spec field each reads.
+FLOP_CEILINGS = {
+    "fp64": "fp64_flops", "fp64_tensor": "fp64_tensor_flops", "fp32": "fp32_flops",
+    "tf32_tensor": "tf32_tensor_flops_dense", "fp16_tensor": "fp16_tensor_flops_dense",
+    "bf16_tensor": "bf16_tensor_flops_dense", "fp8_tensor": "fp8_tensor_flops_dense",
+    "int8_tensor": "int8_tensor_ops_dense",
+}
+LEVELS = ("l1", "l2", "dram")
+
+_SPEC_HINT = ("pass --gpu-spec FILE with one GPU in the shape of an entry of dlscope/data/gpu_specs.json "
+              "(at least \"name\", \"fp32_flops\" and \"dram_bandwidth_bytes_per_s\"; optional "
+              "\"l1_bandwidth_bytes_per_s\", \"l2_bandwidth_bytes_per_s\" and the *_tensor_flops_dense fields)")
+_NOISE = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b")
+
+
+@dataclass
+class GpuCeilings:
+    """The roofs of one GPU and where they came from."""
+
+    gpu_id: str
+    name: str
+    flops: dict[str, float]                 # FLOP_CEILINGS names -> FLOP/s (only known ones)
+    bandwidth: dict[str, float]             # "l1" / "l2" / "dram" -> bytes/s (only known ones)
+    matched_by: str = "name"                # "name", "model" (approximate) or "spec file"
+    note: str = ""
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def peak(self, precision: str | None, tensor: bool) -> tuple[str, float] | None:
+        """(ceiling name, FLOP/s) for an op of this precision, on Tensor Cores or not."""
+        for spec_field in PEAK_FIELDS.get((precision or "fp32", tensor), ()):
+            for name, field_name in FLOP_CEILINGS.items():
+                if field_name == spec_field and name in self.flops:
+                    return name, self.flops[name]
+        return None
+
+    def to_dict(self) -> dict:
+        return {"gpu_id": self.gpu_id, "name": self.name, "matched_by": self.matched_by, "note": self.note,
+                "flops_per_s": dict(self.flops), "bytes_per_s": dict(self.bandwidth),
+                "sources": dict(self.sources)}
+
+
+@lru_cache(maxsize=1)
+def _packaged_specs() -> tuple[dict, ...]:
+    data = json.loads(resources.files("dlscope.data").joinpath("gpu_specs.json").read_text())
+    return tuple(data["gpus"])
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"\s+", " ", name.strip().lower())
+
+
+def _tokens(name: str) -> list[str]:
+    """Model tokens of a device name: 'Tesla V100-SXM2-32GB' -> ['v100', 'sxm2', '32gb']."""
+    return re.findall(r"[a-z]*\d+[a-z]*", _NOISE.sub(" ", _normalize(name)))
+
+
+def _model_token(entry: dict) -> str | None:
+    names = entry.get("name_strings") or [entry.get("name", "")]
+    tokens = _tokens(names[0])
+    return tokens[0] if tokens else None
+
+
+def _cc(entry: dict) -> str:
+    return str(entry.get("compute_capability") or "")
+
+
+def ceilings_from_entry(entry: dict, matched_by: str = "name", note: str = "") -> GpuCeilings:
+    """Turn one gpu_specs.json entry (or a user spec) into ceilings; empty fields are left out."""
+    flops = {name: float(entry[f]) for name, f in FLOP_CEILINGS.items() if entry.get(f)}
+    bandwidth: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    empirical = entry.get("empirical") or {}
+    for level in LEVELS:
+        key = f"{level}_bandwidth_bytes_per_s"
+        if entry.get(key):
+            bandwidth[level] = float(entry[key])
+            sources[level] = "datasheet" if matched_by != "spec file" else "spec file"
+        elif empirical.get(key):
+            bandwidth[level] = float(empirical[key])
+            sources[level] = f"empirical: {empirical.get('method', 'measured')}"
+    for name in flops:
+        sources[name] = "datasheet" if matched_by != "spec file" else "spec file"
+    return GpuCeilings(gpu_id=str(entry.get("id") or entry.get("name") or "custom"),
+                       name=str(entry.get("name") or entry.get("id") or "custom GPU"),
+                       flops=flops, bandwidth=bandwidth, matched_by=matched_by, note=note, sources=sources)
+
+
+def load_spec_file(path: str | Path) -> GpuCeilings:
+    """A user's ``--gpu-spec`` file: one GPU object, or a gpu_specs.json-shaped file with one GPU."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(path, f"cannot read GPU spec: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise InputError(path, f"not JSON: {exc}") from exc
+    if isinstance(data, dict) and isinstance(data.get("gpus"), list):
+        if len(data["gpus"]) != 1:
+            raise InputError(path, f"expected one GPU in \"gpus\", found {len(data['gpus'])}")
+        data = data["gpus"][0]
+    if not isinstance(data, dict):
+        raise InputError(path, "expected a JSON object describing one GPU")
+    ceilings = ceilings_from_entry(data, matched_by="spec file", note=f"from {path}")
+    if not ceilings.flops or "dram" not in ceilings.bandwidth:
+        raise InputError(path, "needs at least one peak FLOP/s field (e.g. \"fp32_flops\") and "
+                               "\"dram_bandwidth_bytes_per_s\"")
+    return ceilings
+
+
+def _same_ceilings(entries: list[dict]) -> bool:
+    keys = list(FLOP_CEILINGS.values()) + ["dram_bandwidth_bytes_per_s"]
+    return len({tuple(e.get(k) for k in keys) for e in entries}) == 1
+
+
+def find_ceilings(name: str | None = None, cc: str | None = None, sm_count: int | None = None,
+                  specs: list[dict] | tuple[dict, ...] | None = None) -> tuple[GpuCeilings | None, str]:
+    """Match a GPU to the spec table. Returns (ceilings, "") or (None, reason)."""
+    specs = list(specs if specs is not None else _packaged_specs())
+    cc = str(cc) if cc else None
+    sm_count = int(sm_count) if sm_count and int(sm_count) > 0 else None
+    label = name or f"CC {cc or '?'} with {sm_count or '?'} SMs"
+    norm = _normalize(name or "")
+    if re.search(r"\b(amd|instinct|radeon)\b|\bmi\d{3}", norm):
+        return None, f"no ceilings for '{label}': only NVIDIA GPUs are in the table; {_SPEC_HINT}"
+    for entry in specs:
+        if norm and norm in (_normalize(s) for s in entry.get("name_strings", [])):
+            return ceilings_from_entry(entry, "name"), ""
+
+    def fits(entry: dict) -> bool:
+        return (cc is None or _cc(entry) == cc) and (sm_count is None or entry.get("sm_count") == sm_count)
+
+    if norm:
+        tokens = _tokens(norm)
+        candidates = [e for e in specs if tokens and _model_token(e) == tokens[0] and fits(e)]
+        if not candidates:
+            return None, f"no ceilings for '{label}' (not in dlscope's GPU table); {_SPEC_HINT}"
+        if not _same_ceilings(candidates):
+            scored = sorted(candidates, key=lambda e: -len(set(tokens) & set(_tokens(e["name_strings"][0]))))
+            best = len(set(tokens) & set(_tokens(scored[0]["name_strings"][0])))
+            ties = [e for e in scored if len(set(tokens) & set(_tokens(e["name_strings"][0]))) == best]
+            if len(ties) > 1 and not _same_ceilings(ties):
+                options = ", ".join(e["name"] for e in ties)
+                return None, f"'{label}' is ambiguous ({options}); {_SPEC_HINT}"
+            candidates = ties
+        entry = candidates[0]
+        note = (f"approximate: no exact entry for '{name}'; using {entry['name']} (same model "
+                f"{tokens[0].upper()}, CC {_cc(entry)}, {entry.get('sm_count')} SMs); for exact roofs {_SPEC_HINT}")
+        return ceilings_from_entry(entry, "model", note), ""
+    return None, (f"no ceilings for '{label}': the device name is unknown and compute capability with SM "
+                  f"count alone does not identify a product (a T4 and an RTX 2070 SUPER are both 7.5/40); "
+                  f"{_SPEC_HINT}")
+
+
+def resolve_ceilings(name: str | None = None, cc: str | None = None, sm_count: int | None = None,
+                     spec_path: str | Path | None = None) -> GpuCeilings:
+    """Ceilings from ``--gpu-spec`` when given, else from the table; DlscopeError when unknown."""
+    if spec_path:
+        return load_spec_file(spec_path)
+    ceilings, reason = find_ceilings(name, cc, sm_count)
+    if ceilings is None:
+        raise DlscopeError(reason)
+    return ceilings

@@ -1,0 +1,215 @@
+"""Nsight Compute CSV import: per-kernel FLOPs per precision, bytes per memory level and time.
+
+Reads both CSV layouts ``ncu --csv`` writes:
+
+* long (details page, the default): one row per kernel × metric, columns ``ID``, ``Kernel Name``,
+  ``Metric Name``, ``Metric Unit``, ``Metric Value``; rule rows have more fields than metric rows;
+* wide (``--page raw``): one row per kernel, one column per metric, and a units row under the header.
+
+Application output and ``==PROF==`` lines may precede the header. Values carry thousands separators
+("12,345") and auto-scaled units ("Kbyte", "cycle/nsecond"); both are undone before any arithmetic. Which
+metrics make which column is data (``data/ncu_metrics.json``), following NERSC's hierarchical-roofline
+recipe (seed 004).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sqlite3
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dlscope.errors import InputError
+
+#: Columns of the per-kernel frame, in order (also the ncu_kernels table).
+NCU_COLUMNS = ("kernel_id", "process_id", "kernel_name", "device", "device_name", "cc", "time_ns",
+               "time_source", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "bytes_l1",
+               "bytes_l2", "bytes_dram", "tensor_pipe_inst", "cycles", "cycles_per_second")
+
+NCU_DDL = """
+CREATE TABLE IF NOT EXISTS ncu_kernels (
+    ncu_id INTEGER PRIMARY KEY, source TEXT, kernel_id INTEGER, process_id INTEGER, kernel_name TEXT,
+    device INTEGER, device_name TEXT, cc TEXT, time_ns REAL, time_source TEXT,
+    flops_fp64 REAL, flops_fp32 REAL, flops_fp16 REAL, flops_tensor REAL,
+    bytes_l1 REAL, bytes_l2 REAL, bytes_dram REAL, tensor_pipe_inst REAL,
+    cycles REAL, cycles_per_second REAL
+);
+CREATE INDEX IF NOT EXISTS ncu_kernels_name ON ncu_kernels (kernel_name);
+"""
+
+_IDENTITY = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
+             "Stream", "Block Size", "Grid Size", "Device", "CC", "Section Name", "Metric Name",
+             "Metric Unit", "Metric Value", "Rule Name", "Rule Type", "Rule Description", "Demangled Name",
+             "Mangled Name", "Function Name", "Estimated Speedup", "Estimated Speedup Type"}
+_HEADER = re.compile(r'^"?ID"?,')
+_LOG_PREFIX = ("==PROF==", "==WARNING==", "==ERROR==", "==INFO==")
+
+
+@lru_cache(maxsize=1)
+def _recipes() -> dict:
+    return json.loads(resources.files("dlscope.data").joinpath("ncu_metrics.json").read_text())
+
+
+def sniff_ncu_csv(head_bytes: bytes) -> bool:
+    """True when the first bytes of a file look like an ``ncu --csv`` export (long or raw page)."""
+    text = head_bytes.decode("utf-8", errors="replace")
+    for line in text.splitlines():
+        if _HEADER.match(line):
+            return '"Kernel Name"' in line and ('"Metric Name"' in line or "__" in line)
+    return False
+
+
+def _unit_scale(unit: str) -> float:
+    """Multiplier from a Metric Unit to base units (bytes, cycles, instructions, seconds, per second)."""
+    unit = (unit or "").strip()
+    if not unit or unit == "%":
+        return 1.0
+    table = _recipes()["units"]
+    if "/" in unit:
+        num, den = unit.split("/", 1)
+        den_scale = table["seconds"].get(den.strip(), None) or _unit_scale(den)
+        return _unit_scale(num) / den_scale
+    if unit in table["seconds"]:
+        return table["seconds"][unit]
+    if unit.lower() in table["hertz"]:
+        return table["hertz"][unit.lower()]
+    prefix = unit[0] if unit[0] in table["prefixes"] and unit[1:2].islower() else ""
+    return table["prefixes"][prefix]
+
+
+def _numbers(values: pd.Series) -> pd.Series:
+    """'12,345.6' -> 12345.6; 'n/a' and text -> NaN."""
+    text = values.astype("string").str.replace(",", "", regex=False).str.strip()
+    return pd.to_numeric(text, errors="coerce").astype("float64")
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if _HEADER.match(line)), None)
+    if start is None:
+        raise InputError(path, 'not an Nsight Compute CSV (no "ID","Kernel Name",... header; '
+                               "export with ncu --csv or ncu --import R.ncu-rep --csv --page raw)")
+    body = "\n".join(line for line in lines[start:] if not line.startswith(_LOG_PREFIX))
+    try:
+        frame = pd.read_csv(io.StringIO(body), dtype=str, keep_default_na=False, engine="c",
+                            on_bad_lines="skip")
+    except (pd.errors.ParserError, ValueError) as exc:
+        raise InputError(path, f"unreadable ncu CSV: {exc}") from exc
+    if "Kernel Name" not in frame.columns:
+        raise InputError(path, 'ncu CSV without a "Kernel Name" column')
+    return frame
+
+
+def _long_to_metrics(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Long layout -> (identity per kernel, numeric metrics per kernel), both indexed by ID."""
+    rows = frame[frame["Metric Name"].astype(str).str.len() > 0]
+    scale = rows["Metric Unit"].map(_unit_scale) if "Metric Unit" in rows else 1.0
+    values = _numbers(rows["Metric Value"]) * scale
+    numeric = (pd.DataFrame({"ID": rows["ID"], "metric": rows["Metric Name"], "value": values})
+               .pivot_table(index="ID", columns="metric", values="value", aggfunc="first"))
+    texts = (pd.DataFrame({"ID": rows["ID"], "metric": rows["Metric Name"], "value": rows["Metric Value"]})
+             .drop_duplicates(["ID", "metric"]).pivot(index="ID", columns="metric", values="value"))
+    identity = frame.drop_duplicates("ID").set_index("ID")
+    name_metric = _recipes()["device_name_metric"]
+    if name_metric in texts.columns:
+        identity = identity.join(texts[[name_metric]])
+    return identity, numeric
+
+
+def _wide_to_metrics(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Raw-page layout: a units row (empty ID) under the header, then one row per kernel."""
+    units: dict[str, str] = {}
+    if len(frame) and frame["ID"].iloc[0].strip() == "":
+        units = frame.iloc[0].to_dict()
+        frame = frame.iloc[1:]
+    frame = frame[frame["ID"].str.strip() != ""].drop_duplicates("ID").set_index("ID")
+    metric_cols = [c for c in frame.columns if c not in _IDENTITY and "__" in c]
+    numeric = pd.DataFrame({c: _numbers(frame[c]) * _unit_scale(units.get(c, "")) for c in metric_cols},
+                           index=frame.index)
+    return frame, numeric
+
+
+def _combine(numeric: pd.DataFrame, column: str) -> pd.Series:
+    """First recipe alternative whose metrics all exist, summed with weights; NaN where none does."""
+    for alternative in _recipes()["columns"][column]:
+        names = [name for name, _ in alternative]
+        if all(name in numeric.columns for name in names):
+            total = sum(numeric[name] * weight for name, weight in alternative)
+            return total.astype("float64")
+    return pd.Series(np.nan, index=numeric.index, dtype="float64")
+
+
+def _compute_capability(identity: pd.DataFrame, numeric: pd.DataFrame) -> pd.Series:
+    if "CC" in identity.columns:
+        return identity["CC"].astype(str).str.strip()
+    major, minor = _recipes()["cc_metrics"]
+    if major in numeric.columns and minor in numeric.columns:
+        return (numeric[major].astype("Int64").astype(str) + "." + numeric[minor].astype("Int64").astype(str))
+    return pd.Series("", index=identity.index)
+
+
+def _tensor_flops(numeric: pd.DataFrame, cc: pd.Series, tensor_inst: pd.Series) -> pd.Series:
+    prefix = _recipes()["tensor_ops_prefix"]
+    ops = [c for c in numeric.columns if c.startswith(prefix) and c.endswith(".sum")]
+    if ops:
+        return numeric[ops].sum(axis=1, min_count=1)
+    factor = cc.map(_recipes()["tensor_flops_per_inst_by_cc"]).astype("float64")
+    return tensor_inst * factor
+
+
+def read_ncu_csv(path: str | Path) -> pd.DataFrame:
+    """One row per profiled kernel launch with the roofline quantities (columns ``NCU_COLUMNS``).
+
+    FLOPs per precision = add + mul + 2 × fma thread-instruction counts; a column is NaN when the file
+    lacks its counters (never 0 for "not measured"). time_ns = gpu__time_duration.sum when present, else
+    sm__cycles_elapsed.avg / sm__cycles_elapsed.avg.per_second.
+    """
+    path = Path(path)
+    frame = _read_table(path)
+    long_layout = {"Metric Name", "Metric Value"} <= set(frame.columns)
+    identity, numeric = _long_to_metrics(frame) if long_layout else _wide_to_metrics(frame)
+    if numeric.empty:
+        raise InputError(path, "ncu CSV has no metric values")
+    numeric = numeric.reindex(identity.index)
+    out = pd.DataFrame(index=identity.index)
+    out["kernel_id"] = pd.to_numeric(identity.index.to_series().str.replace(",", ""), errors="coerce")
+    out["process_id"] = (pd.to_numeric(identity["Process ID"], errors="coerce")
+                         if "Process ID" in identity else np.nan)
+    out["kernel_name"] = identity["Kernel Name"].astype(str)
+    out["device"] = pd.to_numeric(identity["Device"], errors="coerce") if "Device" in identity else np.nan
+    name_metric = _recipes()["device_name_metric"]
+    out["device_name"] = identity[name_metric].astype(str) if name_metric in identity else ""
+    out["cc"] = _compute_capability(identity, numeric)
+    for column in ("flops_fp64", "flops_fp32", "flops_fp16", "bytes_l1", "bytes_l2", "bytes_dram",
+                   "tensor_pipe_inst", "cycles", "cycles_per_second"):
+        out[column] = _combine(numeric, column)
+    out["flops_tensor"] = _tensor_flops(numeric, out["cc"], out["tensor_pipe_inst"])
+    measured = _combine(numeric, "gpu_time_ns")
+    from_cycles = out["cycles"] / out["cycles_per_second"] * 1e9
+    out["time_ns"] = measured.fillna(from_cycles)
+    out["time_source"] = np.where(measured.notna(), "gpu__time_duration",
+                                  np.where(from_cycles.notna(), "sm__cycles_elapsed", ""))
+    out = out.sort_values("kernel_id", kind="stable").reset_index(drop=True)
+    out["kernel_id"] = out["kernel_id"].astype("Int64")
+    return out[list(NCU_COLUMNS)]
+
+
+def write_ncu_kernels(conn: sqlite3.Connection, frame: pd.DataFrame, source: str = "") -> int:
+    """Store a read_ncu_csv frame in the profile database (creates ncu_kernels); returns rows written."""
+    conn.executescript(NCU_DDL)
+    cols = ["source", *NCU_COLUMNS]
+    records = frame.assign(source=source)[cols].astype(object).where(frame.assign(source=source)[cols].notna(),
+                                                                     None)
+    conn.executemany(f"INSERT INTO ncu_kernels ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                     records.itertuples(index=False, name=None))
+    return len(records)

@@ -1,0 +1,160 @@
+"""Nsight Compute CSV import checked against sums of the raw counters done here with the csv module."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from dlscope.errors import InputError
+from dlscope.roofline.ncu import read_ncu_csv, sniff_ncu_csv
+from conftest import data_file, data_files
+
+PREFIX = "sm__sass_thread_inst_executed_op_"
+
+
+def raw_counters(path: Path) -> tuple[list[str], dict[str, dict[str, tuple[str, str]]], dict[str, dict]]:
+    """(header, {ID: {metric: (unit, value text)}}, {ID: identity row}) read with the csv module."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    reader = csv.reader(lines[start:])
+    header = next(reader)
+    metrics: dict[str, dict[str, tuple[str, str]]] = defaultdict(dict)
+    identity: dict[str, dict] = {}
+    for row in reader:
+        rec = dict(zip(header, row))
+        identity.setdefault(rec["ID"], rec)
+        if rec.get("Metric Name"):
+            metrics[rec["ID"]][rec["Metric Name"]] = (rec["Metric Unit"], rec["Metric Value"])
+    return header, metrics, identity
+
+
+def num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def test_v100_gemm_counters_match_an_independent_sum():
+    path = data_file("ncu_csv", "wangzy_gemm_roofline_metrics_v100.csv")
+    _, metrics, identity = raw_counters(path)
+    frame = read_ncu_csv(path).set_index("kernel_id")
+    assert len(frame) == len(metrics) == 11
+    for kid, m in metrics.items():
+        row = frame.loc[int(kid)]
+        v = {name: num(value) for name, (_, value) in m.items()}
+        for col, p in (("flops_fp64", "d"), ("flops_fp32", "f"), ("flops_fp16", "h")):
+            expected = (v[f"{PREFIX}{p}add_pred_on.sum"] + v[f"{PREFIX}{p}mul_pred_on.sum"]
+                        + 2 * v[f"{PREFIX}{p}fma_pred_on.sum"])
+            assert row[col] == pytest.approx(expected, rel=1e-12, abs=0)
+        assert row["bytes_l1"] == v["l1tex__t_bytes.sum"]
+        assert row["bytes_l2"] == v["lts__t_bytes.sum"]
+        assert row["bytes_dram"] == v["dram__bytes.sum"]
+        assert row["time_ns"] == pytest.approx(
+            v["sm__cycles_elapsed.avg"] / v["sm__cycles_elapsed.avg.per_second"] * 1e9, rel=1e-12)
+        assert row["tensor_pipe_inst"] == v["sm__inst_executed_pipe_tensor.sum"]
+        assert row["kernel_name"] == identity[kid]["Kernel Name"]
+        assert row["cc"] == "7.0" and row["device"] == 0
+
+
+def test_volta_tensor_flops_equal_the_gemm_problem_size():
+    """512 FLOPs per Volta HMMA instruction (NERSC) reproduces 2·20480³ for every GEMM kernel of the run."""
+    frame = read_ncu_csv(data_file("ncu_csv", "wangzy_gemm_roofline_metrics_v100.csv"))
+    gemms = frame[frame["kernel_name"].str.contains("cutlass::Kernel")]
+    assert len(gemms) == 7
+    assert (gemms["flops_tensor"] == 2 * 20480**3).all()
+    init = frame[frame["kernel_name"].str.contains("InitializeMatrix")]
+    assert (init["flops_tensor"] == 0).all() and (init["tensor_pipe_inst"] == 0).all()
+
+
+def test_ampere_tensor_flops_are_unknown_without_ops_path_metrics():
+    """No fixed FLOPs-per-instruction outside Volta: NaN, never a made-up 0."""
+    frame = read_ncu_csv(data_file("ncu_csv", "wangzy_gemm_roofline_metrics_a100.csv"))
+    assert frame["flops_tensor"].isna().all()
+    assert frame["flops_fp32"].isna().all()           # this file has no SASS FLOP counters at all
+    assert (frame.loc[frame["kernel_name"].str.contains("s16816gemm"), "tensor_pipe_inst"] == 4_194_304_000).all()
+
+
+def test_flash_attention_uses_the_tensor_pipe_where_pytorch_attention_does_not():
+    flash = read_ncu_csv(data_file("ncu_csv", "leleucas_bert_attention_flashattn_ampere.csv"))
+    torch_ = read_ncu_csv(data_file("ncu_csv", "leleucas_bert_attention_pytorch_ampere.csv"))
+    matmul = r"gemm|fmha"
+    flash_mm = flash[flash["kernel_name"].str.contains(matmul)]
+    torch_mm = torch_[torch_["kernel_name"].str.contains(r"sgemm")]
+    assert (flash_mm["tensor_pipe_inst"] > 0).all() and flash[flash["kernel_name"].str.contains("fmha")].shape[0] == 1
+    assert len(torch_mm) > 0 and (torch_mm["tensor_pipe_inst"] == 0).all()
+    assert (torch_mm["flops_fp32"] > 0).all()          # the PyTorch matmuls run as FP32 FFMA on CUDA cores
+    assert flash_mm["tensor_pipe_inst"].sum() > torch_mm["tensor_pipe_inst"].sum()
+    # Ragged rule rows (15 fields vs 13) and kernels with no GPU name in the file still parse.
+    assert len(flash) == 10 and len(torch_) == 26
+    assert (flash["time_ns"] > 0).all()
+
+
+def _write_wide(long_path: Path, out: Path) -> None:
+    """A `--page raw`-style CSV built by hand from the long file: units row, K-prefixed bytes."""
+    header, metrics, identity = raw_counters(long_path)
+    names = sorted({name for m in metrics.values() for name in m})
+    ident = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Device", "CC"]
+    units = {}
+    for m in metrics.values():
+        for name, (unit, _) in m.items():
+            units[name] = unit
+    units["dram__bytes.sum"] = "Kbyte"
+    units["sm__cycles_elapsed.avg.per_second"] = "cycle/nsecond"
+    with out.open("w", newline="") as fh:
+        fh.write("==PROF== Connected to process 1\n")
+        w = csv.writer(fh, quoting=csv.QUOTE_ALL)
+        w.writerow(ident + names)
+        w.writerow([""] * len(ident) + [units[n] for n in names])
+        for kid, m in metrics.items():
+            values = []
+            for n in names:
+                value = num(m[n][1])
+                if n == "dram__bytes.sum":
+                    value /= 1e3
+                if n == "sm__cycles_elapsed.avg.per_second":
+                    value /= 1e9
+                values.append(f"{value:,.6f}")
+            w.writerow([identity[kid][c] for c in ident] + values)
+
+
+def test_wide_raw_page_parses_to_the_same_kernels(tmp_path):
+    long_path = data_file("ncu_csv", "wangzy_gemm_roofline_metrics_v100.csv")
+    wide = tmp_path / "raw.csv"
+    _write_wide(long_path, wide)
+    assert sniff_ncu_csv(wide.read_bytes()[:4096])
+    a, b = read_ncu_csv(long_path), read_ncu_csv(wide)
+    assert list(a["kernel_id"]) == list(b["kernel_id"]) and list(a["kernel_name"]) == list(b["kernel_name"])
+    for col in ("flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "bytes_l1", "bytes_l2", "bytes_dram",
+                "time_ns", "tensor_pipe_inst"):
+        for x, y in zip(a[col], b[col]):
+            assert math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-6), col
+
+
+def test_wide_format_with_device_name_and_duration(tmp_path):
+    path = tmp_path / "raw.csv"
+    path.write_text(
+        '"ID","Kernel Name","device__attribute_display_name","gpu__time_duration.sum","dram__bytes.sum",'
+        '"sm__sass_thread_inst_executed_op_ffma_pred_on.sum","sm__ops_path_tensor_src_fp16_dst_fp32.sum"\n'
+        '"","","","usecond","Mbyte","inst",""\n'
+        '"0","ampere_fp16_s16816gemm","NVIDIA A100-SXM4-80GB","12.50","1.5","1,000","2,048,000"\n')
+    row = read_ncu_csv(path).iloc[0]
+    assert row["device_name"] == "NVIDIA A100-SXM4-80GB"
+    assert row["time_ns"] == pytest.approx(12_500) and row["time_source"] == "gpu__time_duration"
+    assert row["bytes_dram"] == pytest.approx(1.5e6)
+    assert math.isnan(row["flops_fp32"])                  # fadd/fmul not collected: unknown, not a partial sum
+    assert row["flops_tensor"] == 2_048_000
+
+
+def test_sniff_and_bad_input(tmp_path):
+    for path in data_files("ncu_csv", "*.csv"):
+        assert sniff_ncu_csv(path.read_bytes()[:8192]), path
+    assert not sniff_ncu_csv(b'{"traceEvents": []}')
+    assert not sniff_ncu_csv(b'"Start (ns)","End (ns)","Name"\n1,2,"x"\n')
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    with pytest.raises(InputError, match="not an Nsight Compute CSV"):
+        read_ncu_csv(other)
+    with pytest.raises(InputError, match="cannot read"):
+        read_ncu_csv(tmp_path / "missing.csv")
