@@ -28,8 +28,9 @@ def make_db(path, gpu_name="Tesla V100-SXM2-32GB"):
         (1, 10, CONV), (2, 10, CONV), (3, 20, GEMM), (4, 30, ("MyFusedOp", "[[8]]", '["float"]', '[""]')),
     ]
     for op_id, node, (name, shapes, dtypes, concrete) in ops:
-        conn.execute("INSERT INTO ops (op_id, rank, name, op_type, input_shapes, input_dtypes, concrete_inputs, "
-                     "node_id) VALUES (?, 0, ?, ?, ?, ?, ?, ?)", (op_id, name, name, shapes, dtypes, concrete, node))
+        conn.execute("INSERT OR IGNORE INTO op_nodes (node_id, rank, name, op_type, input_shapes, input_dtypes, "
+                     "concrete_inputs) VALUES (?, 0, ?, ?, ?, ?, ?)", (node, name, name, shapes, dtypes, concrete))
+        conn.execute("INSERT INTO op_instances (op_id, node_id, rank) VALUES (?, ?, 0)", (op_id, node))
     # node, name, calls, gpu_time_ns, using_tc
     for node, name, calls, gpu_ns, tc in ((10, "aten::conv2d", 2, 20_000, 0), (20, "aten::mm", 1, 2_000_000, 1),
                                           (30, "MyFusedOp", 1, 5_000, 0), (40, "aten::linear", 1, 0, 0)):

@@ -87,12 +87,25 @@ def aggregate_command(database, iter_start, iter_stop, key_node, rank) -> None:
 @click.option("-o", "--output-path", "out_dir", type=click.Path(path_type=Path), default=Path("."),
               help="Folder for the report files.")
 @click.option("--agg-id", type=int, default=None, help="Aggregation to report (default: the newest).")
-def report_command(database, reports, formats, out_dir, agg_id) -> None:
-    """Write DLProf's reports (summary, detail, iteration, kernel, tensor_core, op_type, group_node)."""
+@click.option("--gpu-spec", type=click.Path(path_type=Path), default=None,
+              help="JSON with one GPU's peaks for the roofline (shape of an entry of dlscope/data/gpu_specs.json).")
+def report_command(database, reports, formats, out_dir, agg_id, gpu_spec) -> None:
+    """Write DLProf's reports (summary, detail, iteration, kernel, tensor_core, op_type, group_node),
+    and roofline (csv, json, png, svg)."""
     from .present.reports import write_reports
 
-    for path in write_reports(database, out_dir, _split(reports), _split(formats), agg_id):
+    for path in write_reports(database, out_dir, _split(reports), _split(formats), agg_id, gpu_spec=gpu_spec):
         click.echo(str(path))
+
+
+def _register_commands() -> None:
+    """Commands that live with their stage (capture, present) join the group here."""
+    from .capture.cli_profile import profile_command
+
+    cli.add_command(profile_command, "profile")
+
+
+_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,9 @@ import pandas as pd
 from .analyze.aggregation import aggregate as compute_aggregation
 from .analyze.analysis import Analysed, analyse
 from .errors import DlscopeError
-from .importers import load
+from .importers import load, sniff
 from .model import TABLES, Profile
+from .roofline.ncu import read_ncu_csv, write_ncu_kernels
 from .store import reader, writer
 
 
@@ -77,25 +78,36 @@ def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
 def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, profile_name: str | None = None,
                    iter_start: int | None = None, iter_stop: int | None = None, key_node: str | None = None,
                    force: bool = False, extra_meta: dict | None = None, progress: bool = True) -> Path:
-    """Import traces into a new profile database with one aggregation; returns the database path."""
+    """Import traces (and Nsight Compute CSVs) into a new profile database with one aggregation per rank.
+
+    Returns the database path. Counter CSVs alone give a database holding only their kernels' counters.
+    """
     paths = [Path(p) for p in trace_paths]
     if not paths:
         raise DlscopeError("no trace files given")
     db_path = Path(db_path)
     if db_path.exists() and not force:
         raise DlscopeError(f"{db_path}: already exists (use --force to overwrite)")
+    counters = [p for p in paths if sniff(p) == "ncu_csv"]
+    traces = [p for p in paths if p not in counters]
     with _progress(progress) as step:
-        profile = load_profiles(paths, step)
-        step("analysing")
-        an = analyse(profile, key_node)
-        aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks]
+        ncu = [(p, read_ncu_csv(p)) for p in counters]
+        an, aggs = None, []
+        if traces:
+            profile = load_profiles(traces, step)
+            step("analysing")
+            an = analyse(profile, key_node)
+            aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks]
         step("writing database")
         with writer.atomic_database(db_path, force) as conn:
-            sources = profile.meta.get("sources", [profile.meta])
-            writer.write_meta(conn, profile_name or _default_name(paths), {**(extra_meta or {}),
-                              "key_node": key_node or "", "iteration_methods": an.iteration_methods})
-            writer.write_sources(conn, sources)
-            writer.write_raw(conn, _raw_tables(an))
+            writer.write_meta(conn, profile_name or _default_name(paths), {
+                **(extra_meta or {}), "key_node": key_node or "",
+                "iteration_methods": an.iteration_methods if an else {}})
+            if an is not None:
+                writer.write_sources(conn, an.profile.meta.get("sources", [an.profile.meta]))
+                writer.write_raw(conn, _raw_tables(an))
+            for path, frame in ncu:
+                write_ncu_kernels(conn, frame, source=str(path))
             for agg in aggs:
                 writer.write_aggregation(conn, agg)
     return db_path
@@ -138,11 +150,11 @@ def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int
                 for table in ("iterations",):
                     conn.execute(f"DELETE FROM {table}")
                 writer.insert_frame(conn, "iterations", an.iterations)
-                for name in ("ops", "ranges", "api_calls", "kernels", "memops", "syncs"):
-                    id_col = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
-                              "memops": "memop_id", "syncs": "sync_id"}[name]
+                for table, name, id_col in (("op_instances", "ops", "op_id"), ("ranges", "ranges", "range_id"),
+                                            ("api_calls", "api_calls", "api_id"), ("kernels", "kernels", "kernel_id"),
+                                            ("memops", "memops", "memop_id"), ("syncs", "syncs", "sync_id")):
                     frame = an.profile.table(name)
-                    conn.executemany(f"UPDATE {name} SET iteration = ? WHERE {id_col} = ?",
+                    conn.executemany(f"UPDATE {table} SET iteration = ? WHERE {id_col} = ?",
                                      zip(frame["iteration"].tolist(), frame[id_col].tolist()))
             return [writer.write_aggregation(conn, agg) for agg in aggs]
     finally:

@@ -62,21 +62,39 @@ def _name_is(ops: pd.DataFrame, kind: str) -> np.ndarray:
     return matches(ops["name"], kind)
 
 
+class Segments:
+    """The time line cut at every interval end point, each piece labelled with its breakdown category.
+
+    Built once; any window's breakdown (the aggregation's, each iteration's) is then a difference of
+    prefix sums, so the parts add up to the window length exactly.
+    """
+
+    def __init__(self, sets: list[tuple[np.ndarray, np.ndarray]], points: np.ndarray):
+        lo, hi = int(points.min()), int(points.max())
+        clipped = [clip(s, e, lo, hi) for s, e in sets]
+        self.bounds = np.unique(np.concatenate([points] + [np.concatenate([s, e]) for s, e in clipped]))
+        seg = np.diff(self.bounds)
+        label = np.full(len(seg), len(CATEGORIES) - 1, dtype=np.int64)
+        taken = np.zeros(len(seg), dtype=bool)
+        for i, (s, e) in enumerate(clipped):
+            cov = coverage(self.bounds, s, e) & ~taken
+            label[cov] = i
+            taken |= cov
+        self.cum = np.zeros((len(CATEGORIES), len(self.bounds)), dtype=np.int64)
+        for i in range(len(CATEGORIES)):
+            self.cum[i, 1:] = np.cumsum(np.where(label == i, seg, 0))
+
+    def breakdown(self, lo: int, hi: int) -> dict[str, int]:
+        """Time per category inside [lo, hi); lo and hi must be among the points given at build time."""
+        i0, i1 = np.searchsorted(self.bounds, [lo, hi])
+        return {name: int(self.cum[c, i1] - self.cum[c, i0]) for c, name in enumerate(CATEGORIES)}
+
+
 def breakdown(lo: int, hi: int, sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, int]:
     """Cut [lo, hi) into the seven categories by priority; the parts sum to hi - lo exactly."""
-    out = dict.fromkeys(CATEGORIES, 0)
     if hi <= lo:
-        return out
-    clipped = [clip(s, e, lo, hi) for s, e in sets]
-    bounds = np.unique(np.concatenate([[lo, hi]] + [np.concatenate([s, e]) for s, e in clipped]))
-    seg = np.diff(bounds)
-    taken = np.zeros(len(seg), dtype=bool)
-    for name, (s, e) in zip(CATEGORIES[:-1], clipped):
-        cov = coverage(bounds, s, e) & ~taken
-        out[name] = int(seg[cov].sum())
-        taken |= cov
-    out["other"] = int(seg[~taken].sum())
-    return out
+        return dict.fromkeys(CATEGORIES, 0)
+    return Segments(sets, np.array([lo, hi], dtype=np.int64)).breakdown(lo, hi)
 
 
 def _window(its: pd.DataFrame, fr: dict[str, pd.DataFrame]) -> tuple[int, int]:
@@ -107,20 +125,22 @@ def _gpu_table(fr, lo, hi, wall, agg_kernels) -> pd.DataFrame:
                                        "tc_kernel_time_ns", "memory_ns"])
 
 
-def _iteration_table(its_all: pd.DataFrame, profiled: np.ndarray, fr, sets) -> pd.DataFrame:
+def _iteration_table(its_all: pd.DataFrame, profiled: np.ndarray, fr, segments: Segments) -> pd.DataFrame:
     k = fr["kernels"]
     kit = k["iteration"].to_numpy()
+    tc_all = k["uses_tc"].to_numpy(bool)
+    dur = k["dur"].to_numpy(np.int64)
     rows = []
     for it in its_all.itertuples(index=False):
         lo, hi = int(it.start), int(it.end)
         sel = kit == it.iteration
-        tc = k["uses_tc"].to_numpy(bool) & sel
-        dur = k["dur"].to_numpy(np.int64)
+        tc = tc_all & sel
+        parts = segments.breakdown(lo, hi)
         row = {"iteration": int(it.iteration), "profiled": bool(it.iteration in profiled), "start": lo,
                "end": hi, "duration_ns": hi - lo, "kernel_count": int(sel.sum()), "tc_kernel_count": int(tc.sum()),
                "kernel_time_ns": int(dur[sel].sum()), "tc_kernel_time_ns": int(dur[tc].sum()),
-               "gpu_busy_ns": union_length(*clip(*_intervals(k), lo, hi))}
-        row.update({f"{c}_ns": v for c, v in breakdown(lo, hi, sets).items()})
+               "gpu_busy_ns": parts["tensor_core"] + parts["non_tensor_core"]}
+        row.update({f"{c}_ns": v for c, v in parts.items()})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -228,8 +248,10 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
     profiled = chosen["iteration"].to_numpy()
     lo, hi = _window(chosen, fr)
     wall = hi - lo
-    sets = category_intervals(fr)
-    parts = breakdown(lo, hi, sets)
+    its_all = an.iterations[an.iterations["rank"] == rank].sort_values("iteration")
+    points = np.concatenate([[lo, hi], its_all["start"].to_numpy(np.int64), its_all["end"].to_numpy(np.int64)])
+    segments = Segments(category_intervals(fr), points)
+    parts = segments.breakdown(lo, hi)
 
     in_agg = {name: fr[name][np.isin(fr[name]["iteration"].to_numpy(), profiled)] for name in ("ops", "kernels")}
     ak, aops = in_agg["kernels"], in_agg["ops"]
@@ -263,10 +285,9 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
         "op_count": len(aops), "tc_eligible_op_count": int(nodes["tc_eligible"].astype(bool).sum()),
         "using_tc_op_count": int(nodes["using_tc"].astype(bool).sum()),
     }
-    its_all = an.iterations[an.iterations["rank"] == rank].sort_values("iteration")
     return Aggregation(
         row=row, gpus=gpus.assign(rank=rank),
-        iterations=_iteration_table(its_all, profiled, fr, sets).assign(rank=rank),
+        iterations=_iteration_table(its_all, profiled, fr, segments).assign(rank=rank),
         ops=nodes.assign(rank=rank), op_types=_op_types(aops, nodes), kernels=_kernel_summary(ak, []),
         op_kernels=_kernel_summary(ak_nodes[ak_nodes["node_id"] >= 0], ["node_id"]), groups=_groups(nodes),
     )

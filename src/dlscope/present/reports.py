@@ -21,7 +21,9 @@ TABLE_REPORTS = {
     "group_node": ("agg_groups", "group_id"),
     "tensor_core": ("agg_ops", "tc_eligible DESC, gpu_time_ns DESC"),
 }
-REPORTS = ("summary", *TABLE_REPORTS)
+#: reports written by their own stage, with the formats each one supports
+SPECIAL_REPORTS = {"roofline": ("csv", "json", "png", "svg")}
+REPORTS = ("summary", *TABLE_REPORTS, *SPECIAL_REPORTS)
 FORMATS = ("csv", "json", "md")
 
 
@@ -55,12 +57,13 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 
 def write_reports(db_path: Path, out_dir: Path, reports: list[str], formats: list[str],
-                  agg_id: int | None = None) -> list[Path]:
-    """Write each report in each format to ``out_dir``; returns the files written."""
-    unknown = [r for r in reports if r not in REPORTS] + [f for f in formats if f not in FORMATS]
+                  agg_id: int | None = None, gpu_spec: Path | None = None) -> list[Path]:
+    """Write each report in each format it supports to ``out_dir``; returns the files written."""
+    known_formats = set(FORMATS).union(*SPECIAL_REPORTS.values())
+    unknown = [r for r in reports if r not in REPORTS] + [f for f in formats if f not in known_formats]
     if unknown:
-        raise DlscopeError(f"unknown report or format: {', '.join(unknown)} "
-                           f"(reports: {', '.join(REPORTS)}; formats: {', '.join(FORMATS)})")
+        raise DlscopeError(f"unknown report or format: {', '.join(unknown)} (reports: {', '.join(REPORTS)}; "
+                           f"formats: {', '.join(sorted(known_formats))})")
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     summary = summary_dict(db_path, agg_id) if "summary" in reports else None
@@ -68,7 +71,10 @@ def write_reports(db_path: Path, out_dir: Path, reports: list[str], formats: lis
     try:
         agg = summary["aggregation"]["agg_id"] if summary else reader.resolve_agg_id(conn, agg_id)
         for name in reports:
-            for fmt in formats:
+            if name in SPECIAL_REPORTS:
+                written += _write_special(conn, name, agg, out_dir, formats, gpu_spec)
+                continue
+            for fmt in (f for f in formats if f in FORMATS):
                 path = out_dir / f"{name}.{fmt}"
                 if name == "summary":
                     _write_summary(summary, path, fmt)
@@ -78,6 +84,18 @@ def write_reports(db_path: Path, out_dir: Path, reports: list[str], formats: lis
     finally:
         conn.close()
     return written
+
+
+def _write_special(conn: sqlite3.Connection, name: str, agg_id: int, out_dir: Path, formats: list[str],
+                   gpu_spec: Path | None) -> list[Path]:
+    wanted = [f for f in formats if f in SPECIAL_REPORTS[name]]
+    if not wanted:
+        raise DlscopeError(f"the {name} report is written as {', '.join(SPECIAL_REPORTS[name])}; "
+                           f"none of --formats {','.join(formats)} fits")
+    from ..roofline import roofline_report
+    from ..roofline.export import write_roofline
+
+    return [Path(p) for p in write_roofline(roofline_report(conn, agg_id, gpu_spec_path=gpu_spec), out_dir, wanted)]
 
 
 def _write_summary(summary: dict, path: Path, fmt: str) -> None:

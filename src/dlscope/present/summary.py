@@ -77,6 +77,15 @@ def _findings(conn: sqlite3.Connection, agg_id: int) -> list[dict]:
     return [dict(zip(keys, (*r[:6], json.loads(r[6] or "{}")))) for r in rows]
 
 
+def _roofline(conn: sqlite3.Connection, agg_id: int | None) -> dict:
+    """How much op GPU time is memory- vs math-bound, and the ops furthest below their ceiling."""
+    from ..roofline import roofline_report
+
+    report = roofline_report(conn, agg_id)
+    return {"gpu": report["ceilings"]["name"] if report.get("ceilings") else None,
+            "ceilings_error": report.get("ceilings_error") or None, **report["summary"]}
+
+
 def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
     """The summary JSON object of a profile database (see README, "The summary JSON")."""
     conn = reader.connect(db_path)
@@ -84,10 +93,15 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
         meta = reader.meta(conn)
         extra = json.loads(meta.get("extra_json") or "{}")
         methods = {str(k): v for k, v in (extra.get("iteration_methods") or {}).items()}
+        if agg_id is None and current_agg_id(conn) is None:
+            profile = {**_profile_section(conn, methods), "iterations_total": None}
+            return {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
+                    "profile": profile, "aggregation": None, "findings": [],
+                    "roofline": _roofline(conn, None)}
         agg_id = reader.resolve_agg_id(conn, agg_id if agg_id is not None else current_agg_id(conn))
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                "profile": _profile_section(conn, methods), "aggregation": _aggregation_section(conn, agg_id),
-               "findings": _findings(conn, agg_id)}
+               "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id)}
         if extra.get("capture"):
             out["capture"] = extra["capture"]
         return out
@@ -109,6 +123,20 @@ def fmt_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+def _render_roofline(console, roofline: dict | None, escape) -> None:
+    if not roofline or not roofline.get("op_gpu_time_ns") and not roofline.get("ceilings_error"):
+        return
+    if roofline.get("memory_bound_gpu_time_ns") is None:
+        console.print(escape(f"Roofline: skipped ({roofline.get('ceilings_error')})"))
+        return
+    console.print(f"Roofline ({escape(str(roofline['gpu']))}): {fmt_ns(roofline['memory_bound_gpu_time_ns'])} of op GPU "
+                  f"time memory-bound, {fmt_ns(roofline['math_bound_gpu_time_ns'])} math-bound")
+    for op in roofline.get("furthest_below", [])[:3]:
+        pct = op.get("pct_of_ceiling")
+        console.print(escape(f"  {op['op_name']}: {fmt_pct(pct / 100 if pct is not None else None)} of its "
+                             f"{op.get('bound')} ceiling, {fmt_ns(op.get('gpu_time_ns'))} GPU time"))
+
+
 def render_summary(summary: dict) -> str:
     """The terminal summary: key metrics, GPUs, breakdown, top 10 GPU ops, findings."""
     from io import StringIO
@@ -121,6 +149,10 @@ def render_summary(summary: dict) -> str:
     console = Console(file=buf, width=120, force_terminal=False, color_system=None)
     p, a = summary["profile"], summary["aggregation"]
     console.print(f"[bold]dlscope summary[/bold]: {escape(str(summary['profile_name']))}")
+    if a is None:
+        console.print("No timeline in this database (counters only): see `dlscope report --reports roofline`.")
+        _render_roofline(console, summary.get("roofline"), escape)
+        return buf.getvalue()
     key = Table(show_header=False, box=None)
     its = (f"{a['iter_start']}..{a['iter_stop']} ({a['iterations_profiled']} of {p['iterations_total']}, "
            f"found by {p['iteration_method']})" if a["iterations_profiled"] else
@@ -154,6 +186,7 @@ def render_summary(summary: dict) -> str:
             top.add_row(fmt_ns(op["gpu_time_ns"]), escape(op["op_name"][:60]), escape(op["op_type"][:30]), f"{op['calls']:,}",
                         "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
         console.print(top)
+    _render_roofline(console, summary.get("roofline"), escape)
     for f in summary["findings"]:
         console.print(escape(f"[{f['severity']}] {f['problem']} → {f['recommendation']}"))
     if summary.get("capture", {}).get("ended_early"):

@@ -113,12 +113,12 @@ def _place(flops: float, nbytes: float, time_ns: float, peak: float | None, band
 
 
 def _op_rows(conn: sqlite3.Connection, agg_id: int) -> pd.DataFrame:
-    """One row per op node with GPU time, plus the shapes of its first call."""
+    """One row per op node with GPU time, plus its shapes, dtypes and scalar arguments (op_nodes)."""
     query = """
         SELECT a.node_id, a.op_name, a.op_type, a.direction, a.scope, a.calls, a.kernel_count,
                a.gpu_time_ns, a.using_tc, a.tc_eligible, o.input_shapes, o.input_dtypes, o.concrete_inputs
         FROM agg_ops a
-        LEFT JOIN ops o ON o.op_id = (SELECT MIN(op_id) FROM ops WHERE ops.node_id = a.node_id)
+        LEFT JOIN op_nodes o ON o.node_id = a.node_id
         WHERE a.agg_id = ? AND a.gpu_time_ns > 0
         ORDER BY a.gpu_time_ns DESC, a.node_id
     """

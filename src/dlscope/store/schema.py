@@ -27,13 +27,26 @@ CREATE TABLE iterations (
     PRIMARY KEY (rank, iteration)
 );
 
-CREATE TABLE ops (
-    op_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, name TEXT, op_type TEXT,
-    start INTEGER, "end" INTEGER, dur INTEGER, parent_id INTEGER, depth INTEGER, external_id INTEGER,
-    seq INTEGER, direction TEXT, input_shapes TEXT, input_dtypes TEXT, concrete_inputs TEXT, scope TEXT,
-    data_type TEXT, iteration INTEGER, node_id INTEGER, tc_eligible INTEGER, using_tc INTEGER,
-    kernel_count INTEGER, gpu_time INTEGER, tc_gpu_time INTEGER, api_time INTEGER, gpu_idle INTEGER
+-- An op node: the ops with the same name, direction, scope and input shapes (DLProf's "op"). Strings live
+-- here once; each call is a row of op_instances. The view `ops` joins them back.
+CREATE TABLE op_nodes (
+    node_id INTEGER PRIMARY KEY, rank INTEGER, name TEXT, op_type TEXT, direction TEXT, scope TEXT,
+    input_shapes TEXT, input_dtypes TEXT, concrete_inputs TEXT, data_type TEXT, tc_eligible INTEGER
 );
+
+CREATE TABLE op_instances (
+    op_id INTEGER PRIMARY KEY, node_id INTEGER, rank INTEGER, pid INTEGER, tid INTEGER, start INTEGER,
+    "end" INTEGER, dur INTEGER, parent_id INTEGER, depth INTEGER, external_id INTEGER, seq INTEGER,
+    iteration INTEGER, using_tc INTEGER, kernel_count INTEGER, gpu_time INTEGER, tc_gpu_time INTEGER,
+    api_time INTEGER, gpu_idle INTEGER
+);
+
+CREATE VIEW ops AS
+SELECT i.op_id, i.rank, i.pid, i.tid, n.name, n.op_type, i.start, i."end", i.dur, i.parent_id, i.depth,
+       i.external_id, i.seq, n.direction, n.input_shapes, n.input_dtypes, n.concrete_inputs, n.scope,
+       n.data_type, i.iteration, i.node_id, n.tc_eligible, i.using_tc, i.kernel_count, i.gpu_time,
+       i.tc_gpu_time, i.api_time, i.gpu_idle
+FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id;
 
 CREATE TABLE ranges (
     range_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, device INTEGER, name TEXT,
@@ -148,11 +161,11 @@ CREATE INDEX kernels_dur ON kernels (dur);
 CREATE INDEX kernels_name ON kernels (name);
 CREATE INDEX kernels_start ON kernels (start);
 CREATE INDEX kernels_device ON kernels (device, start);
-CREATE INDEX ops_iteration ON ops (rank, iteration, start);
-CREATE INDEX ops_node ON ops (node_id);
-CREATE INDEX ops_name ON ops (name);
-CREATE INDEX ops_gpu_time ON ops (gpu_time);
-CREATE INDEX ops_parent ON ops (parent_id);
+CREATE INDEX op_instances_iteration ON op_instances (rank, iteration, start);
+CREATE INDEX op_instances_node ON op_instances (node_id);
+CREATE INDEX op_instances_gpu_time ON op_instances (gpu_time);
+CREATE INDEX op_instances_parent ON op_instances (parent_id);
+CREATE INDEX op_nodes_name ON op_nodes (name);
 CREATE INDEX memops_iteration ON memops (rank, iteration, start);
 CREATE INDEX api_calls_iteration ON api_calls (rank, iteration, start);
 CREATE INDEX ranges_start ON ranges (rank, start);
@@ -169,4 +182,4 @@ CREATE INDEX agg_iterations_profiled ON agg_iterations (agg_id, profiled, iterat
 """
 
 #: Raw tables written from the analysed model, in DDL column order.
-RAW_TABLES = ("gpus", "iterations", "ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")
+RAW_TABLES = ("gpus", "iterations", "op_nodes", "op_instances", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")

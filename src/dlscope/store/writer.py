@@ -68,6 +68,7 @@ def atomic_database(path: Path, force: bool) -> Iterator[sqlite3.Connection]:
     try:
         conn.execute("PRAGMA journal_mode=OFF")
         conn.execute("PRAGMA synchronous=OFF")
+        conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
         conn.executescript(DDL)
         conn.execute("BEGIN")
         yield conn
@@ -96,7 +97,14 @@ def write_sources(conn: sqlite3.Connection, sources: list[dict]) -> None:
     conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
 
+def split_ops(ops: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per-node strings once (op_nodes), per-call numbers (op_instances)."""
+    return ops.drop_duplicates("node_id"), ops
+
+
 def write_raw(conn: sqlite3.Connection, tables: dict[str, pd.DataFrame]) -> None:
+    tables = dict(tables)
+    tables["op_nodes"], tables["op_instances"] = split_ops(tables.pop("ops"))
     for name in RAW_TABLES:
         insert_frame(conn, name, tables[name])
 

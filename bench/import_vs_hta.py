@@ -1,0 +1,109 @@
+"""Import speed and peak memory: `dlscope import` vs HolisticTraceAnalysis on one large real-shaped trace.
+
+The trace is a real Kineto trace from ../shared/data/kineto repeated end to end (timestamps shifted past the
+previous copy, correlation / External ids / flow ids / ProfilerStep numbers renumbered) until it holds more
+than a million events. Both tools run one after the other in separate processes on the same file; wall
+time and peak RSS come from /usr/bin/time.
+
+    python bench/import_vs_hta.py --hta-python /path/to/venv-with-hta/bin/python [--copies 5] [--repeat 3]
+
+HTA: `TraceAnalysis(trace_dir=...)` plus `get_gpu_kernel_breakdown()`, as a user would run it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SOURCE = REPO.parent / "shared" / "data" / "kineto" / "hta_v100_rank1of2_5steps.json.gz"
+STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+HTA_SCRIPT = """
+import sys
+from hta.trace_analysis import TraceAnalysis
+analyzer = TraceAnalysis(trace_dir=sys.argv[1])
+kernel_type, kernels = analyzer.get_gpu_kernel_breakdown(visualize=False)
+print(len(kernels))
+"""
+
+
+def replicate(source: Path, copies: int, out: Path) -> int:
+    """Write ``copies`` back-to-back copies of the source trace's events; returns the event count."""
+    with gzip.open(source, "rt") as f:
+        doc = json.load(f)
+    events = doc["traceEvents"]
+    timed = [e for e in events if "ts" in e]
+    span = max(e["ts"] + e.get("dur", 0) for e in timed) - min(e["ts"] for e in timed)
+    steps = [int(m.group(1)) for e in events if (m := STEP.match(str(e.get("name", ""))))]
+    step_span = (max(steps) - min(steps) + 1) if steps else 0
+    id_span = 1 + max([e.get("id", 0) for e in events if isinstance(e.get("id"), int)] +
+                      [e.get("args", {}).get(k, 0) for e in events for k in ("correlation", "External id")
+                       if isinstance(e.get("args", {}).get(k), int)])
+    out_events = []
+    for c in range(copies):
+        shift, id_shift = c * (span + 1000), c * id_span
+        for e in events:
+            if e.get("ph") == "M" and c:
+                continue
+            e = dict(e)
+            if "ts" in e:
+                e["ts"] = e["ts"] + shift
+            if isinstance(e.get("id"), int):
+                e["id"] += id_shift
+            if "args" in e:
+                args = e["args"] = dict(e["args"])
+                for key in ("correlation", "External id"):
+                    if isinstance(args.get(key), int):
+                        args[key] += id_shift
+            m = STEP.match(str(e.get("name", "")))
+            if m:
+                e["name"] = f"ProfilerStep#{int(m.group(1)) + c * step_span}"
+            out_events.append(e)
+    doc["traceEvents"] = out_events
+    out.write_text(json.dumps(doc))
+    return len(out_events)
+
+
+def timed(cmd: list[str]) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS MiB and stdout of one command."""
+    result = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], capture_output=True, text=True, check=True)
+    wall, rss_kb = result.stderr.strip().splitlines()[-1].split()
+    return float(wall), int(rss_kb) / 1024, result.stdout
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    ap.add_argument("--copies", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hta-python", required=True, help="python of a venv with HolisticTraceAnalysis installed")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dlscope-bench-") as tmp:
+        trace_dir = Path(tmp) / "trace"
+        trace_dir.mkdir()
+        trace = trace_dir / "rank0.json"
+        n = replicate(args.source, args.copies, trace)
+        size_mb = trace.stat().st_size / 1e6
+        print(f"trace: {n:,} events, {size_mb:.0f} MB ({args.copies} copies of {args.source.name})")
+        rows = {"dlscope": [], "hta": []}
+        for _ in range(args.repeat):
+            rows["dlscope"].append(timed([sys.executable, "-m", "dlscope", "import", str(trace), "-o",
+                                          str(Path(tmp) / "run.sqlite"), "--force", "-q"])[:2])
+            rows["hta"].append(timed([args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)])[:2])
+        med = {k: (statistics.median(w for w, _ in v), max(m for _, m in v)) for k, v in rows.items()}
+        for tool, (wall, rss) in med.items():
+            print(f"{tool:8s} median wall {wall:6.2f} s   peak RSS {rss:7.0f} MiB   runs: "
+                  + ", ".join(f"{w:.2f}s" for w, _ in rows[tool]))
+        print(f"speed-up {med['hta'][0] / med['dlscope'][0]:.1f}x, memory {med['dlscope'][1] / med['hta'][1]:.2f}x of HTA")
+
+
+if __name__ == "__main__":
+    main()
