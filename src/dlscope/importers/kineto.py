@@ -1,0 +1,605 @@
+"""Import a PyTorch profiler / Kineto Chrome-trace JSON file (plain or gzip) into the normalized model.
+
+Every schema generation is accepted: 2021 "legacy" categories (``Operator``/``Runtime``/``Kernel``/
+``Memcpy``/``Memset``), current ones (``cpu_op``/``cuda_runtime``/``cuda_driver``/``kernel``/...), ROCm
+traces (same categories, HIP names), fractional-µs (ns resolution) timestamps and bare event lists.
+
+Speed and memory come from msgspec. The event list is first split into raw JSON slices (cheap), then
+decoded batch by batch into typed Structs that hold only the fields we map (unknown keys are skipped in
+C; the structs are not GC-tracked). Each batch is turned into column chunks and dropped, so at most one
+batch of Python objects is alive at a time, whatever the trace size.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import itertools
+import re
+import zlib
+from collections import Counter, defaultdict
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator
+
+import msgspec
+import numpy as np
+import pandas as pd
+from msgspec import field
+
+from ..errors import InputError
+from ..model import Profile, make_table
+
+GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
+BATCH_EVENTS = 16_384  # ~10 MB of decoded structs at a time
+MAX_GZIP_RATIO = 100  # JSON traces compress 10-20x; a larger size in the gzip trailer is not trusted
+
+OP_CATS = ("cpu_op", "Operator")
+KERNEL_CATS = ("kernel", "Kernel")
+MEMCPY_CATS = ("gpu_memcpy", "Memcpy")
+MEMSET_CATS = ("gpu_memset", "Memset")
+RUNTIME_CATS = ("cuda_runtime", "Runtime")
+DRIVER_CATS = ("cuda_driver",)
+CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (ROCm builds report HIP devices as CUDA too)
+
+# Kineto writes these as ints, but a lenient type keeps one odd value from failing a whole import;
+# the column builders turn anything non-numeric into -1.
+_Int = int | float | str | None
+_NO_JSON = msgspec.Raw()
+
+
+class _Args(msgspec.Struct, gc=False, frozen=True):
+    """The ``args`` keys any table needs; every other key is skipped while decoding."""
+
+    external_id: _Int = field(name="External id", default=-1)
+    legacy_external_id: _Int = field(name="external id", default=-1)  # 2021 schema spelling
+    seq: _Int = field(name="Sequence number", default=-1)
+    # Kept as JSON text (no nested lists built); only ops turn them into compact strings.
+    input_dims: msgspec.Raw = field(name="Input Dims", default=_NO_JSON)
+    input_types: msgspec.Raw = field(name="Input type", default=_NO_JSON)
+    concrete_inputs: msgspec.Raw = field(name="Concrete Inputs", default=_NO_JSON)
+    correlation: _Int = -1
+    device: _Int = -1
+    stream: _Int = -1
+    grid: Any = None
+    block: Any = None
+    registers: _Int = field(name="registers per thread", default=-1)
+    shared_mem: _Int = field(name="shared memory", default=-1)
+    bytes: _Int = -1
+    sync_kind: Any = field(name="cuda_sync_kind", default="")
+    device_type: _Int = field(name="Device Type", default=-1)
+    device_id: _Int = field(name="Device Id", default=-1)
+    bytes_delta: _Int = field(name="Bytes", default=-1)
+    total_allocated: _Int = field(name="Total Allocated", default=-1)
+    total_reserved: _Int = field(name="Total Reserved", default=-1)
+
+
+_NO_ARGS = _Args()  # shared by every event without args (flows, metadata), so they cost no allocation
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: _Int = -1
+    tid: _Int = -1
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args = _NO_ARGS
+
+
+class _Trace(msgspec.Struct, gc=False):
+    """The top level; events stay raw JSON slices until their batch is decoded."""
+
+    traceEvents: list[msgspec.Raw] | None = None
+    deviceProperties: Any = None
+    distributedInfo: Any = None
+    schemaVersion: Any = None
+    traceName: Any = None
+    record_shapes: Any = None
+    host_name: Any = None
+    hostname: Any = None
+    baseTimeNanoseconds: Any = None
+
+
+_TOP_DECODER = msgspec.json.Decoder(_Trace | list[msgspec.Raw])
+_BATCH_DECODER = msgspec.json.Decoder(list[_Event])
+
+
+def load_kineto(path: Path) -> Profile:
+    """Import one Kineto trace file; raise :class:`InputError` when it is not a readable trace."""
+    path = Path(path)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of small containers would trigger repeated, useless full collections
+    try:
+        header, raw_events = _decode_top(path, _read_json_bytes(path))
+        event_count = len(raw_events)
+        rank = _rank(header)
+        tables = _Tables()
+        for events in _decode_batches(path, raw_events):
+            tables.add(events)
+            del events
+        del raw_events  # the last reference to the file's bytes
+        profile = tables.profile(rank, header.deviceProperties)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    profile.meta.update(_meta(path, header, rank, event_count))
+    return profile
+
+
+# ----------------------------------------------------------------------------------------- reading
+
+
+def _read_json_bytes(path: Path) -> bytes:
+    """The file's JSON text, gunzipped when it starts with the gzip magic (names are not trusted)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a trace file") from None
+    except OSError as e:
+        raise InputError(path, f"cannot be read ({e.strerror or e})") from None
+    if data.startswith(GZIP_MAGIC):
+        try:
+            data = _gunzip(data)
+        except (OSError, EOFError, zlib.error):
+            raise InputError(path, "is a truncated or corrupt gzip file") from None
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM):]
+    if not data or data.isspace():  # isspace stops at the first other byte; strip would copy it all
+        raise InputError(path, "is empty")
+    return data
+
+
+def _gunzip(data: bytes) -> bytes:
+    """Decompress into one buffer sized from the gzip trailer, so the peak is 1x the JSON, not 2x.
+
+    The trailer holds the size of the last member only; when it does not match (a multi-member file),
+    fall back to :func:`gzip.decompress`, which handles every member.
+    """
+    size = int.from_bytes(data[-4:], "little")
+    plausible = size <= MAX_GZIP_RATIO * len(data)  # a corrupt trailer must not make us over-allocate
+    out = zlib.decompress(data, wbits=31, bufsize=size if plausible and size else zlib.DEF_BUF_SIZE)
+    return out if len(out) % 2**32 == size else gzip.decompress(data)
+
+
+def _decode_top(path: Path, data: bytes) -> tuple[_Trace, list[msgspec.Raw]]:
+    """Parse the whole document once, keeping each event as a raw slice of ``data``."""
+    decoded = _decode_json(path, _TOP_DECODER, data)
+    if isinstance(decoded, list):
+        return _Trace(), decoded
+    if decoded.traceEvents is None:
+        raise InputError(path, "is JSON but not a Chrome/Kineto trace (no traceEvents)")
+    raw_events, decoded.traceEvents = decoded.traceEvents, None
+    return decoded, raw_events
+
+
+def _decode_batches(path: Path, raw_events: list[msgspec.Raw]) -> Iterator[list[_Event]]:
+    """Typed events, ``BATCH_EVENTS`` at a time, so only one batch of structs is alive at once."""
+    for offset in range(0, len(raw_events), BATCH_EVENTS):
+        chunk = b"[" + b",".join(raw_events[offset:offset + BATCH_EVENTS]) + b"]"
+        yield _decode_json(path, _BATCH_DECODER, chunk, offset)
+
+
+def _decode_json(path: Path, decoder: msgspec.json.Decoder, data: bytes,
+                 first_event: int | None = None) -> Any:
+    """Decode, turning every msgspec / UTF-8 failure into a one-line :class:`InputError`.
+
+    ``first_event`` is the index of a batch's first event, to report positions in the whole file.
+    """
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as e:
+        problem = _one_line(e)
+        if first_event is not None:
+            problem = re.sub(r"\$\[(\d+)\]",
+                             lambda m: f"$.traceEvents[{first_event + int(m.group(1))}]", problem)
+        raise InputError(path, f"is JSON but not a Chrome/Kineto trace ({problem})") from None
+    except msgspec.DecodeError as e:
+        raise InputError(path, f"is not valid JSON: {_one_line(e)}") from None
+    except UnicodeDecodeError as e:
+        raise InputError(path, f"is not valid JSON: not UTF-8 text ({_one_line(e)})") from None
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())
+
+
+# ---------------------------------------------------------------------------------------- assembly
+
+
+class _Tables:
+    """Column chunks of every table, added batch by batch and joined into DataFrames once at the end."""
+
+    def __init__(self) -> None:
+        self.chunks: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        self.names: dict[str, str] = {}  # names repeat: one string object per distinct name, not per event
+        self.rows: Counter[str] = Counter()
+        self.unmapped: Counter[str] = Counter()
+        self.dropped_python_functions = 0
+
+    def add(self, events: list[_Event]) -> None:
+        by_cat, memory_events = _group(events)
+        ops, steps = _split_profiler_steps(_take(by_cat, OP_CATS))
+        python_functions = by_cat.pop("python_function", [])
+        data_loading = _data_loading(python_functions)
+        self.dropped_python_functions += len(python_functions) - len(data_loading)
+        self._add("ops", _op_columns(ops))
+        self._add("ranges", _range_columns(by_cat.pop("user_annotation", []) + steps,
+                                           by_cat.pop("gpu_user_annotation", []), data_loading))
+        self._add("api_calls", _api_columns(_take(by_cat, RUNTIME_CATS), _take(by_cat, DRIVER_CATS)))
+        self._add("kernels", _kernel_columns(_take(by_cat, KERNEL_CATS)))
+        self._add("memops", _memop_columns(_take(by_cat, MEMCPY_CATS), _take(by_cat, MEMSET_CATS)))
+        self._add("syncs", _sync_columns(by_cat.pop("cuda_sync", [])))
+        self._add("memory", _memory_columns(memory_events))
+        self.unmapped.update({cat: len(evs) for cat, evs in by_cat.items() if cat})
+
+    def _add(self, table: str, columns: dict[str, Any]) -> None:
+        n = len(next(iter(columns.values())))
+        if n:
+            if "name" in columns:
+                columns["name"] = [self.names.setdefault(name, name) for name in columns["name"]]
+            for col, values in columns.items():
+                self.chunks[table][col].append(values)
+            self.rows[table] += n
+
+    def profile(self, rank: int, device_properties: Any) -> Profile:
+        tables = {name: self._frame(name, rank) for name in
+                  ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")}
+        tables["gpus"] = _gpus_frame(device_properties, tables["kernels"]["device"], rank)
+        profile = Profile(**tables)
+        profile.meta = {
+            "trace_start_ns": _first_start(profile),
+            "dropped_python_functions": self.dropped_python_functions,
+            "unmapped_categories": dict(self.unmapped),
+        }
+        return profile
+
+    def _frame(self, table: str, rank: int) -> pd.DataFrame:
+        n = self.rows[table]
+        columns = {col: _concat(chunks) for col, chunks in self.chunks.pop(table, {}).items()}
+        columns["rank"] = np.full(n, rank, dtype=np.int64)
+        if table == "ops" and n:
+            columns["op_type"] = columns["name"]  # until op types are classified
+        if table != "memory":
+            columns[_ID_COLUMNS[table]] = np.arange(n, dtype=np.int64)
+        return make_table(table, columns, n)
+
+
+_ID_COLUMNS = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
+               "memops": "memop_id", "syncs": "sync_id"}
+
+
+def _concat(chunks: list) -> np.ndarray | list:
+    if isinstance(chunks[0], np.ndarray):
+        return np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+    return list(itertools.chain.from_iterable(chunks))
+
+
+def _group(events: list[_Event]) -> tuple[dict[str, list[_Event]], list[_Event]]:
+    """One pass: complete ("X") events by category, plus the allocator ``[memory]`` instant events."""
+    by_cat: dict[str, list[_Event]] = defaultdict(list)
+    memory: list[_Event] = []
+    for e in events:
+        if e.ph == "X":
+            by_cat[e.cat].append(e)
+        elif e.ph == "i" and e.name == "[memory]":
+            memory.append(e)
+    return by_cat, memory
+
+
+def _take(by_cat: dict[str, list[_Event]], cats: tuple[str, ...]) -> list[_Event]:
+    """Remove and concatenate the events of the given (old and new spelling) categories."""
+    out: list[_Event] = []
+    for cat in cats:
+        out += by_cat.pop(cat, [])
+    return out
+
+
+def _split_profiler_steps(ops: list[_Event]) -> tuple[list[_Event], list[_Event]]:
+    """ProfilerStep#N is recorded as an op in some versions; it is an iteration range, not an op."""
+    steps = [e for e in ops if e.name.startswith("ProfilerStep#")]
+    if not steps:
+        return ops, steps
+    return [e for e in ops if not e.name.startswith("ProfilerStep#")], steps
+
+
+def _data_loading(python_functions: list[_Event]) -> list[_Event]:
+    """The python_function frames that show data loading; the rest (often 100k+) are not kept.
+
+    Frames repeat with every call, so the name test runs once per distinct name.
+    """
+    names = {e.name for e in python_functions}
+    keep = {n for n in names if "__next__" in n or "dataloader" in n.lower()}
+    return [e for e in python_functions if e.name in keep] if keep else []
+
+
+def _rank(header: _Trace) -> int:
+    rank = _as_int(_get(header.distributedInfo, "rank", 0))
+    return rank if rank >= 0 else 0
+
+
+def _meta(path: Path, header: _Trace, rank: int, event_count: int) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "source_format": "kineto",
+        "source_path": str(path),
+        "rank": rank,
+        "world_size": max(_as_int(_get(header.distributedInfo, "world_size", 1)), 1),
+        "trace_name": header.traceName if isinstance(header.traceName, str) else "",
+        "schema_version": header.schemaVersion,
+        "event_count": event_count,
+    }
+    hostname = header.host_name or header.hostname
+    if hostname:
+        meta["hostname"] = str(hostname)
+    if header.record_shapes is not None:
+        meta["record_shapes"] = header.record_shapes
+    if header.baseTimeNanoseconds is not None:
+        meta["base_time_ns"] = _as_int(header.baseTimeNanoseconds)
+    return meta
+
+
+def _first_start(profile: Profile) -> int:
+    """The earliest timestamp of any mapped event, in ns (-1 for a trace with none)."""
+    starts = [t["start"].min() for t in (profile.ops, profile.ranges, profile.api_calls, profile.kernels,
+                                         profile.memops, profile.syncs) if len(t)]
+    return int(min(starts)) if starts else -1
+
+
+# ------------------------------------------------------------------------ per-batch table columns
+
+
+def _op_columns(evs: list[_Event]) -> dict[str, Any]:
+    names = [e.name for e in evs]
+    args = [e.args for e in evs]
+    start, end = _times(evs)
+    return {
+        "pid": _ints([e.pid for e in evs]),
+        "tid": _ints([e.tid for e in evs]),
+        "name": names,
+        "start": start,
+        "end": end,
+        "external_id": _external_ids(args),
+        "seq": _ints([a.seq for a in args]),
+        "direction": _directions(names),
+        "input_shapes": _json_strings([a.input_dims for a in args]),
+        "input_dtypes": _json_strings([a.input_types for a in args]),
+        "concrete_inputs": _json_strings([a.concrete_inputs for a in args]),
+    }
+
+
+def _directions(names: list[str]) -> list[str]:
+    """Mark autograd backward ops "bwd" and the rest "", testing each distinct name once."""
+    bwd = {n for n in set(names) if "Backward" in n or n.startswith("autograd::engine::evaluate_function")}
+    return ["bwd" if n in bwd else "" for n in names]
+
+
+def _range_columns(cpu: list[_Event], gpu: list[_Event], python: list[_Event]) -> dict[str, Any]:
+    """CPU annotations keep their pid/tid; GPU ones sit on a device lane (pid -1, tid = stream lane)."""
+    evs = cpu + gpu + python
+    n_cpu, n_gpu = len(cpu), len(gpu)
+    pid = _ints([e.pid for e in evs])
+    pid[n_cpu:n_cpu + n_gpu] = -1
+    device = np.full(len(evs), -1, dtype=np.int64)
+    device[n_cpu:n_cpu + n_gpu] = _gpu_lane_devices(gpu)
+    start, end = _times(evs)
+    return {
+        "pid": pid,
+        "tid": _ints([e.tid for e in evs]),
+        "device": device,
+        "name": [e.name for e in evs],
+        "domain": (["user_annotation"] * n_cpu + ["gpu_user_annotation"] * n_gpu
+                   + ["python_function"] * len(python)),
+        "start": start,
+        "end": end,
+    }
+
+
+def _gpu_lane_devices(evs: list[_Event]) -> np.ndarray:
+    """``args.device`` when present, else the pid, which Kineto sets to the device index on GPU lanes."""
+    device = _ints([e.args.device for e in evs])
+    return np.where(device >= 0, device, _ints([e.pid for e in evs]))
+
+
+def _api_columns(runtime: list[_Event], driver: list[_Event]) -> dict[str, Any]:
+    evs = runtime + driver
+    start, end = _times(evs)
+    return {
+        "pid": _ints([e.pid for e in evs]),
+        "tid": _ints([e.tid for e in evs]),
+        "name": [e.name for e in evs],
+        "kind": ["runtime"] * len(runtime) + ["driver"] * len(driver),
+        "start": start,
+        "end": end,
+        "correlation": _ints([e.args.correlation for e in evs]),
+    }
+
+
+def _kernel_columns(evs: list[_Event]) -> dict[str, Any]:
+    args = [e.args for e in evs]
+    grid = _triples([a.grid for a in args])
+    block = _triples([a.block for a in args])
+    start, end = _times(evs)
+    return {
+        "device": _ints([a.device for a in args]),
+        "stream": _ints([a.stream for a in args]),
+        "name": [e.name for e in evs],
+        "start": start,
+        "end": end,
+        "correlation": _ints([a.correlation for a in args]),
+        "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
+        "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
+        "registers": _ints([a.registers for a in args]),
+        "shared_mem": _ints([a.shared_mem for a in args]),
+    }
+
+
+def _memop_columns(memcpy: list[_Event], memset: list[_Event]) -> dict[str, Any]:
+    evs = memcpy + memset
+    names = [e.name for e in evs]
+    parsed = [_parse_memop_name(n) for n in names]
+    args = [e.args for e in evs]
+    start, end = _times(evs)
+    return {
+        "device": _ints([a.device for a in args]),
+        "stream": _ints([a.stream for a in args]),
+        "kind": ["memcpy"] * len(memcpy) + ["memset"] * len(memset),
+        "name": names,
+        "copy_kind": [p[0] for p in parsed],
+        "src_mem": [p[1] for p in parsed],
+        "dst_mem": [p[2] for p in parsed],
+        "start": start,
+        "end": end,
+        "bytes": _ints([a.bytes for a in args]),
+        "correlation": _ints([a.correlation for a in args]),
+    }
+
+
+_MEMCPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\(\s*(\w+)\s*->\s*(\w+)\s*\)")
+_MEMSET_NAME = re.compile(r"Memset\s*\(\s*(\w+)\s*\)")
+
+
+@lru_cache(maxsize=256)
+def _parse_memop_name(name: str) -> tuple[str, str, str]:
+    """("HtoD", "pageable", "device") from "Memcpy HtoD (Pageable -> Device)"; a memset only has a dst."""
+    m = _MEMCPY_NAME.search(name)
+    if m:
+        return m.group(1), m.group(2).lower(), m.group(3).lower()
+    m = _MEMSET_NAME.search(name)
+    return ("", "", m.group(1).lower()) if m else ("", "", "")
+
+
+def _sync_columns(evs: list[_Event]) -> dict[str, Any]:
+    args = [e.args for e in evs]
+    stream = _ints([a.stream for a in args])
+    stream[stream >= 0xFFFFFFFF] = -1  # CUPTI writes "no stream" as -1 or as uint32 -1
+    start, end = _times(evs)
+    return {
+        "device": _ints([a.device for a in args]),
+        "stream": stream,
+        "kind": [_sync_kind(str(a.sync_kind or e.name)) for a, e in zip(args, evs)],
+        "start": start,
+        "end": end,
+        "correlation": _ints([a.correlation for a in args]),
+    }
+
+
+@lru_cache(maxsize=64)
+def _sync_kind(label: str) -> str:
+    """CUPTI's sync type ("Stream Sync", "Event Sync", "Stream Wait Event", "Context Sync") to ours."""
+    label = label.lower()
+    if "wait" in label:
+        return "stream_wait_event"
+    if "event" in label:
+        return "event"
+    if "stream" in label:
+        return "stream"
+    if "context" in label or "device" in label:
+        return "device"  # cudaDeviceSynchronize is recorded as a context sync
+    return "unknown"
+
+
+def _memory_columns(evs: list[_Event]) -> dict[str, Any]:
+    """Allocator samples on CUDA devices; CPU allocator samples are dropped."""
+    args = [e.args for e in evs]
+    keep = _ints([a.device_type for a in args]) == CUDA_DEVICE_TYPE
+    return {
+        "device": _ints([a.device_id for a in args])[keep],
+        "ts": _us_to_ns(np.array([e.ts for e in evs], dtype=np.float64))[keep],
+        "bytes_delta": _ints([a.bytes_delta for a in args])[keep],
+        "total_allocated": _ints([a.total_allocated for a in args])[keep],
+        "total_reserved": _ints([a.total_reserved for a in args])[keep],
+    }
+
+
+def _gpus_frame(device_properties: Any, kernel_devices: pd.Series, rank: int) -> pd.DataFrame:
+    """One row per ``deviceProperties`` entry, plus a blank row for any kernel device it lacks."""
+    props = [p for p in device_properties or [] if isinstance(p, dict)]
+    devices = [_as_int(p.get("id", -1)) for p in props]
+    missing = sorted(set(np.unique(kernel_devices).tolist()) - set(devices) - {-1})
+    return make_table("gpus", {
+        "rank": [rank] * (len(props) + len(missing)),
+        "device": devices + missing,
+        "name": [str(p.get("name", "")) for p in props] + [""] * len(missing),
+        "sm_count": [_as_int(p.get("numSms", -1)) for p in props] + [-1] * len(missing),
+        "memory_bytes": [_as_int(p.get("totalGlobalMem", -1)) for p in props] + [-1] * len(missing),
+        "cc_major": [_as_int(p.get("computeMajor", -1)) for p in props] + [-1] * len(missing),
+        "cc_minor": [_as_int(p.get("computeMinor", -1)) for p in props] + [-1] * len(missing),
+    })
+
+
+# ----------------------------------------------------------------------------------- column helpers
+
+
+def _times(evs: list[_Event]) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end in int ns; the duration is rounded on its own so it stays exact to the JSON."""
+    start = _us_to_ns(np.array([e.ts for e in evs], dtype=np.float64))
+    dur = np.rint(np.array([e.dur for e in evs], dtype=np.float64) * 1000.0).astype(np.int64)
+    return start, start + dur
+
+
+def _us_to_ns(us: np.ndarray) -> np.ndarray:
+    """µs floats to int ns without losing precision: epoch-µs × 1000 is past float64's exact range."""
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+
+
+def _ints(values: list) -> np.ndarray:
+    """An int64 column; the fast path covers clean ints, the slow one maps junk to -1."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([_as_int(v) for v in values], dtype=np.int64)
+
+
+def _as_int(value: Any) -> int:
+    """int for ints, floats and numeric strings; -1 for anything else (e.g. "stream 7", None)."""
+    try:
+        out = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return -1
+    return out if -(2**63) <= out < 2**63 else -1
+
+
+def _triples(values: list) -> np.ndarray:
+    """An (n, 3) int64 array from [x, y, z] lists (grid / block), -1 where one is missing or odd."""
+    try:
+        out = np.array(values, dtype=np.int64)
+        if out.shape == (len(values), 3):
+            return out
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = np.full((len(values), 3), -1, dtype=np.int64)
+    for i, v in enumerate(values):
+        if isinstance(v, list):
+            for j, x in enumerate(v[:3]):
+                out[i, j] = _as_int(x)
+    return out
+
+
+def _external_ids(args: list[_Args]) -> np.ndarray:
+    new, legacy = _ints([a.external_id for a in args]), _ints([a.legacy_external_id for a in args])
+    return np.where(new != -1, new, legacy)
+
+
+def _json_strings(values: list[msgspec.Raw]) -> list[str]:
+    """Compact JSON text per value ("" when absent or null), so equal shapes compare equal as strings.
+
+    Shapes and dtypes repeat across ops, so each distinct text is compacted once and its string shared.
+    """
+    cache: dict[bytes, str] = {b"": "", b"null": ""}
+    out = []
+    for raw in values:
+        text = bytes(raw)
+        compact = cache.get(text)
+        if compact is None:
+            compact = cache[text] = msgspec.json.encode(msgspec.json.decode(text)).decode()
+        out.append(compact)
+    return out
+
+
+def _get(obj: Any, key: str, default: Any) -> Any:
+    return obj.get(key, default) if isinstance(obj, dict) else default

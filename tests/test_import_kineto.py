@@ -1,0 +1,318 @@
+"""The Kineto importer against every real trace in ../shared/data/kineto, checked against counts taken
+straight from the raw JSON with the standard library, plus bad-input handling."""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import DATA, data_file, data_files
+from dlscope.errors import InputError
+from dlscope.importers import load
+from dlscope.importers.kineto import load_kineto
+from dlscope.model import TABLES, Profile
+
+KINETO_FILES = data_files("kineto", "**/*.json.gz")
+
+
+@dataclass
+class RawCounts:
+    """What the trace holds, counted independently of the importer."""
+
+    kernels: int = 0
+    kernel_dur_ns: int = 0
+    ops: int = 0
+    api_calls: int = 0
+    memops: int = 0
+    device_properties: list[dict] = field(default_factory=list)
+    kernel_devices: set[int] = field(default_factory=set)
+    cuda_memory_samples: int = 0
+
+
+def raw_counts(path: Path) -> RawCounts:
+    gc.disable()  # the stdlib decoder is 2-3x slower with the GC collecting its dicts
+    try:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+    finally:
+        gc.enable()
+    events = doc if isinstance(doc, list) else doc["traceEvents"]
+    counts = RawCounts(device_properties=[] if isinstance(doc, list) else doc.get("deviceProperties", []))
+    for e in events:
+        cat, ph = e.get("cat"), e.get("ph")
+        if ph == "i" and e.get("name") == "[memory]" and e["args"].get("Device Type") == 1:
+            counts.cuda_memory_samples += 1
+        if ph != "X":
+            continue
+        if cat in ("kernel", "Kernel"):
+            counts.kernels += 1
+            counts.kernel_dur_ns += round(e["dur"] * 1000)
+            counts.kernel_devices.add(e["args"]["device"])
+        elif cat in ("cpu_op", "Operator") and not e["name"].startswith("ProfilerStep#"):
+            counts.ops += 1
+        elif cat in ("cuda_runtime", "Runtime", "cuda_driver"):
+            counts.api_calls += 1
+        elif cat in ("gpu_memcpy", "Memcpy", "gpu_memset", "Memset"):
+            counts.memops += 1
+    return counts
+
+
+@pytest.fixture(scope="module", params=KINETO_FILES, ids=lambda p: str(p.relative_to(DATA / "kineto")))
+def real(request) -> tuple[Profile, RawCounts]:
+    """One real trace, imported once and counted once for all the checks below."""
+    return load_kineto(request.param), raw_counts(request.param)
+
+
+# --------------------------------------------------------------------------- every real trace
+
+
+def test_real_trace_imports_into_every_table_with_model_columns(real):
+    profile, _ = real
+    for name, columns in TABLES.items():
+        assert list(profile.table(name).columns) == list(columns), name
+    assert profile.meta["source_format"] == "kineto"
+    assert profile.meta["event_count"] > 0
+
+
+def test_kernel_count_and_total_duration_match_raw_json(real):
+    profile, raw = real
+    assert len(profile.kernels) == raw.kernels
+    assert int((profile.kernels["end"] - profile.kernels["start"]).sum()) == raw.kernel_dur_ns
+
+
+def test_kernels_never_end_before_they_start(real):
+    profile, _ = real
+    assert (profile.kernels["end"] >= profile.kernels["start"]).all()
+
+
+def test_op_count_is_raw_cpu_ops_minus_profiler_steps(real):
+    profile, raw = real
+    assert len(profile.ops) == raw.ops
+    assert not profile.ops["name"].str.startswith("ProfilerStep#").any()
+    assert profile.ops["op_type"].equals(profile.ops["name"].rename("op_type"))
+
+
+def test_api_call_count_matches_raw_runtime_and_driver_events(real):
+    profile, raw = real
+    assert len(profile.api_calls) == raw.api_calls
+
+
+def test_memop_count_matches_raw_memcpy_and_memset_events(real):
+    profile, raw = real
+    assert len(profile.memops) == raw.memops
+
+
+def test_gpu_rows_match_device_properties_plus_unlisted_kernel_devices(real):
+    profile, raw = real
+    gpus = profile.gpus.set_index("device")
+    listed = {p["id"] for p in raw.device_properties}
+    assert set(gpus.index) == listed | raw.kernel_devices
+    for p in raw.device_properties:
+        row = gpus.loc[p["id"]]
+        assert (row["name"], row["memory_bytes"]) == (p["name"], p["totalGlobalMem"])
+        assert (row["cc_major"], row["cc_minor"]) == (p["computeMajor"], p["computeMinor"])
+        assert row["sm_count"] == p.get("numSms", -1)
+    for device in raw.kernel_devices - listed:
+        assert gpus.loc[device, "name"] == "" and gpus.loc[device, "sm_count"] == -1
+
+
+def test_memory_keeps_only_cuda_allocator_samples(real):
+    profile, raw = real
+    assert len(profile.memory) == raw.cuda_memory_samples
+
+
+def test_every_row_carries_the_trace_rank(real):
+    profile, _ = real
+    for name in TABLES:
+        assert (profile.table(name)["rank"] == profile.meta["rank"]).all(), name
+
+
+# --------------------------------------------------------------------------- schema generations
+
+
+def test_legacy_schema_maps_operator_runtime_kernel_and_memory_events():
+    profile = load_kineto(data_file("kineto", "tbplugin_resnet50_v100_workers0.pt.trace.json.gz"))
+    steps = profile.ranges[profile.ranges["name"].str.startswith("ProfilerStep#")]
+    assert list(steps["domain"].unique()) == ["user_annotation"] and len(steps) == 6
+    assert (profile.api_calls["kind"] == "runtime").all()
+    assert (profile.kernels["correlation"] > 0).all()
+    assert (profile.ops["external_id"] > 0).mean() > 0.99  # legacy Operator args spell it "External id"
+    memcpy = profile.memops[profile.memops["kind"] == "memcpy"].iloc[0]
+    assert (memcpy["copy_kind"], memcpy["src_mem"], memcpy["dst_mem"]) == ("HtoD", "pageable", "device")
+    assert len(profile.memory) > 0 and (profile.memory["device"] == 0).all()
+
+
+def test_legacy_runtime_external_id_spelling_is_read():
+    profile = load_kineto(data_file("kineto", "hta_legacy_format_inference_rank1.json.gz"))
+    assert len(profile.kernels) == 4 and profile.meta["rank"] == 1
+    assert set(profile.kernels["correlation"]) <= set(profile.api_calls["correlation"])
+
+
+def test_triton_launch_through_driver_api_is_a_driver_call_correlated_to_its_kernel():
+    profile = load_kineto(data_file("kineto", "hta_triton_a100.json.gz"))
+    driver = profile.api_calls[profile.api_calls["kind"] == "driver"]
+    assert list(driver["name"]) == ["cuLaunchKernel"]
+    kernel = profile.kernels.iloc[0]
+    assert kernel["name"].startswith("triton_") and kernel["correlation"] == driver["correlation"].iloc[0]
+
+
+def test_cpu_only_trace_imports_with_no_gpu_rows():
+    profile = load_kineto(data_file("kineto", "hta_cpu_only_no_gpu.pt.trace.json.gz"))
+    assert len(profile.kernels) == 0 and len(profile.gpus) == 0 and len(profile.api_calls) == 0
+    assert len(profile.ops) == 4
+    assert (profile.meta["rank"], profile.meta["world_size"]) == (34, 300)
+
+
+def test_ns_resolution_trace_keeps_sub_microsecond_durations_exact():
+    profile = load_kineto(data_file("kineto", "hta_v100_ns_resolution_5steps.pt.trace.json.gz"))
+    durations = profile.kernels["end"] - profile.kernels["start"]
+    assert (durations % 1000 != 0).mean() > 0.9
+    assert profile.meta["hostname"]
+
+
+def test_cuda_sync_events_map_to_sync_kinds():
+    alexnet = load_kineto(data_file("kineto", "hta_alexnet_a100_critical_path.json.gz"))
+    assert Counter(alexnet.syncs["kind"]) == {"stream_wait_event": 20, "stream": 16, "device": 5}
+    assert (alexnet.syncs.loc[alexnet.syncs["kind"] == "device", "stream"] == -1).all()
+    multistream = load_kineto(data_file("kineto", "hta_event_sync_multistream_a100.json.gz"))
+    assert Counter(multistream.syncs["kind"]) == {"event": 3, "stream_wait_event": 1, "device": 1}
+
+
+def test_python_functions_are_dropped_and_counted():
+    profile = load_kineto(data_file("kineto", "tracelens_b200_llm_serving_rank0of8.json.gz"))
+    assert profile.meta["dropped_python_functions"] == 15230
+    assert "python_function" not in set(profile.ranges["domain"])
+
+
+def test_gpu_user_annotations_sit_on_their_device_lane():
+    profile = load_kineto(data_file("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz"))
+    gpu = profile.ranges[profile.ranges["domain"] == "gpu_user_annotation"]
+    assert len(gpu) == 30 and (gpu["device"] == 0).all() and (gpu["pid"] == -1).all()
+
+
+def test_op_inputs_are_compact_json_and_backward_ops_are_marked():
+    profile = load_kineto(data_file("kineto", "tracelens_b200_llm_serving_rank0of8.json.gz"))
+    op = profile.ops.iloc[0]
+    assert (op["name"], op["input_shapes"]) == ("aten::slice", "[[512],[],[],[],[]]")
+    assert op["input_dtypes"] == '["float","Scalar","Scalar","Scalar","Scalar"]'
+    assert op["concrete_inputs"] == '["","0","0","1","1"]'
+    training = load_kineto(data_file("kineto", "deepseek_h800_train_ep64_rank0.json.gz"))
+    bwd = training.ops[training.ops["direction"] == "bwd"]
+    assert len(bwd) > 0 and (training.ops["seq"] >= 0).any()
+    assert bwd["name"].str.contains("Backward|autograd::engine::evaluate_function").all()
+
+
+def test_amd_trace_adds_a_blank_gpu_row_for_the_kernel_device_it_lacks():
+    profile = load_kineto(data_file("kineto", "tracelens_mi300x_xdit_sd35_infer.json.gz"))
+    assert dict(zip(profile.gpus["device"], profile.gpus["name"])) == {0: "AMD Instinct MI300X", 2: ""}
+    assert (profile.kernels["device"] == 2).all()
+
+
+# --------------------------------------------------------------------------- container variants
+
+
+def _tiny_trace_json() -> bytes:
+    return gzip.decompress(data_file("kineto", "hta_event_sync_a100.json.gz").read_bytes())
+
+
+def test_plain_json_imports_like_its_gzip(tmp_path):
+    plain = tmp_path / "trace.json"
+    plain.write_bytes(_tiny_trace_json())
+    from_gzip = load_kineto(data_file("kineto", "hta_event_sync_a100.json.gz"))
+    from_plain = load_kineto(plain)
+    for name in TABLES:
+        assert from_plain.table(name).equals(from_gzip.table(name)), name
+
+
+def test_bare_event_list_imports_with_defaults(tmp_path):
+    events = json.loads(_tiny_trace_json())["traceEvents"]
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(events))
+    profile = load(path)
+    assert len(profile.kernels) == 4 and len(profile.gpus) == 1  # no deviceProperties: a blank row
+    meta = profile.meta
+    assert (meta["rank"], meta["world_size"], meta["event_count"]) == (0, 1, len(events))
+
+
+def test_gzip_is_detected_by_content_not_name(tmp_path):
+    path = tmp_path / "trace.json"  # gzip bytes under a plain name
+    path.write_bytes(data_file("kineto", "hta_triton_a100.json.gz").read_bytes())
+    assert len(load_kineto(path).kernels) == 1
+
+
+def test_timestamps_past_float_precision_convert_exactly(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1740461679479712, "dur": 3.5,
+         "args": {"device": 0, "stream": 7, "correlation": 1, "grid": [1, 2], "block": None}},
+    ]}))
+    kernel = load_kineto(path).kernels.iloc[0]
+    assert kernel["start"] == 1740461679479712000 and kernel["end"] - kernel["start"] == 3500
+    assert (kernel["grid_x"], kernel["grid_y"], kernel["grid_z"], kernel["block_x"]) == (1, 2, -1, -1)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _write(tmp_path: Path, name: str, content: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(content)
+    return path
+
+
+def _truncated_gzip(tmp_path: Path) -> Path:
+    whole = data_file("kineto", "hta_alexnet_a100_critical_path.json.gz").read_bytes()
+    return _write(tmp_path, "cut.json.gz", whole[: len(whole) // 2])
+
+
+def _truncated_json(tmp_path: Path) -> Path:
+    text = _tiny_trace_json()
+    return _write(tmp_path, "cut.json", text[: len(text) // 2])
+
+
+BAD_INPUTS = {
+    "truncated_gzip": (_truncated_gzip, "truncated or corrupt gzip"),
+    "truncated_json": (_truncated_json, "not valid JSON"),
+    "object_without_trace_events": (lambda d: _write(d, "foo.json", b'{"foo": 1}'), "no traceEvents"),
+    "list_of_numbers": (lambda d: _write(d, "nums.json", b"[1,2,3]"), "not a Chrome/Kineto trace"),
+    "events_not_objects": (lambda d: _write(d, "ev.json", b'{"traceEvents": [{"ph": "X"}, 5]}'),
+                           "traceEvents[1]"),
+    "empty_file": (lambda d: _write(d, "empty.json", b""), "is empty"),
+    "not_utf8": (lambda d: _write(d, "latin1.json", b'{"traceEvents": [{"name": "caf\xe9"}]}'),
+                 "not valid JSON"),
+    "missing_file": (lambda d: d / "nope.json", "no such file"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_raises_one_line_input_error_naming_the_file(tmp_path, case):
+    make, expected = BAD_INPUTS[case]
+    path = make(tmp_path)
+    with pytest.raises(InputError) as info:
+        load_kineto(path)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(str(path)) and expected in message
+
+
+def test_events_of_wrong_type_fail_with_input_error_not_msgspec(tmp_path):
+    path = _write(tmp_path, "t.json", b'{"traceEvents": [{"ph": "X", "name": 5}]}')
+    with pytest.raises(InputError, match="not a Chrome/Kineto trace"):
+        load_kineto(path)
+
+
+def test_odd_numeric_values_become_missing_instead_of_failing(tmp_path):
+    path = _write(tmp_path, "t.json", json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "pid": "0",
+         "tid": "stream 7", "ts": 10, "dur": 1,
+         "args": {"device": "0", "stream": None, "bytes": 1.0e3, "correlation": "x"}},
+    ]}).encode())
+    memop = load_kineto(path).memops.iloc[0]
+    assert (memop["device"], memop["stream"], memop["bytes"], memop["correlation"]) == (0, -1, 1000, -1)
+    assert (memop["copy_kind"], memop["src_mem"], memop["dst_mem"]) == ("DtoH", "device", "pinned")
+    assert np.int64(memop["start"]) == 10_000
