@@ -72,11 +72,11 @@ def replicate(source: Path, copies: int, out: Path) -> int:
     return len(out_events)
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    """Wall seconds, peak RSS MiB and stdout of one command."""
-    result = subprocess.run(["/usr/bin/time", "-f", "%e %M", *cmd], capture_output=True, text=True, check=True)
-    wall, rss_kb = result.stderr.strip().splitlines()[-1].split()
-    return float(wall), int(rss_kb) / 1024, result.stdout
+def timed(cmd: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS MiB of one command."""
+    result = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", *cmd], capture_output=True, text=True, check=True)
+    wall, user, system, rss_kb = result.stderr.strip().splitlines()[-1].split()
+    return float(wall), float(user) + float(system), int(rss_kb) / 1024
 
 
 def main() -> None:
@@ -96,13 +96,15 @@ def main() -> None:
         rows = {"dlscope": [], "hta": []}
         for _ in range(args.repeat):
             rows["dlscope"].append(timed([sys.executable, "-m", "dlscope", "import", str(trace), "-o",
-                                          str(Path(tmp) / "run.sqlite"), "--force", "-q"])[:2])
-            rows["hta"].append(timed([args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)])[:2])
-        med = {k: (statistics.median(w for w, _ in v), max(m for _, m in v)) for k, v in rows.items()}
-        for tool, (wall, rss) in med.items():
-            print(f"{tool:8s} median wall {wall:6.2f} s   peak RSS {rss:7.0f} MiB   runs: "
-                  + ", ".join(f"{w:.2f}s" for w, _ in rows[tool]))
-        print(f"speed-up {med['hta'][0] / med['dlscope'][0]:.1f}x, memory {med['dlscope'][1] / med['hta'][1]:.2f}x of HTA")
+                                          str(Path(tmp) / "run.sqlite"), "--force", "-q"]))
+            rows["hta"].append(timed([args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)]))
+        med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v), max(r[2] for r in v))
+               for k, v in rows.items()}
+        for tool, (wall, cpu, rss) in med.items():
+            print(f"{tool:8s} median wall {wall:6.2f} s   CPU {cpu:6.2f} s   peak RSS {rss:7.0f} MiB   runs: "
+                  + ", ".join(f"{r[0]:.2f}s" for r in rows[tool]))
+        print(f"speed-up {med['hta'][0] / med['dlscope'][0]:.1f}x wall, {med['hta'][1] / med['dlscope'][1]:.1f}x CPU; "
+              f"memory {med['dlscope'][2] / med['hta'][2]:.2f}x of HTA's")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def aggregate_command(database, iter_start, iter_stop, key_node, rank) -> None:
 @click.argument("database", type=click.Path(path_type=Path))
 @click.option("--reports", default="summary,detail,iteration,kernel,tensor_core,op_type,group_node",
               help="Comma-separated reports.")
-@click.option("--formats", default="csv", help="Comma-separated formats: csv, json, md.")
+@click.option("--formats", default="csv", help="Comma-separated formats: csv, json, md, html, png, svg.")
 @click.option("-o", "--output-path", "out_dir", type=click.Path(path_type=Path), default=Path("."),
               help="Folder for the report files.")
 @click.option("--agg-id", type=int, default=None, help="Aggregation to report (default: the newest).")
@@ -91,18 +91,28 @@ def aggregate_command(database, iter_start, iter_stop, key_node, rank) -> None:
               help="JSON with one GPU's peaks for the roofline (shape of an entry of dlscope/data/gpu_specs.json).")
 def report_command(database, reports, formats, out_dir, agg_id, gpu_spec) -> None:
     """Write DLProf's reports (summary, detail, iteration, kernel, tensor_core, op_type, group_node),
-    and roofline (csv, json, png, svg)."""
+    roofline (csv, json, png, svg), and one self-contained HTML report (--formats html)."""
     from .present.reports import write_reports
 
-    for path in write_reports(database, out_dir, _split(reports), _split(formats), agg_id, gpu_spec=gpu_spec):
-        click.echo(str(path))
+    fmts = _split(formats)
+    if "html" in fmts:
+        from .present.html_report import write_html_report
+
+        fmts.remove("html")
+        click.echo(str(write_html_report(database, out_dir, agg_id)))
+    if fmts:
+        for path in write_reports(database, out_dir, _split(reports), fmts, agg_id, gpu_spec=gpu_spec):
+            click.echo(str(path))
 
 
 def _register_commands() -> None:
     """Commands that live with their stage (capture, present) join the group here."""
     from .capture.cli_profile import profile_command
+    from .compare.cli_compare import check_command, diff_command
 
     cli.add_command(profile_command, "profile")
+    cli.add_command(diff_command, "diff")
+    cli.add_command(check_command, "check")
 
 
 _register_commands()
@@ -111,7 +121,7 @@ _register_commands()
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one line on stderr and exit code 2."""
     try:
-        cli.main(args=argv, prog_name="dlscope", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="dlscope", standalone_mode=False)
     except DlscopeError as e:
         click.echo(f"dlscope: error: {e}", err=True)
         return e.exit_code
@@ -131,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         click.echo(f"dlscope: internal error: {type(e).__name__}: {e} (set DLSCOPE_DEBUG=1 for details)", err=True)
         return 1
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 def run() -> None:

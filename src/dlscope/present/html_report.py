@@ -18,6 +18,7 @@ from markupsafe import Markup
 
 from .. import __version__
 from ..analyze.aggregation import CATEGORIES
+from ..errors import DlscopeError
 from ..store import reader
 from .summary import fmt_ns, fmt_pct, summary_dict
 
@@ -113,6 +114,8 @@ def report_context(db_path: Path, agg_id: int | None = None) -> dict:
     """Everything the template shows: the summary, top tables and the charts."""
     summary = summary_dict(db_path, agg_id)
     agg = summary["aggregation"]
+    if agg is None:
+        raise DlscopeError(f"{db_path}: the database has no aggregation; run `dlscope aggregate` on it first")
     conn = reader.connect(db_path)
     try:
         a = agg["agg_id"]

@@ -43,10 +43,10 @@ def _write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
     elif fmt == "json":
         path.write_text(frame.to_json(orient="records", indent=1))
     else:
-        path.write_text(_markdown(frame))
+        path.write_text(markdown_table(frame))
 
 
-def _markdown(frame: pd.DataFrame) -> str:
+def markdown_table(frame: pd.DataFrame) -> str:
     """A Markdown table; cell text is escaped so names with pipes stay in their cell."""
     def cell(v) -> str:
         return str(v).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,113 @@
+"""One side of a comparison: an aggregation of a profile database, read once, with its run-level metrics.
+
+Metrics come from ``data/check_metrics.json`` so ``diff`` and ``check`` agree on what each one means and
+which direction is better. Extensive metrics are compared per iteration when both runs have iterations, so
+a 6-step profile compares with a 10-step one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import DlscopeError
+from ..present.summary import current_agg_id
+from ..store import reader
+
+
+@lru_cache(maxsize=1)
+def metric_table() -> dict:
+    """The metric definitions (name -> label, source column, unit, better, per_iteration, share)."""
+    return json.loads(resources.files("dlscope.data").joinpath("check_metrics.json").read_text())
+
+
+def metric_names() -> list[str]:
+    return list(metric_table()["metrics"])
+
+
+@dataclass
+class Run:
+    """An aggregation of one database: its summary row and the per-aggregation tables the diff needs."""
+
+    path: Path
+    profile_name: str
+    agg: dict
+    ops: pd.DataFrame
+    op_types: pd.DataFrame
+    kernels: pd.DataFrame
+    gpu_names: list[str] = field(default_factory=list)
+
+    @property
+    def iterations(self) -> int | None:
+        """Iterations profiled, or None when no iterations were found (the whole profile is one window)."""
+        if self.agg["iteration_method"] == "whole_profile" or not self.agg["iterations_profiled"]:
+            return None
+        return int(self.agg["iterations_profiled"])
+
+    def describe(self) -> dict:
+        a = self.agg
+        return {"path": str(self.path), "profile_name": self.profile_name, "agg_id": a["agg_id"], "rank": a["rank"],
+                "iter_start": a["iter_start"] if self.iterations else None,
+                "iter_stop": a["iter_stop"] if self.iterations else None,
+                "iterations_profiled": self.iterations, "iteration_method": a["iteration_method"],
+                "gpus": self.gpu_names}
+
+
+def load_run(db_path: str | Path, agg_id: int | None = None) -> Run:
+    """Read one aggregation (default: the one the summary shows) of a dlscope database."""
+    conn = reader.connect(db_path)
+    try:
+        meta = reader.meta(conn)
+        agg_id = reader.resolve_agg_id(conn, agg_id if agg_id is not None else current_agg_id(conn))
+        cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
+        agg = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+
+        def table(name: str) -> pd.DataFrame:
+            return pd.read_sql_query(f"SELECT * FROM {name} WHERE agg_id = ?", conn, params=(agg_id,))
+
+        gpus = [r[0] or "?" for r in conn.execute("SELECT name FROM gpus WHERE rank = ? ORDER BY device",
+                                                   (agg["rank"],))]
+        return Run(Path(db_path), meta.get("profile_name") or Path(db_path).stem, agg,
+                   table("agg_ops"), table("agg_op_types"), table("agg_kernels"), gpus)
+    finally:
+        conn.close()
+
+
+def per_iteration(base: Run, new: Run) -> bool:
+    """True when extensive numbers are compared per iteration (both runs have iterations)."""
+    return base.iterations is not None and new.iterations is not None
+
+
+def scale(run: Run, per_iter: bool) -> float:
+    return 1.0 / run.iterations if per_iter else 1.0
+
+
+def metric_value(run: Run, name: str, per_iter: bool) -> tuple[float | None, str | None]:
+    """The value of a metric for a run, or (None, why it is not available)."""
+    spec = metric_table()["metrics"].get(name)
+    if spec is None:
+        raise DlscopeError(f"unknown metric {name!r} (metrics: {', '.join(metric_names())})")
+    a = run.agg
+    if spec.get("needs_iterations") and run.iterations is None:
+        return None, ("no iterations were found, the whole profile is one window "
+                      "(mark steps with ProfilerStep/dlscope.step(), or import with --key-node)")
+    raw = a.get(spec["source"])
+    if raw is None:
+        why = {"tc_kernel_efficiency": "no kernels of Tensor-Core-eligible ops",
+               "gpu_utilization": "no GPU kernels"}.get(name, "not computed for this profile")
+        return None, why
+    if spec.get("share"):
+        wall = a.get("wall_clock_ns")
+        if not wall:
+            return None, "the wall clock time is zero"
+        return raw / wall, None
+    if name == "gpu_utilization" and not a.get("kernel_count"):
+        return None, "no GPU kernels"
+    if spec.get("per_iteration"):
+        return raw * scale(run, per_iter), None
+    return float(raw), None
