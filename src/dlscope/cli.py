@@ -12,6 +12,9 @@ import click
 from . import __version__
 from .errors import DlscopeError
 
+RULES_OPTION = click.option("--rules-config", type=click.Path(path_type=Path), default=None, metavar="FILE",
+                            help="JSON overriding expert-system thresholds (shape of dlscope/data/rules.json).")
+
 ITER_OPTIONS = [
     click.option("--iter-start", type=int, default=None, help="First iteration of the aggregation (inclusive)."),
     click.option("--iter-stop", type=int, default=None, help="Last iteration of the aggregation (inclusive)."),
@@ -42,14 +45,15 @@ def cli() -> None:
 @click.option("--profile-name", default=None, help="A label for this profile.")
 @iter_options
 @click.option("--force", is_flag=True, help="Overwrite an existing output database.")
+@RULES_OPTION
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary.")
-def import_command(traces, output, profile_name, iter_start, iter_stop, key_node, force, quiet) -> None:
+def import_command(traces, output, profile_name, iter_start, iter_stop, key_node, force, rules_config, quiet) -> None:
     """Import PyTorch/Kineto traces or Nsight Systems SQLite exports into a profile database."""
     from .pipeline import build_database
     from .present.summary import render_summary, summary_dict
 
     build_database(traces, output, profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop,
-                   key_node=key_node, force=force, progress=not quiet)
+                   key_node=key_node, force=force, progress=not quiet, rules_config=rules_config)
     if not quiet:
         click.echo(render_summary(summary_dict(output)), nl=False)
     click.echo(f"wrote {output}", err=True)
@@ -71,17 +75,18 @@ def summary_command(database, as_json, agg_id) -> None:
 @click.argument("database", type=click.Path(path_type=Path))
 @iter_options
 @click.option("--rank", type=int, default=None, help="Only this rank (default: every rank).")
-def aggregate_command(database, iter_start, iter_stop, key_node, rank) -> None:
+@RULES_OPTION
+def aggregate_command(database, iter_start, iter_stop, key_node, rank, rules_config) -> None:
     """Add an aggregation (iteration range, key node) to a database without re-importing."""
     from .pipeline import aggregate
 
-    ids = aggregate(database, iter_start, iter_stop, key_node, rank)
+    ids = aggregate(database, iter_start, iter_stop, key_node, rank, rules_config)
     click.echo(f"added aggregation {', '.join(map(str, ids))} to {database}", err=True)
 
 
 @cli.command("report")
 @click.argument("database", type=click.Path(path_type=Path))
-@click.option("--reports", default="summary,detail,iteration,kernel,tensor_core,op_type,group_node",
+@click.option("--reports", default="summary,detail,iteration,kernel,tensor_core,op_type,group_node,expert_systems",
               help="Comma-separated reports.")
 @click.option("--formats", default="csv", help="Comma-separated formats: csv, json, md, html, png, svg.")
 @click.option("-o", "--output-path", "out_dir", type=click.Path(path_type=Path), default=Path("."),
@@ -90,7 +95,8 @@ def aggregate_command(database, iter_start, iter_stop, key_node, rank) -> None:
 @click.option("--gpu-spec", type=click.Path(path_type=Path), default=None,
               help="JSON with one GPU's peaks for the roofline (shape of an entry of dlscope/data/gpu_specs.json).")
 def report_command(database, reports, formats, out_dir, agg_id, gpu_spec) -> None:
-    """Write DLProf's reports (summary, detail, iteration, kernel, tensor_core, op_type, group_node),
+    """Write DLProf's reports (summary, detail, iteration, kernel, tensor_core, op_type, group_node,
+    expert_systems),
     roofline (csv, json, png, svg), and one self-contained HTML report (--formats html)."""
     from .present.reports import write_reports
 

@@ -13,6 +13,7 @@ import pandas as pd
 from .analyze.aggregation import aggregate as compute_aggregation
 from .analyze.analysis import Analysed, analyse
 from .errors import DlscopeError
+from .experts import evaluate, write_findings
 from .importers import load, sniff
 from .model import TABLES, Profile
 from .roofline.ncu import read_ncu_csv, write_ncu_kernels
@@ -77,7 +78,8 @@ def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
 
 def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, profile_name: str | None = None,
                    iter_start: int | None = None, iter_stop: int | None = None, key_node: str | None = None,
-                   force: bool = False, extra_meta: dict | None = None, progress: bool = True) -> Path:
+                   force: bool = False, extra_meta: dict | None = None, progress: bool = True,
+                   rules_config: str | Path | None = None) -> Path:
     """Import traces (and Nsight Compute CSVs) into a new profile database with one aggregation per rank.
 
     Returns the database path. Counter CSVs alone give a database holding only their kernels' counters.
@@ -109,7 +111,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             for path, frame in ncu:
                 write_ncu_kernels(conn, frame, source=str(path))
             for agg in aggs:
-                writer.write_aggregation(conn, agg)
+                agg_id = writer.write_aggregation(conn, agg)
+                write_findings(conn, agg_id, evaluate(conn, agg_id, rules_config))
     return db_path
 
 
@@ -134,7 +137,8 @@ def profile_from_database(conn) -> Profile:
 
 
 def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int | None = None,
-              key_node: str | None = None, rank: int | None = None) -> list[int]:
+              key_node: str | None = None, rank: int | None = None,
+              rules_config: str | Path | None = None) -> list[int]:
     """Add an aggregation to an existing database in one transaction; returns the new agg_ids.
 
     A different key node re-splits the iterations: the ``iterations`` table and the raw tables'
@@ -156,6 +160,9 @@ def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int
                     frame = an.profile.table(name)
                     conn.executemany(f"UPDATE {table} SET iteration = ? WHERE {id_col} = ?",
                                      zip(frame["iteration"].tolist(), frame[id_col].tolist()))
-            return [writer.write_aggregation(conn, agg) for agg in aggs]
+            ids = [writer.write_aggregation(conn, agg) for agg in aggs]
+        for agg_id in ids:
+            write_findings(conn, agg_id, evaluate(conn, agg_id, rules_config))
+        return ids
     finally:
         conn.close()

@@ -22,7 +22,7 @@ TABLE_REPORTS = {
     "tensor_core": ("agg_ops", "tc_eligible DESC, gpu_time_ns DESC"),
 }
 #: reports written by their own stage, with the formats each one supports
-SPECIAL_REPORTS = {"roofline": ("csv", "json", "png", "svg")}
+SPECIAL_REPORTS = {"roofline": ("csv", "json", "png", "svg"), "expert_systems": ("csv", "json", "md")}
 REPORTS = ("summary", *TABLE_REPORTS, *SPECIAL_REPORTS)
 FORMATS = ("csv", "json", "md")
 
@@ -92,6 +92,10 @@ def _write_special(conn: sqlite3.Connection, name: str, agg_id: int, out_dir: Pa
     if not wanted:
         raise DlscopeError(f"the {name} report is written as {', '.join(SPECIAL_REPORTS[name])}; "
                            f"none of --formats {','.join(formats)} fits")
+    if name == "expert_systems":
+        from ..experts import write_expert_report
+
+        return [Path(p) for p in write_expert_report(conn, agg_id, out_dir, wanted)]
     from ..roofline import roofline_report
     from ..roofline.export import write_roofline
 

@@ -187,8 +187,15 @@ def render_summary(summary: dict) -> str:
                         "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
         console.print(top)
     _render_roofline(console, summary.get("roofline"), escape)
-    for f in summary["findings"]:
-        console.print(escape(f"[{f['severity']}] {f['problem']} → {f['recommendation']}"))
+    if summary["findings"]:
+        found = Table(title="Expert systems", title_justify="left", show_lines=True)
+        for col in ("Severity", "Problem", "Recommendation", "Saving"):
+            found.add_column(col, justify="right" if col == "Saving" else "left", overflow="fold")
+        for f in summary["findings"]:
+            saving = (f"{fmt_ns(f['est_saving_ns'])} ({f['est_saving_pct']:.1f}%)"
+                      if f.get("est_saving_ns") is not None and f.get("est_saving_pct") is not None else "n/a")
+            found.add_row(f["severity"], escape(f["problem"]), escape(f["recommendation"]), saving)
+        console.print(found)
     if summary.get("capture", {}).get("ended_early"):
         console.print("Note: the profiled program ended early; the profile covers the steps before it stopped.")
     return buf.getvalue()

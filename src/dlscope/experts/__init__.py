@@ -1,0 +1,55 @@
+"""Expert systems: rules that read one aggregation and say what is slow, why, what to change, and what the
+change is worth. ``evaluate`` runs every registered rule; ``write_findings`` stores the result.
+
+Each rule lives in its own module under ``experts/rules`` and registers itself (``registry.rule``); its
+thresholds live in ``data/rules.json`` and can be overridden with ``--rules-config FILE``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from .config import load_config
+from .context import Context
+from .finding import Finding
+from .registry import as_list, load_rules
+from .report import write_expert_report
+
+__all__ = ["evaluate", "write_findings", "write_expert_report", "Finding", "Context", "load_config"]
+
+_SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
+
+
+def evaluate(conn: sqlite3.Connection, agg_id: int, rules_config: Path | str | None = None) -> list[dict]:
+    """Run every enabled rule on one aggregation; findings sorted by severity, then saving."""
+    config = load_config(rules_config)
+    ctx = Context(conn, agg_id, config)
+    out = []
+    for rule_id, check in load_rules().items():
+        cfg = config.get(rule_id, {})
+        if not cfg.get("enabled", True):
+            continue
+        for finding in as_list(check(ctx, cfg)):
+            out.append(finding.to_dict(ctx.wall, config["severity"], int(config["evidence"]["max_items"])))
+    out.sort(key=lambda f: (_SEVERITY_ORDER[f["severity"]], -(f["est_saving_ns"] or 0), f["rule"]))
+    return out
+
+
+def write_findings(conn: sqlite3.Connection, agg_id: int, findings: list[dict]) -> None:
+    """Replace the stored findings of ``agg_id`` (evidence as JSON in ``evidence_json``)."""
+    with conn:
+        conn.execute("DELETE FROM findings WHERE agg_id = ?", (agg_id,))
+        conn.executemany(
+            "INSERT INTO findings (agg_id, finding_id, rule, severity, problem, recommendation, est_saving_ns, "
+            "est_saving_pct, evidence_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(agg_id, i, f["rule"], f["severity"], f["problem"], f["recommendation"], f["est_saving_ns"],
+              f["est_saving_pct"], json.dumps(f["evidence"], default=_plain)) for i, f in enumerate(findings)])
+
+
+def _plain(value):
+    """numpy scalars in evidence become plain JSON numbers."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")

@@ -1,0 +1,214 @@
+"""A read-only view of one aggregation for the rules: tables load lazily, once, as DataFrames.
+
+Every frame is restricted to the aggregation's rank; activity frames (ops, kernels, memops, API calls)
+to its profiled iterations, which is how the aggregation itself counts them. GPU idleness is judged
+against all GPU activity of the rank inside the window, as the aggregation's GPU busy time is.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from ..errors import DlscopeError
+from .spans import Span
+
+#: numpy dtype spelling of ``ops.data_type`` -> precision name used by the rules and gpu_specs.json
+PRECISIONS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int8": "int8",
+              "uint8": "int8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
+HALF = ("fp16", "bf16")
+
+
+class Context:
+    """Data in for the rules: ``conn`` + ``agg_id`` + ``config`` (all thresholds)."""
+
+    def __init__(self, conn: sqlite3.Connection, agg_id: int, config: dict):
+        self.conn, self.agg_id, self.config = conn, agg_id, config
+        cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise DlscopeError(f"no aggregation {agg_id} in the database")
+        self.agg = dict(zip([d[0] for d in cur.description], row))
+        self.rank = int(self.agg["rank"])
+        self.iter_start, self.iter_stop = int(self.agg["iter_start"]), int(self.agg["iter_stop"])
+        self.window = (int(self.agg["window_start"]), int(self.agg["window_end"]))
+        self.wall = int(self.agg["wall_clock_ns"] or 0)
+        self.whole_profile = self.agg["iteration_method"] == "whole_profile"
+
+    # ------------------------------------------------------------------ loading
+
+    def query(self, sql: str, params: tuple = ()) -> pd.DataFrame:
+        return pd.read_sql_query(sql, self.conn, params=params)
+
+    def _in_iterations(self, table: str, columns: str = "*") -> pd.DataFrame:
+        return self.query(f'SELECT {columns} FROM {table} WHERE rank = ? AND iteration BETWEEN ? AND ? '
+                          f'ORDER BY start', (self.rank, self.iter_start, self.iter_stop))
+
+    @cached_property
+    def kernels(self) -> pd.DataFrame:
+        k = self._in_iterations("kernels")
+        k["uses_tc"] = k["uses_tc"].fillna(0).astype(bool)
+        return k
+
+    @cached_property
+    def memops(self) -> pd.DataFrame:
+        return self._in_iterations("memops")
+
+    @cached_property
+    def api_calls(self) -> pd.DataFrame:
+        return self._in_iterations("api_calls")
+
+    @cached_property
+    def ops(self) -> pd.DataFrame:
+        """Op instances of the profiled iterations, with ``precision`` (own or nearest ancestor's input
+        dtype) and ``eligible_root`` (the outermost TC-eligible op around it, -1 if none)."""
+        rows = self.ops_all.index[(self.ops_all["iteration"] >= self.iter_start)
+                                  & (self.ops_all["iteration"] <= self.iter_stop)]
+        return self.ops_all.loc[rows]
+
+    @cached_property
+    def ops_all(self) -> pd.DataFrame:
+        ops = self.query('SELECT op_id, pid, tid, name, op_type, start, "end", dur, parent_id, depth, input_shapes, '
+                         'input_dtypes, concrete_inputs, data_type, iteration, node_id, tc_eligible, using_tc, '
+                         'kernel_count, gpu_time, api_time FROM ops WHERE rank = ? ORDER BY op_id', (self.rank,))
+        ops = ops.set_index("op_id", drop=False)
+        _inherit(ops)
+        return ops
+
+    @cached_property
+    def gpu_activity(self) -> pd.DataFrame:
+        """All kernels and memops of the rank overlapping the window (device, start, end, kind)."""
+        lo, hi = self.window
+        k = self.query('SELECT device, start, "end", \'kernel\' AS kind FROM kernels WHERE rank = ? AND "end" > ? '
+                       'AND start < ?', (self.rank, lo, hi))
+        m = self.query('SELECT device, start, "end", kind FROM memops WHERE rank = ? AND "end" > ? AND start < ?',
+                       (self.rank, lo, hi))
+        return pd.concat([k, m], ignore_index=True)
+
+    @cached_property
+    def iterations(self) -> pd.DataFrame:
+        return self.query("SELECT * FROM agg_iterations WHERE agg_id = ? AND profiled = 1 ORDER BY iteration",
+                          (self.agg_id,))
+
+    @cached_property
+    def all_iterations(self) -> pd.DataFrame:
+        return self.query("SELECT * FROM agg_iterations WHERE agg_id = ? ORDER BY iteration", (self.agg_id,))
+
+    @cached_property
+    def ranges(self) -> pd.DataFrame:
+        """CPU annotation ranges of the rank overlapping the window."""
+        lo, hi = self.window
+        return self.query('SELECT * FROM ranges WHERE rank = ? AND device < 0 AND "end" > ? AND start < ? '
+                          'ORDER BY start', (self.rank, lo, hi))
+
+    @cached_property
+    def gpus(self) -> pd.DataFrame:
+        return self.query("SELECT * FROM gpus WHERE rank = ? ORDER BY device", (self.rank,))
+
+    @cached_property
+    def memory(self) -> pd.DataFrame:
+        return self.query("SELECT * FROM memory WHERE rank = ? ORDER BY ts", (self.rank,))
+
+    @cached_property
+    def agg_ops(self) -> pd.DataFrame:
+        return self.query("SELECT * FROM agg_ops WHERE agg_id = ?", (self.agg_id,))
+
+    @cached_property
+    def sources(self) -> pd.DataFrame:
+        return self.query("SELECT * FROM sources")
+
+    # ------------------------------------------------------------------ derived facts
+
+    @cached_property
+    def kernel_facts(self) -> pd.DataFrame:
+        """The aggregation's kernels with their launching op's precision, eligible root and node."""
+        k = self.kernels
+        ops = self.ops_all
+        pos = ops.index.get_indexer(k["op_id"])
+        found = pos >= 0
+        prec = np.full(len(k), "", dtype=object)
+        root = np.full(len(k), -1, dtype=np.int64)
+        prec[found] = ops["precision"].to_numpy(object)[pos[found]]
+        root[found] = ops["eligible_root"].to_numpy(np.int64)[pos[found]]
+        node = np.full(len(k), -1, dtype=np.int64)
+        rpos = ops.index.get_indexer(root)
+        node[rpos >= 0] = ops["node_id"].to_numpy(np.int64)[rpos[rpos >= 0]]
+        return k.assign(precision=prec, eligible_root=root, root_node=node)
+
+    @cached_property
+    def has_gpu(self) -> bool:
+        return bool(self.conn.execute("SELECT EXISTS(SELECT 1 FROM kernels WHERE rank = ?)", (self.rank,)).fetchone()[0])
+
+    @cached_property
+    def devices(self) -> list[int]:
+        act = self.gpu_activity
+        return sorted(int(d) for d in act.loc[act["device"] >= 0, "device"].unique())
+
+    def busy(self, device: int | None = None, kinds: tuple = ("kernel", "memcpy", "memset")) -> tuple:
+        """Intervals during which the device (or any device) runs GPU activity of the given kinds."""
+        act = self.gpu_activity
+        sel = act["kind"].isin(kinds)
+        if device is not None:
+            sel &= act["device"] == device
+        return Span(act.loc[sel, "start"], act.loc[sel, "end"])
+
+    @cached_property
+    def ceilings(self):
+        """The rank's GPU ceilings from gpu_specs.json, or None when the GPU is unknown."""
+        from ..roofline.ceilings import find_ceilings
+
+        if self.gpus.empty:
+            return None
+        g = self.gpus.iloc[0]
+        cc = f"{g['cc_major']}.{g['cc_minor']}" if g["cc_major"] is not None and g["cc_major"] >= 0 else None
+        ceilings, _ = find_ceilings(g["name"] or None, cc, g["sm_count"])
+        return ceilings
+
+    @cached_property
+    def compute_capability(self) -> float | None:
+        if self.gpus.empty or self.gpus["cc_major"].iloc[0] is None or self.gpus["cc_major"].iloc[0] < 0:
+            return None
+        return float(self.gpus["cc_major"].iloc[0]) + float(max(self.gpus["cc_minor"].iloc[0], 0)) / 10
+
+    def pct(self, ns: float) -> float:
+        return 100.0 * ns / self.wall if self.wall else 0.0
+
+    def link(self, rule_id: str) -> str:
+        return self.config[rule_id]["link"]
+
+
+def _inherit(ops: pd.DataFrame) -> None:
+    """Add ``precision`` and ``eligible_root`` by walking parents level by level (depth ascending)."""
+    n = len(ops)
+    ids = ops["op_id"].to_numpy(np.int64)
+    parent_pos = ops.index.get_indexer(ops["parent_id"].to_numpy(np.int64))
+    own = ops["data_type"].fillna("").map(PRECISIONS).fillna("").to_numpy(object)
+    eligible = ops["tc_eligible"].fillna(0).astype(bool).to_numpy()
+    prec = own.copy()
+    root = np.where(eligible, ids, -1)
+    depth = ops["depth"].fillna(0).to_numpy(np.int64)
+    for d in np.unique(depth):
+        rows = np.flatnonzero((depth == d) & (parent_pos >= 0))
+        if len(rows) == 0:
+            continue
+        par = parent_pos[rows]
+        prec[rows] = np.where(prec[rows] == "", prec[par], prec[rows])
+        root[rows] = np.where(root[par] >= 0, root[par], root[rows])
+    ops["precision"] = prec if n else pd.Series([], dtype=object)
+    ops["eligible_root"] = root
+
+
+def compile_any(patterns: list[str], flags: int = 0) -> re.Pattern:
+    """One regex matching any of the data file's patterns."""
+    return re.compile("|".join(f"(?:{p})" for p in patterns), flags)
+
+
+def names_matching(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
+    """Boolean mask of names matching a regex, evaluated once per distinct name."""
+    from ..analyze.tensor_core import classify_names
+
+    return classify_names(names.fillna(""), lambda n: pattern.search(n) is not None)

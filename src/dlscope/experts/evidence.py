@@ -1,0 +1,59 @@
+"""Small helpers rules share to describe what they saw: readable kernel names, top items, time ranges."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..present.summary import fmt_ns  # noqa: F401  (re-exported for the rules)
+
+_TEMPLATE = re.compile(r"<[^<>]*>")
+
+
+def short_kernel(name: str) -> str:
+    """'void at::native::vectorized_elementwise_kernel<4, AddFunctor<float>, ...>(int, ...)' ->
+    'vectorized_elementwise_kernel<AddFunctor>'-like short text for problem sentences."""
+    text = str(name).removeprefix("void ").strip()
+    inner = ""
+    functor = re.search(r"([A-Za-z_]\w*Functor\w*|[A-Za-z_]\w*_kernel\w*)", text.split("(")[0][text.find("<") + 1:]) \
+        if "<" in text else None
+    if functor:
+        inner = functor.group(1)
+    while _TEMPLATE.search(text):
+        text = _TEMPLATE.sub("", text)
+    text = text.split("(")[0].split("::")[-1] or str(name)[:60]
+    return f"{text}<{inner}>" if inner and inner != text else text
+
+
+def top_by(frame: pd.DataFrame, key: str, weight: str, n: int) -> list:
+    """The ``n`` values of ``key`` with the largest summed ``weight``."""
+    if frame.empty:
+        return []
+    s = frame.groupby(key, sort=False)[weight].sum().sort_values(ascending=False)
+    return [v.item() if hasattr(v, "item") else v for v in s.index[:n]]
+
+
+def longest_ranges(starts, ends, n: int) -> list[list[int]]:
+    """The ``n`` longest [start, end] intervals, longest first."""
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    order = np.argsort(-(e - s), kind="stable")[:n]
+    return [[int(s[i]), int(e[i])] for i in order]
+
+
+def node_ids(ctx, op_ids) -> list[int]:
+    """Op node ids (agg_ops.node_id) of op instances, in first-seen order."""
+    ops = ctx.ops_all
+    pos = ops.index.get_indexer(pd.Index(np.asarray(op_ids, dtype=np.int64)))
+    nodes = ops["node_id"].to_numpy(np.int64)[pos[pos >= 0]]
+    return [int(x) for x in pd.unique(nodes)]
+
+
+def iterations_of(values) -> list[int]:
+    return sorted(int(v) for v in pd.unique(np.asarray(values)) if int(v) >= 0)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else many or word + 's'}"

@@ -1,0 +1,41 @@
+"""The rule registry: each module under ``experts/rules`` registers its checks with ``@rule``.
+
+Modules are discovered, so adding a rule is one new module (plus its thresholds in ``data/rules.json``
+and its test); nothing else lists the rules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Callable, Iterable
+
+#: rule id -> check(ctx, cfg) returning Finding objects (an iterable, a single Finding, or None)
+RULES: dict[str, Callable] = {}
+
+
+def rule(rule_id: str) -> Callable:
+    """Register ``check(ctx, cfg)`` under a stable rule id."""
+    def register(check: Callable) -> Callable:
+        if rule_id in RULES and RULES[rule_id] is not check:
+            raise ValueError(f"rule id {rule_id!r} registered twice")
+        RULES[rule_id] = check
+        return check
+    return register
+
+
+def load_rules() -> dict[str, Callable]:
+    """Import every module of ``dlscope.experts.rules`` once and return the registry."""
+    from . import rules as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
+    return RULES
+
+
+def as_list(result) -> list:
+    if result is None:
+        return []
+    if isinstance(result, Iterable) and not hasattr(result, "rule"):
+        return list(result)
+    return [result]

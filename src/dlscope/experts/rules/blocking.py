@@ -1,0 +1,126 @@
+"""Host-blocking transfers and synchronizations (nsys analyze's cuda_memcpy_async, cuda_memcpy_sync,
+cuda_memset_sync and cuda_api_sync rules), limited to the profiled iterations.
+
+A blocking call holds the CPU until the GPU queue drains; without it the CPU would have had that time to
+queue the next work. That only shortens the step where the GPU later waits for the CPU: the *refill gap*
+from the call's return to the next GPU activity (minus time in data loading or I/O, which other rules
+own). The saving of sync_memcpy and sync_api is, per call, the smaller of the time it blocked and its
+refill gap. A pageable copy cannot
+overlap compute; its saving is the copy time not overlapped by any kernel (what pinned memory plus
+non_blocking=True lets overlap).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...analyze.categories import matches
+from ...analyze.intervals import clip, merge
+from ..context import compile_any, names_matching
+from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, plural
+from ..finding import Finding
+from ..registry import rule
+from ..spans import Span, length, minus
+
+
+def refill_gaps(ctx, call_ends: np.ndarray) -> np.ndarray:
+    """Per call (in the given order): the GPU idle time from its return to the next GPU activity, not
+    counting time in data loading or I/O."""
+    bs, be = merge(*ctx.busy())
+    lo, hi = ctx.window
+    ends = np.asarray(call_ends, dtype=np.int64)
+    idx = np.searchsorted(bs, ends, side="right")          # first busy interval starting after the call
+    inside = np.zeros(len(ends), dtype=bool)
+    prev = idx - 1
+    ok = prev >= 0
+    inside[ok] = ends[ok] < be[prev[ok]]
+    nxt = np.where(idx < len(bs), bs[np.minimum(idx, len(bs) - 1)] if len(bs) else hi, hi)
+    gap_end = np.where(~inside, np.minimum(nxt, hi), ends)
+    ops = ctx.ops_all
+    other = ops[matches(ops["name"], "dataloader") | matches(ops["name"], "io")]
+    rg = ctx.ranges[ctx.ranges["category"].isin(["dataloader", "io"])]
+    owned = Span(np.concatenate([other["start"], rg["start"]]), np.concatenate([other["end"], rg["end"]]))
+    out = np.zeros(len(ends), dtype=np.int64)
+    for i in np.flatnonzero(gap_end > ends):
+        s, e = clip(ends[i:i + 1], gap_end[i:i + 1], lo, hi)
+        out[i] = length(minus((s, e), owned)) if len(s) else 0
+    return out
+
+
+def _calls(ctx, patterns: list[str]) -> pd.DataFrame:
+    api = ctx.api_calls
+    return api[names_matching(api["name"], compile_any(patterns))]
+
+
+def _blocking_finding(ctx, cfg, rule_id: str, calls: pd.DataFrame, what: str, advice: str):
+    if calls.empty:
+        return None
+    refill = refill_gaps(ctx, calls["end"].to_numpy(np.int64))
+    blocked_each = (calls["end"] - calls["start"]).to_numpy(np.int64)
+    saving = int(np.minimum(refill, blocked_each).sum())
+    if ctx.pct(saving) < cfg["min_pct"]:
+        return None
+    n = ctx.config["evidence"]["max_items"]
+    blocked = int(blocked_each.sum())
+    names = ", ".join(f"{name} ×{count}" for name, count in calls["name"].value_counts().head(4).items())
+    callers = calls.loc[calls["op_id"] >= 0, "op_id"]
+    caller_names = ", ".join(pd.unique(ctx.ops_all["name"].reindex(callers).dropna())[:3]) or "no framework op"
+    return Finding(
+        rule_id,
+        f"{plural(len(calls), what)} inside the step ({names}) blocked the CPU for {fmt_ns(blocked)}; after they "
+        f"returned the GPU sat idle for {fmt_ns(int(refill.sum()))} until new work arrived, "
+        f"{fmt_ns(saving)} ({ctx.pct(saving):.1f}%) of which the CPU could have filled instead of waiting. "
+        f"Called from: {caller_names}.",
+        f"{advice} See {ctx.link(rule_id)}",
+        saving,
+        {"node_ids": node_ids(ctx, callers), "iterations": iterations_of(calls["iteration"]),
+         "time_ranges": longest_ranges(calls["start"], calls["end"], n), "calls": int(len(calls)),
+         "blocked_cpu_ns": blocked, "idle_after_ns": int(refill.sum())})
+
+
+@rule("sync_memcpy")
+def sync_memcpy(ctx, cfg):
+    return _blocking_finding(
+        ctx, cfg, "sync_memcpy", _calls(ctx, cfg["api_names"]), "synchronous memcpy/memset call",
+        "Use the asynchronous forms (cudaMemcpyAsync / cudaMemsetAsync; in PyTorch tensor.to(device, "
+        "non_blocking=True) from pinned memory) and read results back only when needed.")
+
+
+@rule("sync_api")
+def sync_api(ctx, cfg):
+    return _blocking_finding(
+        ctx, cfg, "sync_api", _calls(ctx, cfg["api_names"]), "device/stream synchronization",
+        "Avoid synchronizing inside the training loop: .item(), .cpu(), .numpy(), print(tensor) and "
+        "torch.cuda.synchronize() wait for the GPU. Accumulate metrics on the GPU and read them every N steps; "
+        "use CUDA events (cudaStreamWaitEvent / torch.cuda.Event) to order work instead.")
+
+
+@rule("pageable_memcpy")
+def pageable_memcpy(ctx, cfg):
+    m = ctx.memops
+    sel = (m["kind"] == "memcpy") & m["copy_kind"].isin(cfg["copy_kinds"]) & \
+        ((m["src_mem"] == "pageable") | (m["dst_mem"] == "pageable"))
+    copies = m[sel]
+    if copies.empty:
+        return None
+    lo, hi = ctx.window
+    span = clip(copies["start"].to_numpy(np.int64), copies["end"].to_numpy(np.int64), lo, hi)
+    exposed = minus(span, ctx.busy(kinds=("kernel",)))
+    saving = length(exposed)
+    if ctx.pct(saving) < cfg["min_pct"]:
+        return None
+    n = ctx.config["evidence"]["max_items"]
+    nbytes = int(copies.loc[copies["bytes"] > 0, "bytes"].sum())
+    return Finding(
+        "pageable_memcpy",
+        f"{plural(len(copies), 'host-to-device copy', 'host-to-device copies')} came from pageable memory ({nbytes / 2**20:,.1f} MiB, "
+        f"{fmt_ns(int(copies['dur'].sum()))} on the GPU); pageable copies are staged and synchronous, and "
+        f"{fmt_ns(saving)} of them ran with no kernel alongside.",
+        "Copy from pinned memory asynchronously: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
+        f"tensor.to('cuda', non_blocking=True). See {ctx.link('pageable_memcpy')}",
+        saving,
+        {"node_ids": node_ids(ctx, copies.loc[copies["op_id"] >= 0, "op_id"]),
+         "iterations": iterations_of(copies["iteration"]),
+         "time_ranges": longest_ranges(copies["start"], copies["end"], n), "bytes": nbytes,
+         "copies": int(len(copies))})

@@ -1,0 +1,55 @@
+"""Exposed communication (HTA / TraceLens comm-compute overlap): NCCL kernels running while no compute
+kernel runs on the same GPU. The saving is that exposed time (mean over GPUs): perfectly overlapped
+communication would hide it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...analyze.intervals import clip
+from ..context import compile_any, names_matching
+from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, top_by
+from ..finding import Finding
+from ..registry import rule
+from ..spans import Span, length, minus
+
+
+@rule("exposed_communication")
+def exposed_communication(ctx, cfg):
+    k = ctx.kernel_facts
+    if k.empty:
+        return None
+    comm_mask = names_matching(k["name"], compile_any(cfg["kernel_patterns"]))
+    if not comm_mask.any():
+        return None
+    lo, hi = ctx.window
+    exposed_total, comm_total, parts, devices = 0, 0, [], sorted(k.loc[comm_mask, "device"].unique())
+    for dev in devices:
+        on = (k["device"] == dev).to_numpy()
+        comm = clip(k.loc[comm_mask & on, "start"], k.loc[comm_mask & on, "end"], lo, hi)
+        comp = Span(k.loc[~comm_mask & on, "start"], k.loc[~comm_mask & on, "end"])
+        exposed = minus(comm, comp)
+        exposed_total += length(exposed)
+        comm_total += length(comm)
+        parts.append(exposed)
+    saving = int(exposed_total / len(devices))
+    if saving < cfg["min_share"] * ctx.wall:
+        return None
+    ck = k[comm_mask]
+    n = ctx.config["evidence"]["max_items"]
+    es = np.concatenate([p[0] for p in parts])
+    ee = np.concatenate([p[1] for p in parts])
+    overlap = 1 - exposed_total / comm_total if comm_total else 0.0
+    return Finding(
+        "exposed_communication",
+        f"Communication kernels ran {fmt_ns(comm_total / len(devices))} per GPU, of which {fmt_ns(saving)} "
+        f"({ctx.pct(saving):.1f}% of the aggregated time) had no compute kernel alongside "
+        f"({100 * overlap:.0f}% overlapped).",
+        "Overlap communication with computation: DDP gradient bucketing (tune bucket_cap_mb), FSDP prefetching "
+        "(forward_prefetch / backward_prefetch), gradient accumulation with no_sync(), or fewer, larger "
+        f"collectives. See {ctx.link('exposed_communication')}",
+        saving,
+        {"node_ids": node_ids(ctx, top_by(ck[ck["op_id"] >= 0], "op_id", "dur", n)),
+         "kernels": top_by(ck, "name", "dur", n), "iterations": iterations_of(ck["iteration"]),
+         "time_ranges": longest_ranges(es, ee, n), "comm_ns": int(comm_total / len(devices)),
+         "overlap_share": round(overlap, 4)})

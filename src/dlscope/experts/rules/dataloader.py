@@ -1,0 +1,51 @@
+"""Data-loading bottleneck (DLProf, torch-tb-profiler, seed 000's story): the step waits for its batch.
+
+The saving is the resource breakdown's *Dataloader* time: the CPU is inside data loading while no kernel,
+memcpy or memset runs. On a CPU-only profile it is simply the time inside data loading.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...analyze.categories import matches
+from ...analyze.intervals import clip
+from ..evidence import fmt_ns, longest_ranges, node_ids
+from ..finding import Finding
+from ..registry import rule
+
+
+def loader_intervals(ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, op_ids) of data-loading ops and ranges inside the window (op_id -1 for ranges)."""
+    ops = ctx.ops_all
+    lo, hi = ctx.window
+    o = ops[matches(ops["name"], "dataloader") & (ops["end"] > lo) & (ops["start"] < hi)]
+    r = ctx.ranges[ctx.ranges["category"] == "dataloader"]
+    frame = pd.concat([o[["start", "end"]].assign(op_id=o["op_id"].to_numpy()),
+                       r[["start", "end"]].assign(op_id=-1)], ignore_index=True)
+    return (frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64), frame["op_id"].to_numpy(np.int64))
+
+
+@rule("dataloader_bottleneck")
+def dataloader_bottleneck(ctx, cfg):
+    loader_ns = int(ctx.agg["dataloader_ns"] or 0)
+    if not ctx.wall or loader_ns < cfg["min_share"] * ctx.wall:
+        return None
+    s, e, op_ids = loader_intervals(ctx)
+    n = ctx.config["evidence"]["max_items"]
+    its = ctx.iterations
+    per_it = its.loc[its["dataloader_ns"] > 0, ["iteration", "dataloader_ns"]]
+    where = ("while the GPU was idle" if ctx.has_gpu else "of the step (CPU-only profile)")
+    cs, ce = clip(s, e, *ctx.window)
+    return Finding(
+        "dataloader_bottleneck",
+        f"{ctx.pct(loader_ns):.1f}% of the aggregated time ({fmt_ns(loader_ns)}, "
+        f"{fmt_ns(loader_ns / max(len(its), 1))} per iteration) was spent in data loading {where}.",
+        "Load batches in parallel with the step: DataLoader(num_workers=N>0, pin_memory=True, "
+        "persistent_workers=True, prefetch_factor=2..4); move decoding and augmentation to the GPU with NVIDIA "
+        f"DALI when the CPU cannot keep up. See {ctx.link('dataloader_bottleneck')}",
+        loader_ns,
+        {"node_ids": node_ids(ctx, op_ids[op_ids >= 0]), "iterations": [int(i) for i in per_it["iteration"]],
+         "time_ranges": longest_ranges(cs, ce, n),
+         "per_iteration_ns": {int(i): int(v) for i, v in zip(per_it["iteration"], per_it["dataloader_ns"])}})

@@ -1,0 +1,34 @@
+"""Layout transposes: time in cuDNN's NCHW<->NHWC conversion kernels, which channels_last removes.
+The saving is the union of those kernels' time in the window."""
+
+from __future__ import annotations
+
+from ...analyze.intervals import clip
+from ..context import compile_any, names_matching
+from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, plural, top_by
+from ..finding import Finding
+from ..registry import rule
+from ..spans import length
+
+
+@rule("layout_transposes")
+def layout_transposes(ctx, cfg):
+    k = ctx.kernel_facts
+    if k.empty:
+        return None
+    t = k[names_matching(k["name"], compile_any(cfg["kernel_patterns"]))]
+    share = t["dur"].sum() / max(int(k["dur"].sum()), 1)
+    if t.empty or share < cfg["min_share"]:
+        return None
+    saving = length(clip(t["start"].to_numpy(), t["end"].to_numpy(), *ctx.window))
+    n = ctx.config["evidence"]["max_items"]
+    return Finding(
+        "layout_transposes",
+        f"{plural(len(t), 'layout conversion kernel')} (NCHW<->NHWC) took {fmt_ns(int(t['dur'].sum()))}, "
+        f"{100 * share:.1f}% of kernel time: the convolutions want NHWC but get NCHW tensors.",
+        "Keep activations in NHWC: model = model.to(memory_format=torch.channels_last) and "
+        f"input = input.to(memory_format=torch.channels_last). See {ctx.link('layout_transposes')}",
+        saving,
+        {"node_ids": node_ids(ctx, top_by(t[t["op_id"] >= 0], "op_id", "dur", 10 * n))[:n],
+         "kernels": top_by(t, "name", "dur", n), "iterations": iterations_of(t["iteration"]),
+         "time_ranges": longest_ranges(t["start"], t["end"], n)})

@@ -1,0 +1,43 @@
+"""GPU underutilization (DLProf's rule): kernels run less than half the wall clock; names the largest
+non-GPU category of the resource breakdown, whose time (GPU idle by construction) is the saving."""
+
+from __future__ import annotations
+
+from ..evidence import fmt_ns, longest_ranges
+from ..finding import Finding
+from ..registry import rule
+from ..spans import gaps
+
+ADVICE = {
+    "dataloader": "Investigate the data loading pipeline: more DataLoader workers, pin_memory, prefetching, or "
+                  "NVIDIA DALI for decoding and augmentation on the GPU.",
+    "io": "File or network I/O blocks the step: move checkpointing and logging off the training loop, cache "
+          "or prefetch the data set on local storage.",
+    "cpu": "The CPU is busy in framework ops while the GPU waits: raise the batch size, fuse small ops "
+           "(torch.compile), use CUDA graphs to cut launch overhead.",
+    "other": "Time outside any op or kernel: look for Python work between steps (logging, metrics, "
+             "synchronizations) and add NVTX or record_function ranges to find it.",
+}
+LABELS = {"dataloader": "Dataloader", "io": "I/O", "cpu": "CPU", "other": "Other"}
+
+
+@rule("gpu_underutilized")
+def gpu_underutilized(ctx, cfg):
+    util = ctx.agg["gpu_utilization"]
+    if not ctx.has_gpu or util is None or util >= cfg["max_utilization"] or not ctx.wall:
+        return None
+    parts = {c: int(ctx.agg[f"{c}_ns"] or 0) for c in LABELS}
+    top = max(parts, key=parts.get)
+    idle = gaps(ctx.busy(kinds=("kernel",)), *ctx.window)
+    n = ctx.config["evidence"]["max_items"]
+    return Finding(
+        "gpu_underutilized",
+        f"The GPU is underutilized: only {100 * util:.1f}% of the aggregated wall clock "
+        f"({fmt_ns(ctx.wall)}) has a kernel running.",
+        f"{LABELS[top]} has the highest non-GPU share at {ctx.pct(parts[top]):.1f}% ({fmt_ns(parts[top])}). "
+        f"{ADVICE[top]} See {ctx.link('gpu_underutilized')}",
+        parts[top],
+        {"iterations": [int(i) for i in ctx.iterations["iteration"]],
+         "time_ranges": longest_ranges(*idle, n), "dominant_category": top,
+         "breakdown_ns": {c: int(ctx.agg[f"{c}_ns"] or 0) for c in
+                          ("tensor_core", "non_tensor_core", "memory", "dataloader", "io", "cpu", "other")}})

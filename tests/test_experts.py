@@ -1,0 +1,154 @@
+"""Expert-system rules on hand-made traces: savings checked against numbers computed by hand.
+
+Every rule that no real profile in ../shared/data shows gets its constructed trace here; the real-profile
+tests are in test_experts_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from dlscope.errors import InputError
+from dlscope.experts import evaluate, load_config, write_expert_report, write_findings
+from dlscope.experts.registry import load_rules
+from dlscope.pipeline import build_database
+from experts_helpers import blocking_call, findings
+from trace_builder import KinetoTrace
+
+US = 1000
+RULE_IDS = {"amp_not_enabled", "tc_eligible_not_using_tc", "tc_shape_alignment", "gpu_underutilized",
+            "dataloader_bottleneck", "pageable_memcpy", "sync_memcpy", "sync_api", "gpu_gaps", "launch_bound",
+            "unfused_optimizer", "fusion_candidates", "layout_transposes", "cudnn_benchmark_off",
+            "iteration_variance", "iterations_not_found", "gpu_memory_underutilized", "exposed_communication"}
+HALF = {"Input type": ["c10::Half", "c10::Half"]}
+
+
+def _db(tmp_path, trace: KinetoTrace, name="t.json"):
+    return build_database([trace.write(tmp_path / name)], tmp_path / (name + ".sqlite"), progress=False)
+
+
+def test_registry_holds_every_rule_of_the_contract():
+    assert set(load_rules()) == RULE_IDS
+    config = load_config()
+    assert RULE_IDS <= set(config)
+
+
+def test_half_precision_gemm_without_tensor_cores(tmp_path):
+    """Two FP16 steps: aten::mm [100, 200) runs a CUDA-core hgemm [200, 600) (400 µs, no TC pattern)."""
+    t = KinetoTrace()
+    for i, base in enumerate((0, 1000)):
+        t.step(i + 1, base, base + 1000)
+        t.op("aten::mm", base + 100, base + 200, **{"Input Dims": [[64, 64], [64, 64]], **HALF})
+        t.launch(base + 110, base + 120, "gemmSN_NN_kernel<__half, 128, 2, 4, 8, 3, 4>", base + 200, base + 600)
+    f = findings(_db(tmp_path, t))
+    assert "amp_not_enabled" not in f                       # FP16 inputs: AMP is on
+    got = f["tc_eligible_not_using_tc"]
+    # A100: FP16 Tensor Core 312 TFLOP/s vs FP32 19.5 TFLOP/s -> the kernels could lose 1 - 19.5/312 of their time
+    assert got["est_saving_ns"] == pytest.approx(2 * 400 * US * (1 - 19.5 / 312), rel=1e-3)
+    assert got["evidence"]["iterations"] == [1, 2]
+    assert got["evidence"]["kernels"] == ["gemmSN_NN_kernel<__half, 128, 2, 4, 8, 3, 4>"]
+    assert got["evidence"]["time_ranges"][0] == [200 * US, 600 * US]
+
+
+def test_half_precision_gemm_on_tensor_cores_is_silent(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 1000)
+    t.op("aten::mm", 100, 200, **{"Input Dims": [[64, 64], [64, 64]], **HALF})
+    t.launch(110, 120, "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", 200, 600)
+    f = findings(_db(tmp_path, t))
+    assert "tc_eligible_not_using_tc" not in f and "amp_not_enabled" not in f and "tc_shape_alignment" not in f
+
+
+def test_misaligned_gemm_saving_compares_with_aligned_gemm_rate(tmp_path):
+    """aligned mm 64x64x64 takes 100 µs; misaligned 63x64x64 (FLOPs 63/64 of it) takes 300 µs.
+    Expected saving: 300 - 100 * 63/64 µs."""
+    t = KinetoTrace()
+    t.step(1, 0, 2000)
+    t.op("aten::mm", 100, 150, **{"Input Dims": [[64, 64], [64, 64]], **HALF})
+    t.launch(110, 120, "ampere_fp16_s16816gemm_fp16_64x64_nn", 200, 300)
+    t.op("aten::mm", 400, 450, **{"Input Dims": [[63, 64], [64, 64]], **HALF})
+    t.launch(410, 420, "ampere_fp16_s16816gemm_fp16_64x64_nn", 500, 800)
+    got = findings(_db(tmp_path, t))["tc_shape_alignment"]
+    assert got["est_saving_ns"] == pytest.approx((300 - 100 * 63 / 64) * US, abs=2)
+    assert got["evidence"]["shapes"][0]["dims"] == {"M": 63, "N": 64, "K": 64}
+
+
+def test_synchronous_memcpy_saving_is_blocked_time_capped_by_refill_gap(tmp_path):
+    """cudaMemcpy [300, 500) blocks 200 µs; the GPU then idles from 500 until the next kernel at 620."""
+    t = KinetoTrace()
+    t.step(1, 0, 1000)
+    t.op("aten::relu", 100, 200)
+    t.launch(110, 120, "void at::native::vectorized_elementwise_kernel<4>", 150, 450)
+    t.op("aten::copy_", 290, 510)
+    t.launch(300, 500, "Memcpy DtoH (Device -> Pageable)", 450, 500, kind="gpu_memcpy", bytes=1024)
+    t.events[-2]["name"] = "cudaMemcpy"
+    t.op("aten::relu", 600, 700)
+    t.launch(605, 615, "void at::native::vectorized_elementwise_kernel<4>", 620, 900)
+    blocking_call(t, "cudaDeviceSynchronize", 910, 920)
+    f = findings(_db(tmp_path, t))
+    got = f["sync_memcpy"]
+    assert got["est_saving_ns"] == 120 * US                 # min(200 blocked, 120 refill)
+    assert got["evidence"]["idle_after_ns"] == 120 * US
+    assert "sync_api" in f and f["sync_api"]["est_saving_ns"] == 10 * US   # blocked 10, GPU idle to the end
+
+
+def test_dataloader_on_cpu_only_run_counts_share_of_step(tmp_path):
+    t = KinetoTrace()
+    t.device_properties = []
+    for i, base in enumerate((0, 1000)):
+        t.step(i + 1, base, base + 1000)
+        t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", base + 50, base + 450)
+        t.op("aten::mm", base + 500, base + 900)
+    got = findings(_db(tmp_path, t))["dataloader_bottleneck"]
+    assert got["est_saving_ns"] == 800 * US
+    assert got["est_saving_pct"] == pytest.approx(40.0)
+    assert "CPU-only" in got["problem"]
+    assert got["evidence"]["per_iteration_ns"] == {"1": 400 * US, "2": 400 * US} or \
+        got["evidence"]["per_iteration_ns"] == {1: 400 * US, 2: 400 * US}
+
+
+def test_rules_config_overrides_and_rejects_unknown_keys(tmp_path):
+    t = KinetoTrace()
+    t.device_properties = []
+    t.step(1, 0, 1000)
+    t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 30)
+    t.op("aten::mm", 100, 900)
+    db = _db(tmp_path, t)
+    assert "dataloader_bottleneck" not in findings(db)       # 3% < 5%
+    cfg = tmp_path / "rules.json"
+    cfg.write_text(json.dumps({"dataloader_bottleneck": {"min_share": 0.01}}))
+    assert findings(db, cfg)["dataloader_bottleneck"]["est_saving_ns"] == 30 * US
+    cfg.write_text(json.dumps({"dataloader_bottleneck": {"enabled": False}, "iterations_not_found": {}}))
+    assert "dataloader_bottleneck" not in findings(db, cfg)
+    cfg.write_text(json.dumps({"dataloader_bottleneck": {"min_shar": 0.01}}))
+    with pytest.raises(InputError, match="min_shar"):
+        findings(db, cfg)
+    cfg.write_text("[1]")
+    with pytest.raises(InputError):
+        load_config(cfg)
+
+
+def test_write_findings_replaces_and_reports_escape_names(tmp_path):
+    t = KinetoTrace()
+    t.device_properties = []
+    t.step(1, 0, 1000)
+    t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 500)
+    t.op("aten::mm|<b>", 600, 900)
+    db = _db(tmp_path, t)
+    conn = sqlite3.connect(db)
+    agg = conn.execute("SELECT MAX(agg_id) FROM aggregations").fetchone()[0]
+    result = evaluate(conn, agg)
+    write_findings(conn, agg, result)
+    write_findings(conn, agg, result)
+    rows = conn.execute("SELECT rule, evidence_json FROM findings WHERE agg_id = ?", (agg,)).fetchall()
+    assert [r[0] for r in rows] == [f["rule"] for f in result]
+    assert all(set(json.loads(r[1])) >= {"node_ids", "kernels", "iterations", "time_ranges"} for r in rows)
+    paths = write_expert_report(conn, agg, tmp_path / "out", ["csv", "json", "md"])
+    conn.close()
+    assert [p.name for p in paths] == ["expert_systems.csv", "expert_systems.json", "expert_systems.md"]
+    records = json.loads(paths[1].read_text())
+    assert records[0]["rule"] == result[0]["rule"] and isinstance(records[0]["evidence"], dict)
+    assert "# Expert systems" in paths[2].read_text()
