@@ -127,7 +127,8 @@ def test_crash_before_the_window_says_nothing_was_captured(tmp_path):
     assert not (tmp_path / "run.sqlite").exists()
 
 
-def _dataloader_share(tmp_path: Path, sleep_ms: str, db: str) -> float:
+def _dataloader_time(tmp_path: Path, sleep_ms: str, db: str) -> tuple[float, float]:
+    """Data-loading share of the wall clock and data-loading time per profiled step (ns)."""
     res = profile(tmp_path, "--", sys.executable, str(EXAMPLES / "slow_dataset.py"), "--steps", "9",
                   "--sleep-ms", sleep_ms, db=db)
     assert res.returncode == 0, res.stderr
@@ -135,14 +136,17 @@ def _dataloader_share(tmp_path: Path, sleep_ms: str, db: str) -> float:
     agg = s["aggregation"]
     assert sum(agg["resource_breakdown_ns"].values()) == agg["wall_clock_ns"]
     assert s["capture"]["batch_size"] == 16 and s["capture"]["batch_size_source"] == "first batch"
-    return agg["resource_breakdown_ns"]["dataloader"] / agg["wall_clock_ns"]
+    loading = agg["resource_breakdown_ns"]["dataloader"]
+    return loading / agg["wall_clock_ns"], loading / agg["iterations_profiled"]
 
 
 def test_slow_dataset_shows_a_larger_dataloader_share(tmp_path):
-    slow = _dataloader_share(tmp_path, "10", "slow.sqlite")
-    fast = _dataloader_share(tmp_path, "0", "fast.sqlite")
-    assert slow > 0.5
-    assert slow > fast + 0.2
+    slow_share, slow_per_step = _dataloader_time(tmp_path, "10", "slow.sqlite")
+    fast_share, fast_per_step = _dataloader_time(tmp_path, "0", "fast.sqlite")
+    assert slow_share > fast_share
+    assert slow_share > 0.5
+    # 16 samples x 10 ms of sleep per batch must show up as data loading, whatever the machine's load
+    assert slow_per_step - fast_per_step >= 0.8 * 16 * 10e6
 
 
 def test_dataloader_workers_and_module_ranges(tmp_path):

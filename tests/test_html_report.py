@@ -62,9 +62,9 @@ def test_dashboard_numbers_match_the_hand_made_trace(xss_report):
         assert f'id="{cid}"' in html
 
 
-def test_report_without_iterations_or_findings_says_so(tmp_path, import_db):
+def test_report_without_iterations_says_so_and_shows_the_finding(tmp_path, import_db):
     html = render_html_report(import_db(no_steps_trace(tmp_path / "n.json")))
-    assert "No iterations were found" in html and "No findings." in html
+    assert "No iterations were found" in html and "iterations_not_found" in html
     assert 'id="chart-iterations"' not in html and 'id="chart-breakdown"' in html
 
 
