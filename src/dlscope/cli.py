@@ -115,10 +115,12 @@ def _register_commands() -> None:
     """Commands that live with their stage (capture, present) join the group here."""
     from .capture.cli_profile import profile_command
     from .compare.cli_compare import check_command, diff_command
+    from .viewer.cli_view import view_command
 
     cli.add_command(profile_command, "profile")
     cli.add_command(diff_command, "diff")
     cli.add_command(check_command, "check")
+    cli.add_command(view_command, "view")
 
 
 _register_commands()

@@ -112,7 +112,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                 write_ncu_kernels(conn, frame, source=str(path))
             for agg in aggs:
                 agg_id = writer.write_aggregation(conn, agg)
-                write_findings(conn, agg_id, evaluate(conn, agg_id, rules_config))
+                write_findings(conn, agg_id, evaluate(conn, agg_id, rules_config, _raw_tables(an)))
     return db_path
 
 

@@ -26,8 +26,9 @@ HALF = ("fp16", "bf16")
 class Context:
     """Data in for the rules: ``conn`` + ``agg_id`` + ``config`` (all thresholds)."""
 
-    def __init__(self, conn: sqlite3.Connection, agg_id: int, config: dict):
+    def __init__(self, conn: sqlite3.Connection, agg_id: int, config: dict, tables: dict | None = None):
         self.conn, self.agg_id, self.config = conn, agg_id, config
+        self.tables = tables
         cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
         row = cur.fetchone()
         if row is None:
@@ -44,9 +45,36 @@ class Context:
     def query(self, sql: str, params: tuple = ()) -> pd.DataFrame:
         return pd.read_sql_query(sql, self.conn, params=params)
 
+    def _memory_table(self, table: str) -> pd.DataFrame | None:
+        """The rank's rows of an in-memory table, in the database's columns; None when reading the file."""
+        if self.tables is None or table not in self.tables:
+            return None
+        frame = self.tables[table]
+        frame = frame[frame["rank"] == self.rank]
+        cols = [r[1] for r in self.conn.execute(f'PRAGMA table_info("{table}")')]
+        return frame[[c for c in cols if c in frame.columns]].reset_index(drop=True)
+
     def _in_iterations(self, table: str, columns: str = "*") -> pd.DataFrame:
+        frame = self._memory_table(table)
+        if frame is not None:
+            sel = frame["iteration"].between(self.iter_start, self.iter_stop)
+            return frame[sel].sort_values("start", kind="stable").reset_index(drop=True)
         return self.query(f'SELECT {columns} FROM {table} WHERE rank = ? AND iteration BETWEEN ? AND ? '
                           f'ORDER BY start', (self.rank, self.iter_start, self.iter_stop))
+
+    def _overlapping(self, table: str, columns: list[str], where: str) -> pd.DataFrame:
+        """Rows of the rank overlapping the window (``where`` adds a fixed, code-written condition)."""
+        lo, hi = self.window
+        frame = self._memory_table(table)
+        if frame is not None:
+            sel = (frame["end"] > lo) & (frame["start"] < hi)
+            if where == "cpu":
+                sel &= frame["device"] < 0
+            return frame.loc[sel, columns].sort_values("start", kind="stable").reset_index(drop=True)
+        extra = " AND device < 0" if where == "cpu" else ""
+        cols = ", ".join(f'"{c}"' for c in columns)
+        return self.query(f'SELECT {cols} FROM {table} WHERE rank = ?{extra} AND "end" > ? AND start < ? '
+                          'ORDER BY start', (self.rank, lo, hi))
 
     @cached_property
     def kernels(self) -> pd.DataFrame:
@@ -72,6 +100,17 @@ class Context:
 
     @cached_property
     def ops_all(self) -> pd.DataFrame:
+        columns = ["op_id", "pid", "tid", "name", "op_type", "start", "end", "dur", "parent_id", "depth",
+                   "input_shapes", "input_dtypes", "concrete_inputs", "data_type", "iteration", "node_id",
+                   "tc_eligible", "using_tc", "kernel_count", "gpu_time", "api_time"]
+        if self.tables is not None and "ops" in self.tables:
+            ops = self.tables["ops"]
+            ops = ops.loc[ops["rank"] == self.rank, columns].sort_values("op_id").copy()
+            for col in ("tc_eligible", "using_tc"):
+                ops[col] = ops[col].astype(np.int64)
+            ops = ops.set_index("op_id", drop=False)
+            _inherit(ops)
+            return ops
         ops = self.query('SELECT op_id, pid, tid, name, op_type, start, "end", dur, parent_id, depth, input_shapes, '
                          'input_dtypes, concrete_inputs, data_type, iteration, node_id, tc_eligible, using_tc, '
                          'kernel_count, gpu_time, api_time FROM ops WHERE rank = ? ORDER BY op_id', (self.rank,))
@@ -82,11 +121,8 @@ class Context:
     @cached_property
     def gpu_activity(self) -> pd.DataFrame:
         """All kernels and memops of the rank overlapping the window (device, start, end, kind)."""
-        lo, hi = self.window
-        k = self.query('SELECT device, start, "end", \'kernel\' AS kind FROM kernels WHERE rank = ? AND "end" > ? '
-                       'AND start < ?', (self.rank, lo, hi))
-        m = self.query('SELECT device, start, "end", kind FROM memops WHERE rank = ? AND "end" > ? AND start < ?',
-                       (self.rank, lo, hi))
+        k = self._overlapping("kernels", ["device", "start", "end"], "").assign(kind="kernel")
+        m = self._overlapping("memops", ["device", "start", "end", "kind"], "")
         return pd.concat([k, m], ignore_index=True)
 
     @cached_property
@@ -101,9 +137,8 @@ class Context:
     @cached_property
     def ranges(self) -> pd.DataFrame:
         """CPU annotation ranges of the rank overlapping the window."""
-        lo, hi = self.window
-        return self.query('SELECT * FROM ranges WHERE rank = ? AND device < 0 AND "end" > ? AND start < ? '
-                          'ORDER BY start', (self.rank, lo, hi))
+        columns = [r[1] for r in self.conn.execute('PRAGMA table_info("ranges")')]
+        return self._overlapping("ranges", columns, "cpu")
 
     @cached_property
     def gpus(self) -> pd.DataFrame:
@@ -111,6 +146,9 @@ class Context:
 
     @cached_property
     def memory(self) -> pd.DataFrame:
+        frame = self._memory_table("memory")
+        if frame is not None:
+            return frame.sort_values("ts", kind="stable").reset_index(drop=True)
         return self.query("SELECT * FROM memory WHERE rank = ? ORDER BY ts", (self.rank,))
 
     @cached_property

@@ -1,0 +1,190 @@
+"""Viewer speed on a huge profile: table requests (any sort column, a filter, page 1,000) and dashboard load.
+
+Builds (once) a database of >= 5 million kernels from a real imported profile by replicating its kernels
+table with ``INSERT … SELECT`` (shifted timestamps, new ids, new iteration numbers), starts ``dlscope view``'s
+server on a free port, and times real HTTP requests; the dashboard is timed in headless Chromium.
+
+    python bench/viewer_bench.py --source /tmp/v100.sqlite [--kernels 5000000] [--repeat 5]
+    (make the source with: dlscope import ../shared/data/kineto/hta_v100_rank1of2_5steps.json.gz -o /tmp/v100.sqlite)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def build(source: Path, target: Path, kernels: int) -> int:
+    """Copy ``source`` and grow its kernels table to at least ``kernels`` rows; returns the row count."""
+    if target.exists():
+        return sqlite3.connect(target).execute("SELECT COUNT(*) FROM kernels").fetchone()[0]
+    tmp = target.with_suffix(".tmp")
+    shutil.copy(source, tmp)
+    conn = sqlite3.connect(tmp)
+    conn.execute("PRAGMA journal_mode=OFF")
+    conn.execute("PRAGMA synchronous=OFF")
+    n, max_id, lo, hi, it_lo, it_hi = conn.execute(
+        'SELECT COUNT(*), MAX(kernel_id), MIN(start), MAX("end"), MIN(iteration), MAX(iteration) FROM kernels').fetchone()
+    copies = -(-kernels // n) - 1
+    span, id_step, it_step = hi - lo + 1_000_000, max_id + 1, (it_hi or 0) - (it_lo or 0) + 1
+    indexes = conn.execute("SELECT sql FROM sqlite_master WHERE type='index' AND tbl_name='kernels' AND sql IS NOT NULL").fetchall()
+    for (sql,) in indexes:
+        conn.execute("DROP INDEX " + sql.split()[2])
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(kernels)")]
+    shifted = {"kernel_id": "kernel_id + c.k * :id_step", "start": "start + c.k * :span", '"end"': '"end" + c.k * :span',
+               "end": '"end" + c.k * :span', "launch_ts": "launch_ts + c.k * :span",
+               "iteration": "iteration + c.k * :it_step", "correlation": "correlation + c.k * :id_step"}
+    select = ", ".join(shifted.get(c, c) for c in cols)
+    conn.execute(f"""INSERT INTO kernels ({', '.join('"end"' if c == 'end' else c for c in cols)})
+        WITH RECURSIVE c(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM c WHERE k < :copies)
+        SELECT {select} FROM c JOIN (SELECT * FROM kernels WHERE kernel_id <= :max_id)""",
+                 {"copies": copies, "id_step": id_step, "span": span, "it_step": it_step, "max_id": max_id})
+    conn.commit()
+    for (sql,) in indexes:
+        conn.execute(sql)
+    conn.commit()
+    total = conn.execute("SELECT COUNT(*) FROM kernels").fetchone()[0]
+    conn.close()
+    tmp.rename(target)
+    return total
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(db: Path, port: int) -> subprocess.Popen:
+    code = f"from dlscope.viewer.cli_view import serve; serve([{str(db)!r}], port={port})"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    for _ in range(200):
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/api/meta", timeout=1)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(proc.stdout.read().decode())
+
+
+def cases(db: Path) -> list[tuple[str, str]]:
+    """(label, URL) of the table requests: every offered sort column, filters, deep pages."""
+    conn = sqlite3.connect(db)
+    big_iteration = conn.execute("SELECT iteration FROM kernels GROUP BY iteration ORDER BY COUNT(*) DESC LIMIT 1").fetchone()[0]
+    node = conn.execute("SELECT node_id FROM agg_ops ORDER BY calls DESC LIMIT 1").fetchone()[0]
+    conn.close()
+    from dlscope.viewer.tables import KERNELS, OPS, OP_TYPES
+    out = []
+    for col in KERNELS.columns:
+        if col.sortable and col.big_sort:
+            for order in ("desc", "asc"):
+                out.append((f"all kernels, sort {col.name} {order}, page 1000",
+                            f"/api/table/kernels?sort={col.name}&order={order}&page=1000&size=10"))
+    out += [
+        ("all kernels, sort dur, page 1000 of 100-row pages", "/api/table/kernels?sort=dur&page=1000&size=100"),
+        ("all kernels, filter dur >10us, sort dur, page 1000", "/api/table/kernels?sort=dur&f.dur=%3E10us&page=1000"),
+        ("all kernels, filter kernel_name contains gemm, sort dur, page 1000",
+         "/api/table/kernels?sort=dur&f.kernel_name=gemm&page=1000"),
+        ("all kernels, filter kernel_name contains gemm, sort start, page 1000",
+         "/api/table/kernels?sort=start&order=asc&f.kernel_name=gemm&page=1000"),
+        ("all kernels, filter device = 0, sort start, page 1000", "/api/table/kernels?sort=start&f.device=0&page=1000"),
+        ("all kernels, filter kernel_name contains nccl, sort dur, page 10", "/api/table/kernels?sort=dur&f.kernel_name=nccl&page=10"),
+        ("all kernels, filter op_name contains mm, sort dur, page 1000", "/api/table/kernels?sort=dur&f.op_name=mm&page=1000"),
+        ("all kernels, global search 'gemm', page 1000", "/api/table/kernels?q=gemm&page=1000"),
+    ]
+    for col in KERNELS.columns:
+        if col.sortable:
+            out.append((f"iteration {big_iteration} kernels, sort {col.name}, page 100",
+                        f"/api/table/kernels?iteration={big_iteration}&sort={col.name}&page=100&size=10"))
+    out.append((f"iteration {big_iteration} kernels, filter uses_tc=0 and name 'elementwise'",
+                f"/api/table/kernels?iteration={big_iteration}&f.uses_tc=0&f.kernel_name=elementwise&page=10"))
+    out.append((f"op node {node} kernels in iteration {big_iteration}",
+                f"/api/table/kernels?iteration={big_iteration}&node={node}&sort=dur"))
+    for spec in (OPS, OP_TYPES):
+        for col in spec.columns:
+            if col.sortable:
+                out.append((f"{spec.name}, sort {col.name}", f"/api/table/{spec.name}?sort={col.name}&page=2"))
+    out.append(("ops, global search 'aten'", "/api/table/ops?q=aten"))
+    return out
+
+
+def time_requests(base: str, items, repeat: int) -> list[tuple[str, float, float, int]]:
+    rows = []
+    with httpx.Client(base_url=base, timeout=60) as client:
+        for label, url in items:
+            times = []
+            status = 0
+            for _ in range(repeat):
+                t = time.perf_counter()
+                r = client.get(url)
+                times.append((time.perf_counter() - t) * 1000)
+                status = r.status_code
+            rows.append((label, statistics.median(times), times[0], status))
+    return rows
+
+
+def dashboard_time(base: str, repeat: int) -> list[float]:
+    from playwright.sync_api import sync_playwright
+    out = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                    args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        for _ in range(repeat):
+            page = browser.new_page(viewport={"width": 1500, "height": 1000})
+            t = time.perf_counter()
+            page.goto(base + "/dashboard")
+            page.wait_for_selector("body[data-ready='1']", timeout=30_000)
+            page.wait_for_selector(".p-top table tbody tr")
+            out.append(time.perf_counter() - t)
+            page.close()
+        browser.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", type=Path, required=True, help="a database made by dlscope import")
+    ap.add_argument("--kernels", type=int, default=5_000_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--db", type=Path, default=OUT / "viewer_5m.sqlite")
+    ap.add_argument("--warm", type=float, default=10.0, help="seconds to let the server warm up before timing")
+    args = ap.parse_args()
+    OUT.mkdir(exist_ok=True)
+    t = time.perf_counter()
+    total = build(args.source, args.db, args.kernels)
+    print(f"database: {args.db} ({total:,} kernels, {args.db.stat().st_size / 1e9:.2f} GB; ready in {time.perf_counter() - t:.1f} s)")
+    port = free_port()
+    proc = start_server(args.db, port)
+    base = f"http://127.0.0.1:{port}"
+    time.sleep(args.warm)  # the server counts the kernels and lists their names in the background at start
+    try:
+        rows = time_requests(base, cases(args.db), args.repeat)
+        print(f"\n| request | median ms | first ms | status |\n|---|---:|---:|---:|")
+        for label, med, first, status in rows:
+            print(f"| {label} | {med:.1f} | {first:.1f} | {status} |")
+        meds = [r[1] for r in rows]
+        print(f"\ntable requests: {len(rows)}, slowest median {max(meds):.1f} ms, median of medians "
+              f"{statistics.median(meds):.1f} ms, all under 200 ms: {all(m < 200 for m in meds)}")
+        if Path("/usr/bin/chromium").exists():
+            dash = dashboard_time(base, args.repeat)
+            print(f"dashboard ready in headless Chromium: median {statistics.median(dash):.2f} s "
+                  f"(runs: {', '.join(f'{d:.2f}' for d in dash)})")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()

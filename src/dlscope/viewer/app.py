@@ -1,0 +1,213 @@
+"""The viewer's HTTP application (Starlette): HTML views, their JSON twins, table API, exports, re-aggregation.
+
+Handlers are plain functions (Starlette runs them in its thread pool, each thread with its own read-only
+connection); responses are encoded with orjson. Bad parameters answer 400 naming the parameter, never 500.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+from typing import Callable, Sequence
+
+import orjson
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from dlscope.errors import DlscopeError
+from dlscope.viewer import export
+from dlscope.viewer.jobs import Reaggregator
+from dlscope.viewer.pages import error_page, shell
+from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
+from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
+from dlscope.viewer.query import warm_up
+from dlscope.viewer.tables import TABLES, column_meta
+from dlscope.viewer.views import VIEWS, page_scope, table_page, view_data
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)
+
+
+class Viewer:
+    """The databases being viewed and the background re-aggregator."""
+
+    def __init__(self, db_paths: Sequence[str | Path], aggregate: Callable | None = None):
+        self.dbs = [ProfileDB(p, str(i)) for i, p in enumerate(db_paths)]
+        self.jobs = Reaggregator(aggregate)
+        for db in self.dbs:
+            threading.Thread(target=self._warm, args=(db,), daemon=True, name="dlscope-warm-up").start()
+
+    @staticmethod
+    def _warm(db: ProfileDB) -> None:
+        try:
+            warm_up(db, TABLES.values())
+        except Exception:  # warming is an optimisation; requests compute the same on demand
+            pass
+
+    def db(self, params) -> ProfileDB:
+        raw = params.get("db") or "0"
+        i = parse_int("db", raw, 0, len(self.dbs) - 1)
+        return self.dbs[i]
+
+    def boot(self, db: ProfileDB, view_slug: str) -> dict:
+        return {"view": view_slug, "db": db.key, "profile_name": db.profile_name, "notice": db.notice,
+                "profiles": [{"key": d.key, "name": d.profile_name, "path": str(d.path)} for d in self.dbs],
+                "aggregations": db.aggregations(),
+                "views": [{"slug": v.slug, "title": v.title, "menu": v.in_menu and not
+                           (v.slug == "gpus" and _gpu_count(db) < 2)} for v in VIEWS.values()],
+                "tables": {name: {"title": s.title, "columns": column_meta(s), "default_sort": s.default_sort,
+                                  "default_order": "desc" if s.default_desc else "asc", "huge": s.huge,
+                                  "available": db.has(*s.requires)}
+                           for name, s in TABLES.items()}}
+
+
+def _gpu_count(db: ProfileDB) -> int:
+    return db.execute_one("SELECT COUNT(*) FROM gpus")[0] if db.has("gpus") else 0
+
+
+def _wants_json(request: Request) -> bool:
+    return request.query_params.get("_format") == "json"
+
+
+def _error(request: Request, status: int, title: str, message: str, param: str | None = None, hint: str = ""):
+    if request.url.path.startswith("/api/") or _wants_json(request):
+        return JSON({"error": message, "parameter": param, "hint": hint or None}, status_code=status)
+    return HTMLResponse(error_page(status, title, message, hint), status_code=status)
+
+
+def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None) -> Starlette:
+    """Build the ASGI app over ``db_paths`` (checked now: a bad database fails before the server starts)."""
+    viewer = Viewer(db_paths, aggregate)
+
+    def view_page(request: Request):
+        slug = request.path_params.get("view", "dashboard")
+        view = VIEWS.get(slug)
+        if view is None:
+            return _error(request, 404, "No such view", f"there is no view called {slug!r}",
+                          hint="Pick a view from the View menu.")
+        db = viewer.db(request.query_params)
+        data = view_data(db, view, request.query_params)  # validates every parameter, even for HTML
+        if _wants_json(request):
+            return JSON(data)
+        boot = viewer.boot(db, slug)
+        boot["initial"] = data
+        return HTMLResponse(shell(view.title, boot))
+
+    def api_meta(request: Request):
+        db = viewer.db(request.query_params)
+        return JSON(viewer.boot(db, "dashboard"))
+
+    def api_view(request: Request):
+        view = VIEWS.get(request.path_params["view"])
+        if view is None:
+            return _error(request, 404, "No such view", f"there is no view called {request.path_params['view']!r}")
+        return JSON(view_data(viewer.db(request.query_params), view, request.query_params))
+
+    def api_table(request: Request):
+        name = request.path_params["table"]
+        if name not in TABLES:
+            return _error(request, 404, "No such table", f"there is no table called {name!r}")
+        db = viewer.db(request.query_params)
+        scope = page_scope(db, request.query_params)
+        return JSON(table_page(db, name, request.query_params, scope))
+
+    def api_export(request: Request):
+        name, fmt = request.path_params["table"], request.path_params["fmt"]
+        if name not in TABLES:
+            return _error(request, 404, "No such table", f"there is no table called {name!r}")
+        if fmt not in ("csv", "tsv", "json", "xlsx"):
+            raise BadParameter("format", f"{fmt!r}: use csv, tsv, json or xlsx")
+        db = viewer.db(request.query_params)
+        scope = page_scope(db, request.query_params)
+        spec = TABLES[name]
+        req = parse_table_request(spec, request.query_params, "", {k: v for k, v in scope.items() if spec.scope(k)})
+        filename = export.export_filename(db, req, fmt)
+        headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+        if fmt in ("csv", "tsv"):
+            return StreamingResponse(export.csv_chunks(db, req, "\t" if fmt == "tsv" else ","),
+                                     media_type=f"text/{'tab-separated-values' if fmt == 'tsv' else 'csv'}; charset=utf-8",
+                                     headers=headers)
+        if fmt == "json":
+            return StreamingResponse(export.json_chunks(db, req), media_type="application/json", headers=headers)
+        path = export.write_xlsx(db, req)
+        return FileResponse(path, filename=filename, background=BackgroundTask(os.unlink, path),
+                            media_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
+
+    async def api_aggregate(request: Request):
+        db = viewer.db(request.query_params)
+        try:
+            body = orjson.loads(await request.body() or b"{}")
+        except orjson.JSONDecodeError:
+            raise BadParameter("body", "must be JSON: {iter_start, iter_stop, key_node}") from None
+        if not isinstance(body, dict):
+            raise BadParameter("body", "must be a JSON object")
+        start = body.get("iter_start")
+        stop = body.get("iter_stop")
+        for name, value in (("iter_start", start), ("iter_stop", stop)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise BadParameter(name, "must be a non-negative whole number")
+        if start is not None and stop is not None and start > stop:
+            raise BadParameter("iter_stop", f"{stop} is before iter_start {start}")
+        key_node = body.get("key_node") or None
+        if key_node is not None and not isinstance(key_node, str):
+            raise BadParameter("key_node", "must be an op name")
+        job = viewer.jobs.start(db, start, stop, key_node)
+        return JSON(job, status_code=202)
+
+    def api_job(request: Request):
+        job_id = parse_int("job", request.path_params["job"])
+        job = viewer.jobs.jobs.get(job_id)
+        if job is None:
+            return _error(request, 404, "No such job", f"there is no re-aggregation job {job_id}")
+        return JSON(job)
+
+    def root(request: Request):
+        query = ("?" + str(request.query_params)) if request.query_params else ""
+        return RedirectResponse("/dashboard" + query)
+
+    async def bad_parameter(request: Request, exc: BadParameter):
+        return _error(request, 400, "Bad parameters found in URL", str(exc), exc.name,
+                      hint="Fix or remove the parameter; the view's defaults apply when it is absent.")
+
+    async def timeout(request: Request, exc: QueryTimeout):
+        return _error(request, 503, "Query took too long", str(exc))
+
+    async def user_error(request: Request, exc: DlscopeError):
+        return _error(request, 400, "Cannot show this", str(exc))
+
+    async def not_found(request: Request, exc):
+        return _error(request, 404, "Not found", f"nothing at {request.url.path}")
+
+    routes = [
+        Route("/", root),
+        Route("/api/meta", api_meta),
+        Route("/api/view/{view}", api_view),
+        Route("/api/table/{table}", api_table),
+        Route("/api/table/{table}/export.{fmt}", api_export),
+        Route("/api/aggregate", api_aggregate, methods=["POST"]),
+        Route("/api/jobs/{job}", api_job),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        Route("/{view}", view_page),
+    ]
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        viewer.jobs.shutdown()
+
+    app = Starlette(routes=routes, exception_handlers={BadParameter: bad_parameter, QueryTimeout: timeout,
+                                                       DlscopeError: user_error, 404: not_found},
+                    lifespan=lifespan)
+    app.state.viewer = viewer
+    return app

@@ -1,0 +1,72 @@
+"""``dlscope view DB [DB2] [-b ADDRESS] [-p PORT] [--open]``: serve the viewer, like ``dlprofviewer``."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+import threading
+import webbrowser
+from pathlib import Path
+from typing import Callable, Sequence
+
+import click
+
+from dlscope.errors import DlscopeError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail early with one line when the port is taken (uvicorn would log a traceback-like error)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise DlscopeError(f"port {port} on {host} is already in use; pick another with -p PORT") from None
+            raise DlscopeError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def serve(db_paths: Sequence[str | Path], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+          open_browser: bool = False, aggregate: Callable | None = None, log_level: str = "warning") -> None:
+    """Check the databases, then serve the viewer until interrupted. Raises DlscopeError on bad input."""
+    import uvicorn
+
+    from dlscope.viewer.app import create_app
+    from dlscope.viewer.vendor import vendor_ready
+
+    if not vendor_ready():
+        raise DlscopeError("the viewer's browser libraries are missing (static/vendor); reinstall dlscope or run "
+                           "`python -m dlscope.viewer.vendor` in a source checkout")
+    app = create_app(db_paths, aggregate=aggregate)
+    _check_port(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{'localhost' if host in ('127.0.0.1', 'localhost') else shown}:{port}/"
+    click.echo(f"dlscope viewer: {url}  (Ctrl+C to stop)")
+    for db in app.state.viewer.dbs:
+        click.echo(f"  {db.profile_name}: {db.path}" + (f"\n  note: {db.notice}" if db.notice else ""))
+    if open_browser:
+        threading.Timer(0.8, webbrowser.open, args=(url,)).start()
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+@click.command("view")
+@click.argument("databases", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-b", "--bind", "host", default=DEFAULT_HOST, show_default=True, metavar="ADDRESS",
+              help="Address to listen on; 0.0.0.0 serves the whole local network.")
+@click.option("-p", "--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535),
+              help="Port to listen on.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the viewer in the default browser.")
+def view_command(databases: tuple[Path, ...], host: str, port: int, open_browser: bool) -> None:
+    """Browse profile databases (DB [DB2]) in the web viewer: dashboard, ops, kernels, iterations, GPUs."""
+    if len(databases) > 2:
+        raise click.UsageError("give one database, or two to switch between them")
+    try:
+        serve(databases, host, port, open_browser)
+    except DlscopeError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)

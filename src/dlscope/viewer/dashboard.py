@@ -1,0 +1,141 @@
+"""The Dashboard's panels from one aggregation: the figures come from ``aggregations`` as stored, never recomputed.
+
+NULL stays None (the browser shows "n/a"): a number that could not be measured is never shown as 0.
+"""
+
+from __future__ import annotations
+
+import json
+
+from dlscope.viewer.profile_db import ProfileDB
+
+#: Resource usage breakdown categories, in DLProf's priority order (aggregations / agg_iterations columns).
+BREAKDOWN = (("tensor_core_ns", "Using Tensor Cores"), ("non_tensor_core_ns", "Not Using Tensor Cores"),
+             ("memory_ns", "Memory"), ("dataloader_ns", "Dataloader"), ("io_ns", "I/O"), ("cpu_ns", "CPU"),
+             ("other_ns", "Other"))
+
+#: System configuration rows: (label, dlscope_meta keys tried in order).
+SYSTEM_FIELDS = (("Profile Name", ("profile_name",)), ("CPU Model", ("cpu_model", "cpu")),
+                 ("GPU Driver Version", ("driver_version", "gpu_driver_version", "cuda_driver_version")),
+                 ("Framework", ("framework", "framework_version")), ("CUDA Version", ("cuda_version", "cuda_runtime_version")),
+                 ("cuDNN Version", ("cudnn_version",)), ("NSys Version", ("nsys_version",)),
+                 ("Trace Format", ("source_format", "format")), ("Hostname", ("hostname",)),
+                 ("World Size", ("world_size",)), ("dlscope Version", ("dlscope_version", "version")),
+                 ("dlscope DB Version", ("schema_version",)), ("Created", ("created_at",)))
+
+#: Keys of findings.evidence_json the `>>` drill-down understands.
+EVIDENCE_KEYS = {"nodes": ("node_ids", "op_node_ids", "nodes", "ops"),
+                 "kernel_names": ("kernel_names", "kernels"),
+                 "iterations": ("iterations",)}
+
+
+def resolve_agg(db: ProfileDB, agg: int | None) -> dict | None:
+    aggs = db.aggregations()
+    if not aggs:
+        return None
+    if agg is None:
+        return aggs[-1]
+    return next((a for a in aggs if a["agg_id"] == agg), None)
+
+
+def evidence_links(evidence_json: str | None) -> dict:
+    """The drill-down lists of a finding: {"nodes": [...], "kernel_names": [...], "iterations": [...]}."""
+    try:
+        evidence = json.loads(evidence_json) if evidence_json else {}
+    except ValueError:
+        return {}
+    if not isinstance(evidence, dict):
+        return {}
+    out = {}
+    for name, keys in EVIDENCE_KEYS.items():
+        for k in keys:
+            value = evidence.get(k)
+            if isinstance(value, list) and value and all(isinstance(v, (int, str)) for v in value):
+                out[name] = value
+                break
+    return out
+
+
+def _rows(db: ProfileDB, sql: str, params=()) -> list[dict]:
+    conn = db.connection()
+    cur = conn.execute(sql, params)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def system_config(db: ProfileDB) -> list[list]:
+    gpus = _rows(db, "SELECT rank, device, name FROM gpus ORDER BY rank, device") if db.has("gpus") else []
+    names = sorted({g["name"] for g in gpus if g["name"]})
+    rows = [["GPU Count", len(gpus) if gpus else None], ["GPU Name(s)", ", ".join(names) or None]]
+    if db.has("sources"):
+        ranks = db.execute_one("SELECT COUNT(DISTINCT rank) FROM sources")[0]
+        rows.append(["Ranks", ranks])
+    for label, keys in SYSTEM_FIELDS:
+        value = next((db.meta[k] for k in keys if db.meta.get(k)), None)
+        if value is not None:
+            rows.append([label, value])
+    return rows
+
+
+def kernel_details(db: ProfileDB, agg: dict) -> dict:
+    """The Kernel Details pane: GPU time and count of all / TC / memory / other kernels."""
+    a = agg["agg_id"]
+    tc = db.execute_one("SELECT SUM(calls), SUM(gpu_time_ns) FROM agg_kernels WHERE agg_id = ? AND uses_tc = 1",
+                        (a,)) if db.has("agg_kernels") else (None, None)
+    mem = (None, None)
+    if db.has("memops"):
+        mem = db.execute_one(
+            "SELECT COUNT(*), SUM(m.dur) FROM memops m JOIN agg_iterations i ON i.agg_id = ? AND i.profiled = 1 "
+            "AND i.rank = m.rank AND i.iteration = m.iteration", (a,))
+    total_n, total_t = agg.get("kernel_count"), agg.get("kernel_time_ns")
+    tc_n, tc_t = (tc[0] or 0, tc[1] or 0) if total_n is not None else (None, None)
+    tc_t = agg.get("tc_kernel_time_ns", tc_t) if agg.get("tc_kernel_time_ns") is not None else tc_t
+    other_n = None if total_n is None or tc_n is None else total_n - tc_n
+    other_t = None if total_t is None or tc_t is None else total_t - tc_t
+    return {"all": [total_t, total_n], "tc": [tc_t, tc_n], "memory": [mem[1] or 0, mem[0] or 0] if mem[0] is not None
+            else [None, None], "other": [other_t, other_n]}
+
+
+def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
+    agg = resolve_agg(db, agg_id)
+    out = {"profile_name": db.profile_name, "notice": db.notice, "aggregation": agg,
+           "system": system_config(db)}
+    if agg is None:
+        return out
+    a = agg["agg_id"]
+    out["breakdown"] = [[label, agg.get(key)] for key, label in BREAKDOWN]
+    gpus = _rows(db, "SELECT a.rank, a.device, g.name, a.utilization, a.busy_ns FROM agg_gpus a LEFT JOIN gpus g "
+                     "ON g.rank = a.rank AND g.device = a.device WHERE a.agg_id = ? ORDER BY a.rank, a.device", (a,)) \
+        if db.has("agg_gpus", "gpus") else []
+    out["gpus"] = gpus
+    out["kernels"] = kernel_details(db, agg)
+    out["total_iterations"] = db.execute_one(
+        "SELECT COUNT(DISTINCT iteration) FROM agg_iterations WHERE agg_id = ?", (a,))[0] \
+        if db.has("agg_iterations") else None
+    out["top_ops"] = _rows(db, "SELECT gpu_time_ns, node_id, op_name, direction, op_type, calls, tc_eligible, "
+                               "using_tc FROM agg_ops WHERE agg_id = ? ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
+        if db.has("agg_ops") else []
+    out["iterations"] = iteration_series(db, a)
+    findings = _rows(db, "SELECT finding_id, rule, severity, problem, recommendation, est_saving_ns, "
+                         "est_saving_pct, evidence_json FROM findings WHERE agg_id = ? ORDER BY finding_id", (a,)) \
+        if db.has("findings") else []
+    for f in findings:
+        f["links"] = evidence_links(f.pop("evidence_json"))
+    out["findings"] = findings
+    return out
+
+
+def iteration_series(db: ProfileDB, agg_id: int, rank: int | None = None) -> dict:
+    """Per-iteration stacked categories for the Iterations chart (one rank: the first unless given)."""
+    if not db.has("agg_iterations"):
+        return {"ranks": [], "rows": []}
+    ranks = [r[0] for r in db.execute("SELECT DISTINCT rank FROM agg_iterations WHERE agg_id = ? ORDER BY rank",
+                                      (agg_id,))]
+    if rank is None and ranks:
+        rank = ranks[0]
+    cols = "iteration, profiled, start, duration_ns, kernel_count, tc_kernel_count, " + \
+           ", ".join(k for k, _ in BREAKDOWN)
+    rows = db.execute(f"SELECT {cols} FROM agg_iterations WHERE agg_id = ? AND rank IS ? ORDER BY iteration",
+                      (agg_id, rank))
+    return {"ranks": ranks, "rank": rank, "columns": [c.strip() for c in cols.split(",")], "rows": rows,
+            "categories": [[k, label] for k, label in BREAKDOWN]}

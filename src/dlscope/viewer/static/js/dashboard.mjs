@@ -1,0 +1,165 @@
+// The Dashboard: DLProf's panels, fed by /dashboard?_format=json (the aggregation's stored figures).
+
+import { el, ns, nsSpan, int, pct, boolMark, NA, exactNs } from "./format.mjs";
+import { donut, COLORS } from "./charts.mjs";
+import { iterationChart } from "./iterchart.mjs";
+import { viewUrl, update, get } from "./state.mjs";
+
+const TIPS = {
+  wall: "Time from the start of the first op of the start iteration on the CPU to the end of the last CPU op or GPU activity of the stop iteration, whichever is later.",
+  tce: "GPU time of Tensor Core kernels / GPU time of all kernels of Tensor Core eligible ops. 100 % means every eligible op runs only Tensor Core kernels. Higher is better.",
+  util: "Average GPU utilization across all GPUs: the union of kernel intervals over the wall clock time. Higher is better.",
+  total: "The number of iterations found in the profile.",
+  profiled: "The number of iterations aggregated: from Start Iteration to Stop Iteration, inclusive.",
+  avg: "Wall clock time divided by the number of profiled iterations.",
+};
+
+const GUIDANCE = [
+  ["Understanding GPU utilization and timing details of the operations is the first step in profiling your model.", null],
+  ["Tensor Cores and mixed precision training: ", "https://developer.nvidia.com/tensor-cores"],
+  ["Train with mixed precision and make full use of Tensor Cores (PyTorch AMP): ", "https://pytorch.org/docs/stable/amp.html"],
+  ["Mixed precision training guide (TensorFlow and others): ", "https://docs.nvidia.com/deeplearning/performance/mixed-precision-training/index.html"],
+  ["If several kernels run for one op node, some likely transpose data so Tensor Cores can use it; such transposes themselves do not use Tensor Cores.", null],
+];
+
+function panel(title, cls, ...body) {
+  return el("section", { class: `panel ${cls || ""}` }, el("div", { class: "panel-head" }, el("h2", { text: title })), ...body);
+}
+
+function info(text) { return el("span", { class: "info", tabindex: "0", title: text, "aria-label": text, text: "i" }); }
+
+/** Text with URLs turned into links that open a new tab (built as DOM: the text stays text). */
+export function linkify(text) {
+  const out = el("span");
+  const parts = String(text || "").split(/(https?:\/\/[^\s)]+)/g);
+  parts.forEach((part, i) => {
+    if (i % 2) out.append(el("a", { href: part, target: "_blank", rel: "noopener noreferrer", text: part }));
+    else out.append(part);
+  });
+  return out;
+}
+
+function kv(rows) {
+  return el("table", { class: "kv" }, el("tbody", {}, rows.map(([k, v, tip]) =>
+    el("tr", {}, el("th", {}, el("span", { class: "label", text: k }), tip ? info(tip) : null), el("td", {}, v instanceof Node ? v : (v === null || v === undefined ? el("span", { class: "na", text: NA }) : String(v)))))));
+}
+
+export function kernelDetails(k) {
+  const row = (label, [t, n]) => el("tr", {}, el("th", { text: label }), el("td", {}, nsSpan(t)), el("td", { text: int(n) }));
+  return el("div", { class: "kernel-details" },
+    el("div", { class: "details-head" }, el("h2", { text: "Kernel Details" }),
+      el("button", { class: "close", type: "button", title: "Close the details pane", "aria-label": "Close", text: "✕",
+        onclick: () => { update({ details: null }); document.getElementById("details").hidden = true; } })),
+    el("table", { class: "grid" }, el("thead", {}, el("tr", {}, el("th", { text: "" }), el("th", { text: "Total GPU Time" }), el("th", { text: "Total Count" }))),
+      el("tbody", {}, row("All Kernels", k.all), row("Kernels Using TC", k.tc), row("Memory Kernels", k.memory), row("All Other Kernels", k.other))),
+    el("p", { class: "hint", text: "TC stands for Tensor Cores. GPU Time is the cumulative time executing GPU kernels (memory: memcpy/memset)." }));
+}
+
+export function showDetails(k) {
+  const pane = document.getElementById("details");
+  pane.replaceChildren(kernelDetails(k));
+  pane.hidden = false;
+  update({ details: "kernels" });
+}
+
+export function renderDashboard(content, data) {
+  const d = data.dashboard;
+  const a = d.aggregation;
+  if (!a) {
+    content.append(el("section", { class: "panel empty" }, el("h2", { text: "No aggregation yet" }),
+      el("p", { text: "This database holds no aggregation: run `dlscope aggregate DB` or re-aggregate from the Iterations view." })));
+    document.body.dataset.ready = "1";
+    return;
+  }
+  const grid = el("div", { class: "dashboard" });
+  content.append(grid);
+
+  const charts = [];
+  const chartBox = () => el("div", { class: "chart small" });
+
+  // GPU utilization
+  const util = a.gpu_utilization;
+  const utilBox = chartBox();
+  const more = d.gpus.length > 1 ? el("a", { class: "more", href: viewUrl("gpus"), text: "More… (all GPUs)" }) : null;
+  grid.append(panel("GPU Utilization", "p-util", utilBox, util === null ? el("p", { class: "na", text: "GPU utilization was not measured (no GPU activity)." }) : null, more));
+  if (util !== null) charts.push(() => donut(utilBox, [["Using GPU", util, COLORS.busy], ["Idle GPU", 1 - util, COLORS.idle]],
+    { fmt: (v) => pct(v), exact: (v) => `${(v * 100).toFixed(4)} %`, center: pct(util) }));
+
+  // Resource usage breakdown
+  const brBox = chartBox();
+  grid.append(panel("Resource Usage Breakdown", "p-breakdown", brBox));
+  const keys = ["tensor_core_ns", "non_tensor_core_ns", "memory_ns", "dataloader_ns", "io_ns", "cpu_ns", "other_ns"];
+  charts.push(() => donut(brBox, d.breakdown.map(([label, v], i) => [label, v, COLORS[keys[i]]])));
+
+  // Total kernel GPU time
+  const kBox = chartBox();
+  const k = d.kernels;
+  const detailsBtn = el("button", { class: "icon-btn", type: "button", title: "Show Kernel Details", "aria-label": "Show Kernel Details", text: "☰ Details", onclick: () => showDetails(k) });
+  const kPanel = panel("Total Kernel GPU Time", "p-kernels", kBox);
+  kPanel.querySelector(".panel-head").append(detailsBtn);
+  grid.append(kPanel);
+  charts.push(() => donut(kBox, [["Using Tensor Cores", k.tc[0], COLORS.tensor_core_ns], ["Memory Kernels", k.memory[0], COLORS.memory_ns],
+    ["All Other Kernels", k.other[0], COLORS.non_tensor_core_ns]], { center: ns(k.all[0]) }));
+
+  // Tensor Core kernel efficiency
+  const eff = a.tc_kernel_efficiency;
+  const eBox = chartBox();
+  grid.append(panel("Tensor Core Kernel Efficiency", "p-tce", eBox,
+    eff === null ? el("p", { class: "na", text: "No Tensor Core eligible ops ran kernels: efficiency cannot be computed." }) : null));
+  if (eff !== null) charts.push(() => donut(eBox, [["Tensor Core kernels", eff, COLORS.tensor_core_ns], ["Other kernels of eligible ops", 1 - eff, COLORS.idle]],
+    { fmt: (v) => pct(v), exact: (v) => `${(v * 100).toFixed(4)} %`, center: pct(eff) }));
+
+  // Performance summary
+  const secs = (v) => (v === null || v === undefined ? null : el("span", { title: exactNs(v), text: (v / 1e9).toFixed(3) }));
+  const ms = (v) => (v === null || v === undefined ? null : el("span", { title: exactNs(v), text: (v / 1e6).toFixed(3) }));
+  grid.append(panel("Performance Summary", "p-summary", kv([
+    ["Wall Clock Time (s)", secs(a.wall_clock_ns), TIPS.wall],
+    ["Tensor Core Kernel Efficiency (%)", eff === null ? null : (eff * 100).toFixed(1), TIPS.tce],
+    ["GPU Utilization (%)", util === null ? null : (util * 100).toFixed(1), TIPS.util],
+    ["Total Iterations", d.total_iterations, TIPS.total],
+    ["Profiled Iterations", a.iterations_profiled, TIPS.profiled],
+    ["Start Iteration", a.iter_start], ["Stop Iteration", a.iter_stop],
+    ["Average Iteration Time (ms)", ms(a.avg_iteration_ns), TIPS.avg],
+    ["Key Node", a.key_node || "(default)"], ["Iteration Method", a.iteration_method],
+  ]), el("p", { class: "hint", "data-testid": "summary-raw", text: "" })));
+
+  // Iteration summary
+  const itBox = el("div", { class: "chart wide" });
+  grid.append(panel("Iteration Summary", "p-iters wide", itBox, el("a", { class: "more", href: viewUrl("iterations"), text: "Open the Iterations view →" })));
+  if (d.iterations.rows.length) charts.push(() => iterationChart(itBox, d.iterations, { interactive: false }));
+  else itBox.replaceWith(el("p", { class: "na", text: "No iterations were found in this profile." }));
+
+  // Expert systems
+  const rows = d.findings.map((f) => {
+    const links = f.links || {};
+    const drill = Object.keys(links).length ? el("a", { class: "drill", href: viewUrl("finding", { finding: f.finding_id }), title: "Show the ops, kernels or iterations concerned", text: "»" }) : null;
+    const saving = f.est_saving_ns ? el("div", { class: "saving", title: exactNs(f.est_saving_ns), text: `Estimated saving: ${ns(f.est_saving_ns)}${f.est_saving_pct !== null ? ` (${(f.est_saving_pct * 100).toFixed(1)} %)` : ""}` }) : null;
+    return el("tr", { class: `sev-${f.severity || "info"}` }, el("td", { class: "drill-cell" }, drill),
+      el("td", {}, el("span", { class: "rule", text: f.rule || "" }), el("div", { text: f.problem || "" }), saving),
+      el("td", {}, linkify(f.recommendation)));
+  });
+  grid.append(panel("Expert Systems", "p-experts wide", d.findings.length
+    ? el("table", { class: "grid experts" }, el("thead", {}, el("tr", {}, el("th", { text: "" }), el("th", { text: "Problem" }), el("th", { text: "Recommendation" }))), el("tbody", {}, rows))
+    : el("p", { class: "ok", text: "No issues were detected in this aggregation." })));
+
+  // Top 10 GPU ops
+  const hasDir = d.top_ops.some((o) => o.direction);
+  const top = el("table", { class: "grid top-ops" },
+    el("thead", {}, el("tr", {}, ["GPU Time", "Op Name", hasDir ? "Direction" : null, "Op Type", "Calls", "TC Eligible", "Using TC"].filter(Boolean).map((h) => el("th", { text: h })))),
+    el("tbody", {}, d.top_ops.map((o) => el("tr", {},
+      el("td", { class: "num" }, nsSpan(o.gpu_time_ns)),
+      el("td", {}, el("a", { href: viewUrl("ops-kernels", { node: o.node_id }), title: o.op_name, text: o.op_name })),
+      hasDir ? el("td", { text: o.direction || "" }) : null,
+      el("td", { text: o.op_type || "" }), el("td", { class: "num", text: int(o.calls) }),
+      el("td", {}, boolMark(o.tc_eligible)), el("td", {}, boolMark(o.using_tc))))));
+  grid.append(panel("Top 10 GPU Ops", "p-top wide", d.top_ops.length ? top : el("p", { class: "na", text: "No ops ran on the GPU." })));
+
+  // System configuration
+  grid.append(panel("System Configuration", "p-system", kv(d.system.map(([k2, v]) => [k2, v]))));
+
+  // Guidance
+  grid.append(panel("Guidance", "p-guidance", el("ul", {}, GUIDANCE.map(([t, url]) => el("li", {}, t, url ? el("a", { href: url, target: "_blank", rel: "noopener noreferrer", text: url }) : null)))));
+
+  requestAnimationFrame(() => { charts.forEach((f) => f()); document.body.dataset.ready = "1"; });
+  if (get("details") === "kernels") showDetails(k);
+}

@@ -1,0 +1,103 @@
+// The Iterations view: the stacked chart with zoom/pan, badges, and re-aggregation (iter start/stop, key node).
+
+import { el, int } from "./format.mjs";
+import { iterationChart } from "./iterchart.mjs";
+import { dataTable } from "./table.mjs";
+import { iterFormat } from "./views.mjs";
+import { boot, pageScope, update, get, query } from "./state.mjs";
+import { startJob } from "./jobs.mjs";
+
+function spinner(label, value, min, max, onChange) {
+  const input = el("input", { type: "number", min, max, step: 1, value: value ?? "", "aria-label": label });
+  input.addEventListener("input", () => onChange(input.value === "" ? null : Number(input.value)));
+  input.addEventListener("wheel", (e) => {
+    e.preventDefault();
+    const v = Number(input.value || 0) + (e.deltaY < 0 ? 1 : -1);
+    input.value = Math.max(min, Math.min(max, v));
+    onChange(Number(input.value));
+  }, { passive: false });
+  return el("label", { class: "spin" }, `${label} `, input);
+}
+
+export function renderIterations(content, data, rerender) {
+  const a = (boot.aggregations || []).find((x) => String(x.agg_id) === String(data.scope.agg));
+  content.append(el("div", { class: "view-head" }, el("h1", { text: "Iterations" }),
+    el("p", { class: "hint", text: "Each bar is one iteration, split by resource category. Mouse wheel zooms, drag pans. Gray iterations are outside the aggregation." })));
+  const series = data.chart;
+  if (!series || !series.rows.length) {
+    content.append(el("section", { class: "panel empty" }, el("p", { text: "No iterations were found in this aggregation." })));
+    document.body.dataset.ready = "1";
+    return;
+  }
+  const idx = Object.fromEntries(series.columns.map((n, i) => [n, i]));
+  const iters = series.rows.map((r) => r[idx.iteration]);
+  const profiled = series.rows.filter((r) => r[idx.profiled]).map((r) => r[idx.iteration]);
+  const first = Math.min(...iters), last = Math.max(...iters);
+  const badge = (label, v) => el("span", { class: "badge", "data-badge": label.toLowerCase() }, el("b", { text: label }), " ", String(v ?? "n/a"));
+  const zoomLabel = el("span", { class: "zoom-label", text: "Zoom 1.0x · Tooltip on" });
+  const box = el("div", { class: "chart tall" });
+  let tip = true;
+  let ic = null;
+  const setZoom = (z) => { zoomLabel.textContent = `Zoom ${z.toFixed(1)}x · Tooltip ${tip ? "on" : "off"}`; };
+  const rankSel = series.ranks.length > 1 ? el("label", {}, "Rank ", el("select", { onchange: (e) => { update({ rank: e.target.value }, true); rerender(); } },
+    series.ranks.map((r) => el("option", { value: r, selected: String(r) === String(series.rank), text: String(r) })))) : null;
+  const panel = el("section", { class: "panel" },
+    el("div", { class: "panel-head" }, el("h2", { text: "Iterations" }),
+      el("div", { class: "badges" }, badge("Total", iters.length), badge("Profiled", profiled.length), badge("Start", a?.iter_start), badge("Stop", a?.iter_stop))),
+    el("div", { class: "toolbar" },
+      el("div", { class: "toggle-group", role: "group" },
+        el("button", { class: "btn", type: "button", text: "All Iterations", onclick: () => ic.resetZoom() }),
+        el("button", { class: "btn", type: "button", text: "Profiled Iterations", onclick: () => profiled.length && ic.showRange(Math.min(...profiled), Math.max(...profiled)) })),
+      el("button", { class: "btn", type: "button", text: "Reset Zoom", onclick: () => ic.resetZoom() }),
+      el("button", { class: "btn", type: "button", text: "Toggle Tooltip", onclick: () => { tip = ic.toggleTooltip(); setZoom(ic.zoomFactor()); } }),
+      rankSel, el("span", { class: "spacer" }), zoomLabel),
+    box);
+  content.append(panel);
+
+  // Re-aggregation controls
+  let newStart = a?.iter_start ?? first, newStop = a?.iter_stop ?? last, keyNode = a?.key_node || "";
+  const keyField = el("input", { type: "text", readonly: true, value: keyNode, title: keyNode || "(default key node)", placeholder: "(default)", class: "key-node", "aria-label": "Key node" });
+  const reagg = el("section", { class: "panel reagg" },
+    el("div", { class: "panel-head" }, el("h2", { text: "Re-aggregate" }), el("p", { class: "hint", text: "Choose another iteration range or key node; the aggregation runs in the background and the viewer stays usable." })),
+    el("div", { class: "toolbar" },
+      spinner("Select Iter Start", newStart, first, last, (v) => { newStart = v; ic.setBoundaries(newStart, newStop); }),
+      spinner("Select Iter Stop", newStop, first, last, (v) => { newStop = v; ic.setBoundaries(newStart, newStop); }),
+      el("label", {}, "Key Node ", keyField),
+      el("button", { class: "btn", type: "button", text: "Select Key Node…", onclick: () => pickKeyNode((name) => { keyNode = name; keyField.value = name; keyField.title = name; }) }),
+      el("button", { class: "btn primary", type: "button", text: "Reaggregate", "data-testid": "reaggregate",
+        onclick: () => confirmReaggregate(newStart, newStop, keyNode) })));
+  content.append(reagg);
+  dataTable(content, { table: "iterations", prefix: "iters", title: "Iteration Table", scope: () => pageScope({ iteration: null, node: null }), rowKey: "iteration", format: iterFormat,
+    onRowClick: (row) => { location.href = `/kernels-by-iteration?${query({ ...pageScope({ node: null }), iteration: row.iteration, rank: row.rank })}`; } });
+
+  requestAnimationFrame(() => {
+    ic = iterationChart(box, series, { onZoom: setZoom });
+    ic.setBoundaries(newStart, newStop);
+    document.body.dataset.ready = "1";
+  });
+}
+
+function dialog(title, body, buttons) {
+  const dlg = el("dialog", { class: "modal" }, el("h2", { text: title }), body, el("div", { class: "modal-buttons" }, buttons));
+  document.body.append(dlg);
+  dlg.addEventListener("close", () => dlg.remove());
+  dlg.showModal();
+  return dlg;
+}
+
+function confirmReaggregate(start, stop, keyNode) {
+  if (start !== null && stop !== null && start > stop) { alert("Iter start must not be after iter stop."); return; }
+  const dlg = dialog("Reaggregate?", el("p", { text: `Aggregate iterations ${start} to ${stop}${keyNode ? ` with key node ${keyNode}` : ""}? This may take a while; the viewer stays usable.` }), [
+    el("button", { class: "btn", type: "button", text: "Cancel", onclick: () => dlg.close() }),
+    el("button", { class: "btn primary", type: "button", text: "Yes, reaggregate", "data-testid": "confirm-reaggregate",
+      onclick: () => { dlg.close(); startJob({ iter_start: start, iter_stop: stop, key_node: keyNode || null }); } })]);
+}
+
+function pickKeyNode(onPick) {
+  const host = el("div", { class: "picker" });
+  const dlg = dialog("Select Key Node", host, [el("button", { class: "btn", type: "button", text: "Close", onclick: () => dlg.close() })]);
+  dataTable(host, { table: "ops", prefix: "keypick", title: "Ops", hint: "Click an op to use it as the key node (one occurrence per iteration)",
+    scope: () => pageScope({ node: null, iteration: null }), rowKey: "node_id", show: ["op_name", "op_type", "calls", "gpu_time_ns", "cpu_time_ns"],
+    onRowClick: (row) => { onPick(row.op_name); dlg.close(); } });
+  void int; void get;
+}

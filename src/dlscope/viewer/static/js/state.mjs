@@ -1,0 +1,47 @@
+// The URL is the state: view, aggregation, selections and every table's sort/filter/page live in it.
+
+export const boot = JSON.parse(document.getElementById("boot").textContent);
+
+export function params() { return new URLSearchParams(location.search); }
+
+export function get(name) { return params().get(name); }
+
+/** Update URL parameters (null removes); push a history entry for selections, replace for table tweaks. */
+export function update(changes, push = false) {
+  const p = params();
+  for (const [k, v] of Object.entries(changes)) {
+    if (v === null || v === undefined || v === "") p.delete(k); else p.set(k, String(v));
+  }
+  const url = `${location.pathname}?${p.toString()}`;
+  if (push) history.pushState(null, "", url); else history.replaceState(null, "", url);
+}
+
+/** Parameters shared by every API call of this page (database, aggregation, selections). */
+export function pageScope(extra = {}) {
+  const p = params();
+  const out = {};
+  for (const k of ["db", "agg", "rank", "iteration", "node", "finding"]) if (p.get(k) !== null) out[k] = p.get(k);
+  return { ...out, ...extra };
+}
+
+export function viewUrl(slug, extra = {}) {
+  const p = new URLSearchParams();
+  const cur = params();
+  for (const k of ["db", "agg"]) if (cur.get(k)) p.set(k, cur.get(k));
+  for (const [k, v] of Object.entries(extra)) if (v !== null && v !== undefined) p.set(k, String(v));
+  const q = p.toString();
+  return `/${slug}${q ? "?" + q : ""}`;
+}
+
+export async function getJSON(url) {
+  const res = await fetch(url, { headers: { Accept: "application/json" } });
+  const body = await res.json().catch(() => ({ error: `HTTP ${res.status}` }));
+  if (!res.ok) throw new Error(body.error || `HTTP ${res.status}`);
+  return body;
+}
+
+export function query(obj) {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(obj)) if (v !== null && v !== undefined && v !== "") p.set(k, String(v));
+  return p.toString();
+}

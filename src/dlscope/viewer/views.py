@@ -1,0 +1,119 @@
+"""The views of the navigation bar: which tables each shows, under which URL prefix, scoped by what.
+
+A view's URL carries page-level state (``db``, ``agg``, ``iteration``, ``rank``, ``node``, ``finding``,
+``open``) and each table's own state under its prefix (``ops.sort=calls&ops.page=3``); ``?_format=json`` on
+any view returns the same tables as data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from dlscope.viewer import dashboard
+from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
+from dlscope.viewer.profile_db import ProfileDB
+from dlscope.viewer.query import fetch_page
+from dlscope.viewer.tables import TABLES
+from dlscope.viewer.tree import fetch_tree_page, parse_open
+
+
+@dataclass(frozen=True)
+class ViewTable:
+    prefix: str
+    table: str
+    needs: tuple[str, ...] = ()     # page parameters that must be set before this table has rows
+
+
+@dataclass(frozen=True)
+class View:
+    slug: str
+    title: str
+    tables: tuple[ViewTable, ...] = ()
+    in_menu: bool = True
+
+
+VIEWS = {v.slug: v for v in (
+    View("dashboard", "Dashboard"),
+    View("op-types", "Op Type Summary", (ViewTable("types", "op_types"),)),
+    View("group-ops", "Group Ops", (ViewTable("groups", "groups"),)),
+    View("ops-kernels", "Ops and Kernels", (ViewTable("ops", "ops"), ViewTable("kernels", "op_kernels", ("node",)))),
+    View("kernels-by-iteration", "Kernels by Iteration",
+         (ViewTable("iters", "iterations"), ViewTable("kernels", "kernels", ("iteration",)))),
+    View("kernels-by-op", "Kernels by Op",
+         (ViewTable("iters", "iterations"), ViewTable("ops", "iteration_ops", ("iteration",)),
+          ViewTable("kernels", "kernels", ("iteration", "node")))),
+    View("iterations", "Iterations", (ViewTable("iters", "iterations"),)),
+    View("gpus", "GPUs", (ViewTable("gpus", "gpus"),)),
+    View("kernels", "All Kernels", (ViewTable("kernels", "kernels"),)),
+    View("finding", "Expert System Finding",
+         (ViewTable("ops", "ops", ("nodes",)), ViewTable("kernels", "kernel_summary", ("kernel_names",)),
+          ViewTable("iters", "iterations", ("iterations",))), in_menu=False),
+)}
+
+PAGE_PARAMS = {"db", "agg", "rank", "iteration", "node", "finding", "open", "closed", "_format", "details"}
+
+
+def page_scope(db: ProfileDB, params: Mapping[str, str]) -> dict:
+    """Validated page-level parameters, with ``agg`` defaulting to the newest aggregation."""
+    aggs = db.aggregations()
+    scope: dict = {}
+    if params.get("agg"):
+        agg = parse_int("agg", params["agg"])
+        if not any(a["agg_id"] == agg for a in aggs):
+            raise BadParameter("agg", f"aggregation {agg} does not exist in this database "
+                                      f"(have {', '.join(str(a['agg_id']) for a in aggs) or 'none'})")
+        scope["agg"] = agg
+    elif aggs:
+        scope["agg"] = aggs[-1]["agg_id"]
+    for name in ("rank", "iteration", "node", "finding"):
+        if params.get(name):
+            scope[name] = parse_int(name, params[name])
+    if "finding" in scope and "agg" in scope:
+        row = db.execute_one("SELECT evidence_json FROM findings WHERE agg_id = ? AND finding_id = ?",
+                             (scope["agg"], scope["finding"])) if db.has("findings") else None
+        if row is None:
+            raise BadParameter("finding", f"finding {scope['finding']} does not exist in aggregation {scope['agg']}")
+        scope.update(dashboard.evidence_links(row[0]))
+    return scope
+
+
+def check_params(view: View, params: Mapping[str, str]) -> None:
+    """Unknown parameters are bad parameters too: a typo in a shared URL should say so."""
+    prefixes = {t.prefix + "." for t in view.tables}
+    allowed_keys = {"sort", "order", "page", "size", "q"}
+    for key in params:
+        if key in PAGE_PARAMS:
+            continue
+        prefix, _, rest = key.partition(".")
+        if prefix + "." in prefixes and (rest in allowed_keys or rest.startswith("f.")):
+            continue
+        raise BadParameter(key, f"is not a parameter of the {view.title} view")
+
+
+def table_page(db: ProfileDB, table: str, params: Mapping[str, str], scope: dict, prefix: str = "") -> dict:
+    spec = TABLES[table]
+    if not db.has(*spec.requires):
+        return {"table": table, "rows": [], "total": 0, "missing": f"this database has no {', '.join(spec.requires)}",
+                "page": 1, "last_page": 1, "size": 10, "count_truncated": False, "has_next": False}
+    req = parse_table_request(spec, params, prefix, defaults={k: v for k, v in scope.items()
+                                                              if spec.scope(k) is not None})
+    if spec.name == "groups":
+        return fetch_tree_page(db, req, parse_open(params.get("open"), params.get("closed")))
+    return fetch_page(db, req)
+
+
+def view_data(db: ProfileDB, view: View, params: Mapping[str, str]) -> dict:
+    """The JSON twin of a view: its page-level state and each table's current page."""
+    check_params(view, params)
+    scope = page_scope(db, params)
+    out: dict = {"view": view.slug, "title": view.title, "profile_name": db.profile_name, "scope": scope,
+                 "tables": {}}
+    if view.slug == "dashboard":
+        out["dashboard"] = dashboard.dashboard_data(db, scope.get("agg"))
+    if view.slug == "iterations" and "agg" in scope:
+        out["chart"] = dashboard.iteration_series(db, scope["agg"], scope.get("rank"))
+    for vt in view.tables:
+        if all(n in scope for n in vt.needs):
+            out["tables"][vt.prefix] = table_page(db, vt.table, params, scope, vt.prefix + ".")
+    return out
