@@ -171,7 +171,7 @@ def main() -> None:
     time.sleep(args.warm)  # the server counts the kernels and lists their names in the background at start
     try:
         rows = time_requests(base, cases(args.db), args.repeat)
-        print(f"\n| request | median ms | first ms | status |\n|---|---:|---:|---:|")
+        print("\n| request | median ms | first ms | status |\n|---|---:|---:|---:|")
         for label, med, first, status in rows:
             print(f"| {label} | {med:.1f} | {first:.1f} | {status} |")
         meds = [r[1] for r in rows]

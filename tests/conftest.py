@@ -44,3 +44,22 @@ def import_db(tmp_path_factory):
         return cache[key]
 
     return build
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium driven by Playwright (never a downloaded browser); skips when absent."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install playwright; never `playwright install`)")
+    if not CHROMIUM.exists():
+        pytest.skip("/usr/bin/chromium is missing (apt-get install -y chromium chromium-driver)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM),
+                              args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield b
+        b.close()

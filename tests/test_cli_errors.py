@@ -9,7 +9,6 @@ import sqlite3
 import subprocess
 import sys
 
-import pytest
 
 from conftest import data_file
 from trace_builder import KinetoTrace

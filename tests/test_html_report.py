@@ -11,17 +11,10 @@ import pytest
 from conftest import REPO, data_file
 from dlscope.errors import InputError
 from dlscope.present.html_report import render_html_report, write_html_report
-from test_compare_traces import XSS, base_trace, new_trace, no_steps_trace
+from test_compare_traces import XSS, new_trace, no_steps_trace
 
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"
 CHART_IDS = ("chart-breakdown", "chart-iterations", "chart-top_ops", "chart-top_kernels", "chart-gpus")
-
-try:
-    from playwright.sync_api import sync_playwright
-except ImportError:  # pragma: no cover - depends on the machine
-    sync_playwright = None
-
 
 @pytest.fixture(scope="module")
 def xss_db(tmp_path_factory, import_db):
@@ -71,19 +64,6 @@ def test_report_without_iterations_says_so_and_shows_the_finding(tmp_path, impor
 def test_bad_database_is_an_input_error(tmp_path):
     with pytest.raises(InputError):
         write_html_report(tmp_path / "missing.sqlite", tmp_path)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if sync_playwright is None:
-        pytest.skip("playwright is not installed (pip install playwright; never `playwright install`)")
-    if not CHROMIUM.exists():
-        pytest.skip("/usr/bin/chromium is missing (apt-get install -y chromium chromium-driver)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM),
-                              args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        yield b
-        b.close()
 
 
 def _open_offline(browser, path: Path, shot: str):

@@ -81,8 +81,8 @@ def _aggregate(conn: sqlite3.Connection, agg: int, lo: int, hi: int) -> None:
     p = {"agg": agg, "lo": lo, "hi": hi}
     wall = conn.execute(f'SELECT MAX("end") - MIN(start) FROM iterations WHERE {w}', p).fetchone()[0]
     kn, kt, tct = conn.execute(f"SELECT COUNT(*), SUM(dur), SUM(dur * uses_tc) FROM kernels WHERE {w}", p).fetchone()
-    elig = conn.execute(f"SELECT SUM(k.dur) FROM kernels k JOIN ops o ON o.op_id = k.op_id WHERE o.tc_eligible = 1 "
-                        f"AND k.iteration BETWEEN :lo AND :hi", p).fetchone()[0]
+    elig = conn.execute("SELECT SUM(k.dur) FROM kernels k JOIN ops o ON o.op_id = k.op_id WHERE o.tc_eligible = 1 "
+                        "AND k.iteration BETWEEN :lo AND :hi", p).fetchone()[0]
     busy = kt  # kernels never overlap in this fixture
     profiled = hi - lo + 1
     conn.execute("INSERT INTO aggregations (agg_id, created_at, rank, iter_start, iter_stop, key_node, "

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..errors import DlscopeError
 from .analysis import Analysed
-from .intervals import clip, coverage, union_length
+from .intervals import clip, coverage, sorted_unique, union_length
 
 CATEGORIES = ("tensor_core", "non_tensor_core", "memory", "dataloader", "io", "cpu", "other")
 
@@ -72,7 +72,7 @@ class Segments:
     def __init__(self, sets: list[tuple[np.ndarray, np.ndarray]], points: np.ndarray):
         lo, hi = int(points.min()), int(points.max())
         clipped = [clip(s, e, lo, hi) for s, e in sets]
-        self.bounds = np.unique(np.concatenate([points] + [np.concatenate([s, e]) for s, e in clipped]))
+        self.bounds = sorted_unique(np.concatenate([points] + [np.concatenate([s, e]) for s, e in clipped]))
         seg = np.diff(self.bounds)
         label = np.full(len(seg), len(CATEGORIES) - 1, dtype=np.int64)
         taken = np.zeros(len(seg), dtype=bool)

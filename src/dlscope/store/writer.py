@@ -13,7 +13,6 @@ from typing import Iterator
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from .. import __version__
 from ..errors import DlscopeError
@@ -24,33 +23,34 @@ def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
 
 
-def _arrow(frame: pd.DataFrame, columns: list[str]) -> pa.Table:
-    """A frame as an Arrow table in the database's column order; bools become 0/1, NaN becomes NULL."""
-    data = {}
-    for col in columns:
-        values = frame[col] if col in frame else pd.Series([None] * len(frame))
-        if values.dtype == bool:
-            values = values.astype(np.int64)
-        data[col] = pa.array(values.to_numpy() if values.dtype != object else values.tolist(),
-                             from_pandas=True)
-    return pa.table(data) if data else pa.table({})
+def _column_values(frame: pd.DataFrame, col: str) -> list:
+    """One column as a Python list for sqlite3: bools as 0/1, NaN/None as NULL, numpy scalars unboxed."""
+    if col not in frame:
+        return [None] * len(frame)
+    values = frame[col]
+    if values.dtype == bool:
+        return values.to_numpy(np.int64).tolist()
+    if values.dtype.kind in "iu":
+        return values.to_numpy().tolist()
+    missing = values.isna()
+    if values.dtype.kind == "f":
+        out = values.to_numpy().tolist()
+        return [None if m else v for v, m in zip(out, missing.to_numpy())] if missing.any() else out
+    out = values.tolist()
+    if missing.any():
+        out = [None if m else v for v, m in zip(out, missing.to_numpy())]
+    return [v.item() if isinstance(v, np.generic) else v for v in out] if values.dtype == object else out
 
 
 def insert_frame(conn: sqlite3.Connection, table: str, frame: pd.DataFrame) -> None:
     """Bulk-insert a frame in the table's column order, values bound as parameters."""
-    columns = table_columns(conn, table)
     if frame.empty:
         return
+    columns = table_columns(conn, table)
     cols = ", ".join(f'"{c}"' for c in columns)
     marks = ", ".join("?" * len(columns))
-    arrow = _arrow(frame, columns)
-    conn.executemany(f'INSERT INTO "{table}" ({cols}) VALUES ({marks})', _rows(arrow))
-
-
-def _rows(table: pa.Table) -> Iterator[tuple]:
-    """Rows of an Arrow table in batches, without building one Python dict per row."""
-    for batch in table.to_batches(max_chunksize=65536):
-        yield from zip(*(col.to_pylist() for col in batch.columns))
+    conn.executemany(f'INSERT INTO "{table}" ({cols}) VALUES ({marks})',
+                     zip(*(_column_values(frame, c) for c in columns)))
 
 
 @contextmanager
