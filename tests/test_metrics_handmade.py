@@ -52,6 +52,7 @@ def test_wall_clock_runs_from_first_step_to_last_gpu_activity_of_last_step(db):
     assert a["wall_clock_ns"] == 2300 * US
     assert a["avg_iteration_ns"] == 1150 * US
     assert (a["iter_start"], a["iter_stop"], a["iterations_profiled"]) == (1, 2, 2)
+    assert a["iteration_ns"] == {"min": 1000 * US, "median": 1150 * US, "max": 1300 * US, "slowest_iteration": 2}
 
 
 def test_gpu_busy_counts_overlapping_streams_once(db):

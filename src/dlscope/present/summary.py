@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import sqlite3
 from pathlib import Path
 
@@ -50,6 +51,10 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int) -> dict:
     top = conn.execute(
         "SELECT op_name, op_type, direction, gpu_time_ns, calls, tc_eligible, using_tc FROM agg_ops "
         "WHERE agg_id = ? AND gpu_time_ns > 0 ORDER BY gpu_time_ns DESC LIMIT 10", (agg_id,)).fetchall()
+    durations = sorted(r[0] for r in conn.execute(
+        "SELECT duration_ns FROM agg_iterations WHERE agg_id = ? AND profiled = 1", (agg_id,)))
+    slowest = conn.execute("SELECT iteration FROM agg_iterations WHERE agg_id = ? AND profiled = 1 "
+                           "ORDER BY duration_ns DESC, iteration LIMIT 1", (agg_id,)).fetchone()
     gpus = conn.execute("SELECT rank, device, busy_ns, utilization, kernel_count, kernel_time_ns FROM agg_gpus "
                         "WHERE agg_id = ? ORDER BY device", (agg_id,)).fetchall()
     return {
@@ -58,6 +63,9 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int) -> dict:
         "iterations_profiled": None if whole else row["iterations_profiled"],
         "key_node": row["key_node"] or None, "iteration_method": row["iteration_method"],
         "wall_clock_ns": row["wall_clock_ns"],
+        "iteration_ns": None if whole or not durations else {
+            "min": durations[0], "median": statistics.median(durations), "max": durations[-1],
+            "slowest_iteration": slowest[0]},
         "avg_iteration_ns": None if whole else row["avg_iteration_ns"],
         "gpu_busy_ns": row["gpu_busy_ns"], "gpu_utilization": row["gpu_utilization"],
         "kernel_count": row["kernel_count"], "kernel_time_ns": row["kernel_time_ns"],
@@ -160,6 +168,9 @@ def render_summary(summary: dict) -> str:
     for label, value in (
         ("Iterations", its), ("Wall clock", fmt_ns(a["wall_clock_ns"])),
         ("Average iteration", fmt_ns(a["avg_iteration_ns"])),
+        ("Iteration time", "n/a" if not a.get("iteration_ns") else
+         f"min {fmt_ns(a['iteration_ns']['min'])}, median {fmt_ns(a['iteration_ns']['median'])}, "
+         f"max {fmt_ns(a['iteration_ns']['max'])} (iteration {a['iteration_ns']['slowest_iteration']})"),
         ("GPU utilization", fmt_pct(a["gpu_utilization"]) if p["kernel_count"] else "n/a (no GPU kernels)"),
         ("Tensor Core kernel efficiency", fmt_pct(a["tc_kernel_efficiency"]) if a["tc_kernel_efficiency"] is not None
          else "n/a (no kernels of Tensor-Core-eligible ops)"),
