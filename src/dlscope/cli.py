@@ -46,14 +46,21 @@ def cli() -> None:
 @iter_options
 @click.option("--force", is_flag=True, help="Overwrite an existing output database.")
 @RULES_OPTION
+@click.option("--workers", type=int, default=None,
+              help="Worker processes for a multi-file job (default: all cores for jobs of 64 MiB or more).")
+@click.option("--scheduler", default=None, help="Dask scheduler address (tcp://HOST:PORT); files must be readable there.")
+@click.option("--max-memory", default=None, help="Memory budget, e.g. 4GB: larger traces are streamed.")
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary.")
-def import_command(traces, output, profile_name, iter_start, iter_stop, key_node, force, rules_config, quiet) -> None:
-    """Import PyTorch/Kineto traces or Nsight Systems SQLite exports into a profile database."""
+def import_command(traces, output, profile_name, iter_start, iter_stop, key_node, force, rules_config, workers,
+                   scheduler, max_memory, quiet) -> None:
+    """Import PyTorch/Kineto traces, Nsight Systems SQLite exports or nsys NVTX CSVs (files or folders;
+    one file per rank) and Nsight Compute CSVs into a profile database."""
     from .pipeline import build_database
     from .present.summary import render_summary, summary_dict
 
     build_database(traces, output, profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop,
-                   key_node=key_node, force=force, progress=not quiet, rules_config=rules_config)
+                   key_node=key_node, force=force, progress=not quiet, rules_config=rules_config,
+                   workers=workers, scheduler=scheduler, max_memory=max_memory)
     if not quiet:
         click.echo(render_summary(summary_dict(output)), nl=False)
     click.echo(f"wrote {output}", err=True)

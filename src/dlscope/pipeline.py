@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import gc
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-import numpy as np
 import pandas as pd
 
 from .analyze.aggregation import aggregate as compute_aggregation
 from .analyze.analysis import Analysed, analyse
+from .distributed import expand_inputs, load_profiles_parallel, write_distributed
 from .errors import DlscopeError
 from .experts import evaluate, write_findings
-from .importers import load, sniff
+from .importers import sniff
 from .model import TABLES, Profile
 from .roofline.ncu import read_ncu_csv, write_ncu_kernels
 from .store import reader, writer
@@ -41,34 +40,6 @@ def _progress(enabled: bool) -> Iterator:
         yield step
 
 
-def load_profiles(paths: Sequence[Path], step=lambda *a, **k: None) -> Profile:
-    """Import every file; files of several ranks are merged into one profile."""
-    profiles = []
-    step("reading", advance=0, total=len(paths) + 3)
-    for path in paths:
-        step(f"reading {Path(path).name}")
-        gc_was = gc.isenabled()
-        gc.disable()
-        try:
-            profiles.append(load(path))
-        finally:
-            if gc_was:
-                gc.enable()
-    _assign_ranks(profiles)
-    return Profile.concat(profiles)
-
-
-def _assign_ranks(profiles: list[Profile]) -> None:
-    """Each file is one rank: from its own metadata when distinct, else numbered in order."""
-    ranks = [p.meta.get("rank", 0) for p in profiles]
-    if len(set(ranks)) != len(ranks):
-        ranks = list(range(len(profiles)))
-    for p, rank in zip(profiles, ranks):
-        p.meta["rank"] = rank
-        for name in TABLES:
-            p.table(name)["rank"] = np.int64(rank)
-
-
 def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
     p = an.profile
     return {"gpus": p.gpus, "iterations": an.iterations, "ops": p.ops, "ranges": p.ranges,
@@ -79,12 +50,15 @@ def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
 def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, profile_name: str | None = None,
                    iter_start: int | None = None, iter_stop: int | None = None, key_node: str | None = None,
                    force: bool = False, extra_meta: dict | None = None, progress: bool = True,
-                   rules_config: str | Path | None = None) -> Path:
+                   rules_config: str | Path | None = None, workers: int | None = None,
+                   scheduler: str | None = None, max_memory: str | int | None = None) -> Path:
     """Import traces (and Nsight Compute CSVs) into a new profile database with one aggregation per rank.
 
+    Folders expand to the traces inside; several files are the ranks of one job, imported by ``workers``
+    processes or on the Dask cluster at ``scheduler``; traces too large for ``max_memory`` are streamed.
     Returns the database path. Counter CSVs alone give a database holding only their kernels' counters.
     """
-    paths = [Path(p) for p in trace_paths]
+    paths = expand_inputs(trace_paths)
     if not paths:
         raise DlscopeError("no trace files given")
     db_path = Path(db_path)
@@ -96,7 +70,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
         ncu = [(p, read_ncu_csv(p)) for p in counters]
         an, aggs = None, []
         if traces:
-            profile = load_profiles(traces, step)
+            profile = load_profiles_parallel(traces, workers, scheduler, max_memory, step)
             step("analysing")
             an = analyse(profile, key_node)
             aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks]
@@ -110,9 +84,12 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                 writer.write_raw(conn, _raw_tables(an))
             for path, frame in ncu:
                 write_ncu_kernels(conn, frame, source=str(path))
+            agg_ids = []
             for agg in aggs:
-                agg_id = writer.write_aggregation(conn, agg)
-                write_findings(conn, agg_id, evaluate(conn, agg_id, rules_config, _raw_tables(an)))
+                agg_ids.append(writer.write_aggregation(conn, agg))
+                write_findings(conn, agg_ids[-1], evaluate(conn, agg_ids[-1], rules_config, _raw_tables(an)))
+            if an is not None:
+                write_distributed(conn, an, aggs, agg_ids)
     return db_path
 
 

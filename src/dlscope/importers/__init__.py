@@ -44,6 +44,10 @@ def sniff(path: Path) -> str:
         return "kineto"
     if b"==PROF==" in head or b'"Kernel Name"' in head or b"Metric Name" in head:
         return "ncu_csv"
+    from .nsys_stats_csv import looks_like_nsys_stats_csv
+
+    if looks_like_nsys_stats_csv(path):
+        return "nsys_stats_csv"
     raise InputError(path, "is not a recognised profile (expected a PyTorch/Kineto JSON trace, "
                            "an Nsight Systems SQLite export or an Nsight Compute CSV)")
 
@@ -60,5 +64,9 @@ def load(path: str | Path) -> Profile:
         from .nsys import load_nsys
 
         return load_nsys(path)
+    if kind == "nsys_stats_csv":
+        from .nsys_stats_csv import load_nsys_stats_csv
+
+        return load_nsys_stats_csv(path)
     raise InputError(path, f"{kind} files carry no timeline; import them next to a trace "
                            "(roofline counters)")

@@ -8,6 +8,10 @@ Speed and memory come from msgspec. The event list is first split into raw JSON 
 decoded batch by batch into typed Structs that hold only the fields we map (unknown keys are skipped in
 C; the structs are not GC-tracked). Each batch is turned into column chunks and dropped, so at most one
 batch of Python objects is alive at a time, whatever the trace size.
+
+A file too large for the memory budget (``max_memory``) is streamed instead: ijson (yajl2_c backend)
+walks the ``traceEvents`` array of the gzip stream event by event, and each batch is re-encoded and
+decoded by the same typed decoder, so both paths build identical tables from identical batches.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ from __future__ import annotations
 import gc
 import gzip
 import itertools
+import os
 import re
 import zlib
 from collections import Counter, defaultdict
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import msgspec
 import numpy as np
@@ -73,6 +78,14 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     bytes_delta: _Int = field(name="Bytes", default=-1)
     total_allocated: _Int = field(name="Total Allocated", default=-1)
     total_reserved: _Int = field(name="Total Reserved", default=-1)
+    # Collective metadata (record_param_comms cpu_ops, and NCCL kernels in newer traces)
+    collective: Any = field(name="Collective name", default="")
+    in_nelems: _Int = field(name="In msg nelems", default=-1)
+    out_nelems: _Int = field(name="Out msg nelems", default=-1)
+    group_size: _Int = field(name="Group size", default=-1)
+    comm_dtype: Any = field(name="dtype", default="")
+    pg_name: Any = field(name="Process Group Name", default="")
+    pg_ranks: Any = field(name="Process Group Ranks", default="")
 
 
 _NO_ARGS = _Args()  # shared by every event without args (flows, metadata), so they cost no allocation
@@ -106,27 +119,80 @@ class _Trace(msgspec.Struct, gc=False):
 _TOP_DECODER = msgspec.json.Decoder(_Trace | list[msgspec.Raw])
 _BATCH_DECODER = msgspec.json.Decoder(list[_Event])
 
+#: The in-memory path holds the JSON text plus one raw slice object per event: about this many times the
+#: JSON's size at its peak (measured on the real traces; see bench/README.md). Files whose estimate does
+#: not fit the budget are streamed.
+IN_MEMORY_PEAK_FACTOR = 3
+ESTIMATED_GZIP_RATIO = 15  # when the gzip trailer cannot tell the size (multi-GB files wrap at 4 GiB)
+STREAM_TAIL_BYTES = 65_536  # the bytes after ``traceEvents`` (traceName, baseTimeNanoseconds) fit in this
 
-def load_kineto(path: Path) -> Profile:
-    """Import one Kineto trace file; raise :class:`InputError` when it is not a readable trace."""
+#: ``progress(bytes_read, events_decoded)``; bytes are of the file as stored (compressed when gzip).
+Progress = Callable[[int, int], None]
+
+
+def load_kineto(path: Path, *, max_memory: int | None = None, progress: Progress | None = None) -> Profile:
+    """Import one Kineto trace file; raise :class:`InputError` when it is not a readable trace.
+
+    With ``max_memory`` (bytes), a file whose in-memory import would not fit is streamed.
+    """
     path = Path(path)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of small containers would trigger repeated, useless full collections
     try:
-        header, raw_events = _decode_top(path, _read_json_bytes(path))
-        event_count = len(raw_events)
-        rank = _rank(header)
+        if max_memory is not None and should_stream(path, max_memory):
+            header, batches = _stream_events(path, progress)
+        else:
+            header, batches = _in_memory_events(path, progress)
         tables = _Tables()
-        for events in _decode_batches(path, raw_events):
+        event_count = 0
+        for events in batches:
+            event_count += len(events)
             tables.add(events)
             del events
-        del raw_events  # the last reference to the file's bytes
+        rank = _rank(header)
         profile = tables.profile(rank, header.deviceProperties)
     finally:
         if gc_was_enabled:
             gc.enable()
     profile.meta.update(_meta(path, header, rank, event_count))
     return profile
+
+
+def should_stream(path: Path, max_memory: int) -> bool:
+    """Whether the in-memory import of ``path`` would exceed ``max_memory`` bytes (an estimate)."""
+    return IN_MEMORY_PEAK_FACTOR * estimated_json_size(path) > max_memory
+
+
+def estimated_json_size(path: Path) -> int:
+    """The JSON text's size: the file size, or for gzip the trailer's size when it is plausible."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            if f.read(2) != GZIP_MAGIC:
+                return size
+            f.seek(-4, os.SEEK_END)
+            trailer = int.from_bytes(f.read(4), "little")
+    except OSError:
+        return 0  # the import itself reports the problem
+    if size <= trailer <= MAX_GZIP_RATIO * size and size < 2**32 // MAX_GZIP_RATIO:
+        return trailer
+    return ESTIMATED_GZIP_RATIO * size
+
+
+def _in_memory_events(path: Path, progress: Progress | None) -> tuple[_Trace, Iterator[list[_Event]]]:
+    header, raw_events = _decode_top(path, _read_json_bytes(path))
+    size = os.path.getsize(path)
+
+    def batches() -> Iterator[list[_Event]]:
+        done = 0
+        for events in _decode_batches(path, raw_events):
+            done += len(events)
+            if progress:
+                progress(size * done // max(len(raw_events), 1), done)
+            yield events
+        raw_events.clear()  # the last reference to the file's bytes
+
+    return header, batches()
 
 
 # ----------------------------------------------------------------------------------------- reading
@@ -208,6 +274,138 @@ def _one_line(error: Exception) -> str:
     return " ".join(str(error).split())
 
 
+# -------------------------------------------------------------------------------------- streaming
+
+
+class _CountingReader:
+    """The decompressed stream for ijson, counting the stored bytes read and keeping the last ones."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "rb")
+        gz = self.file.read(2) == GZIP_MAGIC
+        self.file.seek(0)
+        self.stream = gzip.GzipFile(fileobj=self.file, mode="rb") if gz else self.file
+        self.tail = b""
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n)
+        self.tail = (self.tail + data)[-STREAM_TAIL_BYTES:] if len(data) < STREAM_TAIL_BYTES else \
+            data[-STREAM_TAIL_BYTES:]
+        return data
+
+    def stored_bytes(self) -> int:
+        return self.file.tell()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _stream_events(path: Path, progress: Progress | None) -> tuple[_Trace, Iterator[list[_Event]]]:
+    """Header and event batches of a trace read as a stream: memory holds one batch, not the file."""
+    import ijson
+
+    head, bare = _stream_head(path)
+    reader = _CountingReader(path)
+    header: dict[str, Any] = dict(head)
+
+    def batches() -> Iterator[list[_Event]]:
+        done, batch = 0, []
+        try:
+            items = ijson.items(reader, "item" if bare else "traceEvents.item", use_float=True)
+            for event in items:
+                batch.append(event)
+                if len(batch) == BATCH_EVENTS:
+                    yield _decode_streamed(path, batch, done)
+                    done += len(batch)
+                    batch = []
+                    if progress:
+                        progress(reader.stored_bytes(), done)
+            if batch:
+                yield _decode_streamed(path, batch, done)
+                done += len(batch)
+            if progress:
+                progress(reader.stored_bytes(), done)
+            if not bare:
+                header.update({k: v for k, v in _trailing_keys(reader.tail).items() if k not in header})
+                final[0] = _header(path, header)
+        except (ijson.JSONError, ijson.IncompleteJSONError) as e:
+            raise InputError(path, f"is not valid JSON: {_one_line(e)}") from None
+        except (OSError, EOFError, zlib.error):
+            raise InputError(path, "is a truncated or corrupt gzip file") from None
+        finally:
+            reader.close()
+
+    final = [_header(path, header)]
+
+    class _Header:  # the trailing keys are known only after the last batch; load_kineto reads it then
+        def __getattr__(self, name: str) -> Any:
+            return getattr(final[0], name)
+
+    return _Header(), batches()  # type: ignore[return-value]
+
+
+def _stream_head(path: Path) -> tuple[dict[str, Any], bool]:
+    """The top-level keys before ``traceEvents`` (Kineto writes its metadata first); stops there."""
+    import ijson
+
+    reader = _CountingReader(path)
+    out: dict[str, Any] = {}
+    key, builder = None, None
+    try:
+        for prefix, event, value in ijson.parse(reader, use_float=True):
+            if prefix == "":
+                if event == "start_array":
+                    return out, True
+                if event in ("map_key", "end_map"):
+                    if builder is not None:
+                        out[key] = builder.value
+                    if event == "end_map" or value == "traceEvents":
+                        break
+                    key, builder = value, ijson.ObjectBuilder()
+                elif event != "start_map":
+                    raise InputError(path, "is JSON but not a Chrome/Kineto trace (not an object or list)")
+            elif builder is not None:
+                builder.event(event, value)
+        else:
+            raise InputError(path, "is empty")
+    except (ijson.JSONError, ijson.IncompleteJSONError) as e:
+        raise InputError(path, f"is not valid JSON: {_one_line(e)}") from None
+    except (OSError, EOFError, zlib.error):
+        raise InputError(path, "is a truncated or corrupt gzip file") from None
+    finally:
+        reader.close()
+    if value != "traceEvents":
+        raise InputError(path, "is JSON but not a Chrome/Kineto trace (no traceEvents)")
+    return out, False
+
+
+def _trailing_keys(tail: bytes) -> dict[str, Any]:
+    """Top-level keys after the ``traceEvents`` array, from the last bytes of the file.
+
+    The array's closing bracket is the leftmost ``]`` after which the rest reads as the remainder of
+    a JSON object; brackets inside the last events leave unbalanced text and are rejected.
+    """
+    for m in re.finditer(rb"\](?=\s*[,}])", tail):
+        try:
+            rest = msgspec.json.decode(b'{"_":0' + tail[m.end():])
+        except msgspec.DecodeError:
+            continue
+        if isinstance(rest, dict):
+            rest.pop("_", None)
+            return rest
+    return {}
+
+
+def _header(path: Path, keys: dict[str, Any]) -> _Trace:
+    keys = {k: v for k, v in keys.items() if k != "traceEvents"}
+    return _decode_json(path, msgspec.json.Decoder(_Trace), msgspec.json.encode(keys))
+
+
+def _decode_streamed(path: Path, batch: list[dict], first_event: int) -> list[_Event]:
+    """ijson's dicts through the same typed decoder as the in-memory path (floats round-trip exactly)."""
+    return _decode_json(path, _BATCH_DECODER, msgspec.json.encode(batch), first_event)
+
+
 # ---------------------------------------------------------------------------------------- assembly
 
 
@@ -228,10 +426,13 @@ class _Tables:
         data_loading = _data_loading(python_functions)
         self.dropped_python_functions += len(python_functions) - len(data_loading)
         self._add("ops", _op_columns(ops))
+        self._add("comm_args", _comm_columns(ops, "op"))
         self._add("ranges", _range_columns(by_cat.pop("user_annotation", []) + steps,
                                            by_cat.pop("gpu_user_annotation", []), data_loading))
         self._add("api_calls", _api_columns(_take(by_cat, RUNTIME_CATS), _take(by_cat, DRIVER_CATS)))
-        self._add("kernels", _kernel_columns(_take(by_cat, KERNEL_CATS)))
+        kernels = _take(by_cat, KERNEL_CATS)
+        self._add("kernels", _kernel_columns(kernels))
+        self._add("comm_args", _comm_columns(kernels, "kernel"))
         self._add("memops", _memop_columns(_take(by_cat, MEMCPY_CATS), _take(by_cat, MEMSET_CATS)))
         self._add("syncs", _sync_columns(by_cat.pop("cuda_sync", [])))
         self._add("memory", _memory_columns(memory_events))
@@ -251,12 +452,22 @@ class _Tables:
                   ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")}
         tables["gpus"] = _gpus_frame(device_properties, tables["kernels"]["device"], rank)
         profile = Profile(**tables)
+        profile.comm_args = self._comm_frame(rank)  # extension table, see COMM_COLUMNS
         profile.meta = {
             "trace_start_ns": _first_start(profile),
             "dropped_python_functions": self.dropped_python_functions,
             "unmapped_categories": dict(self.unmapped),
         }
         return profile
+
+    def _comm_frame(self, rank: int) -> pd.DataFrame:
+        chunks = self.chunks.pop("comm_args", {})
+        n = self.rows["comm_args"]
+        data = {}
+        for col, dtype in COMM_COLUMNS.items():
+            values = _concat(chunks[col]) if col in chunks else np.full(n, rank)
+            data[col] = np.asarray(values, dtype=np.int64) if dtype == "int64" else _objects(values, n)
+        return pd.DataFrame(data)
 
     def _frame(self, table: str, rank: int) -> pd.DataFrame:
         n = self.rows[table]
@@ -267,6 +478,12 @@ class _Tables:
         if table != "memory":
             columns[_ID_COLUMNS[table]] = np.arange(n, dtype=np.int64)
         return make_table(table, columns, n)
+
+
+def _objects(values: Any, n: int) -> np.ndarray:
+    out = np.empty(n, dtype=object)  # object, not pandas' inferred string dtype, like make_table
+    out[:] = values
+    return out
 
 
 _ID_COLUMNS = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
@@ -328,6 +545,7 @@ def _meta(path: Path, header: _Trace, rank: int, event_count: int) -> dict[str, 
         "source_path": str(path),
         "rank": rank,
         "world_size": max(_as_int(_get(header.distributedInfo, "world_size", 1)), 1),
+        "rank_in_trace": _as_int(_get(header.distributedInfo, "rank", -1)) >= 0,
         "trace_name": header.traceName if isinstance(header.traceName, str) else "",
         "schema_version": header.schemaVersion,
         "event_count": event_count,
@@ -368,6 +586,38 @@ def _op_columns(evs: list[_Event]) -> dict[str, Any]:
         "input_shapes": _json_strings([a.input_dims for a in args]),
         "input_dtypes": _json_strings([a.input_types for a in args]),
         "concrete_inputs": _json_strings([a.concrete_inputs for a in args]),
+    }
+
+
+#: Columns of ``Profile.comm_args``: the collective metadata of record_param_comms ops and of NCCL kernels
+#: that carry it, keyed to their op by (rank, pid, tid, start, name) or kernel by (rank, device, stream, start).
+COMM_COLUMNS = {"rank": "int64", "kind": "object", "pid": "int64", "tid": "int64", "device": "int64",
+                "stream": "int64", "name": "object", "start": "int64", "end": "int64", "collective": "object",
+                "in_nelems": "int64", "out_nelems": "int64", "group_size": "int64", "dtype": "object",
+                "pg_name": "object", "pg_ranks": "object"}
+
+
+def _comm_columns(evs: list[_Event], kind: str) -> dict[str, Any]:
+    """Events that carry collective metadata (or are record_param_comms, whose sizes may come later)."""
+    evs = [e for e in evs if e.name == "record_param_comms" or e.args.collective or e.args.in_nelems != -1]
+    args = [e.args for e in evs]
+    start, end = _times(evs)
+    return {
+        "kind": [kind] * len(evs),
+        "pid": _ints([e.pid for e in evs]),
+        "tid": _ints([e.tid for e in evs]) if kind == "op" else np.full(len(evs), -1, np.int64),
+        "device": _ints([a.device for a in args]),
+        "stream": _ints([a.stream for a in args]),
+        "name": [e.name for e in evs],
+        "start": start,
+        "end": end,
+        "collective": [str(a.collective or "") for a in args],
+        "in_nelems": _ints([a.in_nelems for a in args]),
+        "out_nelems": _ints([a.out_nelems for a in args]),
+        "group_size": _ints([a.group_size for a in args]),
+        "dtype": [str(a.comm_dtype or "") for a in args],
+        "pg_name": [str(a.pg_name or "") for a in args],
+        "pg_ranks": [str(a.pg_ranks or "") for a in args],
     }
 
 

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from ..analyze.aggregation import CATEGORIES
+from ..distributed import summary_ranks
 from ..store import reader
 
 
@@ -105,11 +106,12 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
             profile = {**_profile_section(conn, methods), "iterations_total": None}
             return {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                     "profile": profile, "aggregation": None, "findings": [],
-                    "roofline": _roofline(conn, None)}
+                    "roofline": _roofline(conn, None), "ranks": summary_ranks(conn)}
         agg_id = reader.resolve_agg_id(conn, agg_id if agg_id is not None else current_agg_id(conn))
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                "profile": _profile_section(conn, methods), "aggregation": _aggregation_section(conn, agg_id),
-               "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id)}
+               "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id),
+               "ranks": summary_ranks(conn)}
         if extra.get("capture"):
             out["capture"] = extra["capture"]
         return out
@@ -129,6 +131,26 @@ def fmt_ns(ns: float | None) -> str:
 
 def fmt_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _render_ranks(console, ranks: list[dict]) -> None:
+    """Per-rank figures of a multi-rank job, the likeliest stragglers first."""
+    if len(ranks) < 2:
+        return
+    from rich.table import Table
+
+    table = Table(title=f"Ranks ({len(ranks)}; likeliest stragglers first)", title_justify="left")
+    for col in ("Rank", "Avg iteration", "GPU util.", "Compute", "Exposed comm.", "Idle", "Straggler score"):
+        table.add_column(col, justify="right")
+    ordered = sorted(ranks, key=lambda r: -(r.get("straggler_score") or 0))
+    for r in ordered[:16]:
+        score = r.get("straggler_score")
+        table.add_row(str(r["rank"]), fmt_ns(r.get("avg_iteration_ns")), fmt_pct(r.get("gpu_utilization")),
+                      fmt_ns(r.get("compute_ns")), fmt_ns(r.get("exposed_communication_ns")), fmt_ns(r.get("idle_ns")),
+                      "n/a" if score is None else f"{score:.2f}")
+    console.print(table)
+    if len(ordered) > 16:
+        console.print(f"… and {len(ordered) - 16} more ranks (dlscope summary --json lists them all)")
 
 
 def _render_roofline(console, roofline: dict | None, escape) -> None:
@@ -197,6 +219,7 @@ def render_summary(summary: dict) -> str:
             top.add_row(fmt_ns(op["gpu_time_ns"]), escape(op["op_name"][:60]), escape(op["op_type"][:30]), f"{op['calls']:,}",
                         "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
         console.print(top)
+    _render_ranks(console, summary.get("ranks") or [])
     _render_roofline(console, summary.get("roofline"), escape)
     if summary["findings"]:
         found = Table(title="Expert systems", title_justify="left", show_lines=True)

@@ -1,0 +1,171 @@
+"""Benchmark: a 64-rank job (serial vs worker processes vs Dask vs HTA) and a large single trace's peak
+memory with and without --max-memory. Writes figures as JSON lines to stdout; see bench/README.md.
+
+    python bench/distributed_bench.py job  [--copies 8] [--hta /tmp/hta-venv/bin/python]
+    python bench/distributed_bench.py big  [--repeat 20] [--max-memory 1GB]
+
+The job is built from the 8 real rank traces of ../shared/data/kineto/param_dlrm_8rank_v100: copy k of
+rank r becomes rank 8k+r, its timestamps shifted by k ms, its ids (External id, correlation, Ev Idx)
+renumbered, distributedInfo rewritten. The big trace repeats the events of the largest real trace,
+shifted in time and renumbered, into one gzip file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "kineto"
+OUT = REPO / "bench" / "out"
+ID_KEYS = ("External id", "correlation", "Ev Idx", "Record function id")
+
+
+def _shift(events: list[dict], dt_us: float, id_offset: int) -> list[dict]:
+    out = []
+    for e in events:
+        e = dict(e)
+        if "ts" in e and isinstance(e["ts"], (int, float)):
+            e["ts"] = e["ts"] + dt_us
+        if "id" in e and isinstance(e["id"], int):
+            e["id"] += id_offset
+        if isinstance(e.get("args"), dict):
+            args = dict(e["args"])
+            for key in ID_KEYS:
+                if isinstance(args.get(key), int):
+                    args[key] += id_offset
+            e["args"] = args
+        out.append(e)
+    return out
+
+
+def make_job(copies: int) -> Path:
+    folder = OUT / f"job{8 * copies}"
+    if folder.exists() and len(list(folder.iterdir())) == 8 * copies:
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in range(8):
+        trace = json.load(gzip.open(DATA / "param_dlrm_8rank_v100" / f"worker{r}.pt.trace.json.gz"))
+        for k in range(copies):
+            rank = 8 * k + r
+            t = dict(trace)
+            t["distributedInfo"] = {**trace["distributedInfo"], "rank": rank, "world_size": 8 * copies}
+            t["traceEvents"] = _shift(trace["traceEvents"], k * 1000.0, k * 10_000_000)
+            with gzip.open(folder / f"rank-{rank}.pt.trace.json.gz", "wt", compresslevel=3) as f:
+                json.dump(t, f)
+    return folder
+
+
+def make_big(repeat: int) -> Path:
+    path = OUT / f"big_x{repeat}.json.gz"
+    if path.exists():
+        return path
+    OUT.mkdir(parents=True, exist_ok=True)
+    trace = json.load(gzip.open(DATA / "hta_v100_rank1of2_5steps.json.gz"))
+    events = trace.pop("traceEvents")
+    span = max(e.get("ts", 0) + e.get("dur", 0) for e in events) - min(e["ts"] for e in events if "ts" in e)
+    with gzip.open(path, "wt", compresslevel=3) as f:
+        f.write(json.dumps(trace)[:-1] + ', "traceEvents": [')
+        first = True
+        for k in range(repeat):
+            for e in _shift(events, k * (span + 1000.0), k * 10_000_000):
+                f.write(("" if first else ",\n") + json.dumps(e))
+                first = False
+        f.write("]}")
+    return path
+
+
+def run(cmd: list[str]) -> dict:
+    """Wall, CPU (self + children) and peak RSS of one command in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    return {"wall_s": round(wall, 2), "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2),
+            "peak_rss_mb_any_child_so_far": round(after.ru_maxrss / 1024), "stdout": proc.stdout.strip()[-300:]}
+
+
+IMPORT = """
+import sys, json
+from dlscope import pipeline
+from dlscope.distributed import expand_inputs, load_profiles_parallel
+workers, scheduler, max_memory = int(sys.argv[3]), sys.argv[4] or None, sys.argv[5] or None
+cluster = None
+if scheduler == "local":
+    from distributed import LocalCluster
+    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=None)
+    scheduler = cluster.scheduler_address
+pipeline.load_profiles = lambda traces, step: load_profiles_parallel(traces, workers=workers, scheduler=scheduler,
+                                                                      max_memory=max_memory, step=step)
+pipeline.build_database(expand_inputs([sys.argv[1]]), sys.argv[2], force=True, progress=False)
+if cluster: cluster.close()
+"""
+
+HTA = """
+import sys
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+b = a.get_temporal_breakdown(visualize=False)
+print(len(a.t.traces), "ranks", b.shape)
+"""
+
+
+def bench_job(args) -> None:
+    folder = make_job(args.copies)
+    db = Path(tempfile.mkdtemp()) / "job.sqlite"
+    py = sys.executable
+    for label, workers, scheduler in (("serial", 1, ""), ("workers=2", 2, ""), ("dask LocalCluster 2 procs", 2, "local")):
+        r = run([py, "-c", IMPORT, str(folder), str(db), str(workers), scheduler, ""])
+        print(json.dumps({"bench": f"{8 * args.copies}-rank job, dlscope {label}", **r}), flush=True)
+    if args.hta and Path(args.hta).exists():
+        r = run([args.hta, "-c", HTA, str(folder)])
+        print(json.dumps({"bench": f"{8 * args.copies}-rank job, HTA 0.5.0 TraceAnalysis + temporal breakdown", **r}),
+              flush=True)
+
+
+def bench_big(args) -> None:
+    path = make_big(args.repeat)
+    with gzip.open(path) as f:
+        size = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 24), b""))
+    db = Path(tempfile.mkdtemp()) / "big.sqlite"
+    probe = ("import sys; from dlscope.importers.kineto import load_kineto; "
+             "p = load_kineto(sys.argv[1], max_memory=int(sys.argv[2]) if sys.argv[2] else None); "
+             "import resource; print(len(p.kernels), 'kernels', len(p.ops), 'ops', "
+             "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, 'MB peak RSS of this import')")
+    from dlscope.distributed import parse_size
+
+    for label, budget in (("in memory", ""), (f"--max-memory {args.max_memory} (streamed)", str(parse_size(args.max_memory)))):
+        r = run([sys.executable, "-c", probe, str(path), budget])
+        print(json.dumps({"bench": f"import {path.stat().st_size / 1e6:.0f} MB gz / {size / 1e9:.2f} GB JSON, {label}",
+                          **r}), flush=True)
+    r = run([sys.executable, "-c", IMPORT, str(path), str(db), "1", "", args.max_memory])
+    print(json.dumps({"bench": f"full import to database, --max-memory {args.max_memory}", **r}), flush=True)
+    os.unlink(db)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    job = sub.add_parser("job")
+    job.add_argument("--copies", type=int, default=8)
+    job.add_argument("--hta", default="/tmp/hta-venv/bin/python")
+    big = sub.add_parser("big")
+    big.add_argument("--repeat", type=int, default=20)
+    big.add_argument("--max-memory", default="1GB")
+    args = parser.parse_args()
+    (bench_job if args.what == "job" else bench_big)(args)
+
+
+if __name__ == "__main__":
+    main()

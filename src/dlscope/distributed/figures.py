@@ -1,0 +1,308 @@
+"""Per-rank figures of a job, its NCCL collectives, and which ranks straggle.
+
+Per rank, inside its aggregation window, the GPU time line is cut by priority so the parts add up to
+the wall clock: compute (any non-NCCL kernel runs) > exposed communication (only NCCL kernels run) >
+memcpy (only memcpy/memset runs) > idle. ``communication_ns`` is all NCCL kernel time (the union),
+overlapped or not; ``exposed_communication_ns`` is the part no compute kernel hides.
+
+A collective ends at about the same moment on every rank, so the rank that arrives last has the
+shortest kernel and the others wait for it: a rank's arrival lag in one collective is the longest
+duration of that collective over the ranks minus its own. This needs no clock alignment across hosts.
+Collectives are matched across ranks by type and occurrence number. The straggler score (0..1, 1 =
+always last) is the mean normalised arrival lag where collectives match, else the normalised average
+iteration time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from ..analyze.analysis import Analysed
+from ..analyze.intervals import clip, merge, union_length
+from .tables import table
+
+RANK_COLUMNS = ["rank", "host", "world_size", "source_path", "iterations_profiled", "wall_clock_ns",
+                "avg_iteration_ns", "gpu_utilization", "compute_ns", "communication_ns",
+                "exposed_communication_ns", "memcpy_ns", "idle_ns", "comm_overlap", "collective_count",
+                "collective_bytes", "busbw_gbps", "collective_lag_ns", "iteration_lag_ns", "straggler_score",
+                "straggler_rank"]
+COLLECTIVE_COLUMNS = ["collective_id", "rank", "source", "collective", "call_index", "name", "device", "stream",
+                      "start", "end", "dur_ns", "iteration", "in_nelems", "out_nelems", "dtype", "msg_bytes",
+                      "group_size", "algbw_gbps", "busbw_gbps", "arrival_lag_ns", "pg_name"]
+
+
+@lru_cache(maxsize=1)
+def _patterns() -> tuple[re.Pattern, re.Pattern]:
+    t = table()
+    return re.compile(t["nccl_kernel_pattern"]), re.compile(t["nvtx_collective_pattern"])
+
+
+def collective_type(name: str) -> str:
+    """Canonical collective ("allreduce", "allgather", ...) from a collective or kernel name, else ""."""
+    names = table()["collective_names"]
+    key = name.strip().lower()
+    if key in names:
+        return names[key]
+    kernel, nvtx = _patterns()
+    m = kernel.match(name) or nvtx.match(name)
+    return names.get(m.group(1).lower(), m.group(1).lower()) if m else ""
+
+
+def is_nccl_kernel(names: pd.Series) -> np.ndarray:
+    kernel, _ = _patterns()
+    distinct = {n: bool(kernel.match(n)) for n in pd.unique(names)}
+    return names.map(distinct).to_numpy(bool) if len(names) else np.zeros(0, bool)
+
+
+def busbw_factor(collective: str, n: int) -> float | None:
+    """NCCL's bus-bandwidth factor: allreduce 2(n-1)/n, allgather/reducescatter/alltoall (n-1)/n, else 1."""
+    spec = table()["busbw"].get(collective)
+    if spec is None or n is None or n < 1:
+        return None
+    return spec["scale"] * ((n - 1) / n if spec["ring"] else 1.0)
+
+
+def dtype_bytes(dtype: str) -> int:
+    return int(table()["dtype_bytes"].get(str(dtype).strip().lower(), -1))
+
+
+# ------------------------------------------------------------------------------------- collectives
+
+
+def _comm_ops(an: Analysed) -> pd.DataFrame:
+    """record_param_comms ops with their collective metadata (args, else their first input tensor)."""
+    ops = an.profile.ops
+    rpc = ops[ops["name"] == "record_param_comms"][["op_id", "rank", "pid", "tid", "name", "start", "end",
+                                                   "input_shapes", "input_dtypes"]]
+    args = getattr(an.profile, "comm_args", None)
+    if args is not None and len(args):
+        args = args[args["kind"] == "op"].drop(columns=["kind", "device", "stream", "end"])
+        rpc = rpc.merge(args.drop_duplicates(["rank", "pid", "tid", "start", "name"]),
+                        on=["rank", "pid", "tid", "start", "name"], how="left")
+    for col, fill in (("collective", ""), ("in_nelems", -1), ("out_nelems", -1), ("group_size", -1),
+                      ("dtype", ""), ("pg_name", "")):
+        rpc[col] = rpc[col].fillna(fill) if col in rpc else fill
+    shape_n, shape_dtype = zip(*[_first_tensor(s, d) for s, d in zip(rpc["input_shapes"], rpc["input_dtypes"])]) \
+        if len(rpc) else ((), ())
+    missing = rpc["in_nelems"].to_numpy(np.int64) < 0
+    rpc["in_nelems"] = np.where(missing, np.array(shape_n, np.int64), rpc["in_nelems"].to_numpy(np.int64))
+    rpc["dtype"] = np.where(missing & (rpc["dtype"] == ""), np.array(shape_dtype, object), rpc["dtype"])
+    return rpc
+
+
+def _first_tensor(shapes: str, dtypes: str) -> tuple[int, str]:
+    """Element count and dtype of the first tensor input (-1, "" when the op records none)."""
+    try:
+        shape_list, dtype_list = json.loads(shapes or "[]"), json.loads(dtypes or "[]")
+    except ValueError:
+        return -1, ""
+    if shape_list and isinstance(shape_list[0], list) and shape_list[0] and dtype_list \
+            and dtype_bytes(dtype_list[0]) > 0:
+        return int(np.prod(shape_list[0])), str(dtype_list[0])
+    return -1, ""
+
+
+def _enclosing(kernels: pd.DataFrame, ops: pd.DataFrame, comm_ops: pd.DataFrame) -> np.ndarray:
+    """Row of ``comm_ops`` enclosing each kernel's launching op on its thread (-1 when none)."""
+    out = np.full(len(kernels), -1, dtype=np.int64)
+    if comm_ops.empty or kernels.empty:
+        return out
+    launcher = ops.set_index("op_id").reindex(kernels["op_id"].to_numpy())[["rank", "pid", "tid", "start"]]
+    launcher = launcher.reset_index(drop=True).assign(row=np.arange(len(kernels)))
+    launcher = launcher.dropna()
+    cands = comm_ops.reset_index(drop=True).assign(crow=np.arange(len(comm_ops)))
+    for (rank, pid, tid), group in launcher.groupby(["rank", "pid", "tid"]):
+        c = cands[(cands["rank"] == rank) & (cands["pid"] == pid) & (cands["tid"] == tid)].sort_values("start")
+        if c.empty:
+            continue
+        t = group["start"].to_numpy(np.int64)
+        pos = np.searchsorted(c["start"].to_numpy(np.int64), t, side="right") - 1
+        ok = pos >= 0
+        hit = np.full(len(t), -1, np.int64)
+        hit[ok] = np.where(c["end"].to_numpy(np.int64)[pos[ok]] >= t[ok], c["crow"].to_numpy(np.int64)[pos[ok]], -1)
+        out[group["row"].to_numpy(np.int64)] = hit
+    return out
+
+
+def collectives(an: Analysed, world_sizes: dict[int, int]) -> pd.DataFrame:
+    """One row per NCCL kernel (or NCCL NVTX range in range-only inputs), with sizes and bandwidths."""
+    p = an.profile
+    k = p.kernels[is_nccl_kernel(p.kernels["name"])]
+    comm_ops = _comm_ops(an)
+    rows = pd.DataFrame({
+        "rank": k["rank"].to_numpy(np.int64), "source": "kernel", "name": k["name"].to_numpy(object),
+        "device": k["device"].to_numpy(np.int64), "stream": k["stream"].to_numpy(np.int64),
+        "start": k["start"].to_numpy(np.int64), "end": k["end"].to_numpy(np.int64),
+        "iteration": k["iteration"].to_numpy(np.int64)})
+    rows["collective"] = rows["name"].map(collective_type)
+    for col, fill in (("in_nelems", -1), ("out_nelems", -1), ("group_size", -1), ("dtype", ""), ("pg_name", "")):
+        rows[col] = fill
+    enc = _enclosing(k, p.ops, comm_ops)
+    has = enc >= 0
+    if has.any():
+        src = comm_ops.iloc[enc[has]]
+        for col in ("in_nelems", "out_nelems", "group_size", "dtype", "pg_name"):
+            rows.loc[has, col] = src[col].to_numpy()
+        named = src["collective"].map(collective_type).to_numpy(object)
+        rows.loc[has, "collective"] = np.where(named != "", named, rows.loc[has, "collective"].to_numpy(object))
+    args = getattr(p, "comm_args", None)
+    if args is not None and len(args) and (args["kind"] == "kernel").any():
+        own = args[args["kind"] == "kernel"].drop_duplicates(["rank", "device", "stream", "start"])
+        joined = rows[["rank", "device", "stream", "start"]].merge(own, how="left", on=["rank", "device", "stream",
+                                                                                        "start"])
+        found = joined["in_nelems"].notna().to_numpy() & (joined["in_nelems"].fillna(-1).to_numpy() >= 0)
+        for col in ("in_nelems", "out_nelems", "group_size", "dtype", "pg_name"):
+            rows.loc[found, col] = joined.loc[found, col].to_numpy()
+        named = joined.loc[found, "collective"].map(collective_type).to_numpy(object)
+        rows.loc[found, "collective"] = np.where(named != "", named, rows.loc[found, "collective"].to_numpy(object))
+    rows = pd.concat([rows, _nvtx_collectives(an)], ignore_index=True)
+    return _sizes_and_bandwidth(rows, world_sizes)
+
+
+def _nvtx_collectives(an: Analysed) -> pd.DataFrame:
+    """NCCL's own NVTX ranges (``NCCL:ncclAllGather``) when the input has no kernels (range-only)."""
+    r = an.profile.ranges
+    kernel_ranks = set(an.profile.kernels["rank"].unique().tolist())
+    _, nvtx = _patterns()
+    distinct = {n: bool(nvtx.match(n)) for n in pd.unique(r["name"])}
+    sel = r[r["name"].map(distinct).fillna(False).to_numpy(bool) & ~r["rank"].isin(kernel_ranks).to_numpy()]
+    out = pd.DataFrame({
+        "rank": sel["rank"].to_numpy(np.int64), "source": "nvtx", "name": sel["name"].to_numpy(object),
+        "device": np.full(len(sel), -1, np.int64), "stream": np.full(len(sel), -1, np.int64),
+        "start": sel["start"].to_numpy(np.int64), "end": sel["end"].to_numpy(np.int64),
+        "iteration": sel["iteration"].to_numpy(np.int64) if "iteration" in sel else -1})
+    out["collective"] = out["name"].map(collective_type)
+    out = out[out["collective"].isin(table()["busbw"].keys())]
+    for col, fill in (("in_nelems", -1), ("out_nelems", -1), ("group_size", -1), ("dtype", ""), ("pg_name", "")):
+        out[col] = fill
+    return out
+
+
+def _sizes_and_bandwidth(rows: pd.DataFrame, world_sizes: dict[int, int]) -> pd.DataFrame:
+    rows = rows.sort_values(["rank", "start", "end"], kind="stable").reset_index(drop=True)
+    for col in ("in_nelems", "out_nelems", "group_size"):
+        rows[col] = rows[col].astype(np.int64)
+    rows["dur_ns"] = (rows["end"] - rows["start"]).clip(lower=0)
+    elem = rows["dtype"].map(dtype_bytes).to_numpy(np.int64)
+    use_out = rows["collective"].map(table()["message_size_from"]).fillna("in").to_numpy(object) == "out"
+    nelems = np.where(use_out, rows["out_nelems"].to_numpy(np.int64), rows["in_nelems"].to_numpy(np.int64))
+    known = (nelems >= 0) & (elem > 0)
+    rows["msg_bytes"] = np.where(known, nelems * elem, -1)
+    group = rows["group_size"].to_numpy(np.int64)
+    group = np.where(group > 0, group, rows["rank"].map(world_sizes).fillna(1).to_numpy(np.int64))
+    rows["group_size"] = group
+    seconds = rows["dur_ns"].to_numpy(np.float64) / 1e9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(known & (seconds > 0), rows["msg_bytes"].to_numpy(np.float64) / seconds / 1e9, np.nan)
+    factor = np.array([busbw_factor(c, int(n)) or np.nan for c, n in zip(rows["collective"], group)], np.float64)
+    rows["algbw_gbps"] = algbw
+    rows["busbw_gbps"] = algbw * factor
+    rows["call_index"] = rows.groupby(["rank", "source", "collective"], sort=False).cumcount().astype(np.int64)
+    rows["arrival_lag_ns"] = _arrival_lags(rows)
+    rows["collective_id"] = np.arange(len(rows), dtype=np.int64)
+    return rows[COLLECTIVE_COLUMNS]
+
+
+def _arrival_lags(rows: pd.DataFrame) -> np.ndarray:
+    """Longest duration of the same collective over the ranks minus this rank's (GPU kernels only)."""
+    lag = np.full(len(rows), np.nan)
+    gpu = rows["source"].to_numpy(object) == "kernel"
+    if not gpu.any():
+        return lag
+    key = rows.loc[gpu, ["collective", "call_index"]]
+    g = rows.loc[gpu].groupby(["collective", "call_index"])["dur_ns"]
+    longest, count = g.transform("max").to_numpy(np.float64), g.transform("size").to_numpy()
+    mine = rows.loc[gpu, "dur_ns"].to_numpy(np.float64)
+    lag[np.flatnonzero(gpu)] = np.where(count >= 2, longest - mine, np.nan)
+    del key
+    return lag
+
+
+# ------------------------------------------------------------------------------------- per rank
+
+
+def _gpu_parts(kernels: pd.DataFrame, memops: pd.DataFrame, lo: int, hi: int) -> dict[str, int]:
+    nccl = is_nccl_kernel(kernels["name"])
+    ks, ke = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    compute = clip(ks[~nccl], ke[~nccl], lo, hi)
+    comm = clip(ks[nccl], ke[nccl], lo, hi)
+    mem = clip(memops["start"].to_numpy(np.int64), memops["end"].to_numpy(np.int64), lo, hi)
+    compute_ns = union_length(*compute)
+    kernels_ns = union_length(np.concatenate([compute[0], comm[0]]), np.concatenate([compute[1], comm[1]]))
+    busy_ns = union_length(np.concatenate([compute[0], comm[0], mem[0]]), np.concatenate([compute[1], comm[1], mem[1]]))
+    return {"compute_ns": compute_ns, "communication_ns": union_length(*comm),
+            "exposed_communication_ns": kernels_ns - compute_ns, "memcpy_ns": busy_ns - kernels_ns,
+            "idle_ns": (hi - lo) - busy_ns}
+
+
+def rank_figures(an: Analysed, aggs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-rank figures, collectives) of a job; ``aggs`` are the import's aggregations, one per rank."""
+    p = an.profile
+    sources = p.meta.get("sources", [p.meta])
+    by_rank = {int(s.get("rank", 0)): s for s in sources}
+    world_sizes = {r: int(s.get("world_size") or 1) for r, s in by_rank.items()}
+    coll = collectives(an, world_sizes)
+    rows = []
+    for agg in aggs:
+        row = agg.row
+        rank, lo, hi = int(row["rank"]), int(row["window_start"]), int(row["window_end"])
+        src = by_rank.get(rank, {})
+        k, m = p.kernels[p.kernels["rank"] == rank], p.memops[p.memops["rank"] == rank]
+        out = {"rank": rank, "host": str(src.get("hostname") or ""), "world_size": world_sizes.get(rank, 1),
+               "source_path": str(src.get("source_path") or ""),
+               "iterations_profiled": row["iterations_profiled"] if row["iteration_method"] != "whole_profile" else None,
+               "wall_clock_ns": int(row["wall_clock_ns"]),
+               "avg_iteration_ns": row["avg_iteration_ns"] if row["iteration_method"] != "whole_profile" else None,
+               "gpu_utilization": row["gpu_utilization"]}
+        if len(k) or len(m):
+            out.update(_gpu_parts(k, m, lo, hi))
+            comm = out["communication_ns"]
+            out["comm_overlap"] = 1 - out["exposed_communication_ns"] / comm if comm > 0 else None
+        else:  # range-only input: no GPU activity was recorded, so none is claimed
+            out.update(dict.fromkeys(("compute_ns", "communication_ns", "exposed_communication_ns", "memcpy_ns",
+                                      "idle_ns", "comm_overlap")))
+        mine = coll[(coll["rank"] == rank) & (coll["start"] >= lo) & (coll["start"] < hi)]
+        sized = mine[mine["msg_bytes"] >= 0]
+        bus_bytes = (sized["busbw_gbps"] * sized["dur_ns"]).sum()  # GB/s × ns = bytes
+        out.update({"collective_count": len(mine), "collective_bytes": int(sized["msg_bytes"].sum()) if len(sized) else None,
+                    "busbw_gbps": float(bus_bytes / sized["dur_ns"].sum()) if len(sized) and sized["dur_ns"].sum() > 0
+                    and not np.isnan(bus_bytes) else None,
+                    "collective_lag_ns": float(mine["arrival_lag_ns"].mean()) if mine["arrival_lag_ns"].notna().any()
+                    else None})
+        rows.append(out)
+    ranks = pd.DataFrame(rows, columns=[c for c in RANK_COLUMNS if c not in ("iteration_lag_ns", "straggler_score",
+                                                                             "straggler_rank")])
+    return _stragglers(ranks, coll), coll
+
+
+def _stragglers(ranks: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
+    ranks = ranks.copy()
+    its = pd.to_numeric(ranks["avg_iteration_ns"], errors="coerce").to_numpy(np.float64)
+    if len(ranks) < 2:
+        ranks["iteration_lag_ns"] = np.nan
+        ranks["straggler_score"] = np.nan
+        ranks["straggler_rank"] = np.nan
+        return ranks[RANK_COLUMNS].astype({"straggler_rank": object}).where(ranks[RANK_COLUMNS].notna(), None)
+    ranks["iteration_lag_ns"] = its - np.nanmin(its) if np.isfinite(its).any() else np.nan
+    score = pd.Series(np.nan, index=ranks.index)
+    lagged = coll[coll["arrival_lag_ns"].notna()]
+    if len(lagged):
+        g = lagged.groupby(["collective", "call_index"])["dur_ns"]
+        spread = (g.transform("max") - g.transform("min")).to_numpy(np.float64)
+        norm = np.where(spread > 0, lagged["arrival_lag_ns"].to_numpy(np.float64) / np.where(spread > 0, spread, 1),
+                        np.nan)
+        per_rank = pd.Series(norm, index=lagged["rank"].to_numpy()).groupby(level=0).mean()
+        score = ranks["rank"].map(per_rank)
+    if score.isna().all() and np.isfinite(its).any():
+        span = np.nanmax(its) - np.nanmin(its)
+        score = pd.Series((its - np.nanmin(its)) / span if span > 0 else np.zeros(len(its)), index=ranks.index)
+    ranks["straggler_score"] = score.to_numpy(np.float64)
+    order = ranks["straggler_score"].rank(method="first", ascending=False)
+    ranks["straggler_rank"] = order.astype("Int64")
+    out = ranks[RANK_COLUMNS].astype(object)
+    return out.where(pd.notna(out), None)

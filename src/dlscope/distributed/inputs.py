@@ -1,0 +1,88 @@
+"""Which files make up a job, and which rank, world size and host each file is.
+
+A folder argument stands for the trace files inside it, in natural order (rank-2 before rank-10). A
+file's rank comes from its own metadata (Kineto ``distributedInfo``) when every file has a distinct one,
+else from the file names (rank-3, worker5, proc2, rank3of8 ...) when they give distinct ranks, else from
+the order of the files.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..errors import InputError
+from .tables import host_patterns, rank_patterns, table
+
+
+def natural_key(path: Path) -> list:
+    """Sort key that orders embedded numbers by value."""
+    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", path.name)]
+
+
+def expand_inputs(args: Iterable[str | Path]) -> list[Path]:
+    """Files as given; each folder replaced by the trace files directly inside it, naturally sorted."""
+    suffixes = tuple(table()["trace_suffixes"])
+    out: list[Path] = []
+    for arg in args:
+        path = Path(arg)
+        if path.is_dir():
+            found = sorted((p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
+                            and p.name.lower().endswith(suffixes)), key=natural_key)
+            if not found:
+                raise InputError(path, f"is a folder with no trace files (looked for {', '.join(suffixes)})")
+            out.extend(found)
+        else:
+            out.append(path)
+    return out
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a file is in the job; ``rank_source`` is "trace", "file_name" or "order"."""
+
+    rank: int
+    world_size: int
+    hostname: str
+    rank_source: str
+
+
+def rank_from_name(path: Path) -> tuple[int, int] | None:
+    """(rank, world size or -1) spelled in the file name, or None."""
+    for pattern in rank_patterns():
+        m = pattern.search(path.name)
+        if m:
+            world = m.groupdict().get("world")
+            return int(m.group("rank")), int(world) if world else -1
+    return None
+
+
+def host_from_name(path: Path) -> str:
+    """The host in torch's default trace name ``{hostname}_{pid}.{ms}.pt.trace.json``, else ""."""
+    for pattern in host_patterns():
+        m = pattern.search(path.name)
+        if m:
+            return m.group("host")
+    return ""
+
+
+def identities(paths: Sequence[Path], metas: Sequence[dict]) -> list[Identity]:
+    """Rank, world size and host of every file of one job (see the module docstring for the order)."""
+    n = len(paths)
+    in_trace = [m.get("rank") if m.get("rank_in_trace") else None for m in metas]
+    from_name = [rank_from_name(Path(p)) for p in paths]
+    if n and all(r is not None for r in in_trace) and len(set(in_trace)) == n:
+        ranks, source = [int(r) for r in in_trace], "trace"
+    elif n and all(r is not None for r in from_name) and len({r[0] for r in from_name}) == n:
+        ranks, source = [r[0] for r in from_name], "file_name"
+    elif n == 1 and metas[0].get("rank") is not None:
+        ranks, source = [int(metas[0]["rank"])], "trace" if metas[0].get("rank_in_trace") else "order"
+    else:
+        ranks, source = list(range(n)), "order"
+    worlds = [int(m.get("world_size") or 1) for m in metas if m.get("rank_in_trace")]
+    worlds += [r[1] for r in from_name if r is not None]
+    world = max([n, max(ranks, default=-1) + 1, *worlds])
+    return [Identity(rank, world, str(m.get("hostname") or host_from_name(Path(p))), source)
+            for rank, m, p in zip(ranks, metas, paths)]

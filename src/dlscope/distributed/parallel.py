@@ -1,0 +1,262 @@
+"""Import the files of a job in parallel: worker processes on this machine, or an existing Dask cluster.
+
+Each task imports one file and hands its tables back as Arrow IPC, not as pickled DataFrames: a
+process-pool worker writes them to files in a private temporary folder (the parent memory-maps them), a
+Dask task returns the IPC bytes, which Dask ships without copying them through pickle. The parent
+merges the files in input order, so the result is the same however and wherever the import ran.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import tempfile
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..errors import DlscopeError
+from ..model import TABLES, Profile
+from .inputs import identities
+
+EXTRA_TABLES = ("comm_args",)  # importer extension tables carried next to the model's tables
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+Step = Callable[..., None]
+
+
+def parse_size(text: str | int | None) -> int | None:
+    """Bytes from "4GB" (10^9), "4GiB" (2^30), "512M" or a plain number; Dask's spelling."""
+    if text is None or isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise DlscopeError(f"--max-memory {text!r}: expected a size such as 4GB, 512MiB or 2000000000")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
+def _noop(*_a: Any, **_k: Any) -> None:
+    return None
+
+
+# ------------------------------------------------------------------------------------- one file
+
+
+def import_file(path: str, max_memory: int | None = None, progress=None) -> Profile:
+    """Import one file of any supported format (the nsys stats NVTX CSV too)."""
+    from ..importers import load, sniff
+    from ..importers.nsys_stats_csv import load_nsys_stats_csv, looks_like_nsys_stats_csv
+
+    if looks_like_nsys_stats_csv(path):
+        return load_nsys_stats_csv(path)
+    if sniff(Path(path)) == "kineto":
+        from ..importers.kineto import load_kineto
+
+        return load_kineto(Path(path), max_memory=max_memory, progress=progress)
+    return load(path)
+
+
+def _frames(profile: Profile) -> dict[str, pd.DataFrame]:
+    out = {name: profile.table(name) for name in TABLES}
+    for name in EXTRA_TABLES:
+        frame = getattr(profile, name, None)
+        if frame is not None:
+            out[name] = frame
+    return out
+
+
+def _to_ipc(frame: pd.DataFrame, sink) -> None:
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _from_ipc(source, dtypes: dict[str, str]) -> pd.DataFrame:
+    with pa.ipc.open_file(source) as reader:
+        frame = reader.read_all().to_pandas()
+    for col, dtype in dtypes.items():  # the importer's own dtypes (object strings stay object)
+        if str(frame[col].dtype) != dtype:
+            frame[col] = frame[col].astype(dtype)
+    return frame
+
+
+def _dtypes(frame: pd.DataFrame) -> dict[str, str]:
+    return {col: str(t) for col, t in frame.dtypes.items()}
+
+
+def import_to_files(path: str, max_memory: int | None, folder: str) -> tuple[dict, dict]:
+    """Process-pool task: import, write each table to ``folder`` as an Arrow IPC file; return paths."""
+    gc.disable()
+    profile = import_file(path, max_memory)
+    files = {}
+    for name, frame in _frames(profile).items():
+        fd, out = tempfile.mkstemp(prefix=f"{name}.", suffix=".arrow", dir=folder)
+        with os.fdopen(fd, "wb") as sink:
+            _to_ipc(frame, sink)
+        files[name] = (out, _dtypes(frame))
+    return profile.meta, files
+
+
+def import_to_bytes(path: str, max_memory: int | None) -> tuple[dict, dict]:
+    """Dask task: import, return each table as Arrow IPC bytes (the worker may be another machine)."""
+    profile = import_file(path, max_memory)
+    out = {}
+    for name, frame in _frames(profile).items():
+        sink = pa.BufferOutputStream()
+        _to_ipc(frame, sink)
+        out[name] = (sink.getvalue().to_pybytes(), _dtypes(frame))
+    return profile.meta, out
+
+
+def _profile_from(meta: dict, tables: dict[str, tuple[Any, dict]]) -> Profile:
+    profile = Profile()
+    for name, (source, dtypes) in tables.items():
+        if isinstance(source, str):
+            with pa.memory_map(source) as mm:
+                frame = _from_ipc(mm, dtypes)
+            os.unlink(source)
+        else:
+            frame = _from_ipc(pa.BufferReader(source), dtypes)
+        setattr(profile, name, frame)
+    profile.meta = meta
+    return profile
+
+
+# ------------------------------------------------------------------------------------- the job
+
+
+def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = None, scheduler: str | None = None,
+                           max_memory: int | str | None = None, step: Step = _noop) -> Profile:
+    """Import every file of a job and merge them into one profile, one rank per file.
+
+    ``workers``: local worker processes (default: the machine's cores for jobs of 64 MiB or more, else 1;
+    1 imports in this process).
+    ``scheduler``: a Dask scheduler address (``tcp://host:8786``); the files must be readable there.
+    ``max_memory``: the budget shared by the concurrent imports; a file whose in-memory import would
+    not fit its share is streamed. Progress goes to ``step(description, advance=bytes, total=bytes)``.
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise DlscopeError("no trace files given")
+    budget = parse_size(max_memory)
+    sizes = [_size(p) for p in paths]
+    step(f"reading {len(paths)} file(s)", advance=0, total=sum(sizes) + 3)
+    if scheduler:
+        profiles = _on_dask(paths, sizes, scheduler, budget, step)
+    else:
+        n = max(1, min(workers or _default_workers(sizes), len(paths)))
+        share = budget // n if budget else None
+        profiles = _serial(paths, sizes, share, step) if n == 1 else _on_processes(paths, sizes, n, share, step)
+    return merge(profiles, paths)
+
+
+#: below this much input, worker start-up costs more than the parallel import saves (bench/README.md)
+PARALLEL_MIN_BYTES = 64 * 2**20
+
+
+def _default_workers(sizes: list[int]) -> int:
+    """The machine's cores when the job is large enough to pay for worker processes, else 1."""
+    return (os.cpu_count() or 1) if sum(sizes) >= PARALLEL_MIN_BYTES else 1
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+class _Counter:
+    """Files, bytes and events done, for the progress line."""
+
+    def __init__(self, step: Step, files: int):
+        self.step, self.files, self.done, self.events = step, files, 0, 0
+
+    def finished(self, profile_meta: dict, size: int) -> None:
+        self.done += 1
+        self.events += int(profile_meta.get("event_count") or 0)
+        self.step(f"read {self.done}/{self.files} files, {self.events:,} events", advance=size)
+
+
+def _serial(paths, sizes, budget, step) -> list[Profile]:
+    counter, out = _Counter(step, len(paths)), []
+    for path, size in zip(paths, sizes):
+        seen = [0]
+
+        def progress(done_bytes: int, events: int, _seen=seen, _path=path) -> None:
+            step(f"reading {_path.name}: {events:,} events", advance=max(done_bytes - _seen[0], 0))
+            _seen[0] = max(done_bytes, _seen[0])
+
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            profile = import_file(str(path), budget, progress)
+        finally:
+            if gc_was:
+                gc.enable()
+        counter.finished(profile.meta, max(size - seen[0], 0))
+        out.append(profile)
+    return out
+
+
+def _on_processes(paths, sizes, workers, budget, step) -> list[Profile]:
+    counter = _Counter(step, len(paths))
+    results: list[Profile | None] = [None] * len(paths)
+    with tempfile.TemporaryDirectory(prefix="dlscope-import-") as folder, \
+            ProcessPoolExecutor(max_workers=workers) as pool:
+        pending = {pool.submit(import_to_files, str(p), budget, folder): i for i, p in enumerate(paths)}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                i = pending.pop(future)
+                meta, files = future.result()  # an importer's InputError is re-raised here as itself
+                results[i] = _profile_from(meta, files)
+                counter.finished(meta, sizes[i])
+    return results  # type: ignore[return-value]
+
+
+def _on_dask(paths, sizes, scheduler, budget, step) -> list[Profile]:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise DlscopeError("--scheduler needs Dask: pip install 'dlscope[dask]'") from None
+    try:
+        client = Client(scheduler, timeout="10s", set_as_default=False)
+    except (OSError, TimeoutError) as e:
+        raise DlscopeError(f"--scheduler {scheduler}: cannot connect ({e})") from None
+    counter = _Counter(step, len(paths))
+    results: list[Profile | None] = [None] * len(paths)
+    try:
+        futures = client.map(import_to_bytes, [str(p.resolve()) for p in paths], max_memory=budget, pure=False)
+        for i, future in enumerate(futures):  # in input order; the cluster runs them all meanwhile
+            meta, tables = future.result()
+            future.release()
+            results[i] = _profile_from(meta, tables)
+            counter.finished(meta, sizes[i])
+    finally:
+        client.close()
+    return results  # type: ignore[return-value]
+
+
+def merge(profiles: list[Profile], paths: Sequence[Path]) -> Profile:
+    """Give each file its rank (see :mod:`.inputs`) and join them into one profile in input order."""
+    ids = identities(paths, [p.meta for p in profiles])
+    for profile, who in zip(profiles, ids):
+        profile.meta.update(rank=who.rank, world_size=who.world_size, rank_source=who.rank_source)
+        if who.hostname:
+            profile.meta["hostname"] = who.hostname
+        for name in list(TABLES) + [t for t in EXTRA_TABLES if hasattr(profile, t)]:
+            getattr(profile, name)["rank"] = np.int64(who.rank)
+    out = Profile.concat(profiles)
+    if len(profiles) > 1:
+        for name in EXTRA_TABLES:
+            frames = [getattr(p, name) for p in profiles if hasattr(p, name)]
+            if frames:
+                setattr(out, name, pd.concat(frames, ignore_index=True))
+    return out

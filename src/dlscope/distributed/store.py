@@ -1,0 +1,68 @@
+"""The job's per-rank figures and collectives in the profile database, and the summary's ``ranks`` list."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pandas as pd
+
+from ..store.writer import insert_frame
+from .figures import COLLECTIVE_COLUMNS, RANK_COLUMNS, rank_figures
+
+DISTRIBUTED_DDL = """
+-- Per rank of a job, per aggregation: GPU time split compute / exposed communication / memcpy / idle
+-- (they add up to wall_clock_ns), all NCCL time (communication_ns), collective volume and the
+-- straggler ranking (straggler_rank 1 = the rank the others wait for most). NULL = not measurable.
+CREATE TABLE IF NOT EXISTS agg_ranks (
+    agg_id INTEGER, rank INTEGER, host TEXT, world_size INTEGER, source_path TEXT,
+    iterations_profiled INTEGER, wall_clock_ns INTEGER, avg_iteration_ns REAL, gpu_utilization REAL,
+    compute_ns INTEGER, communication_ns INTEGER, exposed_communication_ns INTEGER, memcpy_ns INTEGER,
+    idle_ns INTEGER, comm_overlap REAL, collective_count INTEGER, collective_bytes INTEGER,
+    busbw_gbps REAL, collective_lag_ns REAL, iteration_lag_ns REAL, straggler_score REAL,
+    straggler_rank INTEGER, PRIMARY KEY (agg_id, rank)
+);
+
+-- One row per NCCL kernel (source 'kernel') or NCCL NVTX range of a range-only input (source 'nvtx').
+-- msg_bytes follows nccl-tests' size convention (allgather: the gathered output), -1 when unknown.
+CREATE TABLE IF NOT EXISTS collectives (
+    collective_id INTEGER PRIMARY KEY, rank INTEGER, source TEXT, collective TEXT, call_index INTEGER,
+    name TEXT, device INTEGER, stream INTEGER, start INTEGER, "end" INTEGER, dur_ns INTEGER,
+    iteration INTEGER, in_nelems INTEGER, out_nelems INTEGER, dtype TEXT, msg_bytes INTEGER,
+    group_size INTEGER, algbw_gbps REAL, busbw_gbps REAL, arrival_lag_ns REAL, pg_name TEXT
+);
+CREATE INDEX IF NOT EXISTS collectives_rank ON collectives (rank, start);
+CREATE INDEX IF NOT EXISTS collectives_match ON collectives (collective, call_index);
+"""
+
+
+def create_tables(conn: sqlite3.Connection) -> None:
+    """Run the DDL statement by statement (executescript would commit the import's transaction)."""
+    for statement in DISTRIBUTED_DDL.split(";"):
+        lines = [ln for ln in statement.splitlines() if not ln.strip().startswith("--")]
+        if "".join(lines).strip():
+            conn.execute("\n".join(lines))
+
+
+def write_distributed(conn: sqlite3.Connection, an, aggs: list, agg_ids: list[int]) -> None:
+    """Compute and store the per-rank figures and collectives of the import's aggregations."""
+    create_tables(conn)
+    ranks, coll = rank_figures(an, aggs)
+    by_rank = {int(agg.row["rank"]): agg_id for agg, agg_id in zip(aggs, agg_ids)}
+    ranks = ranks.assign(agg_id=ranks["rank"].map(by_rank))
+    insert_frame(conn, "agg_ranks", ranks)
+    insert_frame(conn, "collectives", coll)
+
+
+def summary_ranks(conn: sqlite3.Connection) -> list[dict]:
+    """The summary JSON's ``ranks`` list: the newest aggregation's figures of every rank, by rank."""
+    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'agg_ranks'").fetchone()
+    if not exists:
+        return []
+    cur = conn.execute(
+        f"SELECT {', '.join(RANK_COLUMNS)} FROM agg_ranks r WHERE agg_id = "
+        "(SELECT MAX(agg_id) FROM agg_ranks WHERE rank = r.rank) ORDER BY rank")
+    return [dict(zip(RANK_COLUMNS, row)) for row in cur.fetchall()]
+
+
+def read_collectives(conn: sqlite3.Connection) -> pd.DataFrame:
+    return pd.read_sql_query(f"SELECT {', '.join(COLLECTIVE_COLUMNS)} FROM collectives ORDER BY collective_id", conn)

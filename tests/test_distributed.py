@@ -1,0 +1,293 @@
+"""Whole distributed jobs: ranks, parallel / Dask import, per-rank figures, collectives, stragglers.
+
+Numbers are checked against independent counts from the raw files (json / csv read here directly).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import lzma
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import data_file
+from dlscope import pipeline
+from dlscope.distributed import expand_inputs, load_profiles_parallel, parse_size, summary_ranks
+from dlscope.distributed.figures import busbw_factor, collective_type
+from dlscope.distributed.inputs import Identity, identities, rank_from_name
+from dlscope.errors import DlscopeError, InputError
+from dlscope.importers.nsys_stats_csv import load_nsys_stats_csv, looks_like_nsys_stats_csv
+from dlscope.present.summary import summary_dict
+
+DLRM = "kineto/param_dlrm_8rank_v100"
+SAMPLED = "kineto/hta_128rank_sampled"
+JAX = "nsys_stats_csv/jaxtoolbox_pax_fsdp4_a100_4proc"
+
+
+def job(folder: str) -> Path:
+    return data_file(*folder.split("/"))
+
+
+@pytest.fixture
+def build_job(tmp_path):
+    """build_database on a job's files, serially, on worker processes or on a Dask cluster."""
+
+    def build(paths, name="job.sqlite", workers=1, scheduler=None, max_memory=None) -> Path:
+        out = tmp_path / name
+        pipeline.build_database(paths, out, progress=False, workers=workers, scheduler=scheduler,
+                                max_memory=max_memory)
+        return out
+
+    return build
+
+
+def _raw_events(path: Path) -> list[dict]:
+    with gzip.open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
+def _db_tables(db: Path) -> dict[str, list]:
+    """Every table's rows, in a stable order, without the creation timestamps."""
+    conn = sqlite3.connect(db)
+    try:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        out = {}
+        for name in names:
+            cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{name}")') if r[1] != "created_at"]
+            rows = conn.execute(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{name}"').fetchall()
+            if name == "dlscope_meta":
+                rows = [r for r in rows if r[0] != "created_at"]
+            out[name] = sorted(rows, key=repr)
+        return out
+    finally:
+        conn.close()
+
+
+def _summary(db: Path) -> dict:
+    out = summary_dict(db)
+    conn = sqlite3.connect(db)
+    try:
+        out["ranks"] = summary_ranks(conn)
+    finally:
+        conn.close()
+    for r in out["ranks"]:
+        r.pop("source_path")
+    return out
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+
+def test_folder_expands_to_trace_files_in_natural_order(tmp_path):
+    for name in ("rank-10.json.gz", "rank-2.json.gz", "rank-1.json.gz", "notes.txt", ".hidden.json"):
+        (tmp_path / name).write_bytes(b"{}")
+    assert [p.name for p in expand_inputs([tmp_path])] == ["rank-1.json.gz", "rank-2.json.gz", "rank-10.json.gz"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no trace files"):
+        expand_inputs([tmp_path / "empty"])
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("rank-3.json.gz", (3, -1)), ("worker5.pt.trace.json.gz", (5, -1)), ("proc2_nvtx_pushpop_trace.csv.xz", (2, -1)),
+    ("trace_rank3of8.json", (3, 8)), ("sampled_rank_12.json.gz", (12, -1)), ("trace.json", None),
+])
+def test_rank_from_file_name(name, expected):
+    assert rank_from_name(Path(name)) == expected
+
+
+def test_rank_order_trace_then_name_then_order():
+    paths = [Path("a_rank-1.json"), Path("b_rank-0.json")]
+    in_trace = [{"rank": 5, "rank_in_trace": True, "world_size": 8}, {"rank": 6, "rank_in_trace": True}]
+    assert [i.rank for i in identities(paths, in_trace)] == [5, 6]
+    assert identities(paths, in_trace)[0] == Identity(5, 8, "", "trace")
+    clash = [{"rank": 0, "rank_in_trace": True}, {"rank": 0, "rank_in_trace": True}]
+    assert [(i.rank, i.rank_source) for i in identities(paths, clash)] == [(1, "file_name"), (0, "file_name")]
+    assert [i.rank for i in identities([Path("x.json"), Path("y.json")], [{}, {}])] == [0, 1]
+    host = identities([Path("node7_1234.1700000000000.pt.trace.json")], [{}])[0]
+    assert host.hostname == "node7"
+
+
+def test_sizes_and_busbw_factors():
+    assert parse_size("4GB") == 4 * 10**9 and parse_size("512MiB") == 512 * 2**20 and parse_size("100") == 100
+    with pytest.raises(DlscopeError):
+        parse_size("lots")
+    assert busbw_factor("allreduce", 8) == pytest.approx(2 * 7 / 8)
+    assert busbw_factor("allgather", 8) == pytest.approx(7 / 8)
+    assert busbw_factor("reducescatter", 4) == pytest.approx(3 / 4)
+    assert busbw_factor("alltoall", 2) == pytest.approx(1 / 2)
+    assert busbw_factor("broadcast", 8) == 1 and busbw_factor("reduce", 8) == 1
+    assert collective_type("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)") == "allgather"
+    assert collective_type("_reduce_scatter_base") == "reducescatter" and collective_type("NCCL:ncclAllReduce") == "allreduce"
+
+
+# ------------------------------------------------------------------------------------------ real jobs
+
+
+def test_dlrm_8_ranks_kernel_totals_match_raw_json(build_job):
+    folder = job(DLRM)
+    db = build_job([folder])
+    conn = sqlite3.connect(db)
+    got = dict(((r, (n, t)) for r, n, t in conn.execute("SELECT rank, COUNT(*), SUM(dur) FROM kernels GROUP BY rank")))
+    expected = {}
+    for path in sorted(folder.iterdir()):
+        events = _raw_events(path)
+        meta = json.load(gzip.open(path))["distributedInfo"]
+        kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+        expected[meta["rank"]] = (len(kernels), sum(round(e["dur"] * 1000) for e in kernels))
+    assert got == expected and len(got) == 8
+    ranks = summary_ranks(conn)
+    assert [r["rank"] for r in ranks] == list(range(8)) and {r["world_size"] for r in ranks} == {8}
+    for r in ranks:  # the GPU time line's parts add up to the wall clock exactly
+        assert r["compute_ns"] + r["exposed_communication_ns"] + r["memcpy_ns"] + r["idle_ns"] == r["wall_clock_ns"]
+        assert 0 <= r["exposed_communication_ns"] <= r["communication_ns"]
+    nccl = dict(conn.execute("SELECT rank, COUNT(*) FROM collectives GROUP BY rank").fetchall())
+    assert nccl == {r: 8 for r in range(8)}  # 8 NCCL kernels per rank (SOURCES.md)
+    assert sorted(r["straggler_rank"] for r in ranks) == list(range(1, 9))
+    conn.close()
+
+
+def test_collective_sizes_and_bandwidth_from_kernel_args(build_job):
+    path = data_file("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz")
+    db = build_job([path])
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT collective, in_nelems, dtype, msg_bytes, dur_ns, group_size, algbw_gbps, busbw_gbps "
+                        "FROM collectives WHERE rank = 0 ORDER BY start").fetchall()
+    raw = sorted((e for e in _raw_events(path) if e.get("cat") == "kernel" and e["name"].startswith("nccl")),
+                 key=lambda e: e["ts"])
+    assert len(rows) == len(raw) == 21
+    for row, e in zip(rows, raw):
+        a = e["args"]
+        assert row[0] == a["Collective name"] and row[1] == a["In msg nelems"] and row[5] == a["Group size"]
+        assert row[2] == a["dtype"] and row[3] == a["In msg nelems"] * {"Float": 4, "Long": 8}[a["dtype"]]
+        algbw = row[3] / (row[4] / 1e9) / 1e9
+        assert row[6] == pytest.approx(algbw)
+        factor = 2 * (2 - 1) / 2 if row[0] == "allreduce" else 1.0
+        assert row[7] == pytest.approx(algbw * factor)
+    conn.close()
+
+
+def test_128_rank_sampled_pair(build_job):
+    db = build_job([job(SAMPLED)])
+    ranks = _summary(db)["ranks"]
+    assert [(r["rank"], r["world_size"]) for r in ranks] == [(0, 128), (1, 128)]
+    assert sorted(r["straggler_rank"] for r in ranks) == [1, 2]
+    for r, path in zip(ranks, sorted(job(SAMPLED).iterdir())):
+        kernels = [e for e in _raw_events(path) if e.get("cat") == "kernel"]
+        nccl = [e for e in kernels if e["name"].startswith("nccl")]
+        assert r["collective_count"] == len(nccl) == 10
+
+
+def test_jax_four_processes_from_nvtx_csvs(build_job):
+    folder = job(JAX)
+    db = build_job([folder])
+    conn = sqlite3.connect(db)
+    counts = dict(conn.execute("SELECT rank, COUNT(*) FROM ranges GROUP BY rank").fetchall())
+    colls = conn.execute("SELECT rank, collective, COUNT(*) FROM collectives GROUP BY rank, collective").fetchall()
+    expected_ranges, expected_colls = {}, Counter()
+    names = {"NCCL:ncclAllGather": "allgather", "NCCL:ncclReduceScatter": "reducescatter",
+             "NCCL:ncclAllReduce": "allreduce"}
+    for rank, path in enumerate(sorted(folder.iterdir())):
+        with lzma.open(path, "rt") as f:
+            rows = list(csv.DictReader(f))
+        expected_ranges[rank] = len(rows)
+        for row in rows:
+            if row["Name"] in names:
+                expected_colls[(rank, names[row["Name"]])] += 1
+    assert counts == expected_ranges
+    assert {(r, c): n for r, c, n in colls} == dict(expected_colls)
+    ranks = summary_ranks(conn)
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3] and all(r["gpu_utilization"] is None for r in ranks)
+    assert all(r["compute_ns"] is None for r in ranks)  # range-only: nothing claimed about GPU time
+    conn.close()
+
+
+def test_nsys_stats_csv_bad_input(tmp_path):
+    bad = tmp_path / "proc0.csv"
+    bad.write_text("Start (ns),End (ns),Duration (ns),Name,PID,TID\n1,2,1,a,1,1\nx,2,1,b,1,1\n")
+    assert looks_like_nsys_stats_csv(bad)
+    with pytest.raises(InputError, match="line 3"):
+        load_nsys_stats_csv(bad)
+    assert not looks_like_nsys_stats_csv(data_file("kineto", "hta_event_sync_a100.json.gz"))
+
+
+# ------------------------------------------------------------------------------------------ same result
+
+
+def test_serial_workers_and_dask_give_identical_databases(build_job):
+    distributed = pytest.importorskip("distributed")
+    folder = job(DLRM)
+    serial = build_job([folder], "serial.sqlite", workers=1)
+    pooled = build_job([folder], "pooled.sqlite", workers=2)
+    with distributed.LocalCluster(n_workers=1, processes=False, protocol="tcp://", host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        dask = build_job([folder], "dask.sqlite", scheduler=cluster.scheduler_address)
+    reference = _summary(serial)
+    assert _summary(pooled) == reference and _summary(dask) == reference
+    tables = _db_tables(serial)
+    assert _db_tables(pooled) == tables and _db_tables(dask) == tables
+    assert len(reference["ranks"]) == 8
+
+
+@pytest.mark.slow
+def test_dask_cluster_of_processes_on_loopback(build_job):
+    distributed = pytest.importorskip("distributed")
+    folder = job(JAX)
+    serial = build_job([folder], "serial.sqlite", workers=1)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1")
+        dask = build_job([folder], "dask.sqlite", scheduler=cluster.scheduler_address)
+    assert _summary(dask) == _summary(serial) and _db_tables(dask) == _db_tables(serial)
+
+
+@pytest.mark.slow
+def test_unreachable_scheduler_is_one_line_error():
+    with pytest.raises(DlscopeError, match="cannot connect"):
+        load_profiles_parallel([data_file("kineto", "hta_event_sync_a100.json.gz")], scheduler="tcp://127.0.0.1:9")
+
+
+# ------------------------------------------------------------------------------------------ streaming
+
+
+@pytest.mark.parametrize("name", ["hta_a100_nccl_rank0of2_3steps.json.gz", "hta_trace_diff_control_a100_rank3of8.json.gz",
+                                  "hta_legacy_format_inference_rank1.json.gz"])
+def test_streaming_import_builds_identical_tables(name):
+    from dlscope.importers.kineto import load_kineto
+
+    path = data_file("kineto", name)
+    whole = load_kineto(path)
+    seen = []
+    streamed = load_kineto(path, max_memory=1, progress=lambda b, e: seen.append((b, e)))
+    for table in ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory", "gpus"):
+        pd.testing.assert_frame_equal(whole.table(table), streamed.table(table))
+    pd.testing.assert_frame_equal(whole.comm_args, streamed.comm_args)
+    assert whole.meta == streamed.meta
+    assert seen[-1] == (path.stat().st_size, whole.meta["event_count"])
+    assert all(np.diff([b for b, _ in seen]) >= 0)
+
+
+def test_streaming_is_chosen_by_the_memory_budget():
+    from dlscope.importers.kineto import estimated_json_size, should_stream
+
+    path = data_file("kineto", "hta_v100_rank1of2_5steps.json.gz")
+    size = estimated_json_size(path)
+    with gzip.open(path) as f:
+        assert size == len(f.read())
+    assert should_stream(path, 2 * size) and not should_stream(path, 4 * size)
+
+
+def test_streaming_reports_truncated_files(tmp_path):
+    from dlscope.importers.kineto import load_kineto
+
+    data = gzip.decompress(data_file("kineto", "hta_event_sync_a100.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match="not valid JSON"):
+        load_kineto(cut, max_memory=1)
