@@ -56,6 +56,14 @@ def test_nsys_summary_matches_raw_counts(path, import_db):
 
 
 @pytest.mark.parametrize("path", KINETO + NSYS, ids=lambda p: p.name)
+def test_database_is_intact_and_holds_every_op_of_the_model(path, import_db):
+    conn = sqlite3.connect(import_db(path))
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    instances, joined = conn.execute("SELECT (SELECT COUNT(*) FROM op_instances), (SELECT COUNT(*) FROM ops)").fetchone()
+    assert instances == joined  # every call has its op node
+
+
+@pytest.mark.parametrize("path", KINETO + NSYS, ids=lambda p: p.name)
 def test_resource_breakdown_adds_up_to_wall_clock_per_aggregation_and_iteration(path, import_db):
     conn = sqlite3.connect(import_db(path))
     for wall, parts in conn.execute(f"SELECT wall_clock_ns, {BREAKDOWN_SUM} FROM aggregations"):

@@ -76,12 +76,12 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks]
         step("writing database")
         with writer.atomic_database(db_path, force) as conn:
+            if an is not None:
+                writer.write_raw(conn, _raw_tables(an))  # first: it writes through its own connection
+                writer.write_sources(conn, an.profile.meta.get("sources", [an.profile.meta]))
             writer.write_meta(conn, profile_name or _default_name(paths), {
                 **(extra_meta or {}), "key_node": key_node or "",
                 "iteration_methods": an.iteration_methods if an else {}})
-            if an is not None:
-                writer.write_sources(conn, an.profile.meta.get("sources", [an.profile.meta]))
-                writer.write_raw(conn, _raw_tables(an))
             for path, frame in ncu:
                 write_ncu_kernels(conn, frame, source=str(path))
             agg_ids = []

@@ -1,4 +1,4 @@
-"""Writing the profile database: bulk inserts into a temporary file, renamed into place at the end."""
+"""Writing the profile database: bulk Arrow ingest into a temporary file, renamed into place at the end."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Iterator
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from .. import __version__
 from ..errors import DlscopeError
@@ -103,10 +104,30 @@ def split_ops(ops: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def write_raw(conn: sqlite3.Connection, tables: dict[str, pd.DataFrame]) -> None:
+    """Bulk-load the raw tables through the ADBC SQLite driver (Arrow in, no per-row Python).
+
+    ADBC writes through its own connection to the same file, so ``conn`` must hold no transaction
+    meanwhile: its cached pages would be stale and a later write of ``conn`` would overwrite the rows.
+    ``conn``'s transaction is ended before and begun again after.
+    """
+    from adbc_driver_sqlite import dbapi
+
     tables = dict(tables)
     tables["op_nodes"], tables["op_instances"] = split_ops(tables.pop("ops"))
-    for name in RAW_TABLES:
-        insert_frame(conn, name, tables[name])
+    conn.commit()
+    path = conn.execute("PRAGMA database_list").fetchone()[2]
+    columns_of = {name: table_columns(conn, name) for name in RAW_TABLES}
+    with dbapi.connect(path) as adbc:
+        cursor = adbc.cursor()
+        for name in RAW_TABLES:
+            frame = tables[name]
+            if frame.empty:
+                continue
+            columns = [c for c in columns_of[name] if c in frame.columns]
+            cursor.adbc_ingest(name, pa.Table.from_pandas(frame[columns], preserve_index=False), mode="append")
+        cursor.close()
+        adbc.commit()
+    conn.execute("BEGIN")
 
 
 def write_aggregation(conn: sqlite3.Connection, agg) -> int:
