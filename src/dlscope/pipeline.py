@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -11,12 +12,25 @@ import pandas as pd
 from .analyze.aggregation import aggregate as compute_aggregation
 from .analyze.analysis import Analysed, analyse
 from .distributed import expand_inputs, load_profiles_parallel, write_distributed
+from .distributed.figures import rank_figures
 from .errors import DlscopeError
 from .experts import evaluate, write_findings
 from .importers import sniff
 from .model import TABLES, Profile
 from .roofline.ncu import read_ncu_csv, write_ncu_kernels
 from .store import reader, writer
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic GC off while millions of short-lived objects are made (it finds no cycles here)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @contextmanager
@@ -66,7 +80,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
         raise DlscopeError(f"{db_path}: already exists (use --force to overwrite)")
     counters = [p for p in paths if sniff(p) == "ncu_csv"]
     traces = [p for p in paths if p not in counters]
-    with _progress(progress) as step:
+    with _progress(progress) as step, _gc_paused():
         ncu = [(p, read_ncu_csv(p)) for p in counters]
         an, aggs = None, []
         if traces:
@@ -75,21 +89,24 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             an = analyse(profile, key_node)
             aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks]
         step("writing database")
-        with writer.atomic_database(db_path, force) as conn:
+        with writer.atomic_database(db_path, force, _raw_tables(an) if an is not None else None) as db:
+            conn = db.conn
             if an is not None:
-                writer.write_raw(conn, _raw_tables(an))  # first: it writes through its own connection
                 writer.write_sources(conn, an.profile.meta.get("sources", [an.profile.meta]))
             writer.write_meta(conn, profile_name or _default_name(paths), {
                 **(extra_meta or {}), "key_node": key_node or "",
                 "iteration_methods": an.iteration_methods if an else {}})
             for path, frame in ncu:
                 write_ncu_kernels(conn, frame, source=str(path))
-            agg_ids = []
-            for agg in aggs:
-                agg_ids.append(writer.write_aggregation(conn, agg))
-                write_findings(conn, agg_ids[-1], evaluate(conn, agg_ids[-1], rules_config, _raw_tables(an)))
+            agg_ids = [writer.write_aggregation(conn, agg) for agg in aggs]
+            db.start_indexes()  # on a second core while the rules run
+            findings = {agg_id: evaluate(conn, agg_id, rules_config, _raw_tables(an)) for agg_id in agg_ids}
+            figures = rank_figures(an, aggs) if an is not None else None
+            db.finish_indexes()
+            for agg_id, found in findings.items():
+                write_findings(conn, agg_id, found)
             if an is not None:
-                write_distributed(conn, an, aggs, agg_ids)
+                write_distributed(conn, an, aggs, agg_ids, figures)
     return db_path
 
 

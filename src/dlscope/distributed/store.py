@@ -43,10 +43,12 @@ def create_tables(conn: sqlite3.Connection) -> None:
             conn.execute("\n".join(lines))
 
 
-def write_distributed(conn: sqlite3.Connection, an, aggs: list, agg_ids: list[int]) -> None:
-    """Compute and store the per-rank figures and collectives of the import's aggregations."""
+def write_distributed(conn: sqlite3.Connection, an, aggs: list, agg_ids: list[int],
+                      figures: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> None:
+    """Store the per-rank figures and collectives of the import's aggregations (``figures``: what
+    :func:`rank_figures` returned, when the caller computed them already)."""
     create_tables(conn)
-    ranks, coll = rank_figures(an, aggs)
+    ranks, coll = figures if figures is not None else rank_figures(an, aggs)
     by_rank = {int(agg.row["rank"]): agg_id for agg, agg_id in zip(aggs, agg_ids)}
     ranks = ranks.assign(agg_id=ranks["rank"].map(by_rank))
     insert_frame(conn, "agg_ranks", ranks)

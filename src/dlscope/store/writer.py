@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -54,9 +55,58 @@ def insert_frame(conn: sqlite3.Connection, table: str, frame: pd.DataFrame) -> N
                      zip(*(_column_values(frame, c) for c in columns)))
 
 
+class IndexBuilder(threading.Thread):
+    """Builds the indexes on its own connection while the caller goes on (SQLite sorts without the GIL).
+
+    The database is in WAL mode while it is being built, so the caller's reads do not block the builder.
+    """
+
+    def __init__(self, path: str):
+        super().__init__(name="dlscope-indexes", daemon=True)
+        self.path, self.error = path, None
+
+    def run(self) -> None:
+        try:
+            conn = sqlite3.connect(self.path)
+            try:
+                conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
+                conn.executescript(INDEXES)
+            finally:
+                conn.close()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by wait()
+            self.error = e
+
+    def wait(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+class NewDatabase:
+    """The connection to a database being written, and the index build that may run beside it."""
+
+    def __init__(self, conn: sqlite3.Connection, path: str):
+        self.conn, self.path, self._indexes = conn, path, None
+
+    def start_indexes(self) -> None:
+        """Commit what is written so far and build the indexes in the background."""
+        self.conn.commit()
+        self._indexes = IndexBuilder(self.path)
+        self._indexes.start()
+
+    def finish_indexes(self) -> None:
+        if self._indexes is None:
+            self.conn.commit()
+            self.conn.executescript(INDEXES)
+        else:
+            self._indexes.wait()
+
+
 @contextmanager
-def atomic_database(path: Path, force: bool) -> Iterator[sqlite3.Connection]:
-    """A fresh database at a temporary path next to ``path``; renamed into place only on success."""
+def atomic_database(path: Path, force: bool, raw_tables: dict[str, pd.DataFrame] | None = None
+                    ) -> Iterator[NewDatabase]:
+    """A fresh database at a temporary path next to ``path``, holding ``raw_tables`` when given;
+    renamed into place only on success."""
     path = Path(path)
     if path.exists() and not force:
         raise DlscopeError(f"{path}: already exists (use --force to overwrite)")
@@ -65,23 +115,33 @@ def atomic_database(path: Path, force: bool) -> Iterator[sqlite3.Connection]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     os.unlink(tmp)
-    conn = sqlite3.connect(tmp)
+    conn = None
+    db = NewDatabase(None, tmp)
     try:
-        conn.execute("PRAGMA journal_mode=OFF")
+        boot = sqlite3.connect(tmp)
+        boot.executescript(DDL)
+        boot.close()
+        if raw_tables is not None:
+            ingest_raw(tmp, raw_tables)
+        db.conn = conn = sqlite3.connect(tmp, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=OFF")
-        conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
-        conn.executescript(DDL)
+        conn.execute("PRAGMA cache_size=-262144")
         conn.execute("BEGIN")
-        yield conn
+        yield db
         conn.commit()
-        conn.executescript(INDEXES)
-        conn.execute("PRAGMA journal_mode=DELETE")
+        db.finish_indexes()
+        conn.execute("PRAGMA journal_mode=DELETE")  # checkpoints the WAL: one self-contained file
         conn.close()
         os.replace(tmp, path)
     except BaseException:
-        conn.close()
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if db._indexes is not None:
+            db._indexes.join()
+        if conn is not None:
+            conn.close()
+        for leftover in (tmp, tmp + "-wal", tmp + "-shm"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
         raise
 
 
@@ -103,20 +163,22 @@ def split_ops(ops: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return ops.drop_duplicates("node_id"), ops
 
 
-def write_raw(conn: sqlite3.Connection, tables: dict[str, pd.DataFrame]) -> None:
-    """Bulk-load the raw tables through the ADBC SQLite driver (Arrow in, no per-row Python).
+def ingest_raw(path: str, tables: dict[str, pd.DataFrame]) -> None:
+    """Bulk-load the raw tables into a closed database file through ADBC (Arrow in, no per-row Python).
 
-    ADBC writes through its own connection to the same file, so ``conn`` must hold no transaction
-    meanwhile: its cached pages would be stale and a later write of ``conn`` would overwrite the rows.
-    ``conn``'s transaction is ended before and begun again after.
+    ADBC links its own copy of SQLite; two SQLite libraries must never have one file open at the same
+    time in one process (their POSIX locks and WAL maps do not know of each other), so this runs while
+    no sqlite3 connection to ``path`` is open.
     """
     from adbc_driver_sqlite import dbapi
 
     tables = dict(tables)
     tables["op_nodes"], tables["op_instances"] = split_ops(tables.pop("ops"))
-    conn.commit()
-    path = conn.execute("PRAGMA database_list").fetchone()[2]
-    columns_of = {name: table_columns(conn, name) for name in RAW_TABLES}
+    probe = sqlite3.connect(path)
+    try:
+        columns_of = {name: table_columns(probe, name) for name in RAW_TABLES}
+    finally:
+        probe.close()
     with dbapi.connect(path) as adbc:
         cursor = adbc.cursor()
         for name in RAW_TABLES:
@@ -127,7 +189,6 @@ def write_raw(conn: sqlite3.Connection, tables: dict[str, pd.DataFrame]) -> None
             cursor.adbc_ingest(name, pa.Table.from_pandas(frame[columns], preserve_index=False), mode="append")
         cursor.close()
         adbc.commit()
-    conn.execute("BEGIN")
 
 
 def write_aggregation(conn: sqlite3.Connection, agg) -> int:
