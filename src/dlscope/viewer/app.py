@@ -22,13 +22,14 @@ from starlette.staticfiles import StaticFiles
 
 from dlscope.errors import DlscopeError
 from dlscope.viewer import export
+from dlscope.viewer.derived import DerivedCache, derived_page
 from dlscope.viewer.jobs import Reaggregator
 from dlscope.viewer.pages import error_page, shell
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
 from dlscope.viewer.query import warm_up
 from dlscope.viewer.tables import TABLES, column_meta
-from dlscope.viewer.views import VIEWS, page_scope, table_page, view_data
+from dlscope.viewer.views import DERIVED, VIEWS, page_scope, table_page, view_data
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -43,9 +44,12 @@ class JSON(Response):
 class Viewer:
     """The databases being viewed and the background re-aggregator."""
 
-    def __init__(self, db_paths: Sequence[str | Path], aggregate: Callable | None = None):
+    def __init__(self, db_paths: Sequence[str | Path], aggregate: Callable | None = None,
+                 gpu_spec: str | Path | None = None):
         self.dbs = [ProfileDB(p, str(i)) for i, p in enumerate(db_paths)]
         self.jobs = Reaggregator(aggregate)
+        self.gpu_spec = gpu_spec            # the roofline's ceilings when the GPU is not in the table
+        self.derived = DerivedCache()       # roofline reports and comparisons, computed once
         for db in self.dbs:
             threading.Thread(target=self._warm, args=(db,), daemon=True, name="dlscope-warm-up").start()
 
@@ -66,11 +70,12 @@ class Viewer:
                 "profiles": [{"key": d.key, "name": d.profile_name, "path": str(d.path)} for d in self.dbs],
                 "aggregations": db.aggregations(),
                 "views": [{"slug": v.slug, "title": v.title, "menu": v.in_menu and not
-                           (v.slug == "gpus" and _gpu_count(db) < 2)} for v in VIEWS.values()],
+                           (v.slug == "gpus" and _gpu_count(db) < 2) and not
+                           (v.slug == "compare" and len(self.dbs) < 2)} for v in VIEWS.values()],
                 "tables": {name: {"title": s.title, "columns": column_meta(s), "default_sort": s.default_sort,
                                   "default_order": "desc" if s.default_desc else "asc", "huge": s.huge,
                                   "available": db.has(*s.requires)}
-                           for name, s in TABLES.items()}}
+                           for name, s in {**TABLES, **{n: d[0] for n, d in DERIVED.items()}}.items()}}
 
 
 def _gpu_count(db: ProfileDB) -> int:
@@ -87,9 +92,10 @@ def _error(request: Request, status: int, title: str, message: str, param: str |
     return HTMLResponse(error_page(status, title, message, hint), status_code=status)
 
 
-def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None) -> Starlette:
+def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None,
+               gpu_spec: str | Path | None = None) -> Starlette:
     """Build the ASGI app over ``db_paths`` (checked now: a bad database fails before the server starts)."""
-    viewer = Viewer(db_paths, aggregate)
+    viewer = Viewer(db_paths, aggregate, gpu_spec)
 
     def view_page(request: Request):
         slug = request.path_params.get("view", "dashboard")
@@ -98,7 +104,7 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
             return _error(request, 404, "No such view", f"there is no view called {slug!r}",
                           hint="Pick a view from the View menu.")
         db = viewer.db(request.query_params)
-        data = view_data(db, view, request.query_params)  # validates every parameter, even for HTML
+        data = view_data(db, view, request.query_params, viewer)  # validates every parameter, even for HTML
         if _wants_json(request):
             return JSON(data)
         boot = viewer.boot(db, slug)
@@ -113,25 +119,32 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         view = VIEWS.get(request.path_params["view"])
         if view is None:
             return _error(request, 404, "No such view", f"there is no view called {request.path_params['view']!r}")
-        return JSON(view_data(viewer.db(request.query_params), view, request.query_params))
+        return JSON(view_data(viewer.db(request.query_params), view, request.query_params, viewer))
 
     def api_table(request: Request):
         name = request.path_params["table"]
-        if name not in TABLES:
+        if name not in TABLES and name not in DERIVED:
             return _error(request, 404, "No such table", f"there is no table called {name!r}")
         db = viewer.db(request.query_params)
         scope = page_scope(db, request.query_params)
+        if name in DERIVED:
+            spec, source = DERIVED[name]
+            return JSON(derived_page(source(viewer, db, scope, request.query_params), spec, request.query_params))
         return JSON(table_page(db, name, request.query_params, scope))
 
     def api_export(request: Request):
         name, fmt = request.path_params["table"], request.path_params["fmt"]
-        if name not in TABLES:
+        if name not in TABLES and name not in DERIVED:
             return _error(request, 404, "No such table", f"there is no table called {name!r}")
         if fmt not in ("csv", "tsv", "json", "xlsx"):
             raise BadParameter("format", f"{fmt!r}: use csv, tsv, json or xlsx")
         db = viewer.db(request.query_params)
         scope = page_scope(db, request.query_params)
-        spec = TABLES[name]
+        if name in DERIVED:
+            spec, source = DERIVED[name]
+            db = source(viewer, db, scope, request.query_params)
+        else:
+            spec = TABLES[name]
         req = parse_table_request(spec, request.query_params, "", {k: v for k, v in scope.items() if spec.scope(k)})
         filename = export.export_filename(db, req, fmt)
         headers = {"Content-Disposition": f'attachment; filename="{filename}"'}

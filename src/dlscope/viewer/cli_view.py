@@ -32,7 +32,8 @@ def _check_port(host: str, port: int) -> None:
 
 
 def serve(db_paths: Sequence[str | Path], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-          open_browser: bool = False, aggregate: Callable | None = None, log_level: str = "warning") -> None:
+          open_browser: bool = False, aggregate: Callable | None = None, log_level: str = "warning",
+          gpu_spec: str | Path | None = None) -> None:
     """Check the databases, then serve the viewer until interrupted. Raises DlscopeError on bad input."""
     import uvicorn
 
@@ -42,7 +43,11 @@ def serve(db_paths: Sequence[str | Path], host: str = DEFAULT_HOST, port: int = 
     if not vendor_ready():
         raise DlscopeError("the viewer's browser libraries are missing (static/vendor); reinstall dlscope or run "
                            "`python -m dlscope.viewer.vendor` in a source checkout")
-    app = create_app(db_paths, aggregate=aggregate)
+    if gpu_spec is not None:
+        from dlscope.roofline import load_spec_file
+
+        load_spec_file(gpu_spec)  # a bad spec file fails now, with its one-line reason
+    app = create_app(db_paths, aggregate=aggregate, gpu_spec=gpu_spec)
     _check_port(host, port)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{'localhost' if host in ('127.0.0.1', 'localhost') else shown}:{port}/"
@@ -61,12 +66,17 @@ def serve(db_paths: Sequence[str | Path], host: str = DEFAULT_HOST, port: int = 
 @click.option("-p", "--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535),
               help="Port to listen on.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the viewer in the default browser.")
-def view_command(databases: tuple[Path, ...], host: str, port: int, open_browser: bool) -> None:
-    """Browse profile databases (DB [DB2]) in the web viewer: dashboard, ops, kernels, iterations, GPUs."""
+@click.option("--gpu-spec", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="JSON with one GPU's peaks for the Roofline view when the GPU is unknown "
+                   "(shape of an entry of dlscope/data/gpu_specs.json).")
+def view_command(databases: tuple[Path, ...], host: str, port: int, open_browser: bool,
+                 gpu_spec: Path | None) -> None:
+    """Browse profile databases (DB [DB2]) in the web viewer: dashboard, ops, kernels, iterations, GPUs,
+    roofline; with two databases (BASE NEW) also the Compare view."""
     if len(databases) > 2:
-        raise click.UsageError("give one database, or two to switch between them")
+        raise click.UsageError("give one database, or two to compare or switch between them")
     try:
-        serve(databases, host, port, open_browser)
+        serve(databases, host, port, open_browser, gpu_spec=gpu_spec)
     except DlscopeError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)

@@ -8,9 +8,9 @@ any view returns the same tables as data.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
-from dlscope.viewer import dashboard
+from dlscope.viewer import compare_view, dashboard, roofline_view
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB
 from dlscope.viewer.query import fetch_page
@@ -31,6 +31,8 @@ class View:
     title: str
     tables: tuple[ViewTable, ...] = ()
     in_menu: bool = True
+    params: tuple[str, ...] = ()    # page parameters of this view only
+    data: Callable | None = None    # data(viewer, db, scope, params) -> its JSON, derived tables included
 
 
 VIEWS = {v.slug: v for v in (
@@ -46,12 +48,21 @@ VIEWS = {v.slug: v for v in (
     View("iterations", "Iterations", (ViewTable("iters", "iterations"),)),
     View("gpus", "GPUs", (ViewTable("gpus", "gpus"),)),
     View("kernels", "All Kernels", (ViewTable("kernels", "kernels"),)),
+    View("roofline", "Roofline", (ViewTable("ops", "roofline_ops"), ViewTable("kernels", "roofline_kernels")),
+         params=roofline_view.PAGE_PARAMS, data=roofline_view.view_data),
+    View("compare", "Compare Runs", (ViewTable("types", "compare_op_types"), ViewTable("ops", "compare_ops"),
+                                     ViewTable("kernels", "compare_kernels")),
+         params=compare_view.PAGE_PARAMS, data=compare_view.view_data),
     View("finding", "Expert System Finding",
          (ViewTable("ops", "ops", ("nodes",)), ViewTable("kernels", "kernel_summary", ("kernel_names",)),
           ViewTable("iters", "iterations", ("iterations",))), in_menu=False),
 )}
 
 PAGE_PARAMS = {"db", "agg", "rank", "iteration", "node", "finding", "open", "closed", "_format", "details"}
+
+#: Tables computed in Python (not stored): name -> (spec, source(viewer, db, scope, params) -> DerivedDB).
+DERIVED = {**{n: (s, roofline_view.table_source) for n, s in roofline_view.SPECS.items()},
+           **{n: (s, compare_view.table_source) for n, s in compare_view.SPECS.items()}}
 
 
 def page_scope(db: ProfileDB, params: Mapping[str, str]) -> dict:
@@ -83,7 +94,7 @@ def check_params(view: View, params: Mapping[str, str]) -> None:
     prefixes = {t.prefix + "." for t in view.tables}
     allowed_keys = {"sort", "order", "page", "size", "q"}
     for key in params:
-        if key in PAGE_PARAMS:
+        if key in PAGE_PARAMS or key in view.params:
             continue
         prefix, _, rest = key.partition(".")
         if prefix + "." in prefixes and (rest in allowed_keys or rest.startswith("f.")):
@@ -103,7 +114,7 @@ def table_page(db: ProfileDB, table: str, params: Mapping[str, str], scope: dict
     return fetch_page(db, req)
 
 
-def view_data(db: ProfileDB, view: View, params: Mapping[str, str]) -> dict:
+def view_data(db: ProfileDB, view: View, params: Mapping[str, str], viewer=None) -> dict:
     """The JSON twin of a view: its page-level state and each table's current page."""
     check_params(view, params)
     scope = page_scope(db, params)
@@ -113,7 +124,9 @@ def view_data(db: ProfileDB, view: View, params: Mapping[str, str]) -> dict:
         out["dashboard"] = dashboard.dashboard_data(db, scope.get("agg"))
     if view.slug == "iterations" and "agg" in scope:
         out["chart"] = dashboard.iteration_series(db, scope["agg"], scope.get("rank"))
+    if view.data is not None:
+        out.update(view.data(viewer, db, scope, params))
     for vt in view.tables:
-        if all(n in scope for n in vt.needs):
+        if vt.table in TABLES and all(n in scope for n in vt.needs):
             out["tables"][vt.prefix] = table_page(db, vt.table, params, scope, vt.prefix + ".")
     return out

@@ -15,6 +15,8 @@ const RENDER = {
   "gpus": async (c, d) => (await import("./views.mjs")).renderGpus(c, d),
   "kernels": async (c) => (await import("./views.mjs")).renderAllKernels(c),
   "finding": async (c, d) => (await import("./views.mjs")).renderFinding(c, d),
+  "roofline": async (c, d) => (await import("./roofline.mjs")).renderRoofline(c, d),
+  "compare": async (c, d, r) => (await import("./compare.mjs")).renderCompare(c, d, r),
 };
 
 function aggLabel(a) {
@@ -59,7 +61,7 @@ async function render() {
   content.replaceChildren();
   document.body.dataset.ready = "";
   await RENDER[boot.view](content, data, render);
-  if (!["dashboard", "iterations"].includes(boot.view)) document.body.dataset.ready = "1";
+  if (!["dashboard", "iterations", "roofline", "compare"].includes(boot.view)) document.body.dataset.ready = "1";
   window.scrollTo(0, scroll);
 }
 

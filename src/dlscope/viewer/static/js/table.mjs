@@ -18,7 +18,7 @@ function headerPlaceholder(col) {
 /**
  * Draw a table into ``host``. opts: table, prefix (URL prefix), title, hint, scope() -> params,
  * onRowClick(row), selected (row key), rowKey, show (column names to show), narrowed (huge table scoped),
- * format {column: fn(value,row)->Node}.
+ * format {column: fn(value,row)->Node}, rowClass(row) -> CSS class of a row (or "").
  */
 export function dataTable(host, opts) {
   const meta = boot.tables[opts.table];
@@ -152,6 +152,7 @@ export function dataTable(host, opts) {
     headerSortElement: "<span class='sort-arrow'></span>",
     placeholder: opts.placeholder || "No matching rows",
     selectableRows: opts.onRowClick ? 1 : false,
+    rowFormatter: opts.rowClass ? (row) => { const cls = opts.rowClass(row.getData()); if (cls) row.getElement().classList.add(cls); } : undefined,
   });
 
   function showError(msg) {

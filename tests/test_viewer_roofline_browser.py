@@ -1,0 +1,135 @@
+"""The Roofline view in headless Chromium on databases imported from real traces: an H100 inference (known GPU,
+roofs drawn) and a legacy trace without a GPU name (the unknown-GPU message), plus script-like names.
+Screenshots land in test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from conftest import data_file
+from dlscope.roofline import roofline_report
+from test_viewer_browser import Server, page, ready, shot  # noqa: F401  (page is a fixture)
+from test_viewer_fixtures import make_profile_db
+from test_viewer_roofline import XSS, add_roofline_rows
+
+pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+@pytest.fixture(scope="module")
+def h100(import_db):
+    db = import_db(data_file("kineto", "tracelens_h100_vit_nsfw_infer.json.gz"))
+    s = Server([db])
+    s.db = db
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def legacy(import_db):
+    s = Server([import_db(data_file("kineto", "hta_legacy_format_inference_rank1.json.gz"))])
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory):
+    s = Server([add_roofline_rows(make_profile_db(tmp_path_factory.mktemp("roofx") / "x.sqlite"))])
+    yield s
+    s.stop()
+
+
+def summary_cell(pg, testid):
+    return pg.locator(f"[data-testid='roofline-summary'] tr[data-testid='{testid}'] td")
+
+
+def test_h100_roofline_draws_roofs_ops_and_summary(h100, page):
+    conn = sqlite3.connect(h100.db)
+    report = roofline_report(conn, conn.execute("SELECT MAX(agg_id) FROM aggregations").fetchone()[0])
+    op_gpu = conn.execute("SELECT SUM(gpu_time_ns) FROM agg_ops WHERE agg_id = ? AND gpu_time_ns > 0",
+                          (report["agg_id"],)).fetchone()[0]
+    conn.close()
+    ready(page, f"{h100.base}/dashboard")
+    assert "Roofline" in page.locator("#nav-view option").all_inner_texts()
+    page.select_option("#nav-view", "roofline")
+    page.wait_for_url("**/roofline*")
+    page.wait_for_selector("body[data-ready='1']")
+    page.wait_for_load_state("networkidle")
+    chart = page.get_by_test_id("roofline-chart")
+    roofs = json.loads(chart.get_attribute("data-roofs"))
+    assert "DRAM bandwidth 3.35 TB/s" in roofs
+    assert any(r.startswith("FP16 / BF16 Tensor peak 989.4 TFLOP/s") for r in roofs)
+    assert any("FP32" in r for r in roofs) and any("FP64 peak 34 TFLOP/s" in r for r in roofs), roofs
+    placed = [o for o in report["ops"] if o["arithmetic_intensity"] and o["achieved_flops_per_s"]]
+    assert int(chart.get_attribute("data-points")) == len(placed) == 12  # aten::cat moves data: no FLOPs
+    assert "aten::cat" in page.get_by_test_id("off-chart").inner_text()
+    assert page.get_by_test_id("ceilings-error").count() == 0
+    assert "NVIDIA H100" in summary_cell(page, "gpu").inner_text()
+    memory = sum(o["gpu_time_ns"] for o in report["ops"] if o["bound"] == "memory")
+    assert summary_cell(page, "memory-bound").locator("span").get_attribute("title") == f"{memory:,} ns"
+    assert summary_cell(page, "modelled").locator("span").get_attribute("title") == f"{op_gpu:,} ns"  # all modelled
+    assert summary_cell(page, "op-count").inner_text() == "13"
+    page.wait_for_selector("section[data-prefix='ops'] .tabulator-row")
+    names = page.locator("section[data-prefix='ops'] .tabulator-cell[tabulator-field='op_name']").all_inner_texts()
+    assert names[0] == "aten::addmm" and len(names) == 10
+    assert "of 13 entries" in page.locator("section[data-prefix='ops'] .tabulator-page-counter").inner_text()
+    # hover the biggest dot: its name and numbers, as text
+    tip = page.evaluate("""() => { const c = document.querySelector("[data-testid='roofline-chart']").chart;
+        const s = c.getOption().series; const i = s.findIndex((x) => x.name === 'Memory-bound ops');
+        const d = s[i].data; let best = 0; d.forEach((p, j) => { if (p.op.gpu_time_ns > d[best].op.gpu_time_ns) best = j; });
+        c.dispatchAction({ type: 'showTip', seriesIndex: i, dataIndex: best }); return true; }""")
+    assert tip
+    tooltip = page.locator("[data-testid='roofline-chart'] > div").filter(has_text="Arithmetic intensity")
+    tooltip.wait_for()
+    text = tooltip.inner_text()
+    assert "aten::addmm" in text and "GPU time" in text and "399,136 ns" in text
+    shot(page, "roofline-h100")
+    page.locator("section[data-prefix='ops'] .tabulator-col[tabulator-field='bound'] input").press_sequentially("math")
+    page.wait_for_function("location.search.includes('ops.f.bound=math')")
+    page.wait_for_load_state("networkidle")
+    bounds = page.locator("section[data-prefix='ops'] .tabulator-cell[tabulator-field='bound']").all_inner_texts()
+    assert bounds and set(bounds) == {"math"}
+    assert page.errors == []
+
+
+def test_legacy_trace_says_the_gpu_is_unknown(legacy, page):
+    ready(page, f"{legacy.base}/roofline")
+    note = page.get_by_test_id("ceilings-error")
+    assert "--gpu-spec" in note.inner_text() and "dlscope view DB --gpu-spec FILE" in note.inner_text()
+    assert "nothing to place" in page.get_by_test_id("roofline-empty").inner_text()
+    shot(page, "roofline-legacy-unknown-gpu")
+    assert page.errors == []
+
+
+def test_script_names_stay_text(scripted, page):
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    ready(page, f"{scripted.base}/roofline")
+    page.wait_for_selector("section[data-prefix='kernels'] .tabulator-row")
+    assert page.locator("section[data-prefix='kernels'] .tabulator-cell[tabulator-field='kernel_name']").first.inner_text() == XSS
+    op_types = page.locator("section[data-prefix='ops'] .tabulator-cell[tabulator-field='op_type']").all_inner_texts()
+    assert XSS in op_types
+    page.evaluate("""() => { const c = document.querySelector("[data-testid='roofline-chart']").chart;
+        const i = c.getOption().series.findIndex((x) => x.name.startsWith('Kernels'));
+        c.dispatchAction({ type: 'showTip', seriesIndex: i, dataIndex: 0 }); }""")
+    tooltip = page.locator("[data-testid='roofline-chart'] > div").filter(has_text="Nsight Compute kernel")
+    assert XSS in tooltip.inner_text()
+    shot(page, "roofline-script-names")
+    assert dialogs == [] and page.errors == []
+
+
+def test_unknown_gpu_still_plots_the_ops(tmp_path, page):
+    s = Server([add_roofline_rows(make_profile_db(tmp_path / "u.sqlite"), gpu_name=None)])
+    try:
+        ready(page, f"{s.base}/roofline")
+        assert "--gpu-spec" in page.get_by_test_id("ceilings-error").inner_text()
+        chart = page.get_by_test_id("roofline-chart")
+        assert json.loads(chart.get_attribute("data-roofs")) == [] and int(chart.get_attribute("data-points")) >= 2
+        names = page.evaluate("() => document.querySelector(\"[data-testid='roofline-chart']\").chart.getOption().series.map((x) => x.name)")
+        assert "Ops (no roofs: GPU unknown)" in names
+        shot(page, "roofline-unknown-gpu-ops")
+        assert page.errors == []
+    finally:
+        s.stop()
