@@ -143,10 +143,12 @@ def _dataloader_time(tmp_path: Path, sleep_ms: str, db: str) -> tuple[float, flo
 def test_slow_dataset_shows_a_larger_dataloader_share(tmp_path):
     slow_share, slow_per_step = _dataloader_time(tmp_path, "10", "slow.sqlite")
     fast_share, fast_per_step = _dataloader_time(tmp_path, "0", "fast.sqlite")
-    assert slow_share > fast_share
-    assert slow_share > 0.5
+    figures = f"slow: {slow_share:.2f} of wall, {slow_per_step / 1e6:.1f} ms/step; " \
+              f"fast: {fast_share:.2f}, {fast_per_step / 1e6:.1f} ms/step"
+    assert slow_share > fast_share, figures
+    assert slow_share > 0.5, figures
     # 16 samples x 10 ms of sleep per batch must show up as data loading, whatever the machine's load
-    assert slow_per_step - fast_per_step >= 0.8 * 16 * 10e6
+    assert slow_per_step >= 0.9 * 16 * 10e6, figures
 
 
 def test_dataloader_workers_and_module_ranges(tmp_path):

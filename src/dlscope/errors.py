@@ -18,3 +18,7 @@ class InputError(DlscopeError):
         self.path = str(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+    def __reduce__(self):
+        """Rebuilt from (path, problem), so it crosses process boundaries (worker imports) intact."""
+        return (type(self), (self.path, self.problem))

@@ -27,6 +27,7 @@ class Context:
     """Data in for the rules: ``conn`` + ``agg_id`` + ``config`` (all thresholds)."""
 
     def __init__(self, conn: sqlite3.Connection, agg_id: int, config: dict, tables: dict | None = None):
+        """``tables``: the raw tables in memory (then ``conn`` need only hold the aggregation tables)."""
         self.conn, self.agg_id, self.config = conn, agg_id, config
         self.tables = tables
         cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
@@ -142,6 +143,9 @@ class Context:
 
     @cached_property
     def gpus(self) -> pd.DataFrame:
+        frame = self._memory_table("gpus")
+        if frame is not None:
+            return frame.sort_values("device", kind="stable").reset_index(drop=True)
         return self.query("SELECT * FROM gpus WHERE rank = ? ORDER BY device", (self.rank,))
 
     @cached_property
@@ -154,10 +158,6 @@ class Context:
     @cached_property
     def agg_ops(self) -> pd.DataFrame:
         return self.query("SELECT * FROM agg_ops WHERE agg_id = ?", (self.agg_id,))
-
-    @cached_property
-    def sources(self) -> pd.DataFrame:
-        return self.query("SELECT * FROM sources")
 
     # ------------------------------------------------------------------ derived facts
 
@@ -179,6 +179,9 @@ class Context:
 
     @cached_property
     def has_gpu(self) -> bool:
+        frame = self._memory_table("kernels")
+        if frame is not None:
+            return not frame.empty
         return bool(self.conn.execute("SELECT EXISTS(SELECT 1 FROM kernels WHERE rank = ?)", (self.rank,)).fetchone()[0])
 
     @cached_property

@@ -17,12 +17,14 @@ decoded by the same typed decoder, so both paths build identical tables from ide
 from __future__ import annotations
 
 import gc
+import multiprocessing as mp
 import gzip
 import itertools
 import os
 import re
 import zlib
 from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -140,15 +142,9 @@ def load_kineto(path: Path, *, max_memory: int | None = None, progress: Progress
     gc.disable()  # millions of small containers would trigger repeated, useless full collections
     try:
         if max_memory is not None and should_stream(path, max_memory):
-            header, batches = _stream_events(path, progress)
+            header, tables, event_count = _tables_from(_stream_events(path, progress))
         else:
-            header, batches = _in_memory_events(path, progress)
-        tables = _Tables()
-        event_count = 0
-        for events in batches:
-            event_count += len(events)
-            tables.add(events)
-            del events
+            header, tables, event_count = _in_memory_tables(path, progress)
         rank = _rank(header)
         profile = tables.profile(rank, header.deviceProperties)
     finally:
@@ -179,20 +175,60 @@ def estimated_json_size(path: Path) -> int:
     return ESTIMATED_GZIP_RATIO * size
 
 
-def _in_memory_events(path: Path, progress: Progress | None) -> tuple[_Trace, Iterator[list[_Event]]]:
+def _tables_from(source: tuple[_Trace, Iterator[list[_Event]]]) -> tuple[_Trace, "_Tables", int]:
+    header, batches = source
+    tables, event_count = _Tables(), 0
+    for events in batches:
+        event_count += len(events)
+        tables.add(events)
+        del events  # one batch of structs alive at a time
+    return header, tables, event_count
+
+
+#: a file with at least this many events is decoded by two processes (this one and a forked worker)
+PARALLEL_MIN_EVENTS = 300_000
+_FORKED: tuple[Path, list] | None = None  # what a forked decoding worker reads (inherited, not pickled)
+
+
+def _in_memory_tables(path: Path, progress: Progress | None) -> tuple[_Trace, "_Tables", int]:
+    """Decode a file held in memory; large files in two halves on two cores, joined in event order."""
     header, raw_events = _decode_top(path, _read_json_bytes(path))
-    size = os.path.getsize(path)
-
-    def batches() -> Iterator[list[_Event]]:
-        done = 0
-        for events in _decode_batches(path, raw_events):
-            done += len(events)
-            if progress:
-                progress(size * done // max(len(raw_events), 1), done)
-            yield events
+    n = len(raw_events)
+    if n < PARALLEL_MIN_EVENTS or (os.cpu_count() or 1) < 2 or "fork" not in mp.get_all_start_methods():
+        result = _tables_from((header, _batches(path, raw_events, 0, n, progress, n)))
         raw_events.clear()  # the last reference to the file's bytes
+        return result
+    global _FORKED
+    half = (n // 2 // BATCH_EVENTS) * BATCH_EVENTS
+    _FORKED = (path, raw_events)
+    try:
+        with ProcessPoolExecutor(1, mp_context=mp.get_context("fork")) as pool:
+            later = pool.submit(_decode_forked_range, half, n)
+            _, tables, _ = _tables_from((header, _batches(path, raw_events, 0, half, progress, n)))
+            tables.absorb(later.result())
+    finally:
+        _FORKED = None
+    raw_events.clear()
+    return header, tables, n
 
-    return header, batches()
+
+def _decode_forked_range(lo: int, hi: int) -> dict:
+    """In the forked worker: the tables of events [lo, hi) of the inherited raw events, as plain data."""
+    path, raw_events = _FORKED
+    gc.disable()
+    return _tables_from((None, _batches(path, raw_events, lo, hi, None, hi)))[1].state()
+
+
+def _batches(path: Path, raw_events: list, lo: int, hi: int, progress: Progress | None,
+             total: int) -> Iterator[list[_Event]]:
+    """Typed events of [lo, hi), ``BATCH_EVENTS`` at a time, so only one batch of structs is alive."""
+    size = os.path.getsize(path)
+    for offset in range(lo, hi, BATCH_EVENTS):
+        events = _decode_json(path, _BATCH_DECODER,
+                              b"[" + b",".join(raw_events[offset:min(offset + BATCH_EVENTS, hi)]) + b"]", offset)
+        if progress:
+            progress(size * (offset + len(events)) // max(total, 1), offset + len(events))
+        yield events
 
 
 # ----------------------------------------------------------------------------------------- reading
@@ -241,13 +277,6 @@ def _decode_top(path: Path, data: bytes) -> tuple[_Trace, list[msgspec.Raw]]:
         raise InputError(path, "is JSON but not a Chrome/Kineto trace (no traceEvents)")
     raw_events, decoded.traceEvents = decoded.traceEvents, None
     return decoded, raw_events
-
-
-def _decode_batches(path: Path, raw_events: list[msgspec.Raw]) -> Iterator[list[_Event]]:
-    """Typed events, ``BATCH_EVENTS`` at a time, so only one batch of structs is alive at once."""
-    for offset in range(0, len(raw_events), BATCH_EVENTS):
-        chunk = b"[" + b",".join(raw_events[offset:offset + BATCH_EVENTS]) + b"]"
-        yield _decode_json(path, _BATCH_DECODER, chunk, offset)
 
 
 def _decode_json(path: Path, decoder: msgspec.json.Decoder, data: bytes,
@@ -418,6 +447,20 @@ class _Tables:
         self.rows: Counter[str] = Counter()
         self.unmapped: Counter[str] = Counter()
         self.dropped_python_functions = 0
+
+    def state(self) -> dict:
+        """Plain, picklable contents (to send from a worker process)."""
+        return {"chunks": {t: dict(cols) for t, cols in self.chunks.items()}, "rows": dict(self.rows),
+                "unmapped": dict(self.unmapped), "dropped_python_functions": self.dropped_python_functions}
+
+    def absorb(self, later: dict) -> None:
+        """Append the tables of the events after ours (a worker's :meth:`state`)."""
+        for table, cols in later["chunks"].items():
+            for col, chunks in cols.items():
+                self.chunks[table][col].extend(chunks)
+        self.rows.update(later["rows"])
+        self.unmapped.update(later["unmapped"])
+        self.dropped_python_functions += later["dropped_python_functions"]
 
     def add(self, events: list[_Event]) -> None:
         by_cat, memory_events = _group(events)

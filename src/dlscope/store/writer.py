@@ -55,18 +55,24 @@ def insert_frame(conn: sqlite3.Connection, table: str, frame: pd.DataFrame) -> N
                      zip(*(_column_values(frame, c) for c in columns)))
 
 
-class IndexBuilder(threading.Thread):
-    """Builds the indexes on its own connection while the caller goes on (SQLite sorts without the GIL).
+class RawWriter(threading.Thread):
+    """Creates the file, loads the raw tables (ADBC) and builds the indexes, beside the caller's work.
 
-    The database is in WAL mode while it is being built, so the caller's reads do not block the builder.
+    The bulk of the writing runs in C without the GIL, so on a second core it costs the import almost
+    no time. It is the only code touching the file until :meth:`NewDatabase.connect` joins it.
     """
 
-    def __init__(self, path: str):
-        super().__init__(name="dlscope-indexes", daemon=True)
-        self.path, self.error = path, None
+    def __init__(self, path: str, raw_tables: dict[str, pd.DataFrame] | None):
+        super().__init__(name="dlscope-raw-writer", daemon=True)
+        self.path, self.raw_tables, self.error = path, raw_tables, None
 
     def run(self) -> None:
         try:
+            conn = sqlite3.connect(self.path)
+            conn.executescript(DDL)
+            conn.close()
+            if self.raw_tables is not None:
+                ingest_raw(self.path, self.raw_tables)
             conn = sqlite3.connect(self.path)
             try:
                 conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
@@ -75,6 +81,8 @@ class IndexBuilder(threading.Thread):
                 conn.close()
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by wait()
             self.error = e
+        finally:
+            self.raw_tables = None
 
     def wait(self) -> None:
         self.join()
@@ -83,23 +91,29 @@ class IndexBuilder(threading.Thread):
 
 
 class NewDatabase:
-    """The connection to a database being written, and the index build that may run beside it."""
+    """A database being written: the raw tables and indexes in the background, the rest on ``connect()``."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str):
-        self.conn, self.path, self._indexes = conn, path, None
+    def __init__(self, path: str, raw_tables: dict[str, pd.DataFrame] | None):
+        self.path, self.conn = path, None
+        self.raw_writer = RawWriter(path, raw_tables)
+        self.raw_writer.start()
 
-    def start_indexes(self) -> None:
-        """Commit what is written so far and build the indexes in the background."""
-        self.conn.commit()
-        self._indexes = IndexBuilder(self.path)
-        self._indexes.start()
+    def connect(self) -> sqlite3.Connection:
+        """Wait for the raw tables and indexes, then open the file for the remaining (small) writes."""
+        if self.conn is None:
+            self.raw_writer.wait()
+            self.conn = sqlite3.connect(self.path)
+            self.conn.execute("PRAGMA journal_mode=OFF")  # the file is renamed into place only when complete
+            self.conn.execute("PRAGMA synchronous=OFF")
+            self.conn.execute("BEGIN")
+        return self.conn
 
-    def finish_indexes(self) -> None:
-        if self._indexes is None:
-            self.conn.commit()
-            self.conn.executescript(INDEXES)
-        else:
-            self._indexes.wait()
+
+def scratch_database() -> sqlite3.Connection:
+    """An in-memory database with the schema, for analyses that query summary tables before the file is done."""
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(DDL)
+    return conn
 
 
 @contextmanager
@@ -115,31 +129,18 @@ def atomic_database(path: Path, force: bool, raw_tables: dict[str, pd.DataFrame]
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     os.unlink(tmp)
-    conn = None
-    db = NewDatabase(None, tmp)
+    db = NewDatabase(tmp, raw_tables)
     try:
-        boot = sqlite3.connect(tmp)
-        boot.executescript(DDL)
-        boot.close()
-        if raw_tables is not None:
-            ingest_raw(tmp, raw_tables)
-        db.conn = conn = sqlite3.connect(tmp, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=OFF")
-        conn.execute("PRAGMA cache_size=-262144")
-        conn.execute("BEGIN")
         yield db
+        conn = db.connect()
         conn.commit()
-        db.finish_indexes()
-        conn.execute("PRAGMA journal_mode=DELETE")  # checkpoints the WAL: one self-contained file
         conn.close()
         os.replace(tmp, path)
     except BaseException:
-        if db._indexes is not None:
-            db._indexes.join()
-        if conn is not None:
-            conn.close()
-        for leftover in (tmp, tmp + "-wal", tmp + "-shm"):
+        db.raw_writer.join()
+        if db.conn is not None:
+            db.conn.close()
+        for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
             if os.path.exists(leftover):
                 os.unlink(leftover)
         raise
