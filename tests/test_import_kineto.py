@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import DATA, data_file, data_files
@@ -316,3 +317,19 @@ def test_odd_numeric_values_become_missing_instead_of_failing(tmp_path):
     assert (memop["device"], memop["stream"], memop["bytes"], memop["correlation"]) == (0, -1, 1000, -1)
     assert (memop["copy_kind"], memop["src_mem"], memop["dst_mem"]) == ("DtoH", "device", "pinned")
     assert np.int64(memop["start"]) == 10_000
+
+
+def test_two_process_parse_gives_the_same_tables_as_one(monkeypatch):
+    """Large files are decoded in two halves on two processes; the tables must not depend on it."""
+    import dlscope.importers.kineto as kineto
+    from dlscope.model import TABLES
+
+    path = data_file("kineto", "hta_v100_rank1of2_5steps.json.gz")  # 216k events: 14 batches
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_EVENTS", 10**12)
+    serial = kineto.load_kineto(path)
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_EVENTS", 2 * kineto.BATCH_EVENTS)
+    monkeypatch.setattr(kineto.os, "cpu_count", lambda: 2)
+    parallel = kineto.load_kineto(path)
+    for name in [*TABLES, "comm_args"]:
+        pd.testing.assert_frame_equal(getattr(parallel, name), getattr(serial, name), obj=name)
+    assert parallel.meta == serial.meta
