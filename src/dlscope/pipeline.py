@@ -10,6 +10,7 @@ from typing import Iterator, Sequence
 import pandas as pd
 
 from .analyze.aggregation import aggregate as compute_aggregation
+from .analyze.aggregation import resolve_range
 from .analyze.analysis import Analysed, analyse
 from .distributed import expand_inputs, load_profiles_parallel, write_distributed
 from .distributed.figures import rank_figures
@@ -82,15 +83,17 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
     traces = [p for p in paths if p not in counters]
     with _progress(progress) as step, _gc_paused():
         ncu = [(p, read_ncu_csv(p)) for p in counters]
-        an, aggs = None, []
+        an = None
         if traces:
             profile = load_profiles_parallel(traces, workers, scheduler, max_memory, step)
             step("analysing")
             an = analyse(profile, key_node)
-            aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks]
+            for rank in an.ranks:  # a bad --iter-start/--iter-stop fails here, before any file is made
+                resolve_range(an, rank, iter_start, iter_stop)
         step("writing database")
         with writer.atomic_database(db_path, force, _raw_tables(an) if an is not None else None) as db:
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
+            aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks] if an else []
             scratch = writer.scratch_database()
             agg_ids = [writer.write_aggregation(scratch, agg) for agg in aggs]
             findings = {agg_id: evaluate(scratch, agg_id, rules_config, _raw_tables(an)) for agg_id in agg_ids}

@@ -182,6 +182,9 @@ def ingest_raw(path: str, tables: dict[str, pd.DataFrame]) -> None:
         probe.close()
     with dbapi.connect(path) as adbc:
         cursor = adbc.cursor()
+        for pragma in ("journal_mode=OFF", "synchronous=OFF", "cache_size=-262144"):
+            cursor.execute(f"PRAGMA {pragma}")  # the file is renamed into place only when complete
+            cursor.fetchall()
         for name in RAW_TABLES:
             frame = tables[name]
             if frame.empty:
