@@ -180,10 +180,11 @@ def ingest_raw(path: str, tables: dict[str, pd.DataFrame]) -> None:
         columns_of = {name: table_columns(probe, name) for name in RAW_TABLES}
     finally:
         probe.close()
-    with dbapi.connect(path) as adbc:
+    with dbapi.connect(path, autocommit=True) as adbc:  # pragmas must be set outside a transaction
         cursor = adbc.cursor()
-        for pragma in ("journal_mode=OFF", "synchronous=OFF", "cache_size=-262144"):
-            cursor.execute(f"PRAGMA {pragma}")  # the file is renamed into place only when complete
+        for statement in ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA cache_size=-262144",
+                          "BEGIN"):  # no journal, no fsync: the file is renamed into place only when complete
+            cursor.execute(statement)
             cursor.fetchall()
         for name in RAW_TABLES:
             frame = tables[name]
@@ -191,8 +192,9 @@ def ingest_raw(path: str, tables: dict[str, pd.DataFrame]) -> None:
                 continue
             columns = [c for c in columns_of[name] if c in frame.columns]
             cursor.adbc_ingest(name, pa.Table.from_pandas(frame[columns], preserve_index=False), mode="append")
+        cursor.execute("COMMIT")
+        cursor.fetchall()
         cursor.close()
-        adbc.commit()
 
 
 def write_aggregation(conn: sqlite3.Connection, agg) -> int:
