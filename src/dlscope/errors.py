@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 class DlscopeError(Exception):
@@ -22,3 +24,18 @@ class InputError(DlscopeError):
     def __reduce__(self):
         """Rebuilt from (path, problem), so it crosses process boundaries (worker imports) intact."""
         return (type(self), (self.path, self.problem))
+
+
+@contextmanager
+def reading(path: str | Path) -> Iterator[None]:
+    """Turn the operating system's reasons a file cannot be read into one-line :class:`InputError` s."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except IsADirectoryError:
+        raise InputError(path, "is a directory, not a trace file") from None
+    except PermissionError:
+        raise InputError(path, "permission denied") from None
+    except OSError as e:
+        raise InputError(path, f"cannot be read ({e.strerror or e})") from None

@@ -9,7 +9,7 @@ import gzip
 import zlib
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, reading
 from ..model import Profile
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -18,17 +18,8 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 def sniff(path: Path) -> str:
     """Return the format name of ``path``: "kineto", "nsys" or "ncu_csv" (or raise InputError)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory, not a trace file") from None
-    except PermissionError:
-        raise InputError(path, "permission denied") from None
-    except OSError as e:
-        raise InputError(path, f"cannot be read ({e.strerror or e})") from None
+    with reading(path), open(path, "rb") as f:
+        head = f.read(4096)
     if not head:
         raise InputError(path, "is empty")
     if head.startswith(SQLITE_MAGIC):

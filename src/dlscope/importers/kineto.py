@@ -25,6 +25,7 @@ import re
 import zlib
 from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -34,7 +35,7 @@ import numpy as np
 import pandas as pd
 from msgspec import field
 
-from ..errors import InputError
+from ..errors import InputError, reading
 from ..model import Profile, make_table
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -236,14 +237,8 @@ def _batches(path: Path, raw_events: list, lo: int, hi: int, progress: Progress 
 
 def _read_json_bytes(path: Path) -> bytes:
     """The file's JSON text, gunzipped when it starts with the gzip magic (names are not trusted)."""
-    try:
+    with reading(path):
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
-    except IsADirectoryError:
-        raise InputError(path, "is a directory, not a trace file") from None
-    except OSError as e:
-        raise InputError(path, f"cannot be read ({e.strerror or e})") from None
     if data.startswith(GZIP_MAGIC):
         try:
             data = _gunzip(data)
@@ -339,7 +334,7 @@ def _stream_events(path: Path, progress: Progress | None) -> tuple[_Trace, Itera
 
     def batches() -> Iterator[list[_Event]]:
         done, batch = 0, []
-        try:
+        with _stream_errors(path, reader):
             items = ijson.items(reader, "item" if bare else "traceEvents.item", use_float=True)
             for event in items:
                 batch.append(event)
@@ -357,12 +352,6 @@ def _stream_events(path: Path, progress: Progress | None) -> tuple[_Trace, Itera
             if not bare:
                 header.update({k: v for k, v in _trailing_keys(reader.tail).items() if k not in header})
                 final[0] = _header(path, header)
-        except (ijson.JSONError, ijson.IncompleteJSONError) as e:
-            raise InputError(path, f"is not valid JSON: {_one_line(e)}") from None
-        except (OSError, EOFError, zlib.error):
-            raise InputError(path, "is a truncated or corrupt gzip file") from None
-        finally:
-            reader.close()
 
     final = [_header(path, header)]
 
@@ -373,6 +362,21 @@ def _stream_events(path: Path, progress: Progress | None) -> tuple[_Trace, Itera
     return _Header(), batches()  # type: ignore[return-value]
 
 
+@contextmanager
+def _stream_errors(path: Path, reader: "_CountingReader") -> Iterator[None]:
+    """A stream's JSON and gzip failures as one-line :class:`InputError` s; the file closed either way."""
+    import ijson
+
+    try:
+        yield
+    except (ijson.JSONError, ijson.IncompleteJSONError) as e:
+        raise InputError(path, f"is not valid JSON: {_one_line(e)}") from None
+    except (OSError, EOFError, zlib.error):
+        raise InputError(path, "is a truncated or corrupt gzip file") from None
+    finally:
+        reader.close()
+
+
 def _stream_head(path: Path) -> tuple[dict[str, Any], bool]:
     """The top-level keys before ``traceEvents`` (Kineto writes its metadata first); stops there."""
     import ijson
@@ -380,7 +384,8 @@ def _stream_head(path: Path) -> tuple[dict[str, Any], bool]:
     reader = _CountingReader(path)
     out: dict[str, Any] = {}
     key, builder = None, None
-    try:
+    value = None
+    with _stream_errors(path, reader):
         for prefix, event, value in ijson.parse(reader, use_float=True):
             if prefix == "":
                 if event == "start_array":
@@ -397,12 +402,6 @@ def _stream_head(path: Path) -> tuple[dict[str, Any], bool]:
                 builder.event(event, value)
         else:
             raise InputError(path, "is empty")
-    except (ijson.JSONError, ijson.IncompleteJSONError) as e:
-        raise InputError(path, f"is not valid JSON: {_one_line(e)}") from None
-    except (OSError, EOFError, zlib.error):
-        raise InputError(path, "is a truncated or corrupt gzip file") from None
-    finally:
-        reader.close()
     if value != "traceEvents":
         raise InputError(path, "is JSON but not a Chrome/Kineto trace (no traceEvents)")
     return out, False
