@@ -94,11 +94,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
         with writer.atomic_database(db_path, force, _raw_tables(an) if an is not None else None) as db:
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
             aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks] if an else []
-            scratch = writer.scratch_database()
-            agg_ids = [writer.write_aggregation(scratch, agg) for agg in aggs]
-            findings = {agg_id: evaluate(scratch, agg_id, rules_config, _raw_tables(an)) for agg_id in agg_ids}
+            findings = [evaluate(None, None, rules_config, an.rank_tables(agg.row["rank"]), agg) for agg in aggs]
             figures = rank_figures(an, aggs) if an is not None else None
-            scratch.close()
             conn = db.connect()
             if an is not None:
                 writer.write_sources(conn, an.profile.meta.get("sources", [an.profile.meta]))
@@ -107,9 +104,9 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                 "iteration_methods": an.iteration_methods if an else {}})
             for path, frame in ncu:
                 write_ncu_kernels(conn, frame, source=str(path))
-            for agg in aggs:
-                agg_id = writer.write_aggregation(conn, agg)
-                write_findings(conn, agg_id, findings[agg_id])
+            agg_ids = [writer.write_aggregation(conn, agg) for agg in aggs]
+            for agg_id, found in zip(agg_ids, findings):
+                write_findings(conn, agg_id, found)
             if an is not None:
                 write_distributed(conn, an, aggs, agg_ids, figures)
     return db_path

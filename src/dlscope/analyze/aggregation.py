@@ -34,9 +34,7 @@ class Aggregation:
 
 
 def _rank_frames(an: Analysed, rank: int) -> dict[str, pd.DataFrame]:
-    p = an.profile
-    return {name: p.table(name)[p.table(name)["rank"] == rank]
-            for name in ("ops", "ranges", "kernels", "memops", "gpus")}
+    return an.rank_tables(rank)
 
 
 def _intervals(frame: pd.DataFrame, mask=None) -> tuple[np.ndarray, np.ndarray]:

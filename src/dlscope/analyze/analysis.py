@@ -35,6 +35,24 @@ class Analysed:
     iterations: pd.DataFrame
     iteration_methods: dict[int, str] = field(default_factory=dict)
     key_node: str | None = None
+    _by_rank: dict | None = field(default=None, repr=False)
+
+    RAW = ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory", "gpus")
+
+    def rank_tables(self, rank: int) -> dict[str, pd.DataFrame]:
+        """The raw tables of one rank; split once for all ranks (a job of many ranks aggregates each)."""
+        if self._by_rank is None:
+            split: dict = {}
+            for name in self.RAW:
+                frame = self.profile.table(name)
+                if frame["rank"].nunique() <= 1:
+                    groups = {int(r): frame for r in frame["rank"].unique()}
+                else:
+                    groups = {int(r): g for r, g in frame.groupby("rank", sort=False)}
+                for r in self.ranks:
+                    split.setdefault(r, {})[name] = groups.get(r, frame.iloc[0:0])
+            self._by_rank = split
+        return self._by_rank[rank]
 
     @property
     def ranks(self) -> list[int]:

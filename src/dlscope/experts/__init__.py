@@ -22,15 +22,16 @@ __all__ = ["evaluate", "write_findings", "write_expert_report", "Finding", "Cont
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
-def evaluate(conn: sqlite3.Connection, agg_id: int, rules_config: Path | str | None = None,
-             tables: dict | None = None) -> list[dict]:
+def evaluate(conn: sqlite3.Connection | None, agg_id: int | None, rules_config: Path | str | None = None,
+             tables: dict | None = None, aggregation=None) -> list[dict]:
     """Run every enabled rule on one aggregation; findings sorted by severity, then saving.
 
-    ``tables`` (optional) are the analysed raw tables already in memory (ops, kernels, memops, api_calls,
-    ranges, gpus, memory), used instead of reading them back from the database.
+    From a database (``conn``, ``agg_id``), or during an import from memory: ``tables`` (the rank's raw
+    tables: ops, kernels, memops, api_calls, ranges, gpus, memory) and ``aggregation`` (an
+    :class:`~dlscope.analyze.aggregation.Aggregation`), with no database needed.
     """
     config = load_config(rules_config)
-    ctx = Context(conn, agg_id, config, tables)
+    ctx = Context(conn, agg_id, config, tables, aggregation)
     out = []
     for rule_id, check in load_rules().items():
         cfg = config.get(rule_id, {})

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 import pandas as pd
 
 from ..errors import DlscopeError
+from ..store.schema import DDL
 from .spans import Span
 
 #: numpy dtype spelling of ``ops.data_type`` -> precision name used by the rules and gpu_specs.json
@@ -23,18 +24,36 @@ PRECISIONS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64
 HALF = ("fp16", "bf16")
 
 
-class Context:
-    """Data in for the rules: ``conn`` + ``agg_id`` + ``config`` (all thresholds)."""
+@lru_cache(maxsize=None)
+def _db_columns(table: str) -> tuple[str, ...]:
+    """A table's (or view's) columns in the profile database schema."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(DDL)
+        return tuple(r[1] for r in conn.execute(f'PRAGMA table_info("{table}")'))
+    finally:
+        conn.close()
 
-    def __init__(self, conn: sqlite3.Connection, agg_id: int, config: dict, tables: dict | None = None):
-        """``tables``: the raw tables in memory (then ``conn`` need only hold the aggregation tables)."""
+
+class Context:
+    """Data in for the rules: one aggregation and its tables, plus ``config`` (all thresholds).
+
+    Either read from a database (``conn`` + ``agg_id``), or given in memory during an import:
+    ``tables`` (the rank's raw tables) and ``aggregation`` (the computed summary tables).
+    """
+
+    def __init__(self, conn: sqlite3.Connection | None, agg_id: int | None, config: dict,
+                 tables: dict | None = None, aggregation=None):
         self.conn, self.agg_id, self.config = conn, agg_id, config
-        self.tables = tables
-        cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
-        row = cur.fetchone()
-        if row is None:
-            raise DlscopeError(f"no aggregation {agg_id} in the database")
-        self.agg = dict(zip([d[0] for d in cur.description], row))
+        self.tables, self.aggregation = tables, aggregation
+        if aggregation is not None:
+            self.agg = dict(aggregation.row)
+        else:
+            cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
+            row = cur.fetchone()
+            if row is None:
+                raise DlscopeError(f"no aggregation {agg_id} in the database")
+            self.agg = dict(zip([d[0] for d in cur.description], row))
         self.rank = int(self.agg["rank"])
         self.iter_start, self.iter_stop = int(self.agg["iter_start"]), int(self.agg["iter_stop"])
         self.window = (int(self.agg["window_start"]), int(self.agg["window_end"]))
@@ -51,9 +70,10 @@ class Context:
         if self.tables is None or table not in self.tables:
             return None
         frame = self.tables[table]
-        frame = frame[frame["rank"] == self.rank]
-        cols = [r[1] for r in self.conn.execute(f'PRAGMA table_info("{table}")')]
-        return frame[[c for c in cols if c in frame.columns]].reset_index(drop=True)
+        mine = frame["rank"].to_numpy() == self.rank
+        if not mine.all():
+            frame = frame[mine]
+        return frame[[c for c in _db_columns(table) if c in frame.columns]].reset_index(drop=True)
 
     def _in_iterations(self, table: str, columns: str = "*") -> pd.DataFrame:
         frame = self._memory_table(table)
@@ -105,8 +125,7 @@ class Context:
                    "input_shapes", "input_dtypes", "concrete_inputs", "data_type", "iteration", "node_id",
                    "tc_eligible", "using_tc", "kernel_count", "gpu_time", "api_time"]
         if self.tables is not None and "ops" in self.tables:
-            ops = self.tables["ops"]
-            ops = ops.loc[ops["rank"] == self.rank, columns].sort_values("op_id").copy()
+            ops = self._memory_table("ops")[columns].sort_values("op_id")
             for col in ("tc_eligible", "using_tc"):
                 ops[col] = ops[col].astype(np.int64)
             ops = ops.set_index("op_id", drop=False)
@@ -128,18 +147,20 @@ class Context:
 
     @cached_property
     def iterations(self) -> pd.DataFrame:
-        return self.query("SELECT * FROM agg_iterations WHERE agg_id = ? AND profiled = 1 ORDER BY iteration",
-                          (self.agg_id,))
+        its = self.all_iterations
+        return its[its["profiled"].astype(bool)].reset_index(drop=True)
 
     @cached_property
     def all_iterations(self) -> pd.DataFrame:
+        if self.aggregation is not None:
+            its = self.aggregation.iterations.assign(profiled=self.aggregation.iterations["profiled"].astype(np.int64))
+            return its.sort_values("iteration", kind="stable").reset_index(drop=True)
         return self.query("SELECT * FROM agg_iterations WHERE agg_id = ? ORDER BY iteration", (self.agg_id,))
 
     @cached_property
     def ranges(self) -> pd.DataFrame:
         """CPU annotation ranges of the rank overlapping the window."""
-        columns = [r[1] for r in self.conn.execute('PRAGMA table_info("ranges")')]
-        return self._overlapping("ranges", columns, "cpu")
+        return self._overlapping("ranges", list(_db_columns("ranges")), "cpu")
 
     @cached_property
     def gpus(self) -> pd.DataFrame:
@@ -157,6 +178,9 @@ class Context:
 
     @cached_property
     def agg_ops(self) -> pd.DataFrame:
+        if self.aggregation is not None:
+            ops = self.aggregation.ops
+            return ops.assign(**{c: ops[c].astype(np.int64) for c in ("tc_eligible", "using_tc")})
         return self.query("SELECT * FROM agg_ops WHERE agg_id = ?", (self.agg_id,))
 
     # ------------------------------------------------------------------ derived facts

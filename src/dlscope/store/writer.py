@@ -109,13 +109,6 @@ class NewDatabase:
         return self.conn
 
 
-def scratch_database() -> sqlite3.Connection:
-    """An in-memory database with the schema, for analyses that query summary tables before the file is done."""
-    conn = sqlite3.connect(":memory:")
-    conn.executescript(DDL)
-    return conn
-
-
 @contextmanager
 def atomic_database(path: Path, force: bool, raw_tables: dict[str, pd.DataFrame] | None = None
                     ) -> Iterator[NewDatabase]:
