@@ -153,8 +153,9 @@ def _render_ranks(console, ranks: list[dict]) -> None:
         console.print(f"… and {len(ordered) - 16} more ranks (dlscope summary --json lists them all)")
 
 
-def _render_roofline(console, roofline: dict | None, escape) -> None:
-    if not roofline or not roofline.get("op_gpu_time_ns") and not roofline.get("ceilings_error"):
+def _render_roofline(console, roofline: dict | None, escape, counters_only: bool = False) -> None:
+    """One line on memory- vs math-bound GPU time (nothing for a profile without GPU op time)."""
+    if not roofline or not (roofline.get("op_gpu_time_ns") or counters_only):
         return
     if roofline.get("memory_bound_gpu_time_ns") is None:
         console.print(escape(f"Roofline: skipped ({roofline.get('ceilings_error')})"))
@@ -181,7 +182,7 @@ def render_summary(summary: dict) -> str:
     console.print(f"[bold]dlscope summary[/bold]: {escape(str(summary['profile_name']))}")
     if a is None:
         console.print("No timeline in this database (counters only): see `dlscope report --reports roofline`.")
-        _render_roofline(console, summary.get("roofline"), escape)
+        _render_roofline(console, summary.get("roofline"), escape, counters_only=True)
         return buf.getvalue()
     key = Table(show_header=False, box=None)
     its = (f"{a['iter_start']}..{a['iter_stop']} ({a['iterations_profiled']} of {p['iterations_total']}, "
