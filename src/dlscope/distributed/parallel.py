@@ -233,7 +233,8 @@ def _on_dask(paths, sizes, scheduler, budget, step) -> list[Profile]:
     counter = _Counter(step, len(paths))
     results: list[Profile | None] = [None] * len(paths)
     try:
-        futures = client.map(import_to_bytes, [str(p.resolve()) for p in paths], max_memory=budget, pure=False)
+        # absolute (the workers' folder may differ) but not resolved: the path is recorded as the user gave it
+        futures = client.map(import_to_bytes, [os.path.abspath(p) for p in paths], max_memory=budget, pure=False)
         for i, future in enumerate(futures):  # in input order; the cluster runs them all meanwhile
             meta, tables = future.result()
             future.release()
@@ -247,8 +248,9 @@ def _on_dask(paths, sizes, scheduler, budget, step) -> list[Profile]:
 def merge(profiles: list[Profile], paths: Sequence[Path]) -> Profile:
     """Give each file its rank (see :mod:`.inputs`) and join them into one profile in input order."""
     ids = identities(paths, [p.meta for p in profiles])
-    for profile, who in zip(profiles, ids):
-        profile.meta.update(rank=who.rank, world_size=who.world_size, rank_source=who.rank_source)
+    for profile, who, path in zip(profiles, ids, paths):
+        profile.meta.update(rank=who.rank, world_size=who.world_size, rank_source=who.rank_source,
+                            source_path=str(path))  # the same whichever process or host read it
         if who.hostname:
             profile.meta["hostname"] = who.hostname
         for name in list(TABLES) + [t for t in EXTRA_TABLES if hasattr(profile, t)]:
