@@ -33,12 +33,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--sleep-ms", type=float, default=2.0, help="time each sample takes to load")
+    parser.add_argument("--hidden", type=int, default=256, help="width of the model's hidden layers (compute per step)")
     args = parser.parse_args()
 
     torch.manual_seed(0)
     dataset = SlowDataset(args.steps * args.batch_size, 128, args.sleep_ms / 1e3)
     loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers)
-    model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+    model = nn.Sequential(nn.Linear(128, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+                          nn.Linear(args.hidden, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 
     start = time.perf_counter()
