@@ -121,3 +121,16 @@ def test_hostile_names_reach_reports_as_data(tmp_path):
     md = (tmp_path / "rep" / "detail.md").read_text()
     assert "\\|'); DROP TABLE ops;--" in md
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM ops").fetchone()[0] == 1
+
+
+def test_bad_gpu_spec_fails_before_any_report_is_written(tmp_path):
+    trace = KinetoTrace()
+    trace.step(1, 0, 10)
+    trace.op("aten::mm", 1, 5)
+    db = tmp_path / "r.sqlite"
+    assert run_cli("import", trace.write(tmp_path / "t.json"), "-o", db, "-q").returncode == 0
+    (tmp_path / "spec.json").write_text("[1]")
+    result = run_cli("report", db, "--reports", "roofline", "--formats", "json", "--gpu-spec",
+                     tmp_path / "spec.json", "-o", tmp_path / "rep")
+    assert_one_line_error(result, "spec.json")
+    assert not (tmp_path / "rep").exists()

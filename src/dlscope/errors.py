@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -39,3 +40,14 @@ def reading(path: str | Path) -> Iterator[None]:
         raise InputError(path, "permission denied") from None
     except OSError as e:
         raise InputError(path, f"cannot be read ({e.strerror or e})") from None
+
+
+def read_json_file(path: str | Path, what: str):
+    """A user-supplied JSON file (a rules config, a GPU spec), or a one-line :class:`InputError` saying why not."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise InputError(path, f"cannot read {what}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise InputError(path, f"{what} is not JSON: {exc}") from None

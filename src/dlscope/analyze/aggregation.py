@@ -17,6 +17,9 @@ from .analysis import Analysed
 from .intervals import clip, coverage, sorted_unique, union_length
 
 CATEGORIES = ("tensor_core", "non_tensor_core", "memory", "dataloader", "io", "cpu", "other")
+#: how reports and the viewer name them (DLProf Viewer's words)
+CATEGORY_LABELS = {"tensor_core": "Using Tensor Cores", "non_tensor_core": "Not Using Tensor Cores",
+                   "memory": "Memory", "dataloader": "Dataloader", "io": "I/O", "cpu": "CPU", "other": "Other"}
 
 
 @dataclass
@@ -86,13 +89,6 @@ class Segments:
         """Time per category inside [lo, hi); lo and hi must be among the points given at build time."""
         i0, i1 = np.searchsorted(self.bounds, [lo, hi])
         return {name: int(self.cum[c, i1] - self.cum[c, i0]) for c, name in enumerate(CATEGORIES)}
-
-
-def breakdown(lo: int, hi: int, sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, int]:
-    """Cut [lo, hi) into the seven categories by priority; the parts sum to hi - lo exactly."""
-    if hi <= lo:
-        return dict.fromkeys(CATEGORIES, 0)
-    return Segments(sets, np.array([lo, hi], dtype=np.int64)).breakdown(lo, hi)
 
 
 def _window(its: pd.DataFrame, fr: dict[str, pd.DataFrame]) -> tuple[int, int]:

@@ -117,41 +117,45 @@ def _activity_span(profile: Profile, rank: int) -> tuple[int, int]:
     return (min(starts), max(ends)) if starts else (0, 0)
 
 
-def _promote_launching_ranges(profile: Profile) -> None:
+def _promote_launching_ranges(profile: Profile) -> tuple[Nesting, np.ndarray] | None:
     """Annotation ranges that launch GPU work outside any framework op stand for an op (e.g. a custom
-    extension's kernels under a ``record_function``); they join the ops so their kernels are attributed."""
+    extension's kernels under a ``record_function``); they join the ops so their kernels are attributed.
+
+    Returns the ops' nesting and each API call's innermost op row when no range was promoted (the ops are
+    then unchanged and attribution reuses them), else None.
+    """
     ops, ranges, api = profile.ops, profile.ranges, profile.api_calls
-    if api.empty or ranges.empty:
-        return
     op_keys, api_keys = thread_keys([ops, api])
-    outside = Nesting.build(op_keys, ops["start"].to_numpy(), ops["end"].to_numpy()).innermost_at(
-        api_keys, api["start"].to_numpy()) < 0
+    nest = Nesting.build(op_keys, ops["start"].to_numpy(), ops["end"].to_numpy())
+    api_op_row = nest.innermost_at(api_keys, api["start"].to_numpy())
+    outside = api_op_row < 0
     cand = ranges[(ranges["device"] < 0) & ~matches(ranges["name"], "profiler_step")
                   & ~matches(ranges["name"], "step_like_range")]
     if not outside.any() or cand.empty:
-        return
+        return nest, api_op_row
     rng_keys, out_keys = thread_keys([cand, api[outside]])
     hit = Nesting.build(rng_keys, cand["start"].to_numpy(), cand["end"].to_numpy()).innermost_at(
         out_keys, api.loc[outside, "start"].to_numpy())
     rows = np.unique(hit[hit >= 0])
     if len(rows) == 0:
-        return
+        return nest, api_op_row
     promoted = cand.iloc[rows]
     new_ops = make_table("ops", {c: promoted[c].to_numpy() for c in ("rank", "pid", "tid", "name", "start", "end")})
     new_ops["op_type"] = new_ops["name"]
     profile.ops = pd.concat([ops, new_ops], ignore_index=True)
     profile.ranges = ranges.drop(index=promoted.index)
+    return None
 
 
 def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     """Attribute GPU activity to ops and iterations and compute per-op-instance metrics."""
-    _promote_launching_ranges(profile)
-    _renumber(profile)
+    nesting = _promote_launching_ranges(profile)
+    _renumber(profile)  # keeps row order, so an unchanged ops table keeps its nesting
     ops, kernels, memops, syncs, api_calls, ranges = (profile.ops, profile.kernels, profile.memops,
                                                        profile.syncs, profile.api_calls, profile.ranges)
     for frame in (ops, kernels, memops):
         frame["dur"] = (frame["end"] - frame["start"]).clip(lower=0)
-    attribute(ops, api_calls, {"kernels": kernels, "memops": memops, "syncs": syncs})
+    attribute(ops, api_calls, {"kernels": kernels, "memops": memops, "syncs": syncs}, nesting)
 
     ranges["category"] = np.select(
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),

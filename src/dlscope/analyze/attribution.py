@@ -80,14 +80,20 @@ def gpu_idle_per_owner(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, 
     return idle
 
 
-def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, pd.DataFrame]) -> None:
+def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, pd.DataFrame],
+              prebuilt: tuple[Nesting, np.ndarray] | None = None) -> None:
     """Add attribution columns in place.
 
     ops: parent_id, depth, direction (bwd inherited from ancestors, else fwd), api_time.
     api_calls: op_id. Each activity table (kernels, memops, syncs): api_id, launch_ts, op_id.
+    ``prebuilt``: the ops' nesting and each API call's innermost op row, when already computed for these rows.
     """
-    op_keys, api_keys = thread_keys([ops, api_calls])
-    nest = Nesting.build(op_keys, ops["start"].to_numpy(), ops["end"].to_numpy())
+    if prebuilt is None:
+        op_keys, api_keys = thread_keys([ops, api_calls])
+        nest = Nesting.build(op_keys, ops["start"].to_numpy(), ops["end"].to_numpy())
+        api_op_row = nest.innermost_at(api_keys, api_calls["start"].to_numpy())
+    else:
+        nest, api_op_row = prebuilt
     parent_row = nest.parent
     ops["parent_id"] = take(ops["op_id"].to_numpy(), parent_row)
     ops["depth"] = nest.depth
@@ -95,7 +101,6 @@ def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, 
     bwd = propagate_down_flag((ops["direction"] == "bwd").to_numpy(), parent_row, nest.depth)
     ops["direction"] = np.where(bwd, "bwd", "fwd")
 
-    api_op_row = nest.innermost_at(api_keys, api_calls["start"].to_numpy())
     op_ids = ops["op_id"].to_numpy()
     api_calls["op_id"] = take(op_ids, api_op_row)
     self_api = np.zeros(len(ops), dtype=np.int64)

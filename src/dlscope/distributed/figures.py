@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..analyze.analysis import Analysed
-from ..analyze.intervals import clip, merge, union_length
+from ..analyze.intervals import clip, union_length
 from .tables import table
 
 RANK_COLUMNS = ["rank", "host", "world_size", "source_path", "iterations_profiled", "wall_clock_ns",

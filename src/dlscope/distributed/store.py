@@ -7,7 +7,7 @@ import sqlite3
 import pandas as pd
 
 from ..store.writer import insert_frame
-from .figures import COLLECTIVE_COLUMNS, RANK_COLUMNS, rank_figures
+from .figures import RANK_COLUMNS, rank_figures
 
 DISTRIBUTED_DDL = """
 -- Per rank of a job, per aggregation: GPU time split compute / exposed communication / memcpy / idle
@@ -64,7 +64,3 @@ def summary_ranks(conn: sqlite3.Connection) -> list[dict]:
         f"SELECT {', '.join(RANK_COLUMNS)} FROM agg_ranks r WHERE agg_id = "
         "(SELECT MAX(agg_id) FROM agg_ranks WHERE rank = r.rank) ORDER BY rank")
     return [dict(zip(RANK_COLUMNS, row)) for row in cur.fetchall()]
-
-
-def read_collectives(conn: sqlite3.Connection) -> pd.DataFrame:
-    return pd.read_sql_query(f"SELECT {', '.join(COLLECTIVE_COLUMNS)} FROM collectives ORDER BY collective_id", conn)

@@ -8,7 +8,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, read_json_file
 
 
 @lru_cache(maxsize=1)
@@ -41,12 +41,7 @@ def load_config(rules_config: str | Path | None = None) -> dict:
     if rules_config is None:
         return config
     path = Path(rules_config)
-    try:
-        override = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(path, f"cannot read rules config: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise InputError(path, f"rules config is not JSON: {exc}") from None
+    override = read_json_file(path, "rules config")
     if not isinstance(override, dict):
         raise InputError(path, "rules config must be a JSON object keyed by rule id")
     override.pop("description", None)

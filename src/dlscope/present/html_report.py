@@ -17,7 +17,7 @@ from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from .. import __version__
-from ..analyze.aggregation import CATEGORIES
+from ..analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from ..errors import DlscopeError
 from ..store import reader
 from .summary import fmt_ns, fmt_pct, summary_dict
@@ -28,8 +28,6 @@ from matplotlib.figure import Figure  # noqa: E402  (backend chosen first)
 #: colours of the breakdown categories (charts and legend agree)
 CATEGORY_COLORS = {"tensor_core": "#2ca02c", "non_tensor_core": "#1f77b4", "memory": "#9467bd",
                    "dataloader": "#ff7f0e", "io": "#8c564b", "cpu": "#d62728", "other": "#7f7f7f"}
-CATEGORY_LABELS = {"tensor_core": "Using Tensor Cores", "non_tensor_core": "Not using Tensor Cores",
-                   "memory": "Memory", "dataloader": "Dataloader", "io": "I/O", "cpu": "CPU", "other": "Other"}
 TOP_ROWS = 20
 TOP_BARS = 10
 SVG_RC = {"svg.fonttype": "none", "svg.hashsalt": "dlscope", "text.parse_math": False, "font.size": 9}

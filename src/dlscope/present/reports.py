@@ -64,6 +64,10 @@ def write_reports(db_path: Path, out_dir: Path, reports: list[str], formats: lis
     if unknown:
         raise DlscopeError(f"unknown report or format: {', '.join(unknown)} (reports: {', '.join(REPORTS)}; "
                            f"formats: {', '.join(sorted(known_formats))})")
+    if gpu_spec is not None and "roofline" in reports:
+        from ..roofline import load_spec_file
+
+        load_spec_file(gpu_spec)  # a bad spec fails before any report folder or file is made
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     summary = summary_dict(db_path, agg_id) if "summary" in reports else None

@@ -17,7 +17,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from dlscope.errors import DlscopeError, InputError
+from dlscope.errors import DlscopeError, InputError, read_json_file
 
 #: Peak-FLOP/s keys: (precision, on Tensor Cores) -> field of a gpu_specs.json entry, best first.
 PEAK_FIELDS: dict[tuple[str, bool], tuple[str, ...]] = {
@@ -125,12 +125,7 @@ def ceilings_from_entry(entry: dict, matched_by: str = "name", note: str = "") -
 def load_spec_file(path: str | Path) -> GpuCeilings:
     """A user's ``--gpu-spec`` file: one GPU object, or a gpu_specs.json-shaped file with one GPU."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise InputError(path, f"cannot read GPU spec: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise InputError(path, f"not JSON: {exc}") from exc
+    data = read_json_file(path, "GPU spec")
     if isinstance(data, dict) and isinstance(data.get("gpus"), list):
         if len(data["gpus"]) != 1:
             raise InputError(path, f"expected one GPU in \"gpus\", found {len(data['gpus'])}")

@@ -77,6 +77,6 @@ def view_command(databases: tuple[Path, ...], host: str, port: int, open_browser
         raise click.UsageError("give one database, or two to compare or switch between them")
     try:
         serve(databases, host, port, open_browser, gpu_spec=gpu_spec)
-    except DlscopeError as exc:
-        click.echo(f"error: {exc}", err=True)
+    except DlscopeError as exc:  # also when the command runs outside dlscope's main (tests, embedding)
+        click.echo(f"dlscope: error: {exc}", err=True)
         sys.exit(exc.exit_code)

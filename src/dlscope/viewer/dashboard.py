@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 
+from dlscope.analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from dlscope.viewer.profile_db import ProfileDB
 
 #: Resource usage breakdown categories, in DLProf's priority order (aggregations / agg_iterations columns).
-BREAKDOWN = (("tensor_core_ns", "Using Tensor Cores"), ("non_tensor_core_ns", "Not Using Tensor Cores"),
-             ("memory_ns", "Memory"), ("dataloader_ns", "Dataloader"), ("io_ns", "I/O"), ("cpu_ns", "CPU"),
-             ("other_ns", "Other"))
+BREAKDOWN = tuple((f"{c}_ns", CATEGORY_LABELS[c]) for c in CATEGORIES)
 
 #: System configuration rows: (label, dlscope_meta keys tried in order).
 SYSTEM_FIELDS = (("Profile Name", ("profile_name",)), ("CPU Model", ("cpu_model", "cpu")),

@@ -3,6 +3,7 @@ non-GPU category of the resource breakdown, whose time (GPU idle by construction
 
 from __future__ import annotations
 
+from ...analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from ..evidence import fmt_ns, longest_ranges
 from ..finding import Finding
 from ..registry import rule
@@ -18,7 +19,6 @@ ADVICE = {
     "other": "Time outside any op or kernel: look for Python work between steps (logging, metrics, "
              "synchronizations) and add NVTX or record_function ranges to find it.",
 }
-LABELS = {"dataloader": "Dataloader", "io": "I/O", "cpu": "CPU", "other": "Other"}
 
 
 @rule("gpu_underutilized")
@@ -26,7 +26,7 @@ def gpu_underutilized(ctx, cfg):
     util = ctx.agg["gpu_utilization"]
     if not ctx.has_gpu or util is None or util >= cfg["max_utilization"] or not ctx.wall:
         return None
-    parts = {c: int(ctx.agg[f"{c}_ns"] or 0) for c in LABELS}
+    parts = {c: int(ctx.agg[f"{c}_ns"] or 0) for c in ADVICE}  # the non-GPU categories
     top = max(parts, key=parts.get)
     idle = gaps(ctx.busy(kinds=("kernel",)), *ctx.window)
     n = ctx.config["evidence"]["max_items"]
@@ -34,10 +34,9 @@ def gpu_underutilized(ctx, cfg):
         "gpu_underutilized",
         f"The GPU is underutilized: only {100 * util:.1f}% of the aggregated wall clock "
         f"({fmt_ns(ctx.wall)}) has a kernel running.",
-        f"{LABELS[top]} has the highest non-GPU share at {ctx.pct(parts[top]):.1f}% ({fmt_ns(parts[top])}). "
+        f"{CATEGORY_LABELS[top]} has the highest non-GPU share at {ctx.pct(parts[top]):.1f}% ({fmt_ns(parts[top])}). "
         f"{ADVICE[top]} See {ctx.link('gpu_underutilized')}",
         parts[top],
         {"iterations": [int(i) for i in ctx.iterations["iteration"]],
          "time_ranges": longest_ranges(*idle, n), "dominant_category": top,
-         "breakdown_ns": {c: int(ctx.agg[f"{c}_ns"] or 0) for c in
-                          ("tensor_core", "non_tensor_core", "memory", "dataloader", "io", "cpu", "other")}})
+         "breakdown_ns": {c: int(ctx.agg[f"{c}_ns"] or 0) for c in CATEGORIES}})
