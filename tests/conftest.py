@@ -63,3 +63,15 @@ def browser():
                               args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         yield b
         b.close()
+
+
+def assert_same_rows(a, b, name: str = "") -> None:
+    """Two tables hold the same rows, whatever their order. Row ids are row numbers, and a trace decoded
+    in different batches (pieces, stream) lists one batch's rows category by category."""
+    import pandas as pd
+
+    ids = [c for c in a.columns if c.endswith("_id") and c != "external_id"]
+    a, b = a.drop(columns=ids), b.drop(columns=ids)
+    a = a.sort_values(list(a.columns)).reset_index(drop=True)
+    b = b.sort_values(list(b.columns)).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b, obj=name)

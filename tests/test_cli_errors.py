@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
 
 from conftest import data_file
 from trace_builder import KinetoTrace
@@ -134,3 +135,41 @@ def test_bad_gpu_spec_fails_before_any_report_is_written(tmp_path):
                      tmp_path / "spec.json", "-o", tmp_path / "rep")
     assert_one_line_error(result, "spec.json")
     assert not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("forked", [True, False])
+def test_a_failure_in_the_background_writer_is_one_line_and_leaves_no_file(tmp_path, monkeypatch, forked):
+    import pandas as pd
+
+    from dlscope.errors import DlscopeError
+    from dlscope.store import writer
+
+    monkeypatch.setattr(writer, "_can_fork", lambda: forked)
+    out = tmp_path / "run.sqlite"
+    bad = pd.DataFrame({"kernel_id": [0], "name": [{"not": "a string"}]})  # Arrow cannot store a dict as TEXT
+    with pytest.raises(Exception) as info:
+        with writer.atomic_database(out, force=False) as db:
+            db.write_raw({"kernels": bad})
+            db.connect()
+    if forked:
+        assert isinstance(info.value, DlscopeError)
+        message = str(info.value)
+        assert message.startswith(f"{out}: writing the database failed (") and "\n" not in message
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_the_thread_writer_builds_the_same_database_as_the_forked_one(tmp_path, monkeypatch):
+    from dlscope.pipeline import build_database
+    from dlscope.store import writer
+
+    trace = data_file("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz")
+    forked = build_database([trace], tmp_path / "forked.sqlite", progress=False)
+    monkeypatch.setattr(writer, "_can_fork", lambda: False)
+    threaded = build_database([trace], tmp_path / "threaded.sqlite", progress=False)
+    tables = {}
+    for db in (forked, threaded):
+        conn = sqlite3.connect(db)
+        tables[db.name] = {t: conn.execute(f'SELECT * FROM "{t}"').fetchall() for (t,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('dlscope_meta', 'aggregations')")}
+        conn.close()
+    assert tables["forked.sqlite"] == tables["threaded.sqlite"]

@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import DATA, data_file, data_files
+from trace_builder import KinetoTrace
+from conftest import DATA, assert_same_rows, data_file, data_files
 from dlscope.errors import InputError
 from dlscope.importers import load
 from dlscope.importers.kineto import load_kineto
@@ -319,17 +320,80 @@ def test_odd_numeric_values_become_missing_instead_of_failing(tmp_path):
     assert np.int64(memop["start"]) == 10_000
 
 
-def test_two_process_parse_gives_the_same_tables_as_one(monkeypatch):
+def _load_whole_document(kineto, path, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(kineto, "_cut_events", lambda data: None)
+        return kineto.load_kineto(path)
+
+
+@pytest.mark.parametrize("path_kind", ["pieces", "raw_slices"])
+def test_two_process_parse_gives_the_same_tables_as_one(monkeypatch, path_kind):
     """Large files are decoded in two halves on two processes; the tables must not depend on it."""
     import dlscope.importers.kineto as kineto
     from dlscope.model import TABLES
 
-    path = data_file("kineto", "hta_v100_rank1of2_5steps.json.gz")  # 216k events: 14 batches
+    path = data_file("kineto", "hta_v100_rank1of2_5steps.json.gz")  # 216k events, 47 MB of JSON
+    if path_kind == "raw_slices":
+        monkeypatch.setattr(kineto, "_cut_events", lambda data: None)
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 2**20)
     monkeypatch.setattr(kineto, "PARALLEL_MIN_EVENTS", 10**12)
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 10**12)
     serial = kineto.load_kineto(path)
     monkeypatch.setattr(kineto, "PARALLEL_MIN_EVENTS", 2 * kineto.BATCH_EVENTS)
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(kineto.os, "cpu_count", lambda: 2)
     parallel = kineto.load_kineto(path)
     for name in [*TABLES, "comm_args"]:
         pd.testing.assert_frame_equal(getattr(parallel, name), getattr(serial, name), obj=name)
     assert parallel.meta == serial.meta
+
+
+def test_pieces_hold_the_same_events_as_the_whole_document_on_a_real_trace(monkeypatch):
+    import dlscope.importers.kineto as kineto
+    from dlscope.model import TABLES
+
+    path = data_file("kineto", "tracelens_mi300x_xdit_sd35_infer.json.gz")  # multi-line, with_stack
+    whole = _load_whole_document(kineto, path, monkeypatch)
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 4096)
+    pieces = kineto.load_kineto(path)
+    for name in [*TABLES, "comm_args"]:
+        assert_same_rows(getattr(pieces, name), getattr(whole, name), name)
+    assert pieces.meta == whole.meta
+
+
+def _tricky_trace(tmp_path, hostile: bool) -> Path:
+    """Keys after the event array; with ``hostile``, the cut pattern inside a name and nested objects."""
+    t = KinetoTrace()
+    t.step(1, 0, 100)
+    for i in range(40):
+        name = 'x}, {"ph": "X", "name": "y' if hostile and i % 7 == 0 else f"aten::op{i % 5}"
+        extra = {"nested": [{"ph": "X"}, {"ph": "i"}]} if hostile and i % 5 == 0 else {}
+        t.op(name, 1 + 2 * i, 2 + 2 * i, **extra)
+        t.launch(1.2 + 2 * i, 1.5 + 2 * i, f"kernel_{i % 3}", 3 + 2 * i, 3.5 + 2 * i)
+    path = t.write(tmp_path / ("hostile.json" if hostile else "plain.json"))
+    doc = json.loads(path.read_text())
+    doc["traceName"], doc["baseTimeNanoseconds"] = "the-trace", 1_700_000_000_000_000_000
+    path.write_text(json.dumps(doc, indent=1) if hostile else json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("hostile", [False, True])
+def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_document(tmp_path, monkeypatch, hostile):
+    """Pieces are cut by byte pattern; a cut inside a string or nested object must never change the result."""
+    import dlscope.importers.kineto as kineto
+    from dlscope.model import TABLES
+
+    path = _tricky_trace(tmp_path, hostile)
+    whole = _load_whole_document(kineto, path, monkeypatch)
+    fallbacks = []
+    real = kineto._raw_slice_tables
+    monkeypatch.setattr(kineto, "_raw_slice_tables", lambda *a: fallbacks.append(1) or real(*a))
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 1)  # a cut at every "}, {"
+    pieces = kineto.load_kineto(path)
+    assert fallbacks == ([1] if hostile else [])
+    for name in [*TABLES, "comm_args"]:
+        assert_same_rows(getattr(pieces, name), getattr(whole, name), name)
+    assert pieces.meta["trace_name"] == whole.meta["trace_name"] == "the-trace"
+    assert pieces.meta["base_time_ns"] == 1_700_000_000_000_000_000
+    assert len(pieces.ops) == 40 and len(pieces.kernels) == 40
+    assert (pieces.ops["name"] == 'x}, {"ph": "X", "name": "y').sum() == (6 if hostile else 0)

@@ -116,7 +116,7 @@ def make_table(name: str, columns: Mapping[str, Any], n: int | None = None) -> p
             arr = np.empty(n, dtype=object)
             arr[:] = MISSING_STR
             data[col] = arr
-    return pd.DataFrame(data)
+    return pd.DataFrame(data, copy=False)
 
 
 @dataclass

@@ -91,7 +91,9 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             for rank in an.ranks:  # a bad --iter-start/--iter-stop fails here, before any file is made
                 resolve_range(an, rank, iter_start, iter_stop)
         step("writing database")
-        with writer.atomic_database(db_path, force, _raw_tables(an) if an is not None else None) as db:
+        with writer.atomic_database(db_path, force) as db:
+            if an is not None:
+                db.write_raw(_raw_tables(an))
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
             aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks] if an else []
             findings = [evaluate(None, None, rules_config, an.rank_tables(agg.row["rank"]), agg) for agg in aggs]

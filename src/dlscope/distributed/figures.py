@@ -87,7 +87,8 @@ def _comm_ops(an: Analysed) -> pd.DataFrame:
     for col, fill in (("collective", ""), ("in_nelems", -1), ("out_nelems", -1), ("group_size", -1),
                       ("dtype", ""), ("pg_name", "")):
         rpc[col] = rpc[col].fillna(fill) if col in rpc else fill
-    shape_n, shape_dtype = zip(*[_first_tensor(s, d) for s, d in zip(rpc["input_shapes"], rpc["input_dtypes"])]) \
+    firsts = {pair: _first_tensor(*pair) for pair in set(zip(rpc["input_shapes"], rpc["input_dtypes"]))}
+    shape_n, shape_dtype = zip(*[firsts[pair] for pair in zip(rpc["input_shapes"], rpc["input_dtypes"])]) \
         if len(rpc) else ((), ())
     missing = rpc["in_nelems"].to_numpy(np.int64) < 0
     rpc["in_nelems"] = np.where(missing, np.array(shape_n, np.int64), rpc["in_nelems"].to_numpy(np.int64))

@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 import msgspec
 import numpy as np
@@ -105,10 +105,13 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args = _NO_ARGS
 
 
-class _Trace(msgspec.Struct, gc=False):
-    """The top level; events stay raw JSON slices until their batch is decoded."""
+_E = TypeVar("_E")
 
-    traceEvents: list[msgspec.Raw] | None = None
+
+class _Trace(msgspec.Struct, Generic[_E], gc=False):
+    """The top level; its events are raw JSON slices (decoded later, batch by batch) or typed events."""
+
+    traceEvents: list[_E] | None = None
     deviceProperties: Any = None
     distributedInfo: Any = None
     schemaVersion: Any = None
@@ -119,8 +122,10 @@ class _Trace(msgspec.Struct, gc=False):
     baseTimeNanoseconds: Any = None
 
 
-_TOP_DECODER = msgspec.json.Decoder(_Trace | list[msgspec.Raw])
+_TOP_DECODER = msgspec.json.Decoder(_Trace[msgspec.Raw] | list[msgspec.Raw])
 _BATCH_DECODER = msgspec.json.Decoder(list[_Event])
+_HEADER_DECODER = msgspec.json.Decoder(_Trace[_Event])
+_TRAILER_DECODER = _HEADER_DECODER
 
 #: The in-memory path holds the JSON text plus one raw slice object per event: about this many times the
 #: JSON's size at its peak (measured on the real traces; see bench/README.md). Files whose estimate does
@@ -188,14 +193,141 @@ def _tables_from(source: tuple[_Trace, Iterator[list[_Event]]]) -> tuple[_Trace,
 
 #: a file with at least this many events is decoded by two processes (this one and a forked worker)
 PARALLEL_MIN_EVENTS = 300_000
-_FORKED: tuple[Path, list] | None = None  # what a forked decoding worker reads (inherited, not pickled)
+PARALLEL_MIN_BYTES = 64 * 2**20  # the same, for files cut into pieces (about 200 bytes per event)
+_FORKED: tuple | None = None  # what a forked decoding worker reads (inherited, not pickled)
 
 
 def _in_memory_tables(path: Path, progress: Progress | None) -> tuple[_Trace, "_Tables", int]:
-    """Decode a file held in memory; large files in two halves on two cores, joined in event order."""
-    header, raw_events = _decode_top(path, _read_json_bytes(path))
+    """Decode a file held in memory, cut into pieces when it can be (fast), else through raw event slices."""
+    data = _read_json_bytes(path)
+    cuts = _cut_events(data)
+    if cuts is not None:
+        try:
+            return _piecewise_tables(path, data, cuts, progress)
+        except _Unsplittable:
+            pass  # the whole-document path decodes it again and names the problem if there is one
+    return _raw_slice_tables(path, data, progress)
+
+
+def _can_fork() -> bool:
+    return (os.cpu_count() or 1) >= 2 and "fork" in mp.get_all_start_methods()
+
+
+# --------------------------------------------------------------------------- pieces of the event array
+
+#: The traceEvents array is cut into pieces of about this many bytes, each decoded on its own.
+PIECE_BYTES = 4 * 2**20
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BETWEEN_OBJECTS = re.compile(rb"\}\s*,\s*\{")
+_OBJECT_START = re.compile(rb"\s*\{")
+
+
+class _Unsplittable(Exception):
+    """A piece did not decode on its own, so the cuts are not all between events (or the file is bad)."""
+
+
+def _cut_events(data: bytes) -> list[int] | None:
+    """Byte offsets that cut the traceEvents array into pieces, found by pattern without parsing.
+
+    ``[events_start, piece2_start, ...]``; None when the document is not an object with ``traceEvents``
+    near its start. A cut is only a guess (``}, {`` may sit inside a string or a nested object); it is
+    proven when every piece decodes alone: the header closed with ``]}`` must be a valid object, so the
+    array opens at the top level, and a piece that is a valid JSON array is balanced and leaves no
+    string open, so by induction every cut lies between two events of that array.
+    """
+    if not _OBJECT_START.match(data):
+        return None
+    key = _EVENTS_KEY.search(data, 0, 2**20)  # Kineto writes its metadata first
+    if key is None:
+        return None
+    cuts = [key.end()]
+    while True:
+        gap = _BETWEEN_OBJECTS.search(data, cuts[-1] + PIECE_BYTES)
+        if gap is None:
+            return cuts
+        cuts.append(gap.end() - 1)  # the next piece starts at the "{"
+
+
+def _piecewise_tables(path: Path, data: bytes, cuts: list[int], progress: Progress | None
+                      ) -> tuple[_Trace, "_Tables", int]:
+    """Tables from the pieces; a large file's later pieces are decoded by a forked worker meanwhile."""
+    header = _decode_piece(_HEADER_DECODER, data[:cuts[0]] + b"]}")
+    if progress:  # offsets in the JSON text, reported as bytes of the file as stored
+        stored, report = os.path.getsize(path), progress
+        progress = lambda done, events: report(stored * done // len(data), events)  # noqa: E731
+    if len(data) < PARALLEL_MIN_BYTES or len(cuts) < 4 or not _can_fork():
+        tables, events, trailer = _piece_tables(data, cuts, 0, len(cuts), progress)
+        return _with_trailer(header, trailer), tables, events
+    global _FORKED
+    half = len(cuts) // 2
+    _FORKED = (data, cuts)
+    try:
+        with ProcessPoolExecutor(1, mp_context=mp.get_context("fork")) as pool:
+            later = pool.submit(_decode_forked_pieces, half, len(cuts))
+            tables, events, _ = _piece_tables(data, cuts, 0, half, progress)
+            state, more_events, trailer = later.result()
+    finally:
+        _FORKED = None
+    tables.absorb(state)
+    return _with_trailer(header, trailer), tables, events + more_events
+
+
+def _decode_forked_pieces(lo: int, hi: int) -> tuple[dict, int, _Trace | None]:
+    """In the forked worker: the tables of pieces [lo, hi) of the inherited file, as plain data."""
+    data, cuts = _FORKED
+    gc.disable()
+    tables, events, trailer = _piece_tables(data, cuts, lo, hi, None)
+    return tables.state(), events, trailer
+
+
+def _piece_tables(data: bytes, cuts: list[int], lo: int, hi: int, progress: Progress | None
+                  ) -> tuple["_Tables", int, _Trace | None]:
+    """Decode pieces [lo, hi) one at a time into tables; the last piece also gives the trailing keys."""
+    tables, events, trailer = _Tables(), 0, None
+    for i in range(lo, hi):
+        if i + 1 < len(cuts):
+            # between two cuts: "{...}, ..., {...}" up to the "}" before the next cut's ", {"
+            end = data.rindex(b"}", cuts[i], cuts[i + 1]) + 1
+            batch = _decode_piece(_BATCH_DECODER, b"[" + data[cuts[i]:end] + b"]")
+        else:
+            trailer = _decode_piece(_TRAILER_DECODER, b'{"traceEvents":[' + data[cuts[i]:])
+            batch, trailer.traceEvents = trailer.traceEvents or [], None
+        events += len(batch)
+        tables.add(batch)
+        del batch
+        if progress:
+            progress(cuts[i + 1] if i + 1 < len(cuts) else len(data), events)
+    return tables, events, trailer
+
+
+def _decode_piece(decoder: msgspec.json.Decoder, text: bytes) -> Any:
+    try:
+        return decoder.decode(text)
+    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError is a DecodeError
+        raise _Unsplittable from None
+
+
+def _with_trailer(header: _Trace, trailer: _Trace | None) -> _Trace:
+    """The header's keys completed by those written after the event array (traceName, ...)."""
+    for name in header.__struct_fields__:
+        if getattr(header, name) is None and trailer is not None:
+            setattr(header, name, getattr(trailer, name))
+    header.traceEvents = None
+    return header
+
+
+# ------------------------------------------------------------------ whole document, raw event slices
+
+
+def _raw_slice_tables(path: Path, data: bytes, progress: Progress | None) -> tuple[_Trace, "_Tables", int]:
+    """Parse the document once keeping each event as a raw slice, then decode the slices batch by batch.
+
+    Slower than pieces but takes any valid JSON layout, and names the problem in a bad file.
+    """
+    header, raw_events = _decode_top(path, data)
+    del data
     n = len(raw_events)
-    if n < PARALLEL_MIN_EVENTS or (os.cpu_count() or 1) < 2 or "fork" not in mp.get_all_start_methods():
+    if n < PARALLEL_MIN_EVENTS or not _can_fork():
         result = _tables_from((header, _batches(path, raw_events, 0, n, progress, n)))
         raw_events.clear()  # the last reference to the file's bytes
         return result

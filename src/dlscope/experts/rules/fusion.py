@@ -10,8 +10,6 @@ remains. Patterns are taken greedily by saving, each kernel counted in at most o
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 import pandas as pd
 
@@ -21,22 +19,56 @@ from ..finding import Finding
 from ..registry import rule
 
 
-def _runs(k: pd.DataFrame, short_ns: int, max_gap_ns: int) -> list[np.ndarray]:
-    """Row positions of maximal runs (length >= 2) of short, closely spaced kernels per stream."""
-    out = []
-    for _, g in k.groupby(["device", "stream", "iteration"], sort=False):
-        g = g.sort_values("start")
-        idx = g.index.to_numpy()
-        ok = g["dur"].to_numpy() <= short_ns
-        gap = g["start"].to_numpy()[1:] - g["end"].to_numpy()[:-1]
-        joined = np.concatenate([[False], ok[1:] & ok[:-1] & (gap <= max_gap_ns)])
-        a = None
-        for i in range(len(g) + 1):
-            if i < len(g) and joined[i]:
-                a = i - 1 if a is None else a
-            elif a is not None:
-                out.append(idx[a:i])
-                a = None
+def _runs(k: pd.DataFrame, short_ns: int, max_gap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Maximal runs (length >= 2) of short, closely spaced kernels per stream and iteration.
+
+    Returns ``order`` (row positions, grouped by stream and iteration in order of first appearance, by
+    start within a group) and each run's ``[lo, hi)`` bounds in it.
+    """
+    group = k.groupby(["device", "stream", "iteration"], sort=False).ngroup().to_numpy()
+    start, end = k["start"].to_numpy(np.int64), k["end"].to_numpy(np.int64)
+    order = np.lexsort((start, group))
+    ok = k["dur"].to_numpy(np.int64)[order] <= short_ns
+    same = group[order][1:] == group[order][:-1]
+    gap = start[order][1:] - end[order][:-1]
+    joined = np.concatenate([[False], same & ok[1:] & ok[:-1] & (gap <= max_gap_ns), [False]])
+    edges = np.diff(joined.astype(np.int8))  # +1: the next kernel joins this one; -1: this one ends a run
+    lo = np.flatnonzero(edges == 1)
+    hi = np.flatnonzero(edges == -1) + 1
+    return order, lo, hi
+
+
+def _windows(order: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int) -> np.ndarray:
+    """Row positions (n, size) of every ``size`` consecutive kernels inside a run, run by run."""
+    counts = np.maximum(hi - lo - size + 1, 0)
+    first = np.repeat(lo, counts) + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return order[first[:, None] + np.arange(size)]
+
+
+def _gains(rows: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Per occurrence (a row of ``rows``): its kernels' time minus the longest, plus the gaps inside it."""
+    gaps = (start[rows[:, 1:]] - end[rows[:, :-1]]).clip(0).sum(axis=1)
+    return dur[rows].sum(axis=1) - dur[rows].max(axis=1) + gaps
+
+
+def _occurrences(codes: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray, sizes: range,
+                 start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Each pattern (tuple of name codes, not all one name) -> its occurrences' rows and gains."""
+    out = {}
+    for size in sizes:
+        rows = _windows(order, lo, hi, size)
+        pattern = codes[rows]
+        mixed = (pattern != pattern[:, :1]).any(axis=1)
+        rows, pattern = rows[mixed], pattern[mixed]
+        if not len(rows):
+            continue
+        gains = _gains(rows, start, end, dur)
+        distinct, which = np.unique(pattern, axis=0, return_inverse=True)
+        which = which.ravel()
+        by = np.argsort(which, kind="stable")  # occurrences of a pattern stay in run order
+        bounds = np.searchsorted(which[by], np.arange(len(distinct) + 1))
+        for p, a, b in zip(distinct.tolist(), bounds[:-1], bounds[1:]):
+            out[tuple(p)] = (rows[by[a:b]], gains[by[a:b]])
     return out
 
 
@@ -56,10 +88,6 @@ def _in_optimizer(ctx, k: pd.DataFrame) -> np.ndarray:
     return inside
 
 
-def _gain(rows: np.ndarray, start, end, dur) -> int:
-    return int(dur[rows].sum() - dur[rows].max() + (start[rows[1:]] - end[rows[:-1]]).clip(0).sum())
-
-
 @rule("fusion_candidates")
 def fusion_candidates(ctx, cfg):
     k = ctx.kernel_facts
@@ -69,27 +97,22 @@ def fusion_candidates(ctx, cfg):
         return None
     codes, names = k["name"].factorize()
     start, end, dur = (k[c].to_numpy(np.int64) for c in ("start", "end", "dur"))
-    occurrences = defaultdict(list)
-    for run in _runs(k, int(cfg["short_kernel_us"] * 1000), int(cfg["max_gap_us"] * 1000)):
-        for size in range(cfg["min_length"], cfg["max_length"] + 1):
-            for i in range(len(run) - size + 1):
-                rows = run[i:i + size]
-                pattern = tuple(codes[rows])
-                if len(set(pattern)) > 1:
-                    occurrences[pattern].append(rows)
+    order, lo, hi = _runs(k, int(cfg["short_kernel_us"] * 1000), int(cfg["max_gap_us"] * 1000))
+    occurrences = _occurrences(codes, order, lo, hi, range(cfg["min_length"], cfg["max_length"] + 1),
+                               start, end, dur)
     n_its = max(len(ctx.iterations), 1)
     min_occ = cfg["min_occurrences_per_iteration"] * n_its
-    scored = sorted(((sum(_gain(r, start, end, dur) for r in occ), p) for p, occ in occurrences.items()
-                     if len(occ) >= min_occ), reverse=True)
+    scored = sorted(((int(gains.sum()), p) for p, (rows, gains) in occurrences.items() if len(rows) >= min_occ),
+                    reverse=True)
     used = np.zeros(len(k), dtype=bool)
     chosen = []
     for _, pattern in scored:
-        fresh = [r for r in occurrences[pattern] if not used[r].any()]
-        for r in fresh:
-            used[r] = True
-        gain = sum(_gain(r, start, end, dur) for r in fresh)
-        if len(fresh) >= min_occ and gain > 0:
-            chosen.append((gain, pattern, len(fresh), fresh))
+        rows, gains = occurrences[pattern]
+        fresh = ~used[rows].any(axis=1)
+        used[rows[fresh]] = True
+        gain = int(gains[fresh].sum())
+        if fresh.sum() >= min_occ and gain > 0:
+            chosen.append((gain, pattern, int(fresh.sum()), rows[fresh]))
         if len(chosen) >= cfg["top_k"]:
             break
     saving = sum(c[0] for c in chosen)
@@ -99,7 +122,7 @@ def fusion_candidates(ctx, cfg):
     n = ctx.config["evidence"]["max_items"]
     gain, pattern, count, rows_all = chosen[0]
     text = " + ".join(short_kernel(names[c]) for c in pattern)
-    ex_rows = np.concatenate([r for _, _, _, rs in chosen for r in rs[:n]])
+    ex_rows = np.concatenate([rs[:n].ravel() for _, _, _, rs in chosen])
     ex_ops = k["op_id"].to_numpy()[ex_rows]
     return Finding(
         "fusion_candidates",
