@@ -3,7 +3,8 @@
 The trace is a real Kineto trace from ../shared/data/kineto repeated end to end (timestamps shifted past the
 previous copy, correlation / External ids / flow ids / ProfilerStep numbers renumbered) until it holds more
 than a million events. Both tools run one after the other in separate processes on the same file; wall
-time and peak RSS come from /usr/bin/time.
+time, CPU time and memory (peak RSS of the largest process and peak PSS summed over every process
+the command starts) come from ``measure.py``.
 
     python bench/import_vs_hta.py --hta-python /path/to/venv-with-hta/bin/python [--copies 5] [--repeat 3]
 
@@ -17,10 +18,11 @@ import gzip
 import json
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from measure import measured
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE = REPO.parent / "shared" / "data" / "kineto" / "hta_v100_rank1of2_5steps.json.gz"
@@ -72,13 +74,6 @@ def replicate(source: Path, copies: int, out: Path) -> int:
     return len(out_events)
 
 
-def timed(cmd: list[str]) -> tuple[float, float, float]:
-    """Wall seconds, CPU seconds (user + system) and peak RSS MiB of one command."""
-    result = subprocess.run(["/usr/bin/time", "-f", "%e %U %S %M", *cmd], capture_output=True, text=True, check=True)
-    wall, user, system, rss_kb = result.stderr.strip().splitlines()[-1].split()
-    return float(wall), float(user) + float(system), int(rss_kb) / 1024
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
@@ -93,18 +88,27 @@ def main() -> None:
         n = replicate(args.source, args.copies, trace)
         size_mb = trace.stat().st_size / 1e6
         print(f"trace: {n:,} events, {size_mb:.0f} MB ({args.copies} copies of {args.source.name})")
-        rows = {"dlscope": [], "hta": []}
-        for _ in range(args.repeat):
-            rows["dlscope"].append(timed([sys.executable, "-m", "dlscope", "import", str(trace), "-o",
-                                          str(Path(tmp) / "run.sqlite"), "--force", "-q"]))
-            rows["hta"].append(timed([args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)]))
-        med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v), max(r[2] for r in v))
-               for k, v in rows.items()}
-        for tool, (wall, cpu, rss) in med.items():
-            print(f"{tool:8s} median wall {wall:6.2f} s   CPU {cpu:6.2f} s   peak RSS {rss:7.0f} MiB   runs: "
-                  + ", ".join(f"{r[0]:.2f}s" for r in rows[tool]))
-        print(f"speed-up {med['hta'][0] / med['dlscope'][0]:.1f}x wall, {med['hta'][1] / med['dlscope'][1]:.1f}x CPU; "
-              f"memory {med['dlscope'][2] / med['hta'][2]:.2f}x of HTA's")
+        commands = {"dlscope": [sys.executable, "-m", "dlscope", "import", str(trace), "-o",
+                                str(Path(tmp) / "run.sqlite"), "--force", "-q"],
+                    "hta": [args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)]}
+        rows = {tool: [] for tool in commands}
+        for _ in range(args.repeat):  # timed runs, one after the other
+            for tool, cmd in commands.items():
+                rows[tool].append(measured(cmd))
+        memory = {tool: measured(cmd, sample_memory=True) for tool, cmd in commands.items()}
+        med = {tool: {"wall_s": statistics.median(r["wall_s"] for r in runs),
+                      "cpu_s": statistics.median(r["cpu_s"] for r in runs),
+                      "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+                      "peak_pss_tree_mib": memory[tool]["peak_pss_tree_mib"]} for tool, runs in rows.items()}
+        for tool, m in med.items():
+            print(f"{tool:8s} median wall {m['wall_s']:6.2f} s   CPU {m['cpu_s']:6.2f} s   "
+                  f"peak RSS (largest process) {m['peak_rss_mib']:6.0f} MiB   "
+                  f"peak PSS (all processes) {m['peak_pss_tree_mib']:6.0f} MiB   runs: "
+                  + ", ".join(f"{r['wall_s']:.2f}s" for r in rows[tool]))
+        d, h = med["dlscope"], med["hta"]
+        print(f"speed-up {h['wall_s'] / d['wall_s']:.1f}x wall, {h['cpu_s'] / d['cpu_s']:.1f}x CPU; memory "
+              f"{d['peak_pss_tree_mib'] / h['peak_pss_tree_mib']:.2f}x of HTA's (PSS, all processes), "
+              f"{d['peak_rss_mib'] / h['peak_rss_mib']:.2f}x (RSS, largest process)")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from .analyze.aggregation import resolve_range
 from .analyze.analysis import Analysed, analyse
 from .distributed import expand_inputs, load_profiles_parallel, write_distributed
 from .distributed.figures import rank_figures
+from .distributed.per_rank import aggregate_ranks
 from .errors import DlscopeError
 from .experts import evaluate, write_findings
 from .importers import sniff
@@ -95,8 +96,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             if an is not None:
                 db.write_raw(_raw_tables(an))
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
-            aggs = [compute_aggregation(an, rank, iter_start, iter_stop) for rank in an.ranks] if an else []
-            findings = [evaluate(None, None, rules_config, an.rank_tables(agg.row["rank"]), agg) for agg in aggs]
+            per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
+            aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
             figures = rank_figures(an, aggs) if an is not None else None
             conn = db.connect()
             if an is not None:

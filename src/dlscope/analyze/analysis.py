@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..model import Profile, make_table
+from ..model import Profile, make_table, string_column
 from .attribution import attribute, gpu_idle_per_owner, thread_keys
 from .categories import matches
 from .iterations import assign, find_iterations
@@ -191,7 +191,7 @@ def _finish_ops(an: Analysed) -> None:
     ops, ranges = profile.ops, profile.ranges
     step_names = set(iterations["name"]) if methods and set(methods.values()) != {"whole_profile"} else set()
     skip_ranges = ranges["name"].isin(step_names).to_numpy() | (ranges["category"] == "step").to_numpy()
-    ops["scope"] = _scopes(ops, ranges, skip_ranges)
+    ops["scope"] = string_column(_scopes(ops, ranges, skip_ranges))
     _op_metrics(ops, profile.kernels, profile.memops)
     ops["node_id"] = ops.groupby(["rank", "name", "direction", "scope", "input_shapes"], sort=False).ngroup()
 
@@ -230,4 +230,4 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame) 
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
     ends = np.concatenate([kernels["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
     ops["gpu_idle"] = gpu_idle_per_owner(owner, starts, ends, n)
-    ops["data_type"] = classify_names(ops["input_dtypes"], _first_dtype, dtype=object)
+    ops["data_type"] = string_column(classify_names(ops["input_dtypes"], _first_dtype, dtype=object))

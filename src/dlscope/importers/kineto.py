@@ -20,6 +20,7 @@ import gc
 import multiprocessing as mp
 import gzip
 import itertools
+import mmap
 import os
 import re
 import zlib
@@ -134,6 +135,8 @@ IN_MEMORY_PEAK_FACTOR = 3
 ESTIMATED_GZIP_RATIO = 15  # when the gzip trailer cannot tell the size (multi-GB files wrap at 4 GiB)
 STREAM_TAIL_BYTES = 65_536  # the bytes after ``traceEvents`` (traceName, baseTimeNanoseconds) fit in this
 
+_Text = bytes | mmap.mmap  # a trace's JSON text: decompressed bytes, or a plain file mapped into memory
+
 #: ``progress(bytes_read, events_decoded)``; bytes are of the file as stored (compressed when gzip).
 Progress = Callable[[int, int], None]
 
@@ -226,7 +229,7 @@ class _Unsplittable(Exception):
     """A piece did not decode on its own, so the cuts are not all between events (or the file is bad)."""
 
 
-def _cut_events(data: bytes) -> list[int] | None:
+def _cut_events(data: _Text) -> list[int] | None:
     """Byte offsets that cut the traceEvents array into pieces, found by pattern without parsing.
 
     ``[events_start, piece2_start, ...]``; None when the document is not an object with ``traceEvents``
@@ -248,7 +251,7 @@ def _cut_events(data: bytes) -> list[int] | None:
         cuts.append(gap.end() - 1)  # the next piece starts at the "{"
 
 
-def _piecewise_tables(path: Path, data: bytes, cuts: list[int], progress: Progress | None
+def _piecewise_tables(path: Path, data: _Text, cuts: list[int], progress: Progress | None
                       ) -> tuple[_Trace, "_Tables", int]:
     """Tables from the pieces; a large file's later pieces are decoded by a forked worker meanwhile."""
     header = _decode_piece(_HEADER_DECODER, data[:cuts[0]] + b"]}")
@@ -280,14 +283,14 @@ def _decode_forked_pieces(lo: int, hi: int) -> tuple[dict, int, _Trace | None]:
     return tables.state(), events, trailer
 
 
-def _piece_tables(data: bytes, cuts: list[int], lo: int, hi: int, progress: Progress | None
+def _piece_tables(data: _Text, cuts: list[int], lo: int, hi: int, progress: Progress | None
                   ) -> tuple["_Tables", int, _Trace | None]:
     """Decode pieces [lo, hi) one at a time into tables; the last piece also gives the trailing keys."""
     tables, events, trailer = _Tables(), 0, None
     for i in range(lo, hi):
         if i + 1 < len(cuts):
             # between two cuts: "{...}, ..., {...}" up to the "}" before the next cut's ", {"
-            end = data.rindex(b"}", cuts[i], cuts[i + 1]) + 1
+            end = data.rfind(b"}", cuts[i], cuts[i + 1]) + 1
             batch = _decode_piece(_BATCH_DECODER, b"[" + data[cuts[i]:end] + b"]")
         else:
             trailer = _decode_piece(_TRAILER_DECODER, b'{"traceEvents":[' + data[cuts[i]:])
@@ -319,7 +322,7 @@ def _with_trailer(header: _Trace, trailer: _Trace | None) -> _Trace:
 # ------------------------------------------------------------------ whole document, raw event slices
 
 
-def _raw_slice_tables(path: Path, data: bytes, progress: Progress | None) -> tuple[_Trace, "_Tables", int]:
+def _raw_slice_tables(path: Path, data: _Text, progress: Progress | None) -> tuple[_Trace, "_Tables", int]:
     """Parse the document once keeping each event as a raw slice, then decode the slices batch by batch.
 
     Slower than pieces but takes any valid JSON layout, and names the problem in a bad file.
@@ -367,20 +370,30 @@ def _batches(path: Path, raw_events: list, lo: int, hi: int, progress: Progress 
 # ----------------------------------------------------------------------------------------- reading
 
 
-def _read_json_bytes(path: Path) -> bytes:
-    """The file's JSON text, gunzipped when it starts with the gzip magic (names are not trusted)."""
-    with reading(path):
-        data = path.read_bytes()
-    if data.startswith(GZIP_MAGIC):
-        try:
-            data = _gunzip(data)
-        except (OSError, EOFError, zlib.error):
-            raise InputError(path, "is a truncated or corrupt gzip file") from None
-    if data.startswith(UTF8_BOM):
+def _read_json_bytes(path: Path) -> _Text:
+    """The file's JSON text, gunzipped when it starts with the gzip magic (names are not trusted).
+
+    A plain file is memory-mapped rather than read: no private copy of hundreds of MB to make (the
+    decoders and the pieces read the page cache directly).
+    """
+    with reading(path), open(path, "rb") as f:
+        if f.read(2) == GZIP_MAGIC:
+            f.seek(0)
+            try:
+                data = _gunzip(f.read())
+            except (OSError, EOFError, zlib.error):
+                raise InputError(path, "is a truncated or corrupt gzip file") from None
+        else:
+            size = os.fstat(f.fileno()).st_size
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    if data[:len(UTF8_BOM)] == UTF8_BOM:
         data = data[len(UTF8_BOM):]
-    if not data or data.isspace():  # isspace stops at the first other byte; strip would copy it all
+    if _BLANK.match(data):  # stops at the first other byte
         raise InputError(path, "is empty")
     return data
+
+
+_BLANK = re.compile(rb"\s*\Z")
 
 
 def _gunzip(data: bytes) -> bytes:
@@ -395,7 +408,7 @@ def _gunzip(data: bytes) -> bytes:
     return out if len(out) % 2**32 == size else gzip.decompress(data)
 
 
-def _decode_top(path: Path, data: bytes) -> tuple[_Trace, list[msgspec.Raw]]:
+def _decode_top(path: Path, data: _Text) -> tuple[_Trace, list[msgspec.Raw]]:
     """Parse the whole document once, keeping each event as a raw slice of ``data``."""
     decoded = _decode_json(path, _TOP_DECODER, data)
     if isinstance(decoded, list):

@@ -166,8 +166,6 @@ CREATE INDEX kernels_start ON kernels (start);
 CREATE INDEX kernels_device ON kernels (device, start);
 CREATE INDEX op_instances_iteration ON op_instances (rank, iteration, start);
 CREATE INDEX op_instances_node ON op_instances (node_id);
-CREATE INDEX op_instances_gpu_time ON op_instances (gpu_time);
-CREATE INDEX op_instances_parent ON op_instances (parent_id);
 CREATE INDEX op_nodes_name ON op_nodes (name);
 CREATE INDEX memops_iteration ON memops (rank, iteration, start);
 CREATE INDEX api_calls_iteration ON api_calls (rank, iteration, start);
