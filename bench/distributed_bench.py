@@ -99,16 +99,15 @@ def run(cmd: list[str]) -> dict:
 IMPORT = """
 import sys, json
 from dlscope import pipeline
-from dlscope.distributed import expand_inputs, load_profiles_parallel
+from dlscope.distributed import expand_inputs
 workers, scheduler, max_memory = int(sys.argv[3]), sys.argv[4] or None, sys.argv[5] or None
 cluster = None
 if scheduler == "local":
     from distributed import LocalCluster
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=None)
     scheduler = cluster.scheduler_address
-pipeline.load_profiles = lambda traces, step: load_profiles_parallel(traces, workers=workers, scheduler=scheduler,
-                                                                      max_memory=max_memory, step=step)
-pipeline.build_database(expand_inputs([sys.argv[1]]), sys.argv[2], force=True, progress=False)
+pipeline.build_database(expand_inputs([sys.argv[1]]), sys.argv[2], force=True, progress=False, workers=workers,
+                        scheduler=scheduler, max_memory=max_memory)
 if cluster: cluster.close()
 """
 
