@@ -2,7 +2,7 @@
 
 A :class:`Profile` is a set of pandas DataFrames with fixed columns (``TABLES`` below). All times are
 integer nanoseconds on the trace's own clock. Missing integers are ``-1`` and missing strings are ``""``
-so the tables stay plain int64/object columns that numpy can work on without masks.
+so the tables stay plain int64 and string columns (pandas' default string dtype) without masks.
 """
 
 from __future__ import annotations

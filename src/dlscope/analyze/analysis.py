@@ -149,13 +149,6 @@ def _promote_launching_ranges(profile: Profile) -> tuple[Nesting, np.ndarray] | 
 
 def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     """Attribute GPU activity to ops and iterations and compute per-op-instance metrics."""
-    an = _analyse_activity(profile, key_node)
-    _finish_ops(an)
-    return an
-
-
-def _analyse_activity(profile: Profile, key_node: str | None = None) -> Analysed:
-    """Attribution and iterations: every table but the ops' scopes and metrics."""
     nesting = _promote_launching_ranges(profile)
     _renumber(profile)  # keeps row order, so an unchanged ops table keeps its nesting
     ops, kernels, memops, syncs, api_calls, ranges = (profile.ops, profile.kernels, profile.memops,
@@ -176,24 +169,20 @@ def _analyse_activity(profile: Profile, key_node: str | None = None) -> Analysed
         methods[int(rank)] = method
     iterations = pd.concat(iterations, ignore_index=True)
 
+    step_names = set(iterations["name"]) if methods and set(methods.values()) != {"whole_profile"} else set()
+    skip_ranges = ranges["name"].isin(step_names).to_numpy() | (ranges["category"] == "step").to_numpy()
+    ops["scope"] = string_column(_scopes(ops, ranges, skip_ranges))
+
     for frame, time_col in ((ops, "start"), (ranges, "start"), (api_calls, "start"), (kernels, "launch_ts"),
                             (memops, "launch_ts"), (syncs, "launch_ts")):
         frame["iteration"] = _assign_by_rank(frame, time_col, iterations)
     # GPU activity belongs to the iteration of its launching op when the launch sits in a gap
     iterations["end"] = _iteration_ends(iterations, kernels, memops)
+
     kernels["uses_tc"] = classify_names(kernels["name"], kernel_uses_tc)
-    return Analysed(profile, iterations, methods, key_node)
-
-
-def _finish_ops(an: Analysed) -> None:
-    """The ops' group paths, kernel metrics, Tensor Core eligibility and node ids."""
-    profile, iterations, methods = an.profile, an.iterations, an.iteration_methods
-    ops, ranges = profile.ops, profile.ranges
-    step_names = set(iterations["name"]) if methods and set(methods.values()) != {"whole_profile"} else set()
-    skip_ranges = ranges["name"].isin(step_names).to_numpy() | (ranges["category"] == "step").to_numpy()
-    ops["scope"] = string_column(_scopes(ops, ranges, skip_ranges))
-    _op_metrics(ops, profile.kernels, profile.memops)
+    _op_metrics(ops, kernels, memops)
     ops["node_id"] = ops.groupby(["rank", "name", "direction", "scope", "input_shapes"], sort=False).ngroup()
+    return Analysed(profile, iterations, methods, key_node)
 
 
 def _assign_by_rank(frame: pd.DataFrame, time_col: str, iterations: pd.DataFrame) -> np.ndarray:

@@ -4,10 +4,12 @@ Every schema generation is accepted: 2021 "legacy" categories (``Operator``/``Ru
 ``Memcpy``/``Memset``), current ones (``cpu_op``/``cuda_runtime``/``cuda_driver``/``kernel``/...), ROCm
 traces (same categories, HIP names), fractional-µs (ns resolution) timestamps and bare event lists.
 
-Speed and memory come from msgspec. The event list is first split into raw JSON slices (cheap), then
-decoded batch by batch into typed Structs that hold only the fields we map (unknown keys are skipped in
-C; the structs are not GC-tracked). Each batch is turned into column chunks and dropped, so at most one
-batch of Python objects is alive at a time, whatever the trace size.
+Speed and memory come from msgspec. The event array is cut by byte pattern into pieces of a few MB,
+each decoded on its own into typed Structs that hold only the fields we map (unknown keys are skipped in
+C; the structs are not GC-tracked); a cut is trusted only when every piece decodes (see
+:func:`_cut_events`), else the document is parsed once into raw JSON slices that are decoded batch by
+batch. Each piece or batch is turned into column chunks and dropped, so at most one batch of Python
+objects is alive at a time, whatever the trace size. Large files are decoded by two processes.
 
 A file too large for the memory budget (``max_memory``) is streamed instead: ijson (yajl2_c backend)
 walks the ``traceEvents`` array of the gzip stream event by event, and each batch is re-encoded and
@@ -128,8 +130,8 @@ _BATCH_DECODER = msgspec.json.Decoder(list[_Event])
 _HEADER_DECODER = msgspec.json.Decoder(_Trace[_Event])
 _TRAILER_DECODER = _HEADER_DECODER
 
-#: The in-memory path holds the JSON text plus one raw slice object per event: about this many times the
-#: JSON's size at its peak (measured on the real traces; see bench/README.md). Files whose estimate does
+#: The in-memory path holds the JSON text plus (on the raw-slice path) one object per event: at most about
+#: this many times the JSON's size at its peak (measured on the real traces; see bench/README.md). Files whose estimate does
 #: not fit the budget are streamed.
 IN_MEMORY_PEAK_FACTOR = 3
 ESTIMATED_GZIP_RATIO = 15  # when the gzip trailer cannot tell the size (multi-GB files wrap at 4 GiB)
@@ -312,8 +314,8 @@ def _decode_piece(decoder: msgspec.json.Decoder, text: bytes) -> Any:
 
 def _with_trailer(header: _Trace, trailer: _Trace | None) -> _Trace:
     """The header's keys completed by those written after the event array (traceName, ...)."""
-    for name in header.__struct_fields__:
-        if getattr(header, name) is None and trailer is not None:
+    for name in header.__struct_fields__ if trailer is not None else ():
+        if getattr(header, name) is None:
             setattr(header, name, getattr(trailer, name))
     header.traceEvents = None
     return header

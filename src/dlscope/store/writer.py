@@ -100,7 +100,7 @@ class ForkedRawWriter:
                 write_raw_file(path, tables)
                 code = 0
             except BaseException as e:  # noqa: BLE001 - reported to the parent
-                os.write(write, " ".join(f"{type(e).__name__}: {e}".split()).encode()[:2000])
+                os.write(write, _one_line(e).encode()[:2000])
             finally:
                 os._exit(code)
         os.close(write)
@@ -115,7 +115,7 @@ class ForkedRawWriter:
         os.close(self.pipe)
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
-            raise DlscopeError(f"{self.label}: writing the database failed ({message or f'exit status {code}'})")
+            raise _write_failed(self.label, message or f"exit status {code}")
 
 
 class ThreadRawWriter(threading.Thread):
@@ -130,7 +130,7 @@ class ThreadRawWriter(threading.Thread):
 
     def __init__(self, path: str, tables: dict[str, pd.DataFrame], label: str):
         super().__init__(name="dlscope-raw-writer", daemon=True)
-        self.path, self.tables, self.error = path, tables, None
+        self.path, self.tables, self.label, self.error = path, tables, label, None
         self.saved_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self.saved_interval, self.SWITCH_INTERVAL_S))
         self.start()
@@ -147,7 +147,15 @@ class ThreadRawWriter(threading.Thread):
         self.join()
         sys.setswitchinterval(self.saved_interval)
         if self.error is not None:
-            raise self.error
+            raise _write_failed(self.label, _one_line(self.error)) from self.error
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())
+
+
+def _write_failed(label: str, problem: str) -> DlscopeError:
+    return DlscopeError(f"{label}: writing the database failed ({problem})")
 
 
 def _can_fork() -> bool:
