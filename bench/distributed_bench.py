@@ -2,7 +2,7 @@
 memory with and without --max-memory. Writes figures as JSON lines to stdout; see bench/README.md.
 
     python bench/distributed_bench.py job  [--copies 8] [--hta /tmp/hta-venv/bin/python]
-    python bench/distributed_bench.py big  [--repeat 20] [--max-memory 1GB]
+    python bench/distributed_bench.py big  [--repeat 60] [--max-memory 8GB,4GB]
 
 The job is built from the 8 real rank traces of ../shared/data/kineto/param_dlrm_8rank_v100: copy k of
 rank r becomes rank 8k+r, its timestamps shifted by k ms, its ids (External id, correlation, Ev Idx)
@@ -16,12 +16,12 @@ import argparse
 import gzip
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from measure import measured
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "kineto"
@@ -84,16 +84,12 @@ def make_big(repeat: int) -> Path:
 
 
 def run(cmd: list[str]) -> dict:
-    """Wall, CPU (self + children) and peak RSS of one command in a fresh process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    return {"wall_s": round(wall, 2), "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 2),
-            "peak_rss_mb_any_child_so_far": round(after.ru_maxrss / 1024), "stdout": proc.stdout.strip()[-300:]}
+    """Wall and CPU s of one command in a fresh process (helpers included), then its memory from a second,
+    sampled run: peak RSS of the largest process and peak summed PSS of its process tree (bench/measure.py)."""
+    timed = measured(cmd)
+    sampled = measured(cmd, sample_memory=True)
+    return {"wall_s": timed["wall_s"], "cpu_s": round(timed["cpu_s"], 2),
+            "peak_rss_mib": round(sampled["peak_rss_mib"]), "peak_pss_tree_mib": round(sampled["peak_pss_tree_mib"])}
 
 
 IMPORT = """
@@ -137,20 +133,26 @@ def bench_big(args) -> None:
     path = make_big(args.repeat)
     with gzip.open(path) as f:
         size = sum(len(chunk) for chunk in iter(lambda: f.read(1 << 24), b""))
-    db = Path(tempfile.mkdtemp()) / "big.sqlite"
+    what = f"{path.stat().st_size / 1e6:.0f} MB gz / {size / 1e9:.2f} GB JSON"
     probe = ("import sys; from dlscope.importers.kineto import load_kineto; "
-             "p = load_kineto(sys.argv[1], max_memory=int(sys.argv[2]) if sys.argv[2] else None); "
-             "import resource; print(len(p.kernels), 'kernels', len(p.ops), 'ops', "
-             "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, 'MB peak RSS of this import')")
+             "load_kineto(sys.argv[1], max_memory=int(sys.argv[2]) if sys.argv[2] else None)")
     from dlscope.distributed import parse_size
 
-    for label, budget in (("in memory", ""), (f"--max-memory {args.max_memory} (streamed)", str(parse_size(args.max_memory)))):
+    budgets = args.max_memory.split(",")
+    for label, budget in (("in memory", ""), ("streamed", str(parse_size(budgets[-1])))):
         r = run([sys.executable, "-c", probe, str(path), budget])
-        print(json.dumps({"bench": f"import {path.stat().st_size / 1e6:.0f} MB gz / {size / 1e9:.2f} GB JSON, {label}",
-                          **r}), flush=True)
-    r = run([sys.executable, "-c", IMPORT, str(path), str(db), "1", "", args.max_memory])
-    print(json.dumps({"bench": f"full import to database, --max-memory {args.max_memory}", **r}), flush=True)
-    os.unlink(db)
+        print(json.dumps({"bench": f"Kineto parse of {what}, {label}", **r}), flush=True)
+    db = Path(tempfile.mkdtemp()) / "big.sqlite"
+    for budget in budgets:
+        cmd = [str(Path(sys.executable).with_name("dlscope")), "import", str(path), "-o", str(db), "--force",
+               "--quiet", "--max-memory", budget]
+        try:
+            r = run(cmd)
+        except subprocess.CalledProcessError as e:  # refused: the one-line reason, and what it cost to say so
+            r = {"exit": e.returncode, "stderr": e.stderr.strip().splitlines()[0]}
+        print(json.dumps({"bench": f"dlscope import of {what}, --max-memory {budget}", **r}), flush=True)
+    if db.exists():
+        os.unlink(db)
 
 
 def main() -> None:
@@ -160,8 +162,8 @@ def main() -> None:
     job.add_argument("--copies", type=int, default=8)
     job.add_argument("--hta", default="/tmp/hta-venv/bin/python")
     big = sub.add_parser("big")
-    big.add_argument("--repeat", type=int, default=20)
-    big.add_argument("--max-memory", default="1GB")
+    big.add_argument("--repeat", type=int, default=60)
+    big.add_argument("--max-memory", default="8GB,4GB", help="budgets to import under, comma-separated")
     args = parser.parse_args()
     (bench_job if args.what == "job" else bench_big)(args)
 

@@ -14,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from conftest import assert_same_rows, data_file
@@ -273,12 +272,35 @@ def test_streaming_import_builds_identical_tables(name):
     assert all(np.diff([b for b, _ in seen]) >= 0)
 
 
-def test_streamed_and_in_memory_imports_give_the_same_summary(build_job):
-    """Row ids follow the decoding batches; every figure computed from the rows must not."""
+@pytest.mark.parametrize("reader", ["pieces", "ijson"])
+def test_streamed_and_in_memory_imports_give_the_same_summary(build_job, monkeypatch, reader):
+    """ijson's row ids follow its decoding batches; every figure computed from the rows must not."""
+    import dlscope.importers.kineto as kineto
+
     path = data_file("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz")
     whole = build_job([path], "whole.sqlite")
-    streamed = build_job([path], "streamed.sqlite", max_memory=1)
+    monkeypatch.setattr(kineto, "should_stream", lambda path, budget: True)
+    if reader == "ijson":
+        monkeypatch.setattr(kineto, "_streamed_piece_tables", lambda path, progress: None)
+    streamed = build_job([path], "streamed.sqlite", max_memory="8GB")
     assert _summary(streamed) == _summary(whole)
+
+
+def test_an_analysis_larger_than_the_memory_budget_is_refused_before_writing(tmp_path):
+    from dlscope.distributed.parallel import analysis_memory, import_file
+
+    path = data_file("kineto", "hta_v100_rank1of2_5steps.json.gz")
+    profile = import_file(str(path))
+    tables = sum(int(profile.table(t).memory_usage(deep=True).sum()) for t in ("ops", "api_calls", "kernels"))
+    needed = analysis_memory(profile)
+    assert needed > 400 * 2**20 + 4 * tables  # a fixed part plus a multiple of the tables' size
+    out = tmp_path / "refused.sqlite"
+    with pytest.raises(DlscopeError, match=r"hta_v100_rank1of2_5steps.json.gz: analysing [\d,]+ imported rows needs "
+                                           r"about \d+ MB of memory, more than --max-memory 300 MB"):
+        pipeline.build_database([path], out, max_memory="300MB", progress=False)
+    assert list(tmp_path.iterdir()) == []
+    pipeline.build_database([path], out, max_memory=needed + 1, progress=False)
+    assert out.exists()
 
 
 def test_streaming_is_chosen_by_the_memory_budget():

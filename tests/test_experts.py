@@ -152,3 +152,44 @@ def test_write_findings_replaces_and_reports_escape_names(tmp_path):
     records = json.loads(paths[1].read_text())
     assert records[0]["rule"] == result[0]["rule"] and isinstance(records[0]["evidence"], dict)
     assert "# Expert systems" in paths[2].read_text()
+
+
+def test_gpu_gaps_counts_idle_stretches_per_device_and_iteration(tmp_path):
+    """Two GPUs, two steps of 1000 µs; gaps of at least 150 µs: 300 and 200 µs on GPU 0 in step 1 (its
+    overlapping kernels merge), 500 µs on GPU 1 in step 2; 100 µs stretches do not count."""
+    t = KinetoTrace(devices=2)
+    t.step(1, 0, 1000)
+    t.step(2, 1000, 2000)
+    for op_start, kernel, device, k_start, k_end in ((5, "k_a", 0, 100, 300), (15, "k_b", 0, 250, 400),
+                                                    (25, "k_c", 0, 600, 700), (35, "k_d", 1, 50, 950),
+                                                    (1005, "k_e", 0, 1100, 1900), (1015, "k_f", 1, 1000, 1400),
+                                                    (1025, "k_g", 1, 1900, 2000)):
+        t.op(f"op_{kernel}", op_start, op_start + 8)
+        t.launch(op_start + 1, op_start + 5, kernel, k_start, k_end, device=device)
+    cfg = tmp_path / "rules.json"
+    cfg.write_text(json.dumps({"gpu_gaps": {"min_gap_us": 150}}))
+    got = findings(_db(tmp_path, t), cfg)["gpu_gaps"]
+    assert got["est_saving_ns"] == (300 + 200 + 500) * US // 2      # averaged over the two GPUs
+    assert got["est_saving_pct"] == pytest.approx(25.0)             # of the 2000 µs aggregated
+    ev = got["evidence"]
+    assert ev["gap_count"] == 3 and ev["devices"] == [0, 1] and ev["iterations"] == [1, 2]
+    assert ev["time_ranges"] == [[1400 * US, 1900 * US], [700 * US, 1000 * US], [400 * US, 600 * US]]
+    assert "3 idle gaps" in got["problem"] and "on GPU 1 in iteration 2" in got["problem"]
+    assert "between k_f (op op_k_f) and k_g (op op_k_g)" in got["problem"]
+
+
+def test_gaps_in_windows_equals_gaps_window_by_window():
+    import numpy as np
+
+    from dlscope.experts.spans import gaps, gaps_in_windows
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n, m = int(rng.integers(0, 30)), int(rng.integers(0, 6))
+        starts = rng.integers(0, 200, n)
+        ends = starts + rng.integers(0, 30, n)  # some empty intervals, which must not split a gap
+        lo = rng.integers(-20, 220, m)
+        hi = lo + rng.integers(-5, 80, m)       # some empty or inverted windows
+        gs, ge, window = gaps_in_windows((starts, ends), lo, hi)
+        expected = [(int(s), int(e), i) for i in range(m) for s, e in zip(*gaps((starts, ends), int(lo[i]), int(hi[i])))]
+        assert list(zip(gs.tolist(), ge.tolist(), window.tolist())) == expected

@@ -397,3 +397,55 @@ def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_document(tmp_p
     assert pieces.meta["base_time_ns"] == 1_700_000_000_000_000_000
     assert len(pieces.ops) == 40 and len(pieces.kernels) == 40
     assert (pieces.ops["name"] == 'x}, {"ph": "X", "name": "y').sum() == (6 if hostile else 0)
+
+
+@pytest.mark.parametrize("name", ["tracelens_mi300x_xdit_sd35_infer.json.gz", "hta_a100_nccl_rank0of2_3steps.json.gz"])
+def test_streamed_pieces_are_the_in_memory_pieces(monkeypatch, name):
+    """Under a memory budget the file is read in blocks and cut as in memory: identical tables, ids too,
+    with block boundaries falling inside events, between "}" and ", {", and inside the cut pattern."""
+    import dlscope.importers.kineto as kineto
+    from dlscope.model import TABLES
+
+    path = data_file("kineto", name)
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 50_000)
+    in_memory = kineto.load_kineto(path)
+    monkeypatch.setattr(kineto, "STREAM_BLOCK_BYTES", 7_919)  # a prime: blocks end everywhere
+    monkeypatch.setattr(kineto, "_stream_events", lambda *a: pytest.fail("fell back to ijson"))
+    seen = []
+    streamed = kineto.load_kineto(path, max_memory=1, progress=lambda b, e: seen.append((b, e)))
+    for table in [*TABLES, "comm_args"]:
+        pd.testing.assert_frame_equal(getattr(streamed, table), getattr(in_memory, table), obj=table)
+    assert streamed.meta == in_memory.meta
+    assert seen[-1] == (path.stat().st_size, in_memory.meta["event_count"]) and len(seen) > 10
+    assert all(np.diff([b for b, _ in seen]) >= 0)
+
+
+@pytest.mark.parametrize("hostile", [False, True])
+def test_a_streamed_cut_inside_a_string_falls_back_to_ijson(tmp_path, monkeypatch, hostile):
+    import dlscope.importers.kineto as kineto
+    from dlscope.model import TABLES
+
+    path = _tricky_trace(tmp_path, hostile)
+    whole = _load_whole_document(kineto, path, monkeypatch)
+    fallbacks = []
+    real = kineto._stream_events
+    monkeypatch.setattr(kineto, "_stream_events", lambda *a: fallbacks.append(1) or real(*a))
+    monkeypatch.setattr(kineto, "PIECE_BYTES", 1)
+    monkeypatch.setattr(kineto, "STREAM_BLOCK_BYTES", 97)
+    streamed = kineto.load_kineto(path, max_memory=1)
+    assert fallbacks == ([1] if hostile else [])
+    for name in [*TABLES, "comm_args"]:
+        assert_same_rows(getattr(streamed, name), getattr(whole, name), name)
+    assert streamed.meta["trace_name"] == "the-trace" and len(streamed.ops) == 40
+
+
+def test_a_bare_event_list_is_streamed_by_ijson(tmp_path, monkeypatch):
+    import dlscope.importers.kineto as kineto
+
+    path = _tricky_trace(tmp_path, False)
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(json.loads(path.read_text())["traceEvents"]))
+    whole = kineto.load_kineto(bare)
+    streamed = kineto.load_kineto(bare, max_memory=1)
+    assert_same_rows(streamed.kernels, whole.kernels, "kernels")
+    assert len(streamed.ops) == 40

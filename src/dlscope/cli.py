@@ -49,7 +49,9 @@ def cli() -> None:
 @click.option("--workers", type=int, default=None,
               help="Worker processes for a multi-file job (default: all cores for jobs of 64 MiB or more).")
 @click.option("--scheduler", default=None, help="Dask scheduler address (tcp://HOST:PORT); files must be readable there.")
-@click.option("--max-memory", default=None, help="Memory budget, e.g. 4GB: larger traces are streamed.")
+@click.option("--max-memory", default=None,
+              help="Memory budget, e.g. 8GB: traces too large to read whole are streamed; an import whose "
+                   "analysis would not fit is refused before anything is written.")
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary.")
 def import_command(traces, output, profile_name, iter_start, iter_stop, key_node, force, rules_config, workers,
                    scheduler, max_memory, quiet) -> None:

@@ -153,7 +153,37 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
         n = max(1, min(workers or _default_workers(sizes), len(paths)))
         share = budget // n if budget else None
         profiles = _serial(paths, sizes, share, step) if n == 1 else _on_processes(paths, sizes, n, share, step)
-    return merge(profiles, paths)
+    profile = merge(profiles, paths)
+    if budget:
+        check_analysis_fits(profile, budget, paths)
+    return profile
+
+
+#: The import after the parse (analysis, aggregations, rules, the database writer) peaks at about this
+#: many times the imported tables' size, plus a fixed part for the libraries and SQLite's page cache:
+#: measured on a 4.3M-event trace (bench/README.md, "Distributed jobs and large traces").
+ANALYSIS_PEAK_FACTOR = 4.5
+ANALYSIS_FIXED_BYTES = 400 * 2**20
+
+
+def analysis_memory(profile: Profile) -> int:
+    """Estimated peak bytes of the import's stages after the parse, from the imported tables' size."""
+    tables = sum(int(profile.table(name).memory_usage(deep=True).sum()) for name in TABLES)
+    return ANALYSIS_FIXED_BYTES + int(ANALYSIS_PEAK_FACTOR * tables)
+
+
+def check_analysis_fits(profile: Profile, budget: int, paths: Sequence[Path]) -> None:
+    """Refuse, before anything is written, an import whose analysis would exceed ``--max-memory``."""
+    needed = analysis_memory(profile)
+    if needed > budget:
+        what = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
+        rows = sum(len(profile.table(name)) for name in TABLES)
+        raise DlscopeError(f"{what}: analysing {rows:,} imported rows needs about {_size_text(needed)} of memory, "
+                           f"more than --max-memory {_size_text(budget)}; raise --max-memory")
+
+
+def _size_text(n: int) -> str:
+    return f"{n / 10**9:.1f} GB" if n >= 10**9 else f"{n / 10**6:.0f} MB"
 
 
 #: below this much input, worker start-up costs more than the parallel import saves (bench/README.md)

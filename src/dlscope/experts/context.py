@@ -78,8 +78,7 @@ class Context:
     def _in_iterations(self, table: str, columns: str = "*") -> pd.DataFrame:
         frame = self._memory_table(table)
         if frame is not None:
-            sel = frame["iteration"].between(self.iter_start, self.iter_stop)
-            return frame[sel].sort_values("start", kind="stable").reset_index(drop=True)
+            return _by_start(_rows(frame, frame["iteration"].between(self.iter_start, self.iter_stop)))
         return self.query(f'SELECT {columns} FROM {table} WHERE rank = ? AND iteration BETWEEN ? AND ? '
                           f'ORDER BY start', (self.rank, self.iter_start, self.iter_stop))
 
@@ -91,7 +90,7 @@ class Context:
             sel = (frame["end"] > lo) & (frame["start"] < hi)
             if where == "cpu":
                 sel &= frame["device"] < 0
-            return frame.loc[sel, columns].sort_values("start", kind="stable").reset_index(drop=True)
+            return _by_start(_rows(frame, sel)[columns])
         extra = " AND device < 0" if where == "cpu" else ""
         cols = ", ".join(f'"{c}"' for c in columns)
         return self.query(f'SELECT {cols} FROM {table} WHERE rank = ?{extra} AND "end" > ? AND start < ? '
@@ -115,9 +114,7 @@ class Context:
     def ops(self) -> pd.DataFrame:
         """Op instances of the profiled iterations, with ``precision`` (own or nearest ancestor's input
         dtype) and ``eligible_root`` (the outermost TC-eligible op around it, -1 if none)."""
-        rows = self.ops_all.index[(self.ops_all["iteration"] >= self.iter_start)
-                                  & (self.ops_all["iteration"] <= self.iter_stop)]
-        return self.ops_all.loc[rows]
+        return _rows(self.ops_all, self.ops_all["iteration"].between(self.iter_start, self.iter_stop))
 
     @cached_property
     def ops_all(self) -> pd.DataFrame:
@@ -125,7 +122,9 @@ class Context:
                    "input_shapes", "input_dtypes", "concrete_inputs", "data_type", "iteration", "node_id",
                    "tc_eligible", "using_tc", "kernel_count", "gpu_time", "api_time"]
         if self.tables is not None and "ops" in self.tables:
-            ops = self._memory_table("ops")[columns].sort_values("op_id")
+            ops = self._memory_table("ops")[columns]
+            if not ops["op_id"].is_monotonic_increasing:
+                ops = ops.sort_values("op_id")
             for col in ("tc_eligible", "using_tc"):
                 ops[col] = ops[col].astype(np.int64)
             ops = ops.set_index("op_id", drop=False)
@@ -244,6 +243,18 @@ class Context:
 
     def link(self, rule_id: str) -> str:
         return self.config[rule_id]["link"]
+
+
+def _rows(frame: pd.DataFrame, mask: pd.Series) -> pd.DataFrame:
+    """``frame[mask]``, without the copy when every row is kept (the usual whole-profile aggregation)."""
+    return frame if mask.all() else frame[mask]
+
+
+def _by_start(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in start order (stable), numbered from 0; no copy when they already are."""
+    if not frame["start"].is_monotonic_increasing:
+        frame = frame.sort_values("start", kind="stable")
+    return frame.reset_index(drop=True)
 
 
 def _inherit(ops: pd.DataFrame) -> None:

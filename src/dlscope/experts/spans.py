@@ -46,6 +46,29 @@ def gaps(busy: tuple, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     return starts[keep], ends[keep]
 
 
+def gaps_in_windows(busy: tuple, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`gaps` of every window [lo[i], hi[i]) at once: (starts, ends, window index), window by window.
+
+    The busy intervals are merged once; each window takes the stretch of the complement it overlaps
+    (found by binary search), so many windows over millions of kernels cost one sort.
+    """
+    s, e = Span(*busy)
+    s, e = merge(s[e > s], e[e > s])
+    lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    idle_s = np.concatenate([[np.iinfo(np.int64).min], e])  # the complement of the busy time, in order
+    idle_e = np.concatenate([s, [np.iinfo(np.int64).max]])
+    first = np.searchsorted(idle_e, lo, side="right")  # the first idle stretch ending after lo
+    stop = np.searchsorted(idle_s, hi, side="left")  # past the last one starting before hi
+    counts = np.maximum(stop - first, 0)
+    window = np.repeat(np.arange(len(lo)), counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    idx = first[window] + offsets
+    starts = np.maximum(idle_s[idx], lo[window])
+    ends = np.minimum(idle_e[idx], hi[window])
+    keep = ends > starts
+    return starts[keep], ends[keep], window[keep]
+
+
 def _covered(points: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Whether each point lies in one of the disjoint sorted intervals [s, e)."""
     idx = np.searchsorted(s, points, side="right") - 1

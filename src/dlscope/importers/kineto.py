@@ -11,9 +11,11 @@ C; the structs are not GC-tracked); a cut is trusted only when every piece decod
 batch. Each piece or batch is turned into column chunks and dropped, so at most one batch of Python
 objects is alive at a time, whatever the trace size. Large files are decoded by two processes.
 
-A file too large for the memory budget (``max_memory``) is streamed instead: ijson (yajl2_c backend)
-walks the ``traceEvents`` array of the gzip stream event by event, and each batch is re-encoded and
-decoded by the same typed decoder, so both paths build identical tables from identical batches.
+A file too large for the memory budget (``max_memory``) is streamed instead: read (and gunzipped) in
+blocks and cut into the same pieces as in memory, so memory holds a block and a piece of text, not the
+file, and the tables are identical. When a streamed cut is not between events, ijson (yajl2_c backend)
+walks the ``traceEvents`` array event by event instead, each batch re-encoded and decoded by the same
+typed decoder (same rows; ids follow its batches).
 """
 
 from __future__ import annotations
@@ -153,7 +155,7 @@ def load_kineto(path: Path, *, max_memory: int | None = None, progress: Progress
     gc.disable()  # millions of small containers would trigger repeated, useless full collections
     try:
         if max_memory is not None and should_stream(path, max_memory):
-            header, tables, event_count = _tables_from(_stream_events(path, progress))
+            header, tables, event_count = _streamed_tables(path, progress)
         else:
             header, tables, event_count = _in_memory_tables(path, progress)
         rank = _rank(header)
@@ -446,6 +448,71 @@ def _one_line(error: Exception) -> str:
 
 
 # -------------------------------------------------------------------------------------- streaming
+
+
+#: bytes of the (decompressed) file read at a time by the streamed piece reader
+STREAM_BLOCK_BYTES = 8 * 2**20
+
+
+def _streamed_tables(path: Path, progress: Progress | None) -> tuple[_Trace, "_Tables", int]:
+    """Tables of a file read as a stream: pieces cut as in memory when the layout allows, else ijson."""
+    try:
+        found = _streamed_piece_tables(path, progress)
+    except _Unsplittable:
+        found = None
+    return found if found is not None else _tables_from(_stream_events(path, progress))
+
+
+def _streamed_piece_tables(path: Path, progress: Progress | None) -> tuple[_Trace, "_Tables", int] | None:
+    """The pieces of :func:`_cut_events`, cut and decoded while the file is read block by block.
+
+    The cuts are the same as in memory (the first ``}, {`` at least ``PIECE_BYTES`` past the previous
+    cut), so the tables are identical; memory holds about one block and one piece of text. None when the
+    file does not start like a Kineto object; :class:`_Unsplittable` when a piece does not decode (the
+    caller then reads the file again with ijson, which also names what is wrong with a bad file).
+    """
+    reader = _CountingReader(path)
+    with _stream_errors(path, reader):
+        text, at_end = b"", False
+
+        def more() -> bool:
+            nonlocal text, at_end
+            block = reader.read(STREAM_BLOCK_BYTES)
+            at_end = not block
+            text += block
+            return not at_end
+
+        while _EVENTS_KEY.search(text, 0, 2**20) is None and len(text) < 2**20 and more():
+            pass
+        if text[:len(UTF8_BOM)] == UTF8_BOM:
+            text = text[len(UTF8_BOM):]
+        key = _EVENTS_KEY.search(text, 0, 2**20) if _OBJECT_START.match(text) else None
+        if key is None:
+            return None
+        header = _decode_piece(_HEADER_DECODER, text[:key.end()] + b"]}")
+        text = text[key.end():]
+        tables, events = _Tables(), 0
+        while True:
+            gap = _BETWEEN_OBJECTS.search(text, PIECE_BYTES)
+            if gap is None:
+                if more():
+                    continue
+                break
+            cut = gap.end() - 1
+            batch = _decode_piece(_BATCH_DECODER, b"[" + text[:text.rfind(b"}", 0, cut) + 1] + b"]")
+            text = text[cut:]
+            events += len(batch)
+            tables.add(batch)
+            del batch
+            if progress:
+                progress(reader.stored_bytes(), events)
+        trailer = _decode_piece(_TRAILER_DECODER, b'{"traceEvents":[' + text)
+        batch, trailer.traceEvents = trailer.traceEvents or [], None
+        events += len(batch)
+        tables.add(batch)
+        if progress:
+            progress(reader.stored_bytes(), events)
+    return _with_trailer(header, trailer), tables, events
 
 
 class _CountingReader:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import os
 import sqlite3
@@ -244,6 +245,16 @@ def split_ops(ops: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return ops.drop_duplicates("node_id"), ops
 
 
+#: rows converted to Arrow and ingested at a time: the writer holds one such chunk, not a table's copy
+INGEST_ROWS = 65_536
+
+
+def _arrow_rows(frame: pd.DataFrame, columns: list[str], lo: int, schema: pa.Schema | None = None) -> pa.Table:
+    """Rows [lo, lo + INGEST_ROWS) as Arrow; later chunks take the first one's schema (an all-missing
+    chunk of an object column would otherwise come out as a null column)."""
+    return pa.Table.from_pandas(frame.iloc[lo:lo + INGEST_ROWS][columns], schema=schema, preserve_index=False)
+
+
 class _ArrowIngest:
     """Bulk-load frames into a closed database file through ADBC (Arrow in, no per-row Python).
 
@@ -278,7 +289,10 @@ class _ArrowIngest:
         if frame.empty:
             return
         columns = [c for c in self.columns_of[name] if c in frame.columns]
-        self.cursor.adbc_ingest(name, pa.Table.from_pandas(frame[columns], preserve_index=False), mode="append")
+        first = _arrow_rows(frame, columns, 0)
+        rest = (_arrow_rows(frame, columns, lo, first.schema) for lo in range(INGEST_ROWS, len(frame), INGEST_ROWS))
+        batches = itertools.chain.from_iterable(chunk.to_batches() for chunk in itertools.chain([first], rest))
+        self.cursor.adbc_ingest(name, pa.RecordBatchReader.from_batches(first.schema, batches), mode="append")
 
     def __exit__(self, kind, value, tb) -> None:
         try:

@@ -5,11 +5,12 @@ in such gaps, averaged over the GPUs."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ..evidence import fmt_ns, node_ids, short_kernel
 from ..finding import Finding
 from ..registry import rule
-from ..spans import gaps
+from ..spans import gaps_in_windows
 
 
 @rule("gpu_gaps")
@@ -17,27 +18,26 @@ def gpu_gaps(ctx, cfg):
     if not ctx.has_gpu or not ctx.devices:
         return None
     min_gap = int(cfg["min_gap_us"] * 1000)
-    found = []  # (start, end, device, iteration)
+    its = ctx.iterations
+    per_device = []
     for dev in ctx.devices:
-        busy = ctx.busy(dev)
-        for it in ctx.iterations.itertuples(index=False):
-            gs, ge = gaps(busy, int(it.start), int(it.end))
-            keep = (ge - gs) >= min_gap
-            found += [(int(s), int(e), dev, int(it.iteration)) for s, e in zip(gs[keep], ge[keep])]
-    if not found:
+        gs, ge, window = gaps_in_windows(ctx.busy(dev), its["start"].to_numpy(np.int64), its["end"].to_numpy(np.int64))
+        keep = (ge - gs) >= min_gap
+        per_device.append(pd.DataFrame({"start": gs[keep], "end": ge[keep], "device": dev,
+                                        "iteration": its["iteration"].to_numpy(np.int64)[window[keep]]}))
+    idle = pd.concat(per_device, ignore_index=True)
+    if idle.empty:
         return None
-    total = sum(e - s for s, e, _, _ in found)
-    saving = int(total / len(ctx.devices))
+    length = (idle["end"] - idle["start"]).to_numpy(np.int64)
+    saving = int(int(length.sum()) / len(ctx.devices))
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
-    found.sort(key=lambda g: g[0] - g[1])
     n = ctx.config["evidence"]["max_items"]
-    k = ctx.kernel_facts.sort_values("end")
+    found = list(idle.iloc[np.argsort(-length, kind="stable")[:n]].itertuples(index=False, name=None))
+    neighbours = _Neighbours(ctx.kernel_facts)
     before_ops, after_ops, kernels, located = [], [], [], []
-    for s, e, dev, it in found[:n]:
-        kd = k[k["device"] == dev]
-        prev = kd[kd["end"] <= s].tail(1)
-        nxt = kd[kd["start"] >= e].sort_values("start").head(1)
+    for s, e, dev, it in found:
+        prev, nxt = neighbours.before(dev, s), neighbours.after(dev, e)
         located.append((prev, nxt))
         for frame, bucket in ((prev, before_ops), (nxt, after_ops)):
             if len(frame):
@@ -54,7 +54,7 @@ def gpu_gaps(ctx, cfg):
 
     return Finding(
         "gpu_gaps",
-        f"{len(found):,} idle gaps of at least {fmt_ns(min_gap)} inside iterations leave the GPU idle for "
+        f"{len(idle):,} idle gaps of at least {fmt_ns(min_gap)} inside iterations leave the GPU idle for "
         f"{fmt_ns(saving)} ({ctx.pct(saving):.1f}% of the aggregated time); the largest, {fmt_ns(e0 - s0)} on GPU "
         f"{dev0} in iteration {it0}, lies between {describe(prev)} and {describe(nxt)}.",
         "Find what the CPU does during these gaps (data loading, synchronizations, Python work between ops), "
@@ -62,5 +62,31 @@ def gpu_gaps(ctx, cfg):
         f"around suspect code. See {ctx.link('gpu_gaps')}",
         saving,
         {"node_ids": node_ids(ctx, before_ops + after_ops), "kernels": list(dict.fromkeys(kernels)),
-         "iterations": sorted({g[3] for g in found}), "time_ranges": [[g[0], g[1]] for g in found[:n]],
-         "gap_count": len(found), "devices": [int(d) for d in np.unique([g[2] for g in found])]})
+         "iterations": sorted(int(i) for i in idle["iteration"].unique()),
+         "time_ranges": [[int(g[0]), int(g[1])] for g in found], "gap_count": len(idle),
+         "devices": [int(d) for d in np.unique(idle["device"])]})
+
+
+class _Neighbours:
+    """The kernels of a device just before and just after a moment (binary search, no frame filtering)."""
+
+    def __init__(self, kernels: pd.DataFrame):
+        self.kernels = kernels
+        start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+        self.by_end, self.by_start = {}, {}
+        for dev, rows in kernels.groupby("device", sort=False).indices.items():
+            for times, index in ((end, self.by_end), (start, self.by_start)):
+                ordered = rows[np.argsort(times[rows], kind="stable")]
+                index[int(dev)] = (ordered, times[ordered])
+
+    def before(self, device: int, t: int) -> pd.DataFrame:
+        """The kernel of ``device`` ending last at or before ``t`` (empty when none)."""
+        rows, ends = self.by_end.get(int(device), (np.zeros(0, np.int64),) * 2)
+        i = int(np.searchsorted(ends, t, side="right"))
+        return self.kernels.iloc[rows[max(i - 1, 0):i]]
+
+    def after(self, device: int, t: int) -> pd.DataFrame:
+        """The kernel of ``device`` starting first at or after ``t`` (empty when none)."""
+        rows, starts = self.by_start.get(int(device), (np.zeros(0, np.int64),) * 2)
+        i = int(np.searchsorted(starts, t, side="left"))
+        return self.kernels.iloc[rows[i:i + 1]]

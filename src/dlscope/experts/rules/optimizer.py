@@ -15,7 +15,7 @@ from ..context import compile_any, names_matching
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, top_by
 from ..finding import Finding
 from ..registry import rule
-from ..spans import gaps, length
+from ..spans import gaps_in_windows
 
 
 @rule("unfused_optimizer")
@@ -26,9 +26,10 @@ def unfused_optimizer(ctx, cfg):
         return None
     fused = compile_any(cfg["fused_patterns"])
     k, api = ctx.kernel_facts, ctx.api_calls.set_index("api_id")
-    busy = ctx.busy()
-    idle_by_it = {int(it.iteration): length(gaps(busy, int(it.start), int(it.end)))
-                  for it in ctx.iterations.itertuples(index=False)}
+    its = ctx.iterations
+    gs, ge, window = gaps_in_windows(ctx.busy(), its["start"].to_numpy(np.int64), its["end"].to_numpy(np.int64))
+    idle = np.bincount(window, weights=ge - gs, minlength=len(its)).astype(np.int64)
+    idle_by_it = dict(zip(its["iteration"].astype(int).tolist(), idle.tolist()))
     total_kernels, saving, step_kernels, rows = 0, 0, [], []
     for step in steps.itertuples(index=False):
         inner = ops[(ops["pid"] == step.pid) & (ops["tid"] == step.tid) & (ops["start"] >= step.start)
