@@ -193,3 +193,21 @@ def test_gaps_in_windows_equals_gaps_window_by_window():
         gs, ge, window = gaps_in_windows((starts, ends), lo, hi)
         expected = [(int(s), int(e), i) for i in range(m) for s, e in zip(*gaps((starts, ends), int(lo[i]), int(hi[i])))]
         assert list(zip(gs.tolist(), ge.tolist(), window.tolist())) == expected
+
+
+def test_covered_lengths_equal_interval_differences_window_by_window():
+    import numpy as np
+
+    from dlscope.experts.spans import covered_lengths, length, minus
+
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        n, m = int(rng.integers(0, 30)), int(rng.integers(0, 8))
+        starts = rng.integers(0, 200, n)
+        ends = starts + rng.integers(0, 30, n)
+        lo = rng.integers(-20, 220, m)
+        hi = lo + rng.integers(-5, 80, m)
+        got = covered_lengths((starts, ends), lo, hi)
+        expected = [max(int(h - w), 0) - length(minus((np.array([w]), np.array([h])), (starts, ends))) if h > w else 0
+                    for w, h in zip(lo, hi)]
+        assert got.tolist() == expected

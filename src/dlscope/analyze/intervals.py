@@ -24,11 +24,10 @@ def merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     new_group = np.empty(len(s), dtype=bool)
     new_group[0] = True
     new_group[1:] = s[1:] > running_end[:-1]
-    group = np.cumsum(new_group) - 1
-    out_s = s[new_group]
-    out_e = np.zeros(len(out_s), dtype=np.int64)
-    np.maximum.at(out_e, group, running_end)
-    return out_s, out_e
+    firsts = np.flatnonzero(new_group)
+    # the running end never decreases, so a group's end is the running end at its last interval
+    lasts = np.append(firsts[1:] - 1, len(s) - 1)
+    return s[firsts], running_end[lasts]
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> int:

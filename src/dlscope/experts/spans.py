@@ -37,6 +37,21 @@ def length(span: tuple) -> int:
     return int((e - s).sum())
 
 
+def covered_lengths(span: tuple, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window [starts[i], ends[i]): the length of union(span) inside it (0 for empty windows)."""
+    s, e = Span(*span)
+    s, e = merge(s[e > s], e[e > s])
+    before = np.concatenate([[0], np.cumsum(e - s)])  # covered length up to the start of each interval
+
+    def covered_until(t: np.ndarray) -> np.ndarray:
+        j = np.searchsorted(s, t, side="right") - 1
+        inside = np.minimum(t, e[np.maximum(j, 0)]) - s[np.maximum(j, 0)] if len(s) else np.zeros(len(t), np.int64)
+        return np.where(j >= 0, before[np.maximum(j, 0)] + inside, 0)
+
+    starts, ends = Span(starts, ends)
+    return np.where(ends > starts, covered_until(ends) - covered_until(starts), 0)
+
+
 def gaps(busy: tuple, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """The idle intervals of [lo, hi) not covered by ``busy``."""
     s, e = merge(*clip(*busy, lo, hi))

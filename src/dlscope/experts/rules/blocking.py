@@ -21,7 +21,7 @@ from ..context import compile_any, names_matching
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, plural
 from ..finding import Finding
 from ..registry import rule
-from ..spans import Span, length, minus
+from ..spans import Span, covered_lengths, length, minus
 
 
 def refill_gaps(ctx, call_ends: np.ndarray) -> np.ndarray:
@@ -41,11 +41,8 @@ def refill_gaps(ctx, call_ends: np.ndarray) -> np.ndarray:
     other = ops[matches(ops["name"], "dataloader") | matches(ops["name"], "io")]
     rg = ctx.ranges[ctx.ranges["category"].isin(["dataloader", "io"])]
     owned = Span(np.concatenate([other["start"], rg["start"]]), np.concatenate([other["end"], rg["end"]]))
-    out = np.zeros(len(ends), dtype=np.int64)
-    for i in np.flatnonzero(gap_end > ends):
-        s, e = clip(ends[i:i + 1], gap_end[i:i + 1], lo, hi)
-        out[i] = length(minus((s, e), owned)) if len(s) else 0
-    return out
+    s, e = np.clip(ends, lo, hi), np.clip(gap_end, lo, hi)
+    return np.where(e > s, (e - s) - covered_lengths(owned, s, e), 0)
 
 
 def _calls(ctx, patterns: list[str]) -> pd.DataFrame:

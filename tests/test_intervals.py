@@ -1,0 +1,33 @@
+"""The interval algebra every metric stands on, against a brute-force count of covered time units."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dlscope.analyze.intervals import clip, merge, union_length
+
+
+def _covered_units(starts, ends) -> set[int]:
+    return {t for s, e in zip(starts, ends) for t in range(int(s), int(e))}
+
+
+def test_merge_gives_the_union_as_sorted_disjoint_intervals_for_any_times():
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        n = int(rng.integers(0, 25))
+        starts = rng.integers(-300, 300, n)  # negative times too (clocks relative to a later origin)
+        ends = starts + rng.integers(0, 40, n)
+        s, e = merge(starts, ends)
+        assert np.all(s[1:] > e[:-1]) and np.all(e >= s)
+        assert _covered_units(s, e) == _covered_units(starts, ends)
+        assert union_length(starts, ends) == len(_covered_units(starts, ends))
+
+
+def test_merge_of_intervals_ending_before_zero():
+    s, e = merge(np.array([-17, -30, -10]), np.array([-4, -20, -8]))
+    assert s.tolist() == [-30, -17] and e.tolist() == [-20, -4]
+
+
+def test_clip_drops_what_falls_outside_the_window():
+    s, e = clip(np.array([0, 10, 50]), np.array([20, 30, 60]), 15, 55)
+    assert s.tolist() == [15, 15, 50] and e.tolist() == [20, 30, 55]
