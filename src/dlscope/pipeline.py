@@ -107,7 +107,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                 "iteration_methods": an.iteration_methods if an else {}})
             for path, frame in ncu:
                 write_ncu_kernels(conn, frame, source=str(path))
-            agg_ids = [writer.write_aggregation(conn, agg) for agg in aggs]
+            agg_ids = writer.write_aggregations(conn, aggs)
             for agg_id, found in zip(agg_ids, findings):
                 write_findings(conn, agg_id, found)
             if an is not None:

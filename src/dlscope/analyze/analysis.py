@@ -106,15 +106,12 @@ def _scopes(ops: pd.DataFrame, ranges: pd.DataFrame, skip_ranges: np.ndarray) ->
     return np.where(own != "", own, path[: len(ops)])
 
 
-def _activity_span(profile: Profile, rank: int) -> tuple[int, int]:
-    starts, ends = [], []
-    for name in ("ops", "ranges", "kernels", "memops", "api_calls"):
-        t = profile.table(name)
-        t = t[t["rank"] == rank]
-        if len(t):
-            starts.append(int(t["start"].min()))
-            ends.append(int(t["end"].max()))
-    return (min(starts), max(ends)) if starts else (0, 0)
+def _activity_spans(profile: Profile) -> dict[int, tuple[int, int]]:
+    """Per rank: the first start and last end of any op, range, kernel, memop or API call."""
+    frames = [profile.table(name)[["rank", "start", "end"]] for name in ("ops", "ranges", "kernels", "memops",
+                                                                         "api_calls")]
+    spans = pd.concat(frames, ignore_index=True).groupby("rank").agg(start=("start", "min"), end=("end", "max"))
+    return {int(r): (int(s), int(e)) for r, s, e in zip(spans.index, spans["start"], spans["end"])}
 
 
 def _promote_launching_ranges(profile: Profile) -> tuple[Nesting, np.ndarray] | None:
@@ -161,10 +158,10 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),
          matches(ranges["name"], "io")], ["step", "dataloader", "io"], "")
 
-    iterations, methods = [], {}
+    iterations, methods, spans = [], {}, _activity_spans(profile)
     for rank in sorted(set(ops["rank"]).union(ranges["rank"], kernels["rank"], api_calls["rank"]) or {0}):
         its, method = find_iterations(ops[ops["rank"] == rank], ranges[ranges["rank"] == rank], int(rank),
-                                      key_node, _activity_span(profile, int(rank)))
+                                      key_node, spans.get(int(rank), (0, 0)))
         iterations.append(its)
         methods[int(rank)] = method
     iterations = pd.concat(iterations, ignore_index=True)

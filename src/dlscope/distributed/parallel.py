@@ -160,8 +160,9 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
 
 
 #: The import after the parse (analysis, aggregations, rules, the database writer) peaks at about this
-#: many times the imported tables' size, plus a fixed part for the libraries and SQLite's page cache:
-#: measured on a 4.3M-event trace (bench/README.md, "Distributed jobs and large traces").
+#: many times the imported tables' size, plus a fixed part for the libraries and SQLite's page cache.
+#: The estimate is 17-18% above the peaks measured on 4.3M- and 13M-event traces and 2x above those of
+#: the largest real traces (bench/README.md, "Distributed jobs and large traces").
 ANALYSIS_PEAK_FACTOR = 4.5
 ANALYSIS_FIXED_BYTES = 400 * 2**20
 

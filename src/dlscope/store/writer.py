@@ -305,12 +305,23 @@ class _ArrowIngest:
 
 def write_aggregation(conn: sqlite3.Connection, agg) -> int:
     """Store one :class:`~dlscope.analyze.aggregation.Aggregation`; returns its agg_id."""
-    agg_id = (conn.execute("SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations").fetchone()[0])
-    row = {**agg.row, "agg_id": agg_id,
-           "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-    insert_frame(conn, "aggregations", pd.DataFrame([row]))
-    for table, frame in (("agg_gpus", agg.gpus), ("agg_iterations", agg.iterations), ("agg_ops", agg.ops),
-                         ("agg_op_types", agg.op_types), ("agg_kernels", agg.kernels),
-                         ("agg_op_kernels", agg.op_kernels), ("agg_groups", agg.groups)):
-        insert_frame(conn, table, frame.assign(agg_id=agg_id))
-    return agg_id
+    return write_aggregations(conn, [agg])[0]
+
+
+AGG_TABLES = {"agg_gpus": "gpus", "agg_iterations": "iterations", "agg_ops": "ops", "agg_op_types": "op_types",
+              "agg_kernels": "kernels", "agg_op_kernels": "op_kernels", "agg_groups": "groups"}
+
+
+def write_aggregations(conn: sqlite3.Connection, aggs: list) -> list[int]:
+    """Store aggregations (one per rank of a job) with one insert per table; returns their agg_ids."""
+    first = conn.execute("SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations").fetchone()[0]
+    ids = list(range(first, first + len(aggs)))
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    insert_frame(conn, "aggregations", pd.DataFrame([{**agg.row, "agg_id": agg_id, "created_at": created}
+                                                     for agg_id, agg in zip(ids, aggs)]))
+    for table, field in AGG_TABLES.items():
+        frames = [getattr(agg, field).assign(agg_id=agg_id) for agg_id, agg in zip(ids, aggs)
+                  if not getattr(agg, field).empty]
+        if frames:
+            insert_frame(conn, table, pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
+    return ids
