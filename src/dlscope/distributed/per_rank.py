@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from ..analyze.aggregation import Aggregation, aggregate
 from ..analyze.analysis import Analysed
 from ..experts import evaluate
+from ..store.writer import release_free_memory
 
 #: below this many ranks, forking workers costs more than it saves
 MIN_RANKS = 8
@@ -33,6 +34,7 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
     if n <= 1:
         return [_rank_results(an, rank, iter_start, iter_stop, rules_config) for rank in ranks]
     an.rank_tables(ranks[0])  # split the tables by rank once, before forking, so every worker inherits it
+    release_free_memory()
     global _FORKED
     _FORKED = (an, iter_start, iter_stop, rules_config)
     try:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import datetime as dt
+import functools
 import itertools
 import json
 import os
@@ -81,6 +84,28 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame]) -> None:
         conn.close()
 
 
+def release_free_memory() -> None:
+    """Hand the allocators' free pages back to the system before a fork.
+
+    A forked child shares the parent's pages copy-on-write, free ones included: when the parent then
+    reuses a free page, it gets a private copy and the child keeps the old one, so every free page at the
+    fork could end up counted twice. glibc's ``malloc_trim`` releases them (hundreds of MB after a large
+    analysis); elsewhere this does nothing.
+    """
+    pa.default_memory_pool().release_unused()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
 class ForkedRawWriter:
     """:func:`write_raw_file` in a forked process, beside the caller's work (aggregations, rules).
 
@@ -92,6 +117,7 @@ class ForkedRawWriter:
 
     def __init__(self, path: str, tables: dict[str, pd.DataFrame], label: str):
         self.label = label
+        release_free_memory()
         read, write = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # the child
