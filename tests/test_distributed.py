@@ -234,6 +234,69 @@ def test_serial_workers_and_dask_give_identical_databases(build_job):
     assert len(reference["ranks"]) == 8
 
 
+def _ordered_tables(db: Path) -> dict[str, list]:
+    """Every table's rows in stored order (ids and row order must match too), without timestamps."""
+    conn = sqlite3.connect(db)
+    try:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        out = {}
+        for name in names:
+            cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{name}")') if r[1] != "created_at"]
+            rows = conn.execute(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{name}" '
+                                "ORDER BY rowid").fetchall()
+            out[name] = [r for r in rows if name != "dlscope_meta" or r[0] != "created_at"]
+        out["indexes"] = sorted(r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index' "
+                                                           "AND sql IS NOT NULL"))
+        return out
+    finally:
+        conn.close()
+
+
+def _rank_by_rank(monkeypatch) -> list:
+    """Record when a build goes rank by rank."""
+    from dlscope.distributed import rank_by_rank
+
+    seen = []
+    real = rank_by_rank.IdOffsets.shift
+    monkeypatch.setattr(rank_by_rank.IdOffsets, "shift", lambda self, an: seen.append(1) or real(self, an))
+    return seen
+
+
+def test_a_job_under_a_memory_budget_is_imported_rank_by_rank_into_the_same_database(build_job, monkeypatch):
+    folder = job(DLRM)
+    whole = build_job([folder], "whole.sqlite", workers=2)
+    seen = _rank_by_rank(monkeypatch)
+    one_at_a_time = build_job([folder], "ranks.sqlite", max_memory="16GB")
+    assert len(seen) == 8
+    assert _ordered_tables(one_at_a_time) == _ordered_tables(whole)
+
+
+@pytest.mark.slow
+def test_ranks_on_unrelated_clocks_give_the_same_database_whole_or_rank_by_rank(build_job, monkeypatch, tmp_path):
+    """Real traces of different machines and eras as the ranks of one job: clocks 10^18 ns apart, profiler
+    steps or none, ranges promoted to ops, range-only ranks. Nothing may depend on how the job was cut."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for i, name in enumerate(["tracelens_mi300x_xdit_sd35_infer.json.gz", "hta_cpu_only_no_gpu.pt.trace.json.gz",
+                              "hta_legacy_format_inference_rank1.json.gz", "hta_a100_nccl_rank0of2_3steps.json.gz",
+                              "deepseek_h800_train_ep64_rank0.json.gz", "tracelens_b200_llm_serving_rank0of8.json.gz"]):
+        (folder / f"rank-{i}.json.gz").symlink_to(data_file("kineto", name))
+    whole = build_job([folder], "whole.sqlite", workers=1)
+    seen = _rank_by_rank(monkeypatch)
+    one_at_a_time = build_job([folder], "ranks.sqlite", max_memory="16GB")
+    assert len(seen) == 6
+    assert _ordered_tables(one_at_a_time) == _ordered_tables(whole)
+    for rank, name in ((0, "tracelens_mi300x_xdit_sd35_infer.json.gz"), (4, "deepseek_h800_train_ep64_rank0.json.gz"),
+                       (5, "tracelens_b200_llm_serving_rank0of8.json.gz")):
+        alone = build_job([data_file("kineto", name)], f"alone{rank}.sqlite")
+        for table in ("iterations", "aggregations"):
+            with sqlite3.connect(alone) as a, sqlite3.connect(whole) as w:
+                cols = "iteration, start, cpu_end, \"end\"" if table == "iterations" else \
+                    "wall_clock_ns, gpu_busy_ns, kernel_count, kernel_time_ns, op_count, iteration_method"
+                assert a.execute(f"SELECT {cols} FROM {table}").fetchall() == \
+                    w.execute(f"SELECT {cols} FROM {table} WHERE rank = ?", (rank,)).fetchall(), table
+
+
 @pytest.mark.slow
 def test_dask_cluster_of_processes_on_loopback(build_job):
     distributed = pytest.importorskip("distributed")

@@ -13,8 +13,11 @@ from .analyze.aggregation import aggregate as compute_aggregation
 from .analyze.aggregation import resolve_range
 from .analyze.analysis import Analysed, analyse
 from .distributed import expand_inputs, load_profiles_parallel, write_distributed
-from .distributed.figures import rank_figures
+from .distributed.figures import collective_rows as job_collective_rows
+from .distributed.figures import job_figures, rank_figures, rank_parts
+from .distributed.parallel import apply_identity, check_analysis_fits, import_file, parse_size
 from .distributed.per_rank import aggregate_ranks
+from .distributed.rank_by_rank import IdOffsets, by_rank, job_identities, identity_after_import
 from .errors import DlscopeError
 from .experts import evaluate, write_findings
 from .importers import sniff
@@ -80,8 +83,17 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
     db_path = Path(db_path)
     if db_path.exists() and not force:
         raise DlscopeError(f"{db_path}: already exists (use --force to overwrite)")
-    counters = [p for p in paths if sniff(p) == "ncu_csv"]
+    kinds = {p: sniff(p) for p in paths}
+    counters = [p for p in paths if kinds[p] == "ncu_csv"]
     traces = [p for p in paths if p not in counters]
+    budget = parse_size(max_memory)
+    if budget and len(traces) > 1 and not scheduler and all(kinds[p] == "kineto" for p in traces):
+        who = job_identities(traces)
+        if who is not None:
+            return _build_rank_by_rank(traces, who, counters, db_path, budget, force=force, progress=progress,
+                                       name=profile_name or _default_name(paths), extra_meta=extra_meta,
+                                       key_node=key_node, iter_start=iter_start, iter_stop=iter_stop,
+                                       rules_config=rules_config)
     with _progress(progress) as step, _gc_paused():
         ncu = [(p, read_ncu_csv(p)) for p in counters]
         an = None
@@ -112,6 +124,52 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                 write_findings(conn, agg_id, found)
             if an is not None:
                 write_distributed(conn, an, aggs, agg_ids, figures)
+    return db_path
+
+
+def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_path: Path, budget: int, *,
+                        force: bool, progress: bool, name: str, extra_meta: dict | None, key_node: str | None,
+                        iter_start: int | None, iter_stop: int | None, rules_config) -> Path:
+    """:func:`build_database` of a job one rank at a time (see :mod:`.distributed.rank_by_rank`)."""
+    offsets, iterations, methods, sources = IdOffsets(), [], {}, []
+    per_rank, parts, collective_rows = [], [], []
+    with _progress(progress) as step, _gc_paused(), writer.atomic_database(db_path, force) as db:
+        ncu = [(p, read_ncu_csv(p)) for p in counters]
+        step(f"reading {len(traces)} file(s)", advance=0, total=len(traces))
+        for i, (path, identity) in enumerate(zip(traces, who)):
+            step(f"rank {identity.rank} ({i + 1}/{len(traces)}): {path.name}", advance=0)
+            profile = import_file(str(path), budget)
+            apply_identity(profile, identity_after_import(identity, profile.meta, path), path)
+            check_analysis_fits(profile, budget, [path])
+            an = analyse(profile, key_node)
+            resolve_range(an, identity.rank, iter_start, iter_stop)
+            offsets.shift(an)
+            db.write_raw({k: v for k, v in _raw_tables(an).items() if k != "iterations"}, first=i == 0, last=False)
+            (agg, found), = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers=1)
+            per_rank.append((agg, found))
+            parts.append(rank_parts(an, agg))
+            collective_rows.append(job_collective_rows(an))
+            iterations.append(an.iterations)
+            methods.update(an.iteration_methods)
+            sources.append(profile.meta)
+            del an, profile
+            step(f"rank {identity.rank} done", advance=1)
+        step("writing database")
+        db.write_raw({"iterations": by_rank(iterations)}, first=False, last=True)
+        order = sorted(range(len(per_rank)), key=lambda j: per_rank[j][0].row["rank"])
+        aggs = [per_rank[j][0] for j in order]
+        figures = job_figures([parts[j] for j in order], pd.concat(collective_rows, ignore_index=True),
+                              {int(m["rank"]): int(m.get("world_size") or 1) for m in sources})
+        conn = db.connect()
+        writer.write_sources(conn, sources)
+        writer.write_meta(conn, name, {**(extra_meta or {}), "key_node": key_node or "",
+                                       "iteration_methods": dict(sorted(methods.items()))})
+        for path, frame in ncu:
+            write_ncu_kernels(conn, frame, source=str(path))
+        agg_ids = writer.write_aggregations(conn, aggs)
+        for agg_id, j in zip(agg_ids, order):
+            write_findings(conn, agg_id, per_rank[j][1])
+        write_distributed(conn, None, aggs, agg_ids, figures)
     return db_path
 
 

@@ -139,9 +139,18 @@ def _promote_launching_ranges(profile: Profile) -> tuple[Nesting, np.ndarray] | 
     promoted = cand.iloc[rows]
     new_ops = make_table("ops", {c: promoted[c].to_numpy() for c in ("rank", "pid", "tid", "name", "start", "end")})
     new_ops["op_type"] = new_ops["name"]
-    profile.ops = pd.concat([ops, new_ops], ignore_index=True)
+    profile.ops = _after_own_rank(ops, new_ops)
     profile.ranges = ranges.drop(index=promoted.index)
     return None
+
+
+def _after_own_rank(ops: pd.DataFrame, new_ops: pd.DataFrame) -> pd.DataFrame:
+    """``new_ops`` placed after the ops of their rank, so each rank's ops stay one block in input order
+    and its ids are the same whether the job is analysed whole or rank by rank."""
+    both = pd.concat([ops, new_ops], ignore_index=True)
+    block = pd.factorize(both["rank"])[0]  # ranks numbered in order of first appearance
+    order = np.lexsort((np.arange(len(both)), np.arange(len(both)) >= len(ops), block))
+    return both.iloc[order].reset_index(drop=True)
 
 
 def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
@@ -166,8 +175,11 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
         methods[int(rank)] = method
     iterations = pd.concat(iterations, ignore_index=True)
 
-    step_names = set(iterations["name"]) if methods and set(methods.values()) != {"whole_profile"} else set()
-    skip_ranges = ranges["name"].isin(step_names).to_numpy() | (ranges["category"] == "step").to_numpy()
+    # ranges that are a rank's iterations are not a scope of its ops
+    steps = iterations[iterations["rank"].map(methods) != "whole_profile"]
+    step_keys = pd.MultiIndex.from_frame(steps[["rank", "name"]])
+    skip_ranges = (pd.MultiIndex.from_frame(ranges[["rank", "name"]]).isin(step_keys)
+                   | (ranges["category"] == "step").to_numpy())
     ops["scope"] = string_column(_scopes(ops, ranges, skip_ranges))
 
     for frame, time_col in ((ops, "start"), (ranges, "start"), (api_calls, "start"), (kernels, "launch_ts"),
@@ -195,7 +207,7 @@ def _iteration_ends(iterations: pd.DataFrame, kernels: pd.DataFrame, memops: pd.
     gpu = pd.concat([kernels[["rank", "iteration", "end"]], memops[["rank", "iteration", "end"]]])
     last = gpu[gpu["iteration"] >= 0].groupby(["rank", "iteration"])["end"].max()
     keyed = pd.MultiIndex.from_frame(iterations[["rank", "iteration"]])
-    gpu_end = last.reindex(keyed).fillna(-1).to_numpy(np.int64)
+    gpu_end = last.reindex(keyed, fill_value=-1).to_numpy(np.int64)  # no NaN: ns epochs exceed float precision
     return np.maximum(iterations["cpu_end"].to_numpy(np.int64), gpu_end)
 
 

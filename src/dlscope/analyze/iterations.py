@@ -64,7 +64,7 @@ def _step_like_ranges(ranges: pd.DataFrame, rank: int) -> pd.DataFrame | None:
     best = family.value_counts().index[0]
     steps = cands[family == best].sort_values("start", kind="stable")
     # outermost only: a step range nested in another of the same family is not a new step
-    reach = steps["end"].cummax().shift(1).fillna(-1)
+    reach = steps["end"].cummax().shift(1, fill_value=-1)  # int64: ns epochs exceed float precision
     steps = steps[steps["start"] >= reach]
     if len(steps) < 2:
         return None

@@ -132,6 +132,11 @@ def _enclosing(kernels: pd.DataFrame, ops: pd.DataFrame, comm_ops: pd.DataFrame)
 
 def collectives(an: Analysed, world_sizes: dict[int, int]) -> pd.DataFrame:
     """One row per NCCL kernel (or NCCL NVTX range in range-only inputs), with sizes and bandwidths."""
+    return _sizes_and_bandwidth(collective_rows(an), world_sizes)
+
+
+def collective_rows(an: Analysed) -> pd.DataFrame:
+    """The collectives of the ranks in ``an`` before sizes and bandwidths (which compare ranks)."""
     p = an.profile
     k = p.kernels[is_nccl_kernel(p.kernels["name"])]
     comm_ops = _comm_ops(an)
@@ -161,8 +166,7 @@ def collectives(an: Analysed, world_sizes: dict[int, int]) -> pd.DataFrame:
             rows.loc[found, col] = joined.loc[found, col].to_numpy()
         named = joined.loc[found, "collective"].map(collective_type).to_numpy(object)
         rows.loc[found, "collective"] = np.where(named != "", named, rows.loc[found, "collective"].to_numpy(object))
-    rows = pd.concat([rows, _nvtx_collectives(an)], ignore_index=True)
-    return _sizes_and_bandwidth(rows, world_sizes)
+    return pd.concat([rows, _nvtx_collectives(an)], ignore_index=True)
 
 
 def _nvtx_collectives(an: Analysed) -> pd.DataFrame:
@@ -243,31 +247,44 @@ def _gpu_parts(kernels: pd.DataFrame, memops: pd.DataFrame, lo: int, hi: int) ->
 
 def rank_figures(an: Analysed, aggs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-rank figures, collectives) of a job; ``aggs`` are the import's aggregations, one per rank."""
-    p = an.profile
-    sources = p.meta.get("sources", [p.meta])
-    by_rank = {int(s.get("rank", 0)): s for s in sources}
-    world_sizes = {r: int(s.get("world_size") or 1) for r, s in by_rank.items()}
-    coll = collectives(an, world_sizes)
-    rows = []
-    for agg in aggs:
-        row = agg.row
-        rank, lo, hi = int(row["rank"]), int(row["window_start"]), int(row["window_end"])
-        src = by_rank.get(rank, {})
-        k, m = p.kernels[p.kernels["rank"] == rank], p.memops[p.memops["rank"] == rank]
-        out = {"rank": rank, "host": str(src.get("hostname") or ""), "world_size": world_sizes.get(rank, 1),
-               "source_path": str(src.get("source_path") or ""),
-               "iterations_profiled": row["iterations_profiled"] if row["iteration_method"] != "whole_profile" else None,
-               "wall_clock_ns": int(row["wall_clock_ns"]),
-               "avg_iteration_ns": row["avg_iteration_ns"] if row["iteration_method"] != "whole_profile" else None,
-               "gpu_utilization": row["gpu_utilization"]}
-        if len(k) or len(m):
-            out.update(_gpu_parts(k, m, lo, hi))
-            comm = out["communication_ns"]
-            out["comm_overlap"] = 1 - out["exposed_communication_ns"] / comm if comm > 0 else None
-        else:  # range-only input: no GPU activity was recorded, so none is claimed
-            out.update(dict.fromkeys(("compute_ns", "communication_ns", "exposed_communication_ns", "memcpy_ns",
-                                      "idle_ns", "comm_overlap")))
-        mine = coll[(coll["rank"] == rank) & (coll["start"] >= lo) & (coll["start"] < hi)]
+    return job_figures([rank_parts(an, agg) for agg in aggs], collective_rows(an), world_sizes(an))
+
+
+def world_sizes(an: Analysed) -> dict[int, int]:
+    return {int(s.get("rank", 0)): int(s.get("world_size") or 1) for s in an.profile.meta.get("sources",
+                                                                                               [an.profile.meta])}
+
+
+def rank_parts(an: Analysed, agg) -> dict:
+    """One rank's figures from its own activity in its aggregation window (all but the collectives)."""
+    p, row = an.profile, agg.row
+    rank, lo, hi = int(row["rank"]), int(row["window_start"]), int(row["window_end"])
+    src = {int(s.get("rank", 0)): s for s in p.meta.get("sources", [p.meta])}.get(rank, {})
+    k, m = p.kernels[p.kernels["rank"] == rank], p.memops[p.memops["rank"] == rank]
+    out = {"rank": rank, "host": str(src.get("hostname") or ""), "world_size": int(src.get("world_size") or 1),
+           "source_path": str(src.get("source_path") or ""),
+           "iterations_profiled": row["iterations_profiled"] if row["iteration_method"] != "whole_profile" else None,
+           "wall_clock_ns": int(row["wall_clock_ns"]),
+           "avg_iteration_ns": row["avg_iteration_ns"] if row["iteration_method"] != "whole_profile" else None,
+           "gpu_utilization": row["gpu_utilization"], "window": (lo, hi)}
+    if len(k) or len(m):
+        out.update(_gpu_parts(k, m, lo, hi))
+        comm = out["communication_ns"]
+        out["comm_overlap"] = 1 - out["exposed_communication_ns"] / comm if comm > 0 else None
+    else:  # range-only input: no GPU activity was recorded, so none is claimed
+        out.update(dict.fromkeys(("compute_ns", "communication_ns", "exposed_communication_ns", "memcpy_ns",
+                                  "idle_ns", "comm_overlap")))
+    return out
+
+
+def job_figures(parts: list[dict], rows: pd.DataFrame, sizes: dict[int, int]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The job's figures from each rank's :func:`rank_parts` and all ranks' :func:`collective_rows`."""
+    coll = _sizes_and_bandwidth(rows, sizes)
+    out_rows = []
+    for part in parts:
+        out = dict(part)
+        lo, hi = out.pop("window")
+        mine = coll[(coll["rank"] == out["rank"]) & (coll["start"] >= lo) & (coll["start"] < hi)]
         sized = mine[mine["msg_bytes"] >= 0]
         bus_bytes = (sized["busbw_gbps"] * sized["dur_ns"]).sum()  # GB/s × ns = bytes
         out.update({"collective_count": len(mine), "collective_bytes": int(sized["msg_bytes"].sum()) if len(sized) else None,
@@ -275,9 +292,9 @@ def rank_figures(an: Analysed, aggs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
                     and not np.isnan(bus_bytes) else None,
                     "collective_lag_ns": float(mine["arrival_lag_ns"].mean()) if mine["arrival_lag_ns"].notna().any()
                     else None})
-        rows.append(out)
-    ranks = pd.DataFrame(rows, columns=[c for c in RANK_COLUMNS if c not in ("iteration_lag_ns", "straggler_score",
-                                                                             "straggler_rank")])
+        out_rows.append(out)
+    ranks = pd.DataFrame(out_rows, columns=[c for c in RANK_COLUMNS if c not in ("iteration_lag_ns", "straggler_score",
+                                                                                 "straggler_rank")])
     return _stragglers(ranks, coll), coll
 
 

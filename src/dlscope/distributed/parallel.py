@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ..errors import DlscopeError
 from ..model import TABLES, Profile
-from .inputs import identities
+from .inputs import Identity, identities
 
 EXTRA_TABLES = ("comm_args",)  # importer extension tables carried next to the model's tables
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
@@ -276,16 +276,21 @@ def _on_dask(paths, sizes, scheduler, budget, step) -> list[Profile]:
     return results  # type: ignore[return-value]
 
 
+def apply_identity(profile: Profile, who: Identity, path: Path) -> None:
+    """Record the file's place in the job in its meta and in every row."""
+    profile.meta.update(rank=who.rank, world_size=who.world_size, rank_source=who.rank_source,
+                        source_path=str(path))  # the same whichever process or host read it
+    if who.hostname:
+        profile.meta["hostname"] = who.hostname
+    for name in list(TABLES) + [t for t in EXTRA_TABLES if hasattr(profile, t)]:
+        getattr(profile, name)["rank"] = np.int64(who.rank)
+
+
 def merge(profiles: list[Profile], paths: Sequence[Path]) -> Profile:
     """Give each file its rank (see :mod:`.inputs`) and join them into one profile in input order."""
     ids = identities(paths, [p.meta for p in profiles])
     for profile, who, path in zip(profiles, ids, paths):
-        profile.meta.update(rank=who.rank, world_size=who.world_size, rank_source=who.rank_source,
-                            source_path=str(path))  # the same whichever process or host read it
-        if who.hostname:
-            profile.meta["hostname"] = who.hostname
-        for name in list(TABLES) + [t for t in EXTRA_TABLES if hasattr(profile, t)]:
-            getattr(profile, name)["rank"] = np.int64(who.rank)
+        apply_identity(profile, who, path)
     out = Profile.concat(profiles)
     if len(profiles) > 1:
         for name in EXTRA_TABLES:

@@ -163,7 +163,7 @@ def load_kineto(path: Path, *, max_memory: int | None = None, progress: Progress
     finally:
         if gc_was_enabled:
             gc.enable()
-    profile.meta.update(_meta(path, header, rank, event_count))
+    profile.meta.update(_meta(path, header, event_count))
     return profile
 
 
@@ -795,13 +795,38 @@ def _rank(header: _Trace) -> int:
     return rank if rank >= 0 else 0
 
 
-def _meta(path: Path, header: _Trace, rank: int, event_count: int) -> dict[str, Any]:
+def _identity(header: _Trace) -> dict[str, Any]:
+    """What the job's rank numbering reads from a trace (see ``distributed.inputs.identities``)."""
+    return {"rank": _rank(header), "world_size": max(_as_int(_get(header.distributedInfo, "world_size", 1)), 1),
+            "rank_in_trace": _as_int(_get(header.distributedInfo, "rank", -1)) >= 0}
+
+
+def read_identity(path: Path) -> dict[str, Any] | None:
+    """:func:`_identity` from the keys before the event array, without reading the events; None when the
+    file does not start like a Kineto object (then only a whole import can tell)."""
+    reader = _CountingReader(Path(path))
+    with _stream_errors(Path(path), reader):
+        text = b""
+        while _EVENTS_KEY.search(text, 0, 2**20) is None and len(text) < 2**20:
+            block = reader.read(STREAM_BLOCK_BYTES)
+            if not block:
+                break
+            text += block
+    text = text[len(UTF8_BOM):] if text[:len(UTF8_BOM)] == UTF8_BOM else text
+    key = _EVENTS_KEY.search(text, 0, 2**20) if _OBJECT_START.match(text) else None
+    if key is None:
+        return None
+    try:
+        return _identity(_decode_piece(_HEADER_DECODER, text[:key.end()] + b"]}"))
+    except _Unsplittable:
+        return None
+
+
+def _meta(path: Path, header: _Trace, event_count: int) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "source_format": "kineto",
         "source_path": str(path),
-        "rank": rank,
-        "world_size": max(_as_int(_get(header.distributedInfo, "world_size", 1)), 1),
-        "rank_in_trace": _as_int(_get(header.distributedInfo, "rank", -1)) >= 0,
+        **_identity(header),
         "trace_name": header.traceName if isinstance(header.traceName, str) else "",
         "schema_version": header.schemaVersion,
         "event_count": event_count,

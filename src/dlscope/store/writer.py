@@ -60,15 +60,17 @@ def insert_frame(conn: sqlite3.Connection, table: str, frame: pd.DataFrame) -> N
                      zip(*(_column_values(frame, c) for c in columns)))
 
 
-def write_raw_file(path: str, tables: dict[str, pd.DataFrame]) -> None:
-    """Create the database file, bulk-load the raw tables and build every index.
+def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = True, indexes: bool = True) -> None:
+    """Create the database file (``create``), bulk-load raw tables, then build every index (``indexes``).
 
-    ``tables`` uses the model's names; ``ops`` is stored as op_nodes + op_instances.
+    ``tables`` uses the model's names; ``ops`` is stored as op_nodes + op_instances. A job imported rank by
+    rank appends each rank's tables and builds the indexes once, after the last.
     """
     conn = sqlite3.connect(path)
     try:
-        conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
-        conn.executescript(DDL)
+        if create:
+            conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+            conn.executescript(DDL)
         columns_of = {name: table_columns(conn, name) for name in RAW_TABLES}
     finally:
         conn.close()
@@ -76,12 +78,13 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame]) -> None:
         with _ArrowIngest(path, columns_of) as ingest:
             for name, frame in tables.items():
                 ingest.add(name, frame)
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
-        conn.executescript(INDEXES)
-    finally:
-        conn.close()
+    if indexes:
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
+            conn.executescript(INDEXES)
+        finally:
+            conn.close()
 
 
 def release_free_memory() -> None:
@@ -115,7 +118,7 @@ class ForkedRawWriter:
     with ``os._exit``; a failure comes back as one line through a pipe.
     """
 
-    def __init__(self, path: str, tables: dict[str, pd.DataFrame], label: str):
+    def __init__(self, path: str, tables: dict[str, pd.DataFrame], label: str, **how: bool):
         self.label = label
         release_free_memory()
         read, write = os.pipe()
@@ -124,7 +127,7 @@ class ForkedRawWriter:
             os.close(read)
             code = 1
             try:
-                write_raw_file(path, tables)
+                write_raw_file(path, tables, **how)
                 code = 0
             except BaseException as e:  # noqa: BLE001 - reported to the parent
                 os.write(write, _one_line(e).encode()[:2000])
@@ -155,16 +158,16 @@ class ThreadRawWriter(threading.Thread):
 
     SWITCH_INTERVAL_S = 0.0005
 
-    def __init__(self, path: str, tables: dict[str, pd.DataFrame], label: str):
+    def __init__(self, path: str, tables: dict[str, pd.DataFrame], label: str, **how: bool):
         super().__init__(name="dlscope-raw-writer", daemon=True)
-        self.path, self.tables, self.label, self.error = path, tables, label, None
+        self.path, self.tables, self.label, self.how, self.error = path, tables, label, how, None
         self.saved_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self.saved_interval, self.SWITCH_INTERVAL_S))
         self.start()
 
     def run(self) -> None:
         try:
-            write_raw_file(self.path, self.tables)
+            write_raw_file(self.path, self.tables, **self.how)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by wait()
             self.error = e
         finally:
@@ -198,10 +201,14 @@ class NewDatabase:
     def __init__(self, path: str, label: str):
         self.path, self.label, self.conn, self.raw_writer = path, label, None, None
 
-    def write_raw(self, tables: dict[str, pd.DataFrame]) -> None:
-        """Create the file with these raw tables and its indexes in the background (once)."""
+    def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True) -> None:
+        """Write raw tables in the background: the ``first`` part creates the file, the ``last`` builds the
+        indexes (a whole import is one part; a job imported rank by rank, one part per rank and a last one).
+        A part waits for the one before: one writer at a time."""
+        if self.raw_writer is not None:
+            self.raw_writer.wait()
         writer = ForkedRawWriter if _can_fork() else ThreadRawWriter
-        self.raw_writer = writer(self.path, tables, self.label)
+        self.raw_writer = writer(self.path, tables, self.label, create=first, indexes=last)
 
     def wait_quietly(self) -> None:
         """Wait for the background writer without raising (the caller is already failing)."""
