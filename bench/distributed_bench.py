@@ -3,6 +3,7 @@ memory with and without --max-memory. Writes figures as JSON lines to stdout; se
 
     python bench/distributed_bench.py job  [--copies 8] [--hta /tmp/hta-venv/bin/python]
     python bench/distributed_bench.py big  [--repeat 60] [--max-memory 8GB,4GB]
+    python bench/distributed_bench.py bigjob [--ranks 4] [--repeat 20] [--max-memory 3GB]
 
 The job is built from the 8 real rank traces of ../shared/data/kineto/param_dlrm_8rank_v100: copy k of
 rank r becomes rank 8k+r, its timestamps shifted by k ms, its ids (External id, correlation, Ev Idx)
@@ -120,8 +121,10 @@ def bench_job(args) -> None:
     folder = make_job(args.copies)
     db = Path(tempfile.mkdtemp()) / "job.sqlite"
     py = sys.executable
-    for label, workers, scheduler in (("serial", 1, ""), ("workers=2", 2, ""), ("dask LocalCluster 2 procs", 2, "local")):
-        r = run([py, "-c", IMPORT, str(folder), str(db), str(workers), scheduler, ""])
+    for label, workers, scheduler, budget in (("serial", 1, "", ""), ("workers=2", 2, "", ""),
+                                              ("dask LocalCluster 2 procs", 2, "local", ""),
+                                              ("rank by rank, --max-memory 4GB", 1, "", "4GB")):
+        r = run([py, "-c", IMPORT, str(folder), str(db), str(workers), scheduler, budget])
         print(json.dumps({"bench": f"{8 * args.copies}-rank job, dlscope {label}", **r}), flush=True)
     if args.hta and Path(args.hta).exists():
         r = run([args.hta, "-c", HTA, str(folder)])
@@ -155,6 +158,24 @@ def bench_big(args) -> None:
         os.unlink(db)
 
 
+def bench_bigjob(args) -> None:
+    """A job of large ranks: whole (every rank in memory at once) against rank by rank under a budget."""
+    big = make_big(args.repeat)
+    folder = OUT / f"bigjob_{args.ranks}x{args.repeat}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank in range(args.ranks):  # the same trace as every rank; ranks from the file names
+        link = folder / f"rank-{rank}.json.gz"
+        if not link.exists():
+            link.symlink_to(big)
+    db = Path(tempfile.mkdtemp()) / "bigjob.sqlite"
+    dlscope = str(Path(sys.executable).with_name("dlscope"))
+    for label, extra in (("whole (no budget)", []), (f"rank by rank, --max-memory {args.max_memory}",
+                                                      ["--max-memory", args.max_memory])):
+        r = run([dlscope, "import", str(folder), "-o", str(db), "--force", "--quiet", *extra])
+        print(json.dumps({"bench": f"{args.ranks}-rank job of {big.name} ranks, {label}", **r}), flush=True)
+    os.unlink(db)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -164,8 +185,12 @@ def main() -> None:
     big = sub.add_parser("big")
     big.add_argument("--repeat", type=int, default=60)
     big.add_argument("--max-memory", default="8GB,4GB", help="budgets to import under, comma-separated")
+    bigjob = sub.add_parser("bigjob")
+    bigjob.add_argument("--ranks", type=int, default=4)
+    bigjob.add_argument("--repeat", type=int, default=20)
+    bigjob.add_argument("--max-memory", default="3GB")
     args = parser.parse_args()
-    (bench_job if args.what == "job" else bench_big)(args)
+    {"job": bench_job, "big": bench_big, "bigjob": bench_bigjob}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
     """Import traces (and Nsight Compute CSVs) into a new profile database with one aggregation per rank.
 
     Folders expand to the traces inside; several files are the ranks of one job, imported by ``workers``
-    processes or on the Dask cluster at ``scheduler``; traces too large for ``max_memory`` are streamed.
+    processes or on the Dask cluster at ``scheduler``. Under ``max_memory``, traces too large to read whole
+    are streamed and a job of Kineto traces is imported one rank at a time (same database).
     Returns the database path. Counter CSVs alone give a database holding only their kernels' counters.
     """
     paths = expand_inputs(trace_paths)
