@@ -112,20 +112,26 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
             figures = rank_figures(an, aggs) if an is not None else None
-            conn = db.connect()
-            if an is not None:
-                writer.write_sources(conn, an.profile.meta.get("sources", [an.profile.meta]))
-            writer.write_meta(conn, profile_name or _default_name(paths), {
-                **(extra_meta or {}), "key_node": key_node or "",
-                "iteration_methods": an.iteration_methods if an else {}})
-            for path, frame in ncu:
-                write_ncu_kernels(conn, frame, source=str(path))
-            agg_ids = writer.write_aggregations(conn, aggs)
-            for agg_id, found in zip(agg_ids, findings):
-                write_findings(conn, agg_id, found)
-            if an is not None:
-                write_distributed(conn, an, aggs, agg_ids, figures)
+            _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
+                           profile_name or _default_name(paths),
+                           {**(extra_meta or {}), "key_node": key_node or "",
+                            "iteration_methods": an.iteration_methods if an else {}}, ncu, aggs, findings, figures)
     return db_path
+
+
+def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, aggs: list, findings: list,
+                   figures) -> None:
+    """Everything but the raw tables: sources, meta, counters, aggregations, findings, the job's figures."""
+    if sources:
+        writer.write_sources(conn, sources)
+    writer.write_meta(conn, name, meta)
+    for path, frame in ncu:
+        write_ncu_kernels(conn, frame, source=str(path))
+    agg_ids = writer.write_aggregations(conn, aggs)
+    for agg_id, found in zip(agg_ids, findings):
+        write_findings(conn, agg_id, found)
+    if figures is not None:
+        write_distributed(conn, None, aggs, agg_ids, figures)
 
 
 def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_path: Path, budget: int, *,
@@ -161,16 +167,9 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
         aggs = [per_rank[j][0] for j in order]
         figures = job_figures([parts[j] for j in order], pd.concat(collective_rows, ignore_index=True),
                               {int(m["rank"]): int(m.get("world_size") or 1) for m in sources})
-        conn = db.connect()
-        writer.write_sources(conn, sources)
-        writer.write_meta(conn, name, {**(extra_meta or {}), "key_node": key_node or "",
-                                       "iteration_methods": dict(sorted(methods.items()))})
-        for path, frame in ncu:
-            write_ncu_kernels(conn, frame, source=str(path))
-        agg_ids = writer.write_aggregations(conn, aggs)
-        for agg_id, j in zip(agg_ids, order):
-            write_findings(conn, agg_id, per_rank[j][1])
-        write_distributed(conn, None, aggs, agg_ids, figures)
+        _write_results(db.connect(), sources, name, {**(extra_meta or {}), "key_node": key_node or "",
+                                                      "iteration_methods": dict(sorted(methods.items()))},
+                       ncu, aggs, [per_rank[j][1] for j in order], figures)
     return db_path
 
 
