@@ -271,6 +271,30 @@ def test_a_job_under_a_memory_budget_is_imported_rank_by_rank_into_the_same_data
     assert _ordered_tables(one_at_a_time) == _ordered_tables(whole)
 
 
+@pytest.mark.parametrize("max_memory", [None, "16GB"])
+def test_job_progress_counts_every_byte_and_event(tmp_path, monkeypatch, max_memory):
+    """The progress bar of a job, whole or rank by rank: bytes of the files as stored, events decoded."""
+    from contextlib import contextmanager
+
+    calls = []
+
+    @contextmanager
+    def recording(enabled):
+        yield lambda description, advance=1, total=None: calls.append((description, advance, total))
+
+    monkeypatch.setattr(pipeline, "_progress", recording)
+    folder = job(DLRM)
+    pipeline.build_database([folder], tmp_path / "job.sqlite", workers=1, max_memory=max_memory)
+    files = expand_inputs([folder])
+    total = next(t for _, _, t in calls if t is not None)
+    assert total >= sum(f.stat().st_size for f in files)
+    assert sum(a for _, a, _ in calls) <= total
+    read_bytes = sum(a for d, a, _ in calls if d.startswith("read"))
+    assert read_bytes == sum(f.stat().st_size for f in files)
+    events = sum(len(_raw_events(f)) for f in files)
+    assert any(d == f"read 8/8 files, {events:,} events" for d, _, _ in calls)
+
+
 @pytest.mark.slow
 def test_ranks_on_unrelated_clocks_give_the_same_database_whole_or_rank_by_rank(build_job, monkeypatch, tmp_path):
     """Real traces of different machines and eras as the ranks of one job: clocks 10^18 ns apart, profiler

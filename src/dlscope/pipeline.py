@@ -15,7 +15,8 @@ from .analyze.analysis import Analysed, analyse
 from .distributed import expand_inputs, load_profiles_parallel, write_distributed
 from .distributed.figures import collective_rows as job_collective_rows
 from .distributed.figures import job_figures, rank_figures, rank_parts
-from .distributed.parallel import apply_identity, check_analysis_fits, import_file, parse_size
+from .distributed.parallel import (FileProgress, apply_identity, check_analysis_fits, file_size,
+                                   import_with_progress, parse_size)
 from .distributed.per_rank import aggregate_ranks
 from .distributed.rank_by_rank import IdOffsets, by_rank, job_identities, identity_after_import
 from .errors import DlscopeError
@@ -142,10 +143,11 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
     per_rank, parts, collective_rows = [], [], []
     with _progress(progress) as step, _gc_paused(), writer.atomic_database(db_path, force) as db:
         ncu = [(p, read_ncu_csv(p)) for p in counters]
-        step(f"reading {len(traces)} file(s)", advance=0, total=len(traces))
-        for i, (path, identity) in enumerate(zip(traces, who)):
-            step(f"rank {identity.rank} ({i + 1}/{len(traces)}): {path.name}", advance=0)
-            profile = import_file(str(path), budget)
+        sizes = [file_size(p) for p in traces]
+        step(f"reading {len(traces)} file(s), one rank at a time", advance=0, total=sum(sizes) + 1)
+        files = FileProgress(step, len(traces))
+        for i, (path, identity, size) in enumerate(zip(traces, who, sizes)):
+            profile = import_with_progress(path, size, budget, files)
             apply_identity(profile, identity_after_import(identity, profile.meta, path), path)
             check_analysis_fits(profile, budget, [path])
             an = analyse(profile, key_node)
@@ -160,7 +162,6 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
             methods.update(an.iteration_methods)
             sources.append(profile.meta)
             del an, profile
-            step(f"rank {identity.rank} done", advance=1)
         step("writing database")
         db.write_raw({"iterations": by_rank(iterations)}, first=False, last=True)
         order = sorted(range(len(per_rank)), key=lambda j: per_rank[j][0].row["rank"])

@@ -145,7 +145,7 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     if not paths:
         raise DlscopeError("no trace files given")
     budget = parse_size(max_memory)
-    sizes = [_size(p) for p in paths]
+    sizes = [file_size(p) for p in paths]
     step(f"reading {len(paths)} file(s)", advance=0, total=sum(sizes) + 3)
     if scheduler:
         profiles = _on_dask(paths, sizes, scheduler, budget, step)
@@ -196,14 +196,14 @@ def _default_workers(sizes: list[int]) -> int:
     return (os.cpu_count() or 1) if sum(sizes) >= PARALLEL_MIN_BYTES else 1
 
 
-def _size(path: Path) -> int:
+def file_size(path: Path) -> int:
     try:
         return path.stat().st_size
     except OSError:
         return 0
 
 
-class _Counter:
+class FileProgress:
     """Files, bytes and events done, for the progress line."""
 
     def __init__(self, step: Step, files: int):
@@ -216,28 +216,31 @@ class _Counter:
 
 
 def _serial(paths, sizes, budget, step) -> list[Profile]:
-    counter, out = _Counter(step, len(paths)), []
-    for path, size in zip(paths, sizes):
-        seen = [0]
+    files = FileProgress(step, len(paths))
+    return [import_with_progress(path, size, budget, files) for path, size in zip(paths, sizes)]
 
-        def progress(done_bytes: int, events: int, _seen=seen, _path=path) -> None:
-            step(f"reading {_path.name}: {events:,} events", advance=max(done_bytes - _seen[0], 0))
-            _seen[0] = max(done_bytes, _seen[0])
 
-        gc_was = gc.isenabled()
-        gc.disable()
-        try:
-            profile = import_file(str(path), budget, progress)
-        finally:
-            if gc_was:
-                gc.enable()
-        counter.finished(profile.meta, max(size - seen[0], 0))
-        out.append(profile)
-    return out
+def import_with_progress(path: Path, size: int, budget: int | None, files: "FileProgress") -> Profile:
+    """Import one file in this process, reporting its bytes and events as they are read."""
+    seen = [0]
+
+    def progress(done_bytes: int, events: int) -> None:
+        files.step(f"reading {path.name}: {events:,} events", advance=max(done_bytes - seen[0], 0))
+        seen[0] = max(done_bytes, seen[0])
+
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        profile = import_file(str(path), budget, progress)
+    finally:
+        if gc_was:
+            gc.enable()
+    files.finished(profile.meta, max(size - seen[0], 0))
+    return profile
 
 
 def _on_processes(paths, sizes, workers, budget, step) -> list[Profile]:
-    counter = _Counter(step, len(paths))
+    counter = FileProgress(step, len(paths))
     results: list[Profile | None] = [None] * len(paths)
     with tempfile.TemporaryDirectory(prefix="dlscope-import-") as folder, \
             ProcessPoolExecutor(max_workers=workers) as pool:
@@ -261,7 +264,7 @@ def _on_dask(paths, sizes, scheduler, budget, step) -> list[Profile]:
         client = Client(scheduler, timeout="10s", set_as_default=False)
     except (OSError, TimeoutError) as e:
         raise DlscopeError(f"--scheduler {scheduler}: cannot connect ({e})") from None
-    counter = _Counter(step, len(paths))
+    counter = FileProgress(step, len(paths))
     results: list[Profile | None] = [None] * len(paths)
     try:
         # absolute (the workers' folder may differ) but not resolved: the path is recorded as the user gave it
