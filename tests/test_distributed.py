@@ -374,17 +374,26 @@ def test_streamed_and_in_memory_imports_give_the_same_summary(build_job, monkeyp
 
 
 def test_an_analysis_larger_than_the_memory_budget_is_refused_before_writing(tmp_path):
-    from dlscope.distributed.parallel import analysis_memory, import_file
+    from dlscope.distributed.parallel import (ANALYSIS_FIXED_BYTES, ANALYSIS_PEAK_FACTOR,
+                                              LEAST_TABLE_BYTES_PER_JSON_BYTE, analysis_memory, import_file)
+    from dlscope.importers.kineto import estimated_json_size
 
     path = data_file("kineto", "hta_v100_rank1of2_5steps.json.gz")
     profile = import_file(str(path))
     tables = sum(int(profile.table(t).memory_usage(deep=True).sum()) for t in ("ops", "api_calls", "kernels"))
     needed = analysis_memory(profile)
     assert needed > 400 * 2**20 + 4 * tables  # a fixed part plus a multiple of the tables' size
+    least = ANALYSIS_FIXED_BYTES + ANALYSIS_PEAK_FACTOR * LEAST_TABLE_BYTES_PER_JSON_BYTE * estimated_json_size(path)
+    assert least < needed
     out = tmp_path / "refused.sqlite"
-    with pytest.raises(DlscopeError, match=r"hta_v100_rank1of2_5steps.json.gz: analysing [\d,]+ imported rows needs "
-                                           r"about \d+ MB of memory, more than --max-memory 300 MB"):
+    # far too small: refused from the file's size alone, before reading it
+    with pytest.raises(DlscopeError, match=r"hta_v100_rank1of2_5steps.json.gz: analysing at least 54 MB of trace "
+                                           r"JSON needs at least about \d+ MB of memory, more than --max-memory 300 MB"):
         pipeline.build_database([path], out, max_memory="300MB", progress=False)
+    # too small for these tables: refused after the parse, from the imported tables
+    with pytest.raises(DlscopeError, match=r"hta_v100_rank1of2_5steps.json.gz: analysing [\d,]+ imported rows needs "
+                                           r"about \d+ MB of memory, more than --max-memory \d+ MB"):
+        pipeline.build_database([path], out, max_memory=int((least + needed) / 2), progress=False)
     assert list(tmp_path.iterdir()) == []
     pipeline.build_database([path], out, max_memory=needed + 1, progress=False)
     assert out.exists()

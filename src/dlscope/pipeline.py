@@ -15,8 +15,8 @@ from .analyze.analysis import Analysed, analyse
 from .distributed import expand_inputs, load_profiles_parallel, write_distributed
 from .distributed.figures import collective_rows as job_collective_rows
 from .distributed.figures import job_figures, rank_figures, rank_parts
-from .distributed.parallel import (FileProgress, apply_identity, check_analysis_fits, file_size,
-                                   import_with_progress, parse_size)
+from .distributed.parallel import (FileProgress, apply_identity, check_analysis_fits, check_traces_could_fit,
+                                   file_size, import_with_progress, parse_size)
 from .distributed.per_rank import aggregate_ranks
 from .distributed.rank_by_rank import IdOffsets, by_rank, job_identities, identity_after_import
 from .errors import DlscopeError
@@ -89,7 +89,10 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
     counters = [p for p in paths if kinds[p] == "ncu_csv"]
     traces = [p for p in paths if p not in counters]
     budget = parse_size(max_memory)
-    if budget and len(traces) > 1 and not scheduler and all(kinds[p] == "kineto" for p in traces):
+    one_at_a_time = bool(budget) and len(traces) > 1 and not scheduler and all(kinds[p] == "kineto" for p in traces)
+    if budget:
+        check_traces_could_fit([p for p in traces if kinds[p] == "kineto"], budget, one_at_a_time)
+    if one_at_a_time:
         who = job_identities(traces)
         if who is not None:
             return _build_rank_by_rank(traces, who, counters, db_path, budget, force=force, progress=progress,

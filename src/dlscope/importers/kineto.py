@@ -136,6 +136,7 @@ _TRAILER_DECODER = _HEADER_DECODER
 #: this many times the JSON's size at its peak (measured on the real traces; see bench/README.md). Files whose estimate does
 #: not fit the budget are streamed.
 IN_MEMORY_PEAK_FACTOR = 3
+LEAST_GZIP_RATIO = 5  # below any Kineto trace seen (they compress 10-20x)
 ESTIMATED_GZIP_RATIO = 15  # when the gzip trailer cannot tell the size (multi-GB files wrap at 4 GiB)
 STREAM_TAIL_BYTES = 65_536  # the bytes after ``traceEvents`` (traceName, baseTimeNanoseconds) fit in this
 
@@ -172,8 +173,13 @@ def should_stream(path: Path, max_memory: int) -> bool:
     return IN_MEMORY_PEAK_FACTOR * estimated_json_size(path) > max_memory
 
 
-def estimated_json_size(path: Path) -> int:
-    """The JSON text's size: the file size, or for gzip the trailer's size when it is plausible."""
+def estimated_json_size(path: Path, least: bool = False) -> int:
+    """The JSON text's size: the file size, or for gzip the trailer's size when it is plausible, else a
+    typical ratio times the file size.
+
+    ``least``: a lower bound instead. The trailer holds the size modulo 4 GiB (of the last member), never
+    more than the text, so a plausible trailer bounds it from below even when it may have wrapped.
+    """
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
@@ -183,8 +189,11 @@ def estimated_json_size(path: Path) -> int:
             trailer = int.from_bytes(f.read(4), "little")
     except OSError:
         return 0  # the import itself reports the problem
-    if size <= trailer <= MAX_GZIP_RATIO * size and size < 2**32 // MAX_GZIP_RATIO:
+    plausible = size <= trailer <= MAX_GZIP_RATIO * size
+    if plausible and size < 2**32 // MAX_GZIP_RATIO:
         return trailer
+    if least:
+        return max(trailer if plausible else 0, LEAST_GZIP_RATIO * size)
     return ESTIMATED_GZIP_RATIO * size
 
 
