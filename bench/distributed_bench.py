@@ -123,7 +123,7 @@ def bench_job(args) -> None:
     py = sys.executable
     for label, workers, scheduler, budget in (("serial", 1, "", ""), ("workers=2", 2, "", ""),
                                               ("dask LocalCluster 2 procs", 2, "local", ""),
-                                              ("rank by rank, --max-memory 4GB", 1, "", "4GB")):
+                                              ("rank by rank, --max-memory 600MB", 1, "", "600MB")):
         r = run([py, "-c", IMPORT, str(folder), str(db), str(workers), scheduler, budget])
         print(json.dumps({"bench": f"{8 * args.copies}-rank job, dlscope {label}", **r}), flush=True)
     if args.hta and Path(args.hta).exists():

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import assert_same_rows, data_file
 from dlscope import pipeline
+from dlscope.distributed import parallel
 from dlscope.distributed import expand_inputs, load_profiles_parallel, parse_size, summary_ranks
 from dlscope.distributed.figures import busbw_factor, collective_type
 from dlscope.distributed.inputs import Identity, identities, rank_from_name
@@ -253,9 +254,10 @@ def _ordered_tables(db: Path) -> dict[str, list]:
 
 
 def _rank_by_rank(monkeypatch) -> list:
-    """Record when a build goes rank by rank."""
+    """Make every job under a budget go rank by rank, and record the ranks."""
     from dlscope.distributed import rank_by_rank
 
+    monkeypatch.setattr(pipeline, "whole_job_fits", lambda paths, budget: False)
     seen = []
     real = rank_by_rank.IdOffsets.shift
     monkeypatch.setattr(rank_by_rank.IdOffsets, "shift", lambda self, an: seen.append(1) or real(self, an))
@@ -293,6 +295,19 @@ def test_job_progress_counts_every_byte_and_event(tmp_path, monkeypatch, max_mem
     assert read_bytes == sum(f.stat().st_size for f in files)
     events = sum(len(_raw_events(f)) for f in files)
     assert any(d == f"read 8/8 files, {events:,} events" for d, _, _ in calls)
+
+
+def test_a_job_that_fits_its_budget_whole_is_imported_whole(build_job, monkeypatch):
+    from dlscope.distributed import rank_by_rank
+
+    seen = []
+    real = rank_by_rank.IdOffsets.shift
+    monkeypatch.setattr(rank_by_rank.IdOffsets, "shift", lambda self, an: seen.append(1) or real(self, an))
+    build_job([job(DLRM)], "whole.sqlite", max_memory="16GB")  # 8 MB of JSON: surely fits
+    assert seen == []
+    monkeypatch.setattr(parallel, "MOST_TABLE_BYTES_PER_JSON_BYTE", 10**4)  # as if its ranks were huge
+    build_job([job(DLRM)], "ranks.sqlite", max_memory="16GB")
+    assert len(seen) == 8
 
 
 @pytest.mark.slow

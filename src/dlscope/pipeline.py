@@ -16,7 +16,7 @@ from .distributed import expand_inputs, load_profiles_parallel, write_distribute
 from .distributed.figures import collective_rows as job_collective_rows
 from .distributed.figures import job_figures, rank_figures, rank_parts
 from .distributed.parallel import (FileProgress, apply_identity, check_analysis_fits, check_traces_could_fit,
-                                   file_size, import_with_progress, parse_size)
+                                   file_size, import_with_progress, parse_size, whole_job_fits)
 from .distributed.per_rank import aggregate_ranks
 from .distributed.rank_by_rank import IdOffsets, by_rank, job_identities, identity_after_import
 from .errors import DlscopeError
@@ -76,7 +76,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
 
     Folders expand to the traces inside; several files are the ranks of one job, imported by ``workers``
     processes or on the Dask cluster at ``scheduler``. Under ``max_memory``, traces too large to read whole
-    are streamed and a job of Kineto traces is imported one rank at a time (same database).
+    are streamed and a job of Kineto traces too large to analyse at once is imported one rank at a time
+    (same database).
     Returns the database path. Counter CSVs alone give a database holding only their kernels' counters.
     """
     paths = expand_inputs(trace_paths)
@@ -89,7 +90,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
     counters = [p for p in paths if kinds[p] == "ncu_csv"]
     traces = [p for p in paths if p not in counters]
     budget = parse_size(max_memory)
-    one_at_a_time = bool(budget) and len(traces) > 1 and not scheduler and all(kinds[p] == "kineto" for p in traces)
+    one_at_a_time = bool(budget) and len(traces) > 1 and not scheduler and \
+        all(kinds[p] == "kineto" for p in traces) and not whole_job_fits(traces, budget)
     if budget:
         check_traces_could_fit([p for p in traces if kinds[p] == "kineto"], budget, one_at_a_time)
     if one_at_a_time:

@@ -183,8 +183,18 @@ def check_analysis_fits(profile: Profile, budget: int, paths: Sequence[Path]) ->
                            f"more than --max-memory {_size_text(budget)}; raise --max-memory")
 
 
-#: imported tables per byte of Kineto JSON, the lowest over ../shared/data (0.11; the highest is 0.66)
+#: imported tables per byte of Kineto JSON: below the lowest over ../shared/data (0.11), above the highest (0.66)
 LEAST_TABLE_BYTES_PER_JSON_BYTE = 0.1
+MOST_TABLE_BYTES_PER_JSON_BYTE = 1.0
+
+
+def whole_job_fits(paths: Sequence[Path], budget: int) -> bool:
+    """Whether the analysis of all these Kineto traces at once surely fits ``--max-memory`` (else a job is
+    imported one rank at a time, which needs only one rank's share)."""
+    from ..importers.kineto import estimated_json_size
+
+    json_bytes = sum(estimated_json_size(Path(p)) for p in paths)
+    return ANALYSIS_FIXED_BYTES + ANALYSIS_PEAK_FACTOR * MOST_TABLE_BYTES_PER_JSON_BYTE * json_bytes <= budget
 
 
 def check_traces_could_fit(paths: Sequence[Path], budget: int, one_at_a_time: bool) -> None:
