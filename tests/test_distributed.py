@@ -53,18 +53,21 @@ def _raw_events(path: Path) -> list[dict]:
         return json.load(f)["traceEvents"]
 
 
-def _db_tables(db: Path) -> dict[str, list]:
-    """Every table's rows, in a stable order, without the creation timestamps."""
+def _db_tables(db: Path, in_order: bool = False) -> dict[str, list]:
+    """Every table's rows without the creation timestamps, plus the indexes: rows in a stable order, or
+    ``in_order`` as stored (then ids and row order must match too)."""
     conn = sqlite3.connect(db)
     try:
         names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
         out = {}
         for name in names:
             cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{name}")') if r[1] != "created_at"]
-            rows = conn.execute(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{name}"').fetchall()
-            if name == "dlscope_meta":
-                rows = [r for r in rows if r[0] != "created_at"]
-            out[name] = sorted(rows, key=repr)
+            rows = conn.execute(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{name}" '
+                                "ORDER BY rowid").fetchall()
+            rows = [r for r in rows if name != "dlscope_meta" or r[0] != "created_at"]
+            out[name] = rows if in_order else sorted(rows, key=repr)
+        out["indexes"] = sorted(r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index' "
+                                                           "AND sql IS NOT NULL"))
         return out
     finally:
         conn.close()
@@ -235,24 +238,6 @@ def test_serial_workers_and_dask_give_identical_databases(build_job):
     assert len(reference["ranks"]) == 8
 
 
-def _ordered_tables(db: Path) -> dict[str, list]:
-    """Every table's rows in stored order (ids and row order must match too), without timestamps."""
-    conn = sqlite3.connect(db)
-    try:
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        out = {}
-        for name in names:
-            cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{name}")') if r[1] != "created_at"]
-            rows = conn.execute(f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{name}" '
-                                "ORDER BY rowid").fetchall()
-            out[name] = [r for r in rows if name != "dlscope_meta" or r[0] != "created_at"]
-        out["indexes"] = sorted(r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'index' "
-                                                           "AND sql IS NOT NULL"))
-        return out
-    finally:
-        conn.close()
-
-
 def _rank_by_rank(monkeypatch) -> list:
     """Make every job under a budget go rank by rank, and record the ranks."""
     from dlscope.distributed import rank_by_rank
@@ -270,7 +255,7 @@ def test_a_job_under_a_memory_budget_is_imported_rank_by_rank_into_the_same_data
     seen = _rank_by_rank(monkeypatch)
     one_at_a_time = build_job([folder], "ranks.sqlite", max_memory="16GB")
     assert len(seen) == 8
-    assert _ordered_tables(one_at_a_time) == _ordered_tables(whole)
+    assert _db_tables(one_at_a_time, in_order=True) == _db_tables(whole, in_order=True)
 
 
 @pytest.mark.parametrize("max_memory", [None, "16GB"])
@@ -295,6 +280,24 @@ def test_job_progress_counts_every_byte_and_event(tmp_path, monkeypatch, max_mem
     assert read_bytes == sum(f.stat().st_size for f in files)
     events = sum(len(_raw_events(f)) for f in files)
     assert any(d == f"read 8/8 files, {events:,} events" for d, _, _ in calls)
+
+
+@pytest.mark.parametrize("damage", ["gzip cut in the header", "JSON cut in the events"])
+def test_a_bad_rank_fails_a_rank_by_rank_import_with_one_line_and_no_file(tmp_path, monkeypatch, damage):
+    folder, out = tmp_path / "job", tmp_path / "out"
+    folder.mkdir()
+    out.mkdir()
+    good = sorted(job(DLRM).iterdir())
+    (folder / "rank-0.json.gz").write_bytes(good[0].read_bytes())
+    if damage.startswith("gzip"):
+        (folder / "rank-1.json.gz").write_bytes(good[1].read_bytes()[:2000])
+    else:  # written after a good rank: the database already has rows when this one fails
+        text = gzip.decompress(good[1].read_bytes())
+        (folder / "rank-1.json.gz").write_bytes(gzip.compress(text[: len(text) // 2]))
+    _rank_by_rank(monkeypatch)
+    with pytest.raises(InputError, match=r"rank-1.json.gz: is (a truncated or corrupt gzip file|not valid JSON)"):
+        pipeline.build_database([folder], out / "job.sqlite", progress=False, max_memory="16GB")
+    assert list(out.iterdir()) == []
 
 
 def test_a_job_that_fits_its_budget_whole_is_imported_whole(build_job, monkeypatch):
@@ -324,7 +327,7 @@ def test_ranks_on_unrelated_clocks_give_the_same_database_whole_or_rank_by_rank(
     seen = _rank_by_rank(monkeypatch)
     one_at_a_time = build_job([folder], "ranks.sqlite", max_memory="16GB")
     assert len(seen) == 6
-    assert _ordered_tables(one_at_a_time) == _ordered_tables(whole)
+    assert _db_tables(one_at_a_time, in_order=True) == _db_tables(whole, in_order=True)
     for rank, name in ((0, "tracelens_mi300x_xdit_sd35_infer.json.gz"), (4, "deepseek_h800_train_ep64_rank0.json.gz"),
                        (5, "tracelens_b200_llm_serving_rank0of8.json.gz")):
         alone = build_job([data_file("kineto", name)], f"alone{rank}.sqlite")

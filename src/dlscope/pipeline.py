@@ -14,7 +14,7 @@ from .analyze.aggregation import resolve_range
 from .analyze.analysis import Analysed, analyse
 from .distributed import expand_inputs, load_profiles_parallel, write_distributed
 from .distributed.figures import collective_rows as job_collective_rows
-from .distributed.figures import job_figures, rank_figures, rank_parts
+from .distributed.figures import job_figures, rank_figures, rank_parts, world_sizes
 from .distributed.parallel import (FileProgress, apply_identity, check_analysis_fits, check_traces_could_fit,
                                    file_size, import_with_progress, parse_size, whole_job_fits)
 from .distributed.per_rank import aggregate_ranks
@@ -172,7 +172,7 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
         order = sorted(range(len(per_rank)), key=lambda j: per_rank[j][0].row["rank"])
         aggs = [per_rank[j][0] for j in order]
         figures = job_figures([parts[j] for j in order], pd.concat(collective_rows, ignore_index=True),
-                              {int(m["rank"]): int(m.get("world_size") or 1) for m in sources})
+                              world_sizes(sources))
         _write_results(db.connect(), sources, name, {**(extra_meta or {}), "key_node": key_node or "",
                                                       "iteration_methods": dict(sorted(methods.items()))},
                        ncu, aggs, [per_rank[j][1] for j in order], figures)

@@ -247,19 +247,23 @@ def _gpu_parts(kernels: pd.DataFrame, memops: pd.DataFrame, lo: int, hi: int) ->
 
 def rank_figures(an: Analysed, aggs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-rank figures, collectives) of a job; ``aggs`` are the import's aggregations, one per rank."""
-    return job_figures([rank_parts(an, agg) for agg in aggs], collective_rows(an), world_sizes(an))
+    return job_figures([rank_parts(an, agg) for agg in aggs], collective_rows(an), world_sizes(_sources(an)))
 
 
-def world_sizes(an: Analysed) -> dict[int, int]:
-    return {int(s.get("rank", 0)): int(s.get("world_size") or 1) for s in an.profile.meta.get("sources",
-                                                                                               [an.profile.meta])}
+def world_sizes(sources: list[dict]) -> dict[int, int]:
+    """Each rank's world size, from the job's source metas."""
+    return {int(s.get("rank", 0)): int(s.get("world_size") or 1) for s in sources}
+
+
+def _sources(an: Analysed) -> list[dict]:
+    return an.profile.meta.get("sources", [an.profile.meta])
 
 
 def rank_parts(an: Analysed, agg) -> dict:
     """One rank's figures from its own activity in its aggregation window (all but the collectives)."""
     p, row = an.profile, agg.row
     rank, lo, hi = int(row["rank"]), int(row["window_start"]), int(row["window_end"])
-    src = {int(s.get("rank", 0)): s for s in p.meta.get("sources", [p.meta])}.get(rank, {})
+    src = next((s for s in _sources(an) if int(s.get("rank", 0)) == rank), {})
     k, m = p.kernels[p.kernels["rank"] == rank], p.memops[p.memops["rank"] == rank]
     out = {"rank": rank, "host": str(src.get("hostname") or ""), "world_size": int(src.get("world_size") or 1),
            "source_path": str(src.get("source_path") or ""),

@@ -177,9 +177,8 @@ def check_analysis_fits(profile: Profile, budget: int, paths: Sequence[Path]) ->
     """Refuse, before anything is written, an import whose analysis would exceed ``--max-memory``."""
     needed = analysis_memory(profile)
     if needed > budget:
-        what = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
         rows = sum(len(profile.table(name)) for name in TABLES)
-        raise DlscopeError(f"{what}: analysing {rows:,} imported rows needs about {_size_text(needed)} of memory, "
+        raise DlscopeError(f"{_files_label(paths)}: analysing {rows:,} imported rows needs about {_size_text(needed)} of memory, "
                            f"more than --max-memory {_size_text(budget)}; raise --max-memory")
 
 
@@ -193,8 +192,8 @@ def whole_job_fits(paths: Sequence[Path], budget: int) -> bool:
     imported one rank at a time, which needs only one rank's share)."""
     from ..importers.kineto import estimated_json_size
 
-    json_bytes = sum(estimated_json_size(Path(p)) for p in paths)
-    return ANALYSIS_FIXED_BYTES + ANALYSIS_PEAK_FACTOR * MOST_TABLE_BYTES_PER_JSON_BYTE * json_bytes <= budget
+    return _analysis_memory_of_json(sum(estimated_json_size(Path(p)) for p in paths),
+                                    MOST_TABLE_BYTES_PER_JSON_BYTE) <= budget
 
 
 def check_traces_could_fit(paths: Sequence[Path], budget: int, one_at_a_time: bool) -> None:
@@ -206,13 +205,21 @@ def check_traces_could_fit(paths: Sequence[Path], budget: int, one_at_a_time: bo
     if not sizes:
         return
     json_bytes = max(sizes) if one_at_a_time else sum(sizes)
-    least = ANALYSIS_FIXED_BYTES + int(ANALYSIS_PEAK_FACTOR * LEAST_TABLE_BYTES_PER_JSON_BYTE * json_bytes)
+    least = _analysis_memory_of_json(json_bytes, LEAST_TABLE_BYTES_PER_JSON_BYTE)
     if least > budget:
-        what = str(paths[sizes.index(max(sizes))]) if one_at_a_time or len(paths) == 1 else \
-            f"{paths[0]} (+{len(paths) - 1} files)"
+        what = _files_label([paths[sizes.index(max(sizes))]] if one_at_a_time else paths)
         raise DlscopeError(f"{what}: analysing at least {_size_text(json_bytes)} of trace JSON needs at least about "
                            f"{_size_text(least)} of memory, more than --max-memory {_size_text(budget)}; "
                            "raise --max-memory")
+
+
+def _analysis_memory_of_json(json_bytes: int, table_bytes_per_json_byte: float) -> int:
+    """:func:`analysis_memory` of tables estimated from the traces' JSON size."""
+    return ANALYSIS_FIXED_BYTES + int(ANALYSIS_PEAK_FACTOR * table_bytes_per_json_byte * json_bytes)
+
+
+def _files_label(paths: Sequence[Path]) -> str:
+    return str(paths[0]) if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1} files)"
 
 
 def _size_text(n: int) -> str:

@@ -1,8 +1,8 @@
 """A job imported one rank at a time, so memory holds one rank's tables, not the whole job's.
 
-Under ``--max-memory``, a job of several Kineto traces is imported this way: each rank is read, analysed,
-given the ids it has in the whole job (the rows of the ranks before it are its offsets), written, aggregated
-and checked by the rules, then dropped. What the job-wide figures need from it (per-rank figures, the rows
+Under ``--max-memory``, a job of Kineto traces whose whole analysis might not fit the budget is imported
+this way: each rank is read, analysed, given the ids it has in the whole job (the rows of the ranks before
+it are its offsets), written, aggregated and checked by the rules, then dropped. What the job-wide figures need from it (per-rank figures, the rows
 of its collectives, its iterations) is small and kept. The database is the one a whole import makes.
 """
 

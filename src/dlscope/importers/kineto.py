@@ -482,24 +482,17 @@ def _streamed_piece_tables(path: Path, progress: Progress | None) -> tuple[_Trac
     """
     reader = _CountingReader(path)
     with _stream_errors(path, reader):
-        text, at_end = b"", False
+        head = _read_header(reader)
+        if head is None:
+            return None
+        header, text = head
 
         def more() -> bool:
-            nonlocal text, at_end
+            nonlocal text
             block = reader.read(STREAM_BLOCK_BYTES)
-            at_end = not block
             text += block
-            return not at_end
+            return bool(block)
 
-        while _EVENTS_KEY.search(text, 0, 2**20) is None and len(text) < 2**20 and more():
-            pass
-        if text[:len(UTF8_BOM)] == UTF8_BOM:
-            text = text[len(UTF8_BOM):]
-        key = _EVENTS_KEY.search(text, 0, 2**20) if _OBJECT_START.match(text) else None
-        if key is None:
-            return None
-        header = _decode_piece(_HEADER_DECODER, text[:key.end()] + b"]}")
-        text = text[key.end():]
         tables, events = _Tables(), 0
         while True:
             gap = _BETWEEN_OBJECTS.search(text, PIECE_BYTES)
@@ -522,6 +515,23 @@ def _streamed_piece_tables(path: Path, progress: Progress | None) -> tuple[_Trac
         if progress:
             progress(reader.stored_bytes(), events)
     return _with_trailer(header, trailer), tables, events
+
+
+def _read_header(reader: "_CountingReader") -> tuple[_Trace, bytes] | None:
+    """The keys before the event array (Kineto writes its metadata first) and the text read after them;
+    None when the file does not start like an object with ``traceEvents`` in its first MiB."""
+    text = b""
+    while _EVENTS_KEY.search(text, 0, 2**20) is None and len(text) < 2**20:
+        block = reader.read(STREAM_BLOCK_BYTES)
+        if not block:
+            break
+        text += block
+    if text[:len(UTF8_BOM)] == UTF8_BOM:
+        text = text[len(UTF8_BOM):]
+    key = _EVENTS_KEY.search(text, 0, 2**20) if _OBJECT_START.match(text) else None
+    if key is None:
+        return None
+    return _decode_piece(_HEADER_DECODER, text[:key.end()] + b"]}"), text[key.end():]
 
 
 class _CountingReader:
@@ -815,20 +825,11 @@ def read_identity(path: Path) -> dict[str, Any] | None:
     file does not start like a Kineto object (then only a whole import can tell)."""
     reader = _CountingReader(Path(path))
     with _stream_errors(Path(path), reader):
-        text = b""
-        while _EVENTS_KEY.search(text, 0, 2**20) is None and len(text) < 2**20:
-            block = reader.read(STREAM_BLOCK_BYTES)
-            if not block:
-                break
-            text += block
-    text = text[len(UTF8_BOM):] if text[:len(UTF8_BOM)] == UTF8_BOM else text
-    key = _EVENTS_KEY.search(text, 0, 2**20) if _OBJECT_START.match(text) else None
-    if key is None:
-        return None
-    try:
-        return _identity(_decode_piece(_HEADER_DECODER, text[:key.end()] + b"]}"))
-    except _Unsplittable:
-        return None
+        try:
+            head = _read_header(reader)
+        except _Unsplittable:
+            return None
+    return None if head is None else _identity(head[0])
 
 
 def _meta(path: Path, header: _Trace, event_count: int) -> dict[str, Any]:
