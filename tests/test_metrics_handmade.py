@@ -3,7 +3,8 @@
 The trace (µs): two ProfilerSteps on one thread.
   step 1 [0, 1000): aten::conv2d [100, 300) launches a Tensor Core kernel [200, 400);
                     aten::relu [300, 350) launches [400, 450) and, after add, [460, 470);
-                    aten::add [320, 340) (nested in relu) launches [420, 500) on another stream;
+                    aten::add [320, 340) (nested in relu) launches [420, 500) on another stream
+                    (relu is the op node: the op the user wrote; add is drill-down beneath it);
                     data loading [600, 800); aten::copy_ [840, 860) launches a memcpy [850, 900).
   step 2 [1000, 2000): aten::mm [1100, 1200) launches an FP32 sgemm [1900, 2300) that outlives the step.
 """
@@ -87,14 +88,25 @@ def test_op_metrics_follow_dlprof_definitions(db):
         "SELECT op_name, calls, gpu_time_ns, cpu_time_ns, api_time_ns, cpu_overhead_ns, gpu_idle_ns, kernel_count, "
         "tc_eligible, using_tc, data_type FROM agg_ops")}
     assert ops["aten::conv2d"] == (1, 200 * US, 200 * US, 10 * US, 190 * US, 0, 1, 1, 1, "float16")
-    assert ops["aten::relu"] == (1, 60 * US, 50 * US, 20 * US, 30 * US, 10 * US, 2, 0, 0, "")
+    # relu with add beneath it: kernels 50 + 80 + 10 µs; API calls 10 + 5 (add's) + 5 µs; its GPU activity
+    # [400, 450) ∪ [420, 500) ∪ [460, 470) leaves no gap between 400 and 500
+    assert ops["aten::relu"] == (1, 140 * US, 50 * US, 20 * US, 30 * US, 0, 3, 0, 0, "")
+    assert "aten::add" not in ops  # nested: never an op node, never counted twice
+    assert ops["aten::copy_"][1] == 50 * US  # a memcpy is op GPU time (DLProf's database counts it)
     assert ops["aten::mm"][1] == 400 * US and ops["aten::mm"][7:9] == (1, 0)
 
 
 def test_top_gpu_ops_are_sorted_by_gpu_time(db):
     top = summary_dict(db)["aggregation"]["top_gpu_ops"]
     assert [(o["op_name"], o["gpu_time_ns"]) for o in top] == [
-        ("aten::mm", 400 * US), ("aten::conv2d", 200 * US), ("aten::add", 80 * US), ("aten::relu", 60 * US)]
+        ("aten::mm", 400 * US), ("aten::conv2d", 200 * US), ("aten::relu", 140 * US), ("aten::copy_", 50 * US)]
+
+
+def test_model_summary_counts_op_nodes_as_dlprof_does(db):
+    """Op nodes conv2d, relu, copy_, mm; eligible conv2d and mm; conv2d uses TC; eligible GPU time 600 of 790 µs."""
+    m = summary_dict(db)["aggregation"]["model_summary"]
+    assert m == {"op_nodes": 4, "tc_eligible_op_nodes": 2, "op_nodes_using_tc": 1,
+                 "tc_eligible_gpu_time_pct": pytest.approx(100 * 600 / 790)}
 
 
 def test_aggregate_adds_a_narrower_aggregation_without_reimport(db, tmp_path):

@@ -60,4 +60,61 @@ def test_iteration_ends_keep_nanoseconds_beyond_float_precision():
     kernels = pd.DataFrame({"rank": [1], "iteration": [1], "end": [1_740_461_679_600_358_001]})
     memops = pd.DataFrame({"rank": pd.Series([], dtype="int64"), "iteration": pd.Series([], dtype="int64"),
                            "end": pd.Series([], dtype="int64")})
-    assert _iteration_ends(iterations, kernels, memops).tolist() == [1_000, 1_740_461_679_600_358_001]
+    ops = memops
+    assert _iteration_ends(iterations, ops, kernels, memops).tolist() == [1_000, 1_740_461_679_600_358_001]
+
+
+def _sort_key(starts, ends, i):
+    return (starts[i], -ends[i], i)
+
+
+def _brute_innermost(keys, starts, ends, key, t) -> int:
+    """PRODUCT.md's launching op, read literally: start <= t < end, the latest start, then the shortest, then
+    the later row; a zero-length interval exactly at t only when nothing of positive length encloses t."""
+    inside = [j for j in range(len(starts)) if keys[j] == key and starts[j] <= t < ends[j]]
+    if inside:
+        return max(inside, key=lambda j: _sort_key(starts, ends, j))
+    zero = [j for j in range(len(starts)) if keys[j] == key and starts[j] == ends[j] == t]
+    return max(zero) if zero else -1
+
+
+def _brute_open_parent(keys, starts, ends, i) -> int:
+    """The nearest earlier interval (in start, longest-first, row order) of the thread still open at i's start."""
+    earlier = [j for j in range(len(starts)) if keys[j] == keys[i] and _sort_key(starts, ends, j) <
+               _sort_key(starts, ends, i) and ends[j] > starts[i]]
+    return max(earlier, key=lambda j: _sort_key(starts, ends, j)) if earlier else -1
+
+
+def _messy(rng, n):
+    """Intervals as real traces have them: nested, touching, zero-length, identical, and a few that overlap
+    without nesting (µs rounding), on three threads."""
+    keys = rng.integers(0, 3, n)
+    starts = rng.integers(0, 60, n)
+    lengths = np.where(rng.random(n) < 0.25, 0, rng.integers(1, 30, n))
+    return keys.astype(np.int64), starts.astype(np.int64), (starts + lengths).astype(np.int64)
+
+
+def test_innermost_enclosing_interval_matches_the_definition_on_messy_intervals():
+    rng = np.random.default_rng(11)
+    for _ in range(30):
+        keys, starts, ends = _messy(rng, int(rng.integers(1, 40)))
+        nest = Nesting.build(keys, starts, ends)
+        q_keys = rng.integers(0, 4, 200)  # thread 3 has no intervals
+        q_times = rng.integers(-2, 95, 200)
+        got = nest.innermost_at(q_keys, q_times).tolist()
+        assert got == [_brute_innermost(keys, starts, ends, k, t) for k, t in zip(q_keys, q_times)]
+        assert nest.parent.tolist() == [_brute_open_parent(keys, starts, ends, i) for i in range(len(starts))]
+
+
+def test_an_op_that_ended_before_the_launch_never_launched_it():
+    """The bug the audit found: the latest-starting interval at the right depth was taken without checking
+    that it still contained the time (a zero-length view charged with a FlashAttention kernel)."""
+    keys = np.zeros(4, np.int64)
+    starts = np.array([0, 10, 20, 20], np.int64)   # attention [0, 100), view [10, 10], cast [20, 30), view [20, 20]
+    ends = np.array([100, 10, 30, 20], np.int64)
+    nest = Nesting.build(keys, starts, ends)
+    assert nest.innermost_at(keys[:3], np.array([15, 25, 35])).tolist() == [0, 2, 0]
+    assert nest.innermost_at(keys[:1], np.array([10])).tolist() == [0]  # a longer op encloses the view's time
+    alone = Nesting.build(keys[:1], np.array([10], np.int64), np.array([10], np.int64))
+    assert alone.innermost_at(keys[:1], np.array([10])).tolist() == [0]  # nothing longer: the view owns it
+    assert nest.depth.tolist() == [0, 1, 1, 2] and nest.root.tolist() == [0, 0, 0, 0]

@@ -129,8 +129,10 @@ def test_real_trace_end_to_end(tmp_path):
     assert s["op_gpu_time_ns"] == total == s["modelled_gpu_time_ns"] + s["unmodelled_gpu_time_ns"]
     assert s["memory_bound_gpu_time_ns"] + s["math_bound_gpu_time_ns"] == s["modelled_gpu_time_ns"]
     conv = next(o for o in report["ops"] if o["family"] == "conv")
-    # patch embedding: 4x3x224x224 * 768x3x16x16, stride 16 -> 14x14 (cudnn_convolution: no bias argument)
-    assert conv["flops"] == 2 * 4 * 768 * 14 * 14 * 3 * 16 * 16 * conv["calls"]
+    # patch embedding: 4x3x224x224 * 768x3x16x16, stride 16 -> 14x14; the op node aten::conv2d has a bias,
+    # one more multiply-add per output element (seed 002)
+    assert conv["op_name"] == "aten::conv2d"
+    assert conv["flops"] == 2 * 4 * 768 * 14 * 14 * (3 * 16 * 16 + 1) * conv["calls"]
     assert conv["precision"] == "bf16" and conv["tensor_cores"]
     written = write_roofline(report, tmp_path / "out")
     assert {p.name for p in written} == {"roofline.json", "roofline_ops.csv", "roofline_kernels.csv",

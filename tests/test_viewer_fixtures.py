@@ -101,7 +101,10 @@ def _aggregate(conn: sqlite3.Connection, agg: int, lo: int, hi: int) -> None:
                  "(i.\"end\" - i.start - SUM(k.dur) - 3000) / 2, "
                  "(i.\"end\" - i.start - SUM(k.dur) - 3000) - (i.\"end\" - i.start - SUM(k.dur) - 3000) / 2 "
                  "FROM iterations i JOIN kernels k ON k.iteration = i.iteration GROUP BY i.iteration", p)
-    conn.execute("INSERT INTO agg_ops SELECT :agg, o.node_id, 0, MIN(o.name), MIN(o.op_type), 'fwd', 'model/layer', "
+    conn.execute("INSERT INTO agg_ops (agg_id, node_id, rank, op_name, op_type, direction, scope, input_shapes, "
+                 "data_type, calls, kernel_count, tc_kernel_count, gpu_time_ns, tc_gpu_time_ns, cpu_time_ns, "
+                 "api_time_ns, cpu_overhead_ns, gpu_idle_ns, tc_eligible, using_tc) "
+                 "SELECT :agg, o.node_id, 0, MIN(o.name), MIN(o.op_type), 'fwd', 'model/layer', "
                  "MIN(o.input_shapes), 'float16', COUNT(*), SUM(o.kernel_count), "
                  "SUM((SELECT COUNT(*) FROM kernels k WHERE k.op_id = o.op_id AND k.uses_tc = 1)), "
                  "SUM((SELECT SUM(dur) FROM kernels k WHERE k.op_id = o.op_id)), "
@@ -111,9 +114,13 @@ def _aggregate(conn: sqlite3.Connection, agg: int, lo: int, hi: int) -> None:
     conn.execute("INSERT INTO agg_op_kernels SELECT :agg, o.node_id, k.name, MAX(k.uses_tc), COUNT(*), SUM(k.dur), "
                  "AVG(k.dur), MIN(k.dur), MAX(k.dur) FROM kernels k JOIN ops o ON o.op_id = k.op_id "
                  "WHERE k.iteration BETWEEN :lo AND :hi GROUP BY o.node_id, k.name", p)
-    conn.execute("INSERT INTO agg_kernels SELECT :agg, name, MAX(uses_tc), COUNT(*), SUM(dur), AVG(dur), MIN(dur), "
+    conn.execute("INSERT INTO agg_kernels (agg_id, kernel_name, uses_tc, calls, gpu_time_ns, avg_ns, min_ns, max_ns) "
+                 "SELECT :agg, name, MAX(uses_tc), COUNT(*), SUM(dur), AVG(dur), MIN(dur), "
                  f"MAX(dur) FROM kernels WHERE {w} GROUP BY name", p)
-    conn.execute("INSERT INTO agg_op_types SELECT :agg, op_type, COUNT(*), SUM(calls), SUM(cpu_time_ns), "
+    conn.execute("INSERT INTO agg_op_types (agg_id, op_type, ops, calls, cpu_time_total, cpu_time_avg, cpu_time_min, "
+                 "cpu_time_max, gpu_time_total, gpu_time_avg, gpu_time_min, gpu_time_max, cpu_overhead_total, "
+                 "cpu_overhead_avg, cpu_overhead_min, cpu_overhead_max, gpu_idle_total, gpu_idle_avg, gpu_idle_min, "
+                 "gpu_idle_max, kernel_count, tc_eligible, using_tc) SELECT :agg, op_type, COUNT(*), SUM(calls), SUM(cpu_time_ns), "
                  "AVG(cpu_time_ns), MIN(cpu_time_ns), MAX(cpu_time_ns), SUM(gpu_time_ns), AVG(gpu_time_ns), "
                  "MIN(gpu_time_ns), MAX(gpu_time_ns), SUM(cpu_overhead_ns), AVG(cpu_overhead_ns), MIN(cpu_overhead_ns), "
                  "MAX(cpu_overhead_ns), 0, 0, 0, 0, SUM(kernel_count), SUM(tc_eligible), SUM(using_tc) "

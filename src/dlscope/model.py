@@ -32,6 +32,9 @@ TABLES: dict[str, dict[str, str]] = {
         "input_dtypes": S,      # JSON list of dtype strings aligned with input_shapes; "" when unknown
         "concrete_inputs": S,   # JSON list of scalar argument values as the trace recorded them; ""
         "scope": S,             # module / name-scope path when the trace carries one, "/"-separated; ""
+        # "" for a framework op; the domain ("user_annotation", "nvtx") of an annotation range that launched
+        # GPU work outside any op and so stands for one (it owns those launches, never other ops)
+        "range_domain": S,
     },
     # Annotation ranges that are not ops: ProfilerStep#N, user annotations, NVTX ranges, data loading,
     # gpu_user_annotation (device >= 0 for ranges drawn on a GPU lane).

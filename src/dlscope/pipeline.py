@@ -121,7 +121,9 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
                            profile_name or _default_name(paths),
                            {**(extra_meta or {}), "key_node": key_node or "",
-                            "iteration_methods": an.iteration_methods if an else {}}, ncu, aggs, findings, figures)
+                            "iteration_methods": an.iteration_methods if an else {},
+                            "key_node_candidates": an.key_node_candidates if an else {}},
+                           ncu, aggs, findings, figures)
     return db_path
 
 
@@ -144,7 +146,7 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
                         force: bool, progress: bool, name: str, extra_meta: dict | None, key_node: str | None,
                         iter_start: int | None, iter_stop: int | None, rules_config) -> Path:
     """:func:`build_database` of a job one rank at a time (see :mod:`.distributed.rank_by_rank`)."""
-    offsets, iterations, methods, sources = IdOffsets(), [], {}, []
+    offsets, iterations, methods, candidates, sources = IdOffsets(), [], {}, {}, []
     per_rank, parts, collective_rows = [], [], []
     with _progress(progress) as step, _gc_paused(), writer.atomic_database(db_path, force) as db:
         ncu = [(p, read_ncu_csv(p)) for p in counters]
@@ -165,6 +167,7 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
             collective_rows.append(job_collective_rows(an))
             iterations.append(an.iterations)
             methods.update(an.iteration_methods)
+            candidates.update(an.key_node_candidates)
             sources.append(profile.meta)
             del an, profile
         step("writing database")
@@ -174,7 +177,8 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
         figures = job_figures([parts[j] for j in order], pd.concat(collective_rows, ignore_index=True),
                               world_sizes(sources))
         _write_results(db.connect(), sources, name, {**(extra_meta or {}), "key_node": key_node or "",
-                                                      "iteration_methods": dict(sorted(methods.items()))},
+                                                      "iteration_methods": dict(sorted(methods.items())),
+                                                      "key_node_candidates": dict(sorted(candidates.items()))},
                        ncu, aggs, [per_rank[j][1] for j in order], figures)
     return db_path
 

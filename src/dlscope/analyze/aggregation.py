@@ -14,7 +14,8 @@ import pandas as pd
 
 from ..errors import DlscopeError
 from .analysis import Analysed
-from .intervals import clip, coverage, sorted_unique, union_length
+from ..model import string_column
+from .intervals import clip, coverage, sorted_unique, union_length, union_per_group
 
 CATEGORIES = ("tensor_core", "non_tensor_core", "memory", "dataloader", "io", "cpu", "other")
 #: how reports and the viewer name them (DLProf Viewer's words)
@@ -91,16 +92,14 @@ class Segments:
         return {name: int(self.cum[c, i1] - self.cum[c, i0]) for c, name in enumerate(CATEGORIES)}
 
 
-def _window(its: pd.DataFrame, fr: dict[str, pd.DataFrame]) -> tuple[int, int]:
-    lo = int(its["start"].min())
-    in_range = its["iteration"].to_numpy()
-    ends = [int(its["end"].max())]
-    for name in ("kernels", "memops", "ops"):
-        t = fr[name]
-        t = t[np.isin(t["iteration"].to_numpy(), in_range)]
-        if len(t):
-            ends.append(int(t["end"].max()))
-    return lo, max(ends)
+def _windows(chosen: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The aggregation's iteration windows: [start, next start), the last to the end of its own activity
+    (its last CPU op or GPU activity), so they partition the wall clock."""
+    starts = chosen["start"].to_numpy(np.int64)
+    ends = np.empty_like(starts)
+    ends[:-1] = starts[1:]
+    ends[-1:] = chosen["end"].to_numpy(np.int64)[-1:]
+    return starts, np.maximum(ends, starts)
 
 
 def _gpu_table(fr, lo, hi, wall, agg_kernels) -> pd.DataFrame:
@@ -119,58 +118,76 @@ def _gpu_table(fr, lo, hi, wall, agg_kernels) -> pd.DataFrame:
                                        "tc_kernel_time_ns", "memory_ns"])
 
 
-def _iteration_table(its_all: pd.DataFrame, profiled: np.ndarray, fr, segments: Segments) -> pd.DataFrame:
+def _iteration_table(its_all: pd.DataFrame, profiled: np.ndarray, stop_end: int, fr,
+                     segments: Segments) -> pd.DataFrame:
+    """Per iteration of the rank: its window (time figures) and the GPU work it launched; ``profiled`` marks
+    the aggregation's, whose last window ends with its own activity (``stop_end``)."""
     k = fr["kernels"]
     kit = k["iteration"].to_numpy()
     tc_all = k["uses_tc"].to_numpy(bool)
     dur = k["dur"].to_numpy(np.int64)
+    starts, ends = _windows(its_all)
+    numbers = its_all["iteration"].to_numpy(np.int64)
+    ends = np.where(numbers == profiled.max(), stop_end, ends)
     rows = []
-    for it in its_all.itertuples(index=False):
-        lo, hi = int(it.start), int(it.end)
-        sel = kit == it.iteration
+    for number, lo, hi in zip(numbers, starts, ends):
+        sel = kit == number
         tc = tc_all & sel
-        parts = segments.breakdown(lo, hi)
-        row = {"iteration": int(it.iteration), "profiled": bool(it.iteration in profiled), "start": lo,
-               "end": hi, "duration_ns": hi - lo, "kernel_count": int(sel.sum()), "tc_kernel_count": int(tc.sum()),
-               "kernel_time_ns": int(dur[sel].sum()), "tc_kernel_time_ns": int(dur[tc].sum()),
-               "gpu_busy_ns": parts["tensor_core"] + parts["non_tensor_core"]}
+        parts = segments.breakdown(int(lo), int(hi))
+        row = {"iteration": int(number), "profiled": bool(np.isin(number, profiled)), "start": int(lo),
+               "end": int(hi), "duration_ns": int(hi - lo), "kernel_count": int(sel.sum()),
+               "tc_kernel_count": int(tc.sum()), "kernel_time_ns": int(dur[sel].sum()),
+               "tc_kernel_time_ns": int(dur[tc].sum()), "gpu_busy_ns": parts["tensor_core"] + parts["non_tensor_core"]}
         row.update({f"{c}_ns": v for c, v in parts.items()})
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _op_nodes(ops: pd.DataFrame) -> pd.DataFrame:
-    """Ops of the aggregation summed per op node (same name, direction, scope, input shapes)."""
-    if ops.empty:
-        return pd.DataFrame(columns=["node_id", "op_name", "op_type", "direction", "scope", "input_shapes",
-                                     "data_type", "calls", "kernel_count", "tc_kernel_count", "gpu_time_ns",
-                                     "tc_gpu_time_ns", "cpu_time_ns", "api_time_ns", "cpu_overhead_ns",
-                                     "gpu_idle_ns", "tc_eligible", "using_tc"])
-    g = ops.assign(tc_kernels=ops["using_tc"].astype(int)).groupby("node_id", sort=False)
+NODE_COLUMNS = ["node_id", "op_name", "op_type", "direction", "scope", "input_shapes", "data_type", "calls",
+                "kernel_count", "tc_kernel_count", "kernel_time_ns", "gpu_time_ns", "tc_gpu_time_ns",
+                "cpu_time_ns", "api_time_ns", "cpu_overhead_ns", "gpu_idle_ns", "tc_eligible", "using_tc",
+                "kernels"]
+
+
+def _op_nodes(roots: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+    """The aggregation's op nodes (outermost ops): their calls summed, each call inclusive of everything
+    launched beneath it, so no time is counted twice."""
+    if roots.empty:
+        return pd.DataFrame(columns=NODE_COLUMNS)
+    g = roots.groupby("node_id", sort=False)
     out = g.agg(op_name=("name", "first"), op_type=("op_type", "first"), direction=("direction", "first"),
                 scope=("scope", "first"), input_shapes=("input_shapes", "first"), data_type=("data_type", "first"),
-                calls=("op_id", "size"), kernel_count=("kernel_count", "sum"), gpu_time_ns=("gpu_time", "sum"),
-                tc_gpu_time_ns=("tc_gpu_time", "sum"), cpu_time_ns=("dur", "sum"), api_time_ns=("api_time", "sum"),
-                gpu_idle_ns=("gpu_idle", "sum"), tc_eligible=("tc_eligible", "max"), using_tc=("using_tc", "max"))
+                calls=("op_id", "size"), kernel_count=("kernel_count", "sum"),
+                tc_kernel_count=("tc_kernel_count", "sum"), kernel_time_ns=("kernel_time", "sum"),
+                gpu_time_ns=("gpu_time", "sum"), tc_gpu_time_ns=("tc_gpu_time", "sum"), cpu_time_ns=("dur", "sum"),
+                api_time_ns=("api_time", "sum"), gpu_idle_ns=("gpu_idle", "sum"), tc_eligible=("tc_eligible", "max"),
+                using_tc=("using_tc", "max"))
     out = out.reset_index()
-    out["op_type"] = out["op_type"].where(out["op_type"] != "", out["op_name"])
     out["cpu_overhead_ns"] = (out["cpu_time_ns"] - out["api_time_ns"]).clip(lower=0)
-    return out
+    names = _kernel_names(kernels, "node_id")
+    out["kernels"] = string_column(out["node_id"].map(names).fillna("").to_numpy(dtype=object))
+    return out[NODE_COLUMNS]
 
 
-def _tc_kernel_counts(kernels: pd.DataFrame, nodes: pd.DataFrame, op_node: pd.Series) -> pd.Series:
-    k = kernels[kernels["op_id"] >= 0]
-    node = op_node.reindex(k["op_id"]).to_numpy()
-    return pd.Series(k["uses_tc"].to_numpy(int), index=node).groupby(level=0).sum()
+def _kernel_names(kernels: pd.DataFrame, by: str, limit: int = 5) -> pd.Series:
+    """Per group, the names of its kernels by GPU time ("name ×calls; …"), at most ``limit``."""
+    k = kernels[kernels[by] >= 0]
+    if k.empty:
+        return pd.Series(dtype=object)
+    per = k.groupby([by, "name"], sort=False)["dur"].agg(["sum", "size"]).reset_index()
+    per = per.sort_values([by, "sum", "name"], ascending=[True, False, True], kind="stable")
+    per = per.groupby(by, sort=False).head(limit)
+    text = per["name"].astype(str) + " ×" + per["size"].astype(str)
+    return text.groupby(per[by], sort=False).agg("; ".join)
 
 
-def _op_types(ops: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
+def _op_types(roots: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
     cols = ["op_type", "ops", "calls"] + [f"{m}_{s}" for m in ("cpu_time", "gpu_time", "cpu_overhead", "gpu_idle")
-                                          for s in ("total", "avg", "min", "max")] + ["kernel_count", "tc_eligible", "using_tc"]
-    if ops.empty:
+                                          for s in ("total", "avg", "min", "max")] + ["kernel_count", "tc_eligible",
+                                                                                     "using_tc", "kernels"]
+    if roots.empty:
         return pd.DataFrame(columns=cols)
-    inst = ops.assign(op_type=ops["op_type"].where(ops["op_type"] != "", ops["name"]),
-                      cpu_overhead=(ops["dur"] - ops["api_time"]).clip(lower=0))
+    inst = roots.assign(cpu_overhead=(roots["dur"] - roots["api_time"]).clip(lower=0))
     g = inst.groupby("op_type", sort=False)
     out = pd.DataFrame({"ops": g["node_id"].nunique(), "calls": g.size(), "kernel_count": g["kernel_count"].sum(),
                         "tc_eligible": g["tc_eligible"].max(), "using_tc": g["using_tc"].max()})
@@ -180,7 +197,11 @@ def _op_types(ops: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
         out[f"{metric}_avg"] = g[col].mean()
         out[f"{metric}_min"] = g[col].min()
         out[f"{metric}_max"] = g[col].max()
-    return out.reset_index()[cols]
+    out = out.reset_index()
+    names = _kernel_names(kernels.assign(op_type_code=kernels["op_type"].map(
+        {t: i for i, t in enumerate(out["op_type"])}).fillna(-1).astype(np.int64)), "op_type_code")
+    out["kernels"] = string_column(pd.Series(np.arange(len(out))).map(names).fillna("").to_numpy(dtype=object))
+    return out[cols]
 
 
 def _kernel_summary(kernels: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -190,34 +211,98 @@ def _kernel_summary(kernels: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return out.reset_index().rename(columns={"name": "kernel_name"})
 
 
-def _groups(nodes: pd.DataFrame) -> pd.DataFrame:
-    """The Group Ops tree: every scope prefix is a group summing the op nodes below it."""
-    metrics = ["calls", "kernel_count", "gpu_time_ns", "tc_gpu_time_ns", "cpu_time_ns", "api_time_ns",
-               "cpu_overhead_ns", "gpu_idle_ns"]
-    groups: dict[str, dict] = {}
-    rows = []
-    for node in nodes.itertuples(index=False):
-        parts = [p for p in str(node.scope).split("/") if p] if node.scope else []
-        parent = -1
+def _kernel_ops(kernels: pd.DataFrame, nodes: pd.DataFrame, limit: int = 5) -> pd.Series:
+    """Per kernel name, the op nodes that launched it by GPU time ("op name ×calls; …")."""
+    names = nodes.set_index("node_id")["op_name"]
+    k = kernels.assign(op_name=_lookup(names, kernels["node_id"], missing="(no op)"))
+    per = k.groupby(["name", "op_name"], sort=False)["dur"].agg(["sum", "size"]).reset_index()
+    per = per.sort_values(["name", "sum", "op_name"], ascending=[True, False, True], kind="stable")
+    per = per.groupby("name", sort=False).head(limit)
+    text = per["op_name"].astype(str) + " ×" + per["size"].astype(str)
+    return text.groupby(per["name"], sort=False).agg("; ".join)
+
+
+GROUP_METRICS = ["calls", "kernel_count", "gpu_time_ns", "tc_gpu_time_ns", "cpu_time_ns", "api_time_ns",
+                 "cpu_overhead_ns", "gpu_idle_ns"]
+
+
+def _groups(nodes: pd.DataFrame, roots: pd.DataFrame, api: pd.DataFrame, gpu: pd.DataFrame,
+            lo: int, hi: int) -> pd.DataFrame:
+    """The Group Ops tree: every scope prefix is a group of the op nodes below it, op nodes are its leaves.
+
+    A group's CPU, API and GPU times are the *union* of its members' intervals inside the window (their calls,
+    the API calls beneath them, the GPU activity they launched), so nothing counts twice and no group exceeds
+    the wall clock; its GPU idle is the span of that GPU activity less its union. Calls and kernel counts add.
+    """
+    columns = ["group_id", "parent_group_id", "is_group", "level", "name", "path", "node_id", *GROUP_METRICS,
+               "tc_eligible", "using_tc"]
+    if nodes.empty:
+        return pd.DataFrame(columns=columns)
+    scopes = pd.Index(pd.unique(nodes["scope"].to_numpy(dtype=object)))
+    groups: dict[str, int] = {}
+    rows: list[dict] = []
+    chains = []  # per distinct scope, the group ids of its prefixes (outermost first)
+    for scope in scopes:
+        parts = [p for p in str(scope).split("/") if p]
+        chain, parent = [], -1
         for depth in range(len(parts)):
             path = "/".join(parts[: depth + 1])
-            grp = groups.get(path)
-            if grp is None:
-                grp = {"group_id": len(rows), "parent_group_id": parent, "is_group": True, "level": depth + 1,
-                       "name": parts[depth] + "/", "path": path, "node_id": -1, "tc_eligible": False,
-                       "using_tc": False, **dict.fromkeys(metrics, 0)}
-                groups[path] = grp
-                rows.append(grp)
-            for m in metrics:
-                grp[m] += int(getattr(node, m))
-            grp["tc_eligible"] |= bool(node.tc_eligible)
-            grp["using_tc"] |= bool(node.using_tc)
-            parent = grp["group_id"]
-        rows.append({"group_id": len(rows), "parent_group_id": parent, "is_group": False, "level": len(parts) + 1,
-                     "name": node.op_name, "path": (node.scope + "/" if node.scope else "") + node.op_name,
-                     "node_id": int(node.node_id), "tc_eligible": bool(node.tc_eligible),
-                     "using_tc": bool(node.using_tc), **{m: int(getattr(node, m)) for m in metrics}})
-    return pd.DataFrame(rows)
+            if path not in groups:
+                groups[path] = len(groups)
+                rows.append({"parent_group_id": parent, "level": depth + 1, "name": parts[depth] + "/",
+                             "path": path})
+            parent = groups[path]
+            chain.append(parent)
+        chains.append(chain)
+    n_groups = len(rows)
+    grp = pd.DataFrame(rows, columns=["parent_group_id", "level", "name", "path"])
+    node_scope = pd.Series(scopes.get_indexer(nodes["scope"].to_numpy(dtype=object)), index=nodes["node_id"])
+
+    def expand(node_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(group, row) pairs: each row counted in every group of its node's scope."""
+        codes = node_scope.reindex(node_ids).fillna(-1).to_numpy(np.int64)
+        lens = np.array([len(c) for c in chains], dtype=np.int64)
+        flat = np.array([g for c in chains for g in c], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        has = codes >= 0
+        rows_ = np.flatnonzero(has)
+        n_each = lens[codes[rows_]]
+        rep = np.repeat(rows_, n_each)
+        within = np.arange(len(rep)) - np.repeat(np.cumsum(n_each) - n_each, n_each)
+        return flat[offsets[codes[rep]] + within], rep
+
+    def union_of(frame: pd.DataFrame, node_col: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        starts = np.clip(frame["start"].to_numpy(np.int64), lo, hi)
+        ends = np.clip(frame["end"].to_numpy(np.int64), lo, hi)
+        g, r = expand(frame[node_col].to_numpy(np.int64))
+        return union_per_group(g, starts[r], ends[r], n_groups)
+
+    cpu, _, _ = union_of(roots, "node_id")
+    api_u, _, _ = union_of(api, "node_id")
+    gpu_u, first, last = union_of(gpu, "node_id")
+    tc_u, _, _ = union_of(gpu[gpu["uses_tc"]], "node_id")
+    g_nodes, r_nodes = expand(nodes["node_id"].to_numpy(np.int64))
+    for col in ("calls", "kernel_count"):
+        grp[col] = np.bincount(g_nodes, weights=nodes[col].to_numpy(np.int64)[r_nodes], minlength=n_groups
+                               ).round().astype(np.int64)
+    for col in ("tc_eligible", "using_tc"):
+        grp[col] = np.bincount(g_nodes, weights=nodes[col].astype(bool).to_numpy()[r_nodes],
+                               minlength=n_groups) > 0
+    grp["cpu_time_ns"], grp["api_time_ns"], grp["gpu_time_ns"], grp["tc_gpu_time_ns"] = cpu, api_u, gpu_u, tc_u
+    grp["cpu_overhead_ns"] = np.maximum(cpu - api_u, 0)
+    grp["gpu_idle_ns"] = last - first - gpu_u
+    grp["is_group"], grp["node_id"] = True, -1
+    grp["group_id"] = np.arange(n_groups, dtype=np.int64)
+    leaves = nodes.assign(
+        group_id=np.arange(n_groups, n_groups + len(nodes), dtype=np.int64),
+        parent_group_id=[chains[c][-1] if c >= 0 and chains[c] else -1 for c in node_scope.to_numpy(np.int64)],
+        is_group=False, level=[len(chains[c]) + 1 if c >= 0 else 1 for c in node_scope.to_numpy(np.int64)],
+        name=nodes["op_name"],
+        path=[(sc + "/" if sc else "") + nm for sc, nm in zip(nodes["scope"], nodes["op_name"])])
+    out = pd.concat([grp, leaves[columns]], ignore_index=True)[columns]
+    for col in GROUP_METRICS:
+        out[col] = out[col].astype(np.int64)
+    return out
 
 
 def resolve_range(an: Analysed, rank: int, iter_start: int | None, iter_stop: int | None) -> pd.DataFrame:
@@ -237,38 +322,53 @@ def resolve_range(an: Analysed, rank: int, iter_start: int | None, iter_stop: in
 
 def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop: int | None = None) -> Aggregation:
     """Compute one aggregation of one rank over [iter_start, iter_stop] (inclusive; default all)."""
-    chosen = resolve_range(an, rank, iter_start, iter_stop)
+    chosen = resolve_range(an, rank, iter_start, iter_stop).sort_values("start", kind="stable")
     fr = _rank_frames(an, rank)
     profiled = chosen["iteration"].to_numpy()
-    lo, hi = _window(chosen, fr)
+    starts, ends = _windows(chosen)
+    lo, hi = int(starts[0]), int(ends[-1])
     wall = hi - lo
-    its_all = an.iterations[an.iterations["rank"] == rank].sort_values("iteration")
-    points = np.concatenate([[lo, hi], its_all["start"].to_numpy(np.int64), its_all["end"].to_numpy(np.int64)])
+    its_all = an.iterations[an.iterations["rank"] == rank].sort_values("start", kind="stable")
+    all_starts, all_ends = _windows(its_all)
+    points = np.concatenate([[lo, hi], starts, ends, all_starts, all_ends])
     segments = Segments(category_intervals(fr), points)
     parts = segments.breakdown(lo, hi)
 
-    in_agg = {name: fr[name][np.isin(fr[name]["iteration"].to_numpy(), profiled)] for name in ("ops", "kernels")}
+    ops = fr["ops"]
+    in_agg = {name: fr[name][np.isin(fr[name]["iteration"].to_numpy(), profiled)]
+              for name in ("ops", "kernels", "memops", "api_calls")}
     ak, aops = in_agg["kernels"], in_agg["ops"]
+    roots = aops[aops["parent_id"] < 0]
+    node_of = pd.Series(ops["node_id"].to_numpy(), index=ops["op_id"].to_numpy())
+    ak = ak.assign(node_id=_lookup(node_of, ak["root_op_id"]),
+                   op_type=_lookup(pd.Series(ops["op_type"].to_numpy(), index=ops["op_id"].to_numpy()),
+                                   ak["root_op_id"], missing=""))
     gpus = _gpu_table(fr, lo, hi, wall, ak)
     has_gpu = len(fr["kernels"]) > 0
     util = float(gpus["utilization"].mean()) if has_gpu and len(gpus) else None
 
-    eligible_ops = set(aops.loc[aops["tc_eligible"].astype(bool), "op_id"])
-    elig_k = ak[ak["op_id"].isin(eligible_ops)]
+    nodes = _op_nodes(roots, ak)
+    eligible_nodes = set(nodes.loc[nodes["tc_eligible"].astype(bool), "node_id"])
+    elig_k = ak[ak["node_id"].isin(eligible_nodes)]
     elig_time = int(elig_k["dur"].sum())
     tc_time = int(elig_k.loc[elig_k["uses_tc"].astype(bool), "dur"].sum())
+    node_gpu = int(nodes["gpu_time_ns"].sum())
+    elig_gpu = int(nodes.loc[nodes["tc_eligible"].astype(bool), "gpu_time_ns"].sum())
 
-    nodes = _op_nodes(aops)
-    op_node = pd.Series(fr["ops"]["node_id"].to_numpy(), index=fr["ops"]["op_id"].to_numpy())
-    tc_counts = _tc_kernel_counts(ak, nodes, op_node)
-    nodes["tc_kernel_count"] = nodes["node_id"].map(tc_counts).fillna(0).astype(np.int64)
-    ak_nodes = ak.assign(node_id=op_node.reindex(ak["op_id"]).fillna(-1).to_numpy(np.int64))
+    api = in_agg["api_calls"]
+    api = api.assign(node_id=_lookup(node_of, _lookup(pd.Series(ops["root_id"].to_numpy(),
+                                                                 index=ops["op_id"].to_numpy()), api["op_id"])))
+    mem = in_agg["memops"]
+    gpu = pd.concat([ak[["node_id", "start", "end", "uses_tc"]],
+                     mem.assign(node_id=_lookup(node_of, mem["root_op_id"]), uses_tc=False)[
+                         ["node_id", "start", "end", "uses_tc"]]], ignore_index=True)
+    gpu["uses_tc"] = gpu["uses_tc"].astype(bool)
 
     row = {
         "rank": rank, "iter_start": int(profiled.min()), "iter_stop": int(profiled.max()),
         "key_node": an.key_node or "", "iteration_method": an.iteration_methods.get(rank, "whole_profile"),
         "iterations_profiled": len(profiled), "window_start": lo, "window_end": hi, "wall_clock_ns": wall,
-        "avg_iteration_ns": wall / len(profiled) if len(profiled) else None,
+        "avg_iteration_ns": round(wall / len(profiled)) if len(profiled) else None,
         "gpu_busy_ns": int(gpus["busy_ns"].sum()) if has_gpu else None,
         "gpu_utilization": util,
         "kernel_count": len(ak), "kernel_time_ns": int(ak["dur"].sum()),
@@ -276,12 +376,25 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
         "tc_eligible_kernel_time_ns": elig_time,
         "tc_kernel_efficiency": tc_time / elig_time if elig_time > 0 else None,
         "memory_ns": parts["memory"], **{f"{c}_ns": v for c, v in parts.items() if c != "memory"},
-        "op_count": len(aops), "tc_eligible_op_count": int(nodes["tc_eligible"].astype(bool).sum()),
-        "using_tc_op_count": int(nodes["using_tc"].astype(bool).sum()),
+        "op_count": len(aops), "op_nodes": len(nodes), "tc_eligible_op_nodes": len(eligible_nodes),
+        "op_nodes_using_tc": int(nodes["using_tc"].astype(bool).sum()),
+        "tc_eligible_gpu_time_pct": 100.0 * elig_gpu / node_gpu if node_gpu > 0 else None,
     }
+    kernel_rows = _kernel_summary(ak, [])
+    kernel_rows["op_names"] = string_column(kernel_rows["kernel_name"].map(_kernel_ops(ak, nodes)).fillna("")
+                                            .to_numpy(dtype=object))
     return Aggregation(
         row=row, gpus=gpus.assign(rank=rank),
-        iterations=_iteration_table(its_all, profiled, fr, segments).assign(rank=rank),
-        ops=nodes.assign(rank=rank), op_types=_op_types(aops, nodes), kernels=_kernel_summary(ak, []),
-        op_kernels=_kernel_summary(ak_nodes[ak_nodes["node_id"] >= 0], ["node_id"]), groups=_groups(nodes),
+        iterations=_iteration_table(its_all, profiled, hi, fr, segments).assign(rank=rank),
+        ops=nodes.assign(rank=rank), op_types=_op_types(roots, ak), kernels=kernel_rows,
+        op_kernels=_kernel_summary(ak[ak["node_id"] >= 0], ["node_id"]),
+        groups=_groups(nodes, roots, api, gpu, lo, hi),
     )
+
+
+def _lookup(mapping: pd.Series, keys, missing=-1) -> np.ndarray:
+    """``mapping[key]`` per key (ids to ids or names), ``missing`` where the key is -1 or unknown."""
+    out = mapping.reindex(np.asarray(keys)).to_numpy()
+    if isinstance(missing, str):
+        return np.where(pd.isna(out), missing, out).astype(object)
+    return np.where(pd.isna(out), missing, out).astype(np.int64)

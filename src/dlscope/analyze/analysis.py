@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 
 from ..model import Profile, make_table, string_column
-from .attribution import attribute, gpu_idle_per_owner, thread_keys
+from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, take, thread_keys
 from .categories import matches
 from .iterations import assign, find_iterations
-from .nesting import Nesting
+from .nesting import Nesting, inclusive_sum, levels
 from .tensor_core import classify_names, kernel_uses_tc, op_type_tc_eligible
 
 _DTYPES = {
@@ -35,6 +35,8 @@ class Analysed:
     iterations: pd.DataFrame
     iteration_methods: dict[int, str] = field(default_factory=dict)
     key_node: str | None = None
+    #: per rank, key-node candidates seen when the split is a guess (or there is none)
+    key_node_candidates: dict[int, list[str]] = field(default_factory=dict)
     _by_rank: dict | None = field(default=None, repr=False)
 
     RAW = ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory", "gpus")
@@ -114,31 +116,31 @@ def _activity_spans(profile: Profile) -> dict[int, tuple[int, int]]:
     return {int(r): (int(s), int(e)) for r, s, e in zip(spans.index, spans["start"], spans["end"])}
 
 
-def _promote_launching_ranges(profile: Profile) -> tuple[Nesting, np.ndarray] | None:
+def _promote_launching_ranges(profile: Profile) -> OpTree | None:
     """Annotation ranges that launch GPU work outside any framework op stand for an op (e.g. a custom
-    extension's kernels under a ``record_function``); they join the ops so their kernels are attributed.
+    extension's kernels under a ``record_function``); they join the ops (``range_domain`` set) so their
+    launches are attributed. They own only launches no framework op encloses and never adopt an op.
 
-    Returns the ops' nesting and each API call's innermost op row when no range was promoted (the ops are
-    then unchanged and attribution reuses them), else None.
+    Returns the op tree when no range was promoted (the ops are then unchanged and attribution reuses it),
+    else None.
     """
     ops, ranges, api = profile.ops, profile.ranges, profile.api_calls
-    op_keys, api_keys = thread_keys([ops, api])
-    nest = Nesting.build(op_keys, ops["start"].to_numpy(), ops["end"].to_numpy())
-    api_op_row = nest.innermost_at(api_keys, api["start"].to_numpy())
-    outside = api_op_row < 0
+    tree = OpTree.build(ops)
+    outside = tree.launching_op(ops, api) < 0
     cand = ranges[(ranges["device"] < 0) & ~matches(ranges["name"], "profiler_step")
                   & ~matches(ranges["name"], "step_like_range")]
     if not outside.any() or cand.empty:
-        return nest, api_op_row
+        return tree
     rng_keys, out_keys = thread_keys([cand, api[outside]])
     hit = Nesting.build(rng_keys, cand["start"].to_numpy(), cand["end"].to_numpy()).innermost_at(
         out_keys, api.loc[outside, "start"].to_numpy())
     rows = np.unique(hit[hit >= 0])
     if len(rows) == 0:
-        return nest, api_op_row
+        return tree
     promoted = cand.iloc[rows]
     new_ops = make_table("ops", {c: promoted[c].to_numpy() for c in ("rank", "pid", "tid", "name", "start", "end")})
     new_ops["op_type"] = new_ops["name"]
+    new_ops["range_domain"] = string_column(promoted["domain"].replace("", "annotation").to_numpy(dtype=object))
     profile.ops = _after_own_rank(ops, new_ops)
     profile.ranges = ranges.drop(index=promoted.index)
     return None
@@ -153,26 +155,40 @@ def _after_own_rank(ops: pd.DataFrame, new_ops: pd.DataFrame) -> pd.DataFrame:
     return both.iloc[order].reset_index(drop=True)
 
 
+#: the autograd engine's wrapper of a backward node: its op type is the node's name (e.g. AddmmBackward0)
+_AUTOGRAD_WRAPPER = "autograd::engine::evaluate_function: "
+
+
+def op_types(ops: pd.DataFrame) -> np.ndarray:
+    """One vocabulary of op types: the importer's type, else the name; an autograd wrapper is typed by its
+    backward node."""
+    types = ops["op_type"].where(ops["op_type"] != "", ops["name"])
+    return string_column(types.str.removeprefix(_AUTOGRAD_WRAPPER))
+
+
 def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     """Attribute GPU activity to ops and iterations and compute per-op-instance metrics."""
-    nesting = _promote_launching_ranges(profile)
-    _renumber(profile)  # keeps row order, so an unchanged ops table keeps its nesting
+    tree = _promote_launching_ranges(profile)
+    _renumber(profile)  # keeps row order, so an unchanged ops table keeps its tree
     ops, kernels, memops, syncs, api_calls, ranges = (profile.ops, profile.kernels, profile.memops,
                                                        profile.syncs, profile.api_calls, profile.ranges)
     for frame in (ops, kernels, memops):
         frame["dur"] = (frame["end"] - frame["start"]).clip(lower=0)
-    attribute(ops, api_calls, {"kernels": kernels, "memops": memops, "syncs": syncs}, nesting)
+    ops["op_type"] = op_types(ops)
+    tree = attribute(ops, api_calls, {"kernels": kernels, "memops": memops, "syncs": syncs}, tree)
 
     ranges["category"] = np.select(
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),
          matches(ranges["name"], "io")], ["step", "dataloader", "io"], "")
 
-    iterations, methods, spans = [], {}, _activity_spans(profile)
+    iterations, methods, candidates, spans = [], {}, {}, _activity_spans(profile)
     for rank in sorted(set(ops["rank"]).union(ranges["rank"], kernels["rank"], api_calls["rank"]) or {0}):
-        its, method = find_iterations(ops[ops["rank"] == rank], ranges[ranges["rank"] == rank], int(rank),
-                                      key_node, spans.get(int(rank), (0, 0)))
-        iterations.append(its)
-        methods[int(rank)] = method
+        found = find_iterations(ops[ops["rank"] == rank], ranges[ranges["rank"] == rank], int(rank),
+                                key_node, spans.get(int(rank), (0, 0)))
+        iterations.append(found.iterations)
+        methods[int(rank)] = found.method
+        if found.candidates:
+            candidates[int(rank)] = found.candidates
     iterations = pd.concat(iterations, ignore_index=True)
 
     # ranges that are a rank's iterations are not a scope of its ops
@@ -182,16 +198,30 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
                    | (ranges["category"] == "step").to_numpy())
     ops["scope"] = string_column(_scopes(ops, ranges, skip_ranges))
 
-    for frame, time_col in ((ops, "start"), (ranges, "start"), (api_calls, "start"), (kernels, "launch_ts"),
+    # an op belongs to the iteration its op node (root) starts in; GPU activity to its launching call's
+    roots = tree.root
+    ops["iteration"] = _assign_by_rank(ops, "start", iterations)[roots] if len(ops) else np.zeros(0, np.int64)
+    for frame, time_col in ((ranges, "start"), (api_calls, "start"), (kernels, "launch_ts"),
                             (memops, "launch_ts"), (syncs, "launch_ts")):
         frame["iteration"] = _assign_by_rank(frame, time_col, iterations)
-    # GPU activity belongs to the iteration of its launching op when the launch sits in a gap
-    iterations["end"] = _iteration_ends(iterations, kernels, memops)
+    iterations["end"] = _iteration_ends(iterations, ops, kernels, memops)
 
     kernels["uses_tc"] = classify_names(kernels["name"], kernel_uses_tc)
-    _op_metrics(ops, kernels, memops)
-    ops["node_id"] = ops.groupby(["rank", "name", "direction", "scope", "input_shapes"], sort=False).ngroup()
-    return Analysed(profile, iterations, methods, key_node)
+    _op_metrics(ops, kernels, memops, tree)
+    _op_nodes(ops, tree)
+    return Analysed(profile, iterations, methods, key_node, candidates)
+
+
+def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> None:
+    """``node_id``: the calls of an op with the same name, type, direction, scope and input shapes at the same
+    level (an op node, the outermost op, or a nested op for drill-down); ``parent_node_id``: the node of the
+    parent op (-1 for op nodes)."""
+    is_node = (tree.parent < 0).astype(np.int64)
+    keys = ops[["rank", "name", "op_type", "direction", "scope", "input_shapes", "range_domain"]].assign(
+        _is_node=is_node)
+    ops["node_id"] = keys.groupby(list(keys.columns), sort=False).ngroup().to_numpy(np.int64)
+    node = ops["node_id"].to_numpy(np.int64)
+    ops["parent_node_id"] = take(node, tree.parent)
 
 
 def _assign_by_rank(frame: pd.DataFrame, time_col: str, iterations: pd.DataFrame) -> np.ndarray:
@@ -202,30 +232,64 @@ def _assign_by_rank(frame: pd.DataFrame, time_col: str, iterations: pd.DataFrame
     return out
 
 
-def _iteration_ends(iterations: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame) -> np.ndarray:
-    """End of each iteration: its CPU end or the end of its last GPU activity, whichever is later."""
-    gpu = pd.concat([kernels[["rank", "iteration", "end"]], memops[["rank", "iteration", "end"]]])
-    last = gpu[gpu["iteration"] >= 0].groupby(["rank", "iteration"])["end"].max()
+def _iteration_ends(iterations: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame,
+                    memops: pd.DataFrame) -> np.ndarray:
+    """End of each iteration's own activity: the later of its CPU end, its ops' ends and the end of the GPU
+    activity it launched."""
+    frames = [ops[["rank", "iteration", "end"]], kernels[["rank", "iteration", "end"]],
+              memops[["rank", "iteration", "end"]]]
+    act = pd.concat(frames)
+    last = act[act["iteration"] >= 0].groupby(["rank", "iteration"])["end"].max()
     keyed = pd.MultiIndex.from_frame(iterations[["rank", "iteration"]])
-    gpu_end = last.reindex(keyed, fill_value=-1).to_numpy(np.int64)  # no NaN: ns epochs exceed float precision
-    return np.maximum(iterations["cpu_end"].to_numpy(np.int64), gpu_end)
+    act_end = last.reindex(keyed, fill_value=-1).to_numpy(np.int64)  # no NaN: ns epochs exceed float precision
+    return np.maximum(iterations["cpu_end"].to_numpy(np.int64), act_end)
 
 
-def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame) -> None:
-    """Per op instance: its own kernels' count and time, TC use, eligibility, GPU idle, data type."""
+def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, tree: OpTree) -> None:
+    """Per op instance, inclusive of everything launched beneath it (PRODUCT.md's op GPU time): kernel count
+    and time, memory-operation time, GPU time (both), Tensor Core kernels and time, GPU idle; TC
+    eligibility (its type, or an eligible op beneath it) and data type (its own, else a descendant's)."""
     n = len(ops)
+    parent, depth = tree.parent, tree.depth
+
     k_op = kernels["op_id"].to_numpy(np.int64)
-    has = k_op >= 0
-    dur = kernels["dur"].to_numpy(np.int64)
+    m_op = memops["op_id"].to_numpy(np.int64)
+    k_dur = kernels["dur"].to_numpy(np.int64)
     tc = kernels["uses_tc"].to_numpy(bool)
-    ops["kernel_count"] = np.bincount(k_op[has], minlength=n)[:n] if n else np.zeros(0, np.int64)
-    ops["gpu_time"] = np.bincount(k_op[has], weights=dur[has], minlength=n)[:n].astype(np.int64) if n else 0
-    ops["tc_gpu_time"] = (np.bincount(k_op[has & tc], weights=dur[has & tc], minlength=n)[:n].astype(np.int64)
-                          if n else 0)
-    ops["using_tc"] = (np.bincount(k_op[has & tc], minlength=n)[:n] > 0) if n else False
-    ops["tc_eligible"] = classify_names(ops["op_type"].where(ops["op_type"] != "", ops["name"]), op_type_tc_eligible)
-    owner = np.concatenate([k_op, memops["op_id"].to_numpy(np.int64)])
+    ones = np.ones(len(k_op), dtype=np.int64)
+    tc_op = np.where(tc, k_op, -1)
+    ops["kernel_count"] = _inclusive_exact(k_op, ones, n, parent, depth)
+    ops["kernel_time"] = _inclusive_exact(k_op, k_dur, n, parent, depth)
+    ops["gpu_time"] = ops["kernel_time"] + _inclusive_exact(m_op, memops["dur"].to_numpy(np.int64), n, parent, depth)
+    ops["tc_kernel_count"] = _inclusive_exact(tc_op, ones, n, parent, depth)
+    ops["tc_gpu_time"] = _inclusive_exact(tc_op, k_dur, n, parent, depth)
+    ops["using_tc"] = ops["tc_kernel_count"].to_numpy() > 0
+    eligible = classify_names(ops["op_type"], op_type_tc_eligible) | classify_names(ops["name"], op_type_tc_eligible)
+    ops["tc_eligible"] = inclusive_sum(eligible.astype(np.int64), parent, depth) > 0
+    owner = np.concatenate([k_op, m_op])
+    anc, act = ancestor_rows(owner, parent)
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
     ends = np.concatenate([kernels["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
-    ops["gpu_idle"] = gpu_idle_per_owner(owner, starts, ends, n)
-    ops["data_type"] = string_column(classify_names(ops["input_dtypes"], _first_dtype, dtype=object))
+    ops["gpu_idle"] = gpu_idle_per_owner(anc, starts[act], ends[act], n)
+    ops["data_type"] = string_column(_data_types(ops, tree))
+
+
+def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Int64 sums of ``values`` per owner, inclusive of descendants (np.bincount would go through float64)."""
+    own = np.zeros(n, dtype=np.int64)
+    has = owner >= 0
+    np.add.at(own, owner[has], values[has])
+    return inclusive_sum(own, parent, depth)
+
+
+def _data_types(ops: pd.DataFrame, tree: OpTree) -> np.ndarray:
+    """An op's data type: its first tensor input's dtype, else one of its descendants' (an autograd wrapper
+    records no inputs; the op it calls does)."""
+    own = classify_names(ops["input_dtypes"], _first_dtype, dtype=object)
+    out = own.copy()
+    for rows in reversed(levels(tree.depth)[1:]):
+        rows = rows[out[rows] != ""]
+        par = tree.parent[rows]
+        empty = out[par] == ""
+        out[par[empty]] = out[rows[empty]]
+    return out

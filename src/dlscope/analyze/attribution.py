@@ -1,15 +1,21 @@
-"""Who launched what: GPU activity → launching API call → launching op, and op nesting.
+"""Who launched what: GPU activity → launching API call → launching op, and the op tree above it.
 
 PRODUCT.md: the launching op of a kernel is found by following the kernel's correlation id to its launch
-API call; the innermost op open on that thread at the call's start launched it.
+API call; the innermost op *enclosing* that call's start on its thread launched it. Framework ops are asked
+first; an annotation range that stands for an op (``ops.range_domain`` set: it launched GPU work outside any
+framework op) owns only the launches no framework op encloses, and is never the parent of a framework op.
+Each op's root is its outermost enclosing op: the op node the user wrote.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
-from .nesting import Nesting
+from .intervals import union_per_group
+from .nesting import Nesting, inclusive_sum, inherit_flag
 
 
 def thread_keys(frames: list[pd.DataFrame]) -> list[np.ndarray]:
@@ -47,72 +53,104 @@ def link_api_calls(activity: pd.DataFrame, api_calls: pd.DataFrame) -> np.ndarra
     return rows
 
 
-def propagate_up(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Inclusive sums over a forest: each node gets its own value plus all descendants'."""
-    total = values.astype(np.int64).copy()
-    for d in range(int(depth.max(initial=0)), 0, -1):
-        rows = np.flatnonzero((depth == d) & (parent >= 0))
-        np.add.at(total, parent[rows], total[rows])
-    return total
+@dataclass
+class OpTree:
+    """The ops' nesting: framework ops nested among themselves, ranges that stand for ops among themselves."""
 
+    parent: np.ndarray  # row of the parent op, -1 for roots
+    depth: np.ndarray
+    root: np.ndarray    # row of the outermost enclosing op (itself for roots)
+    _framework: tuple[np.ndarray, Nesting]
+    _ranges: tuple[np.ndarray, Nesting]
 
-def propagate_down_flag(flag: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """A node is flagged when it or any ancestor is."""
-    out = flag.copy()
-    for d in range(1, int(depth.max(initial=0)) + 1):
-        rows = np.flatnonzero((depth == d) & (parent >= 0))
-        out[rows] |= out[parent[rows]]
-    return out
+    @classmethod
+    def build(cls, ops: pd.DataFrame) -> "OpTree":
+        (keys,) = thread_keys([ops])
+        n = len(ops)
+        parent = np.full(n, -1, np.int64)
+        depth = np.zeros(n, np.int64)
+        root = np.arange(n, dtype=np.int64)
+        is_range = ops["range_domain"].to_numpy(dtype=object) != ""
+        parts = []
+        for rows in (np.flatnonzero(~is_range), np.flatnonzero(is_range)):
+            nest = Nesting.build(keys[rows], ops["start"].to_numpy()[rows], ops["end"].to_numpy()[rows])
+            parent[rows] = take(rows, nest.parent)
+            depth[rows] = nest.depth
+            root[rows] = rows[nest.root] if len(rows) else rows
+            parts.append((rows, nest))
+        return cls(parent, depth, root, parts[0], parts[1])
 
+    def launching_op(self, ops: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
+        """Row of the op that launched each call (framework ops first, then ranges standing for ops).
 
-def gpu_idle_per_owner(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_owners: int) -> np.ndarray:
-    """DLProf's GPU idle of an op: gaps between its own GPU activities, from first start to last end."""
-    idle = np.zeros(n_owners, dtype=np.int64)
-    keep = owner >= 0
-    if not keep.any():
-        return idle
-    frame = pd.DataFrame({"o": owner[keep], "s": starts[keep], "e": ends[keep]}).sort_values(["o", "s"], kind="stable")
-    reach = frame.groupby("o", sort=False)["e"].cummax()
-    prev_reach = reach.groupby(frame["o"], sort=False).shift(1)
-    gap = (frame["s"] - prev_reach).clip(lower=0).fillna(0).astype(np.int64)
-    sums = gap.groupby(frame["o"], sort=False).sum()
-    idle[sums.index.to_numpy(np.int64)] = sums.to_numpy(np.int64)
-    return idle
+        Thread codes are numbered in order of first appearance with the ops first, so the ops' codes here are
+        the ones the tree was built with."""
+        _, call_keys = thread_keys([ops, calls])
+        starts = calls["start"].to_numpy(np.int64)
+        out = np.full(len(calls), -1, np.int64)
+        for rows, nest in (self._framework, self._ranges):
+            todo = np.flatnonzero(out < 0)
+            if len(rows) == 0 or len(todo) == 0:
+                continue
+            hit = nest.innermost_at(call_keys[todo], starts[todo])
+            out[todo] = take(rows, hit)
+        return out
 
 
 def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, pd.DataFrame],
-              prebuilt: tuple[Nesting, np.ndarray] | None = None) -> None:
-    """Add attribution columns in place.
+              tree: OpTree | None = None) -> OpTree:
+    """Add attribution columns in place; returns the op tree.
 
-    ops: parent_id, depth, direction (bwd inherited from ancestors, else fwd), api_time.
-    api_calls: op_id. Each activity table (kernels, memops, syncs): api_id, launch_ts, op_id.
-    ``prebuilt``: the ops' nesting and each API call's innermost op row, when already computed for these rows.
+    ops: parent_id, depth, root_id, direction (bwd inherited from ancestors, else fwd), api_time (its own
+    calls and its descendants'). api_calls: op_id. Each activity table (kernels, memops, syncs): api_id,
+    launch_ts, op_id (the innermost launching op), root_op_id (that op's root: its op node instance).
     """
-    if prebuilt is None:
-        op_keys, api_keys = thread_keys([ops, api_calls])
-        nest = Nesting.build(op_keys, ops["start"].to_numpy(), ops["end"].to_numpy())
-        api_op_row = nest.innermost_at(api_keys, api_calls["start"].to_numpy())
-    else:
-        nest, api_op_row = prebuilt
-    parent_row = nest.parent
-    ops["parent_id"] = take(ops["op_id"].to_numpy(), parent_row)
-    ops["depth"] = nest.depth
-
-    bwd = propagate_down_flag((ops["direction"] == "bwd").to_numpy(), parent_row, nest.depth)
+    tree = tree or OpTree.build(ops)
+    op_ids = ops["op_id"].to_numpy()
+    ops["parent_id"] = take(op_ids, tree.parent)
+    ops["depth"] = tree.depth
+    ops["root_id"] = op_ids[tree.root] if len(ops) else np.zeros(0, np.int64)
+    bwd = inherit_flag((ops["direction"] == "bwd").to_numpy(), tree.parent, tree.depth)
     ops["direction"] = np.where(bwd, "bwd", "fwd")
 
-    op_ids = ops["op_id"].to_numpy()
+    api_op_row = tree.launching_op(ops, api_calls)
     api_calls["op_id"] = take(op_ids, api_op_row)
     self_api = np.zeros(len(ops), dtype=np.int64)
     has_op = api_op_row >= 0
     np.add.at(self_api, api_op_row[has_op], (api_calls["end"] - api_calls["start"]).to_numpy()[has_op])
-    ops["api_time"] = propagate_up(self_api, parent_row, nest.depth)
+    ops["api_time"] = inclusive_sum(self_api, tree.parent, tree.depth)
 
     api_ids = api_calls["api_id"].to_numpy()
     api_starts = api_calls["start"].to_numpy()
-    api_ops = api_calls["op_id"].to_numpy()
+    root_ids = ops["root_id"].to_numpy()
     for frame in activities.values():
         rows = link_api_calls(frame, api_calls)
         frame["api_id"] = take(api_ids, rows)
         frame["launch_ts"] = np.where(rows >= 0, take(api_starts, rows), frame["start"].to_numpy())
-        frame["op_id"] = take(api_ops, rows)
+        op_row = take(api_op_row, rows)
+        frame["op_id"] = take(op_ids, op_row)
+        frame["root_op_id"] = take(root_ids, op_row)
+    return tree
+
+
+def gpu_idle_per_owner(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_owners: int) -> np.ndarray:
+    """DLProf's GPU idle of an op: from the start of its first GPU activity to the end of its last, the time
+    none of them runs (the span less the union)."""
+    keep = owner >= 0
+    union, first, last = union_per_group(owner[keep], np.asarray(starts)[keep], np.asarray(ends)[keep], n_owners)
+    return last - first - union
+
+
+def ancestor_rows(owner: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (ancestor-or-self of owner[i], i) pair: what each op's inclusive figures are built from."""
+    rows = np.flatnonzero(owner >= 0)
+    anc = owner[rows]
+    out_anc, out_row = [anc], [rows]
+    while len(rows):
+        up = parent[anc]
+        keep = up >= 0
+        rows, anc = rows[keep], up[keep]
+        if len(rows):
+            out_anc.append(anc)
+            out_row.append(rows)
+    return np.concatenate(out_anc), np.concatenate(out_row)

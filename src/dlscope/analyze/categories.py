@@ -21,6 +21,7 @@ def patterns() -> dict:
         "io": re.compile("|".join(raw["io"]), re.IGNORECASE),
         "profiler_step": re.compile(raw["profiler_step"]),
         "step_like_range": re.compile(raw["step_like_range"], re.IGNORECASE),
+        **{key: re.compile(raw[key]) for key in ("marker_dataloader", "marker_zero_grad", "marker_optimizer")},
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 
 def clip(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -59,3 +60,32 @@ def coverage(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     delta = (np.bincount(np.searchsorted(bounds, starts), minlength=size)
              - np.bincount(np.searchsorted(bounds, ends), minlength=size))
     return np.cumsum(delta)[:n_seg] > 0
+
+
+def union_per_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                    n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group 0..n_groups-1: the length of the union of its intervals, its first start and its last end
+    (0, 0, 0 for a group without intervals). Each interval adds the part of it past the group's running
+    reach, so overlaps count once; exact int64 throughout."""
+    union = np.zeros(n_groups, dtype=np.int64)
+    first = np.zeros(n_groups, dtype=np.int64)
+    last = np.zeros(n_groups, dtype=np.int64)
+    if len(group) == 0:
+        return union, first, last
+    order = np.lexsort((starts, group))
+    g = np.asarray(group, dtype=np.int64)[order]
+    s = np.asarray(starts, dtype=np.int64)[order]
+    e = np.maximum(np.asarray(ends, dtype=np.int64)[order], s)
+    new = np.ones(len(g), dtype=bool)
+    new[1:] = g[1:] != g[:-1]
+    run = np.cumsum(new) - 1
+    reach = pd.Series(e).groupby(run, sort=False).cummax().to_numpy(np.int64)
+    prev = np.empty_like(reach)
+    prev[0] = s[0]
+    prev[1:] = reach[:-1]
+    prev = np.where(new, s, prev)
+    np.add.at(union, g, np.maximum(e - np.maximum(s, prev), 0))
+    heads = np.flatnonzero(new)
+    first[g[heads]] = s[heads]
+    last[g[heads]] = pd.Series(e).groupby(run, sort=False).max().to_numpy(np.int64)
+    return union, first, last

@@ -1,11 +1,20 @@
 """Finding iterations (training steps) and assigning every event to one.
 
-Order of methods (PRODUCT.md): ProfilerStep#N; else the user's key node; else step-like NVTX/annotation
-ranges; else a repeating top-level op; else one iteration covering everything. The method used is
-reported so a user knows how far to trust the split.
+Order of methods (PRODUCT.md): the user's key node; ProfilerStep#N; the step markers torch records by
+default (one DataLoader ``__next__``, ``Optimizer.zero_grad`` or ``Optimizer.step`` per step); step-like
+NVTX/annotation ranges; a loop that the whole top-level op sequence repeats; else one iteration covering
+everything. The method used is reported, and ``repeating_pattern`` is a guess, said so.
+
+Iteration i's *window* runs from its CPU start to the next iteration's start, so the windows of an
+aggregation partition its wall clock; the last window of an aggregation ends with the last CPU op or GPU
+activity of its last iteration. CPU events belong to the window holding their start; GPU activity belongs to
+the iteration of its launching call, even when it runs after the step (its time is then in the next window's
+time figures).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -13,6 +22,20 @@ import pandas as pd
 from .categories import matches, patterns
 
 COLUMNS = ["rank", "iteration", "name", "start", "cpu_end"]
+#: methods whose split is a guess from the op sequence, not a marker the program recorded
+GUESSED = frozenset({"repeating_pattern"})
+#: a loop must repeat at least this often, and leave at most this many top-level ops outside it at each end
+MIN_LOOP_REPEATS = 3
+MAX_LOOP_EDGE_OPS = 2
+
+
+@dataclass
+class Found:
+    """One rank's iterations, how they were found, and key-node candidates seen (for a guessed split)."""
+
+    iterations: pd.DataFrame
+    method: str
+    candidates: list[str] = field(default_factory=list)
 
 
 def _frame(rank: int, starts, ends, names, numbers=None) -> pd.DataFrame:
@@ -24,14 +47,19 @@ def _frame(rank: int, starts, ends, names, numbers=None) -> pd.DataFrame:
     })
 
 
+def _candidates(ranges: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([ranges[["name", "start", "end"]], ops[["name", "start", "end"]]], ignore_index=True)
+
+
 def _profiler_steps(ranges: pd.DataFrame, ops: pd.DataFrame, rank: int) -> pd.DataFrame | None:
     rx = patterns()["profiler_step"]
-    cands = pd.concat([ranges[["name", "start", "end"]], ops[["name", "start", "end"]]], ignore_index=True)
+    cands = _candidates(ranges, ops)
     cands = cands[matches(cands["name"], "profiler_step")]
     if cands.empty:
         return None
     cands = cands.assign(number=cands["name"].map(lambda n: int(rx.match(n).group(1))))
     steps = cands.groupby("number", sort=True).agg(start=("start", "min"), end=("end", "max"), name=("name", "first"))
+    steps = steps.sort_values("start", kind="stable")
     return _frame(rank, steps["start"], steps["end"], steps["name"], steps.index)
 
 
@@ -47,7 +75,7 @@ def _occurrence_steps(rank: int, occ: pd.DataFrame, last_end: int) -> pd.DataFra
 
 
 def _key_node_steps(ranges, ops, rank, key_node, last_end) -> pd.DataFrame | None:
-    cands = pd.concat([ranges[["name", "start", "end"]], ops[["name", "start", "end"]]], ignore_index=True)
+    cands = _candidates(ranges, ops)
     occ = cands[cands["name"] == key_node]
     if occ.empty:
         occ = cands[cands["name"].str.contains(key_node, regex=False)]
@@ -56,35 +84,118 @@ def _key_node_steps(ranges, ops, rank, key_node, last_end) -> pd.DataFrame | Non
     return _occurrence_steps(rank, occ, last_end)
 
 
+def _outermost(occ: pd.DataFrame) -> pd.DataFrame:
+    """Occurrences not nested in an earlier one of the same family (a nested step marker is no new step)."""
+    occ = occ.sort_values("start", kind="stable")
+    reach = occ["end"].cummax().shift(1, fill_value=np.iinfo(np.int64).min)  # int64: ns epochs exceed float
+    return occ[occ["start"].to_numpy(np.int64) >= reach.to_numpy(np.int64)]
+
+
+def _marker_steps(ranges: pd.DataFrame, ops: pd.DataFrame, rank: int, last_end: int) -> pd.DataFrame | None:
+    """Steps from the markers torch records once per step: a step starts at its DataLoader ``__next__`` (or
+    ``zero_grad``) when those come once per optimizer step, else at each ``Optimizer.step``."""
+    cands = _candidates(ranges, ops)
+    found = {kind: _outermost(cands[matches(cands["name"], kind)])
+             for kind in ("marker_dataloader", "marker_zero_grad", "marker_optimizer")}
+    n_opt = len(found["marker_optimizer"])
+    for kind in ("marker_dataloader", "marker_zero_grad", "marker_optimizer"):
+        occ = found[kind]
+        if len(occ) < 2 or (n_opt and kind != "marker_optimizer" and len(occ) not in (n_opt, n_opt + 1)):
+            continue
+        steps = _occurrence_steps(rank, occ, last_end)
+        if n_opt and kind != "marker_optimizer":
+            # a step has an optimizer step: the DataLoader call that ends the loop (StopIteration) is none
+            opt = np.sort(found["marker_optimizer"]["start"].to_numpy(np.int64))
+            has = (np.searchsorted(opt, steps["cpu_end"].to_numpy(), "left")
+                   > np.searchsorted(opt, steps["start"].to_numpy(), "left"))
+            keep = has | (np.arange(len(steps)) < len(steps) - 1)
+            steps = steps[keep].reset_index(drop=True)
+            steps["iteration"] = np.arange(len(steps), dtype=np.int64)
+        if len(steps) >= 2:
+            return steps
+    return None
+
+
 def _step_like_ranges(ranges: pd.DataFrame, rank: int) -> pd.DataFrame | None:
     cands = ranges[(ranges["device"] < 0) & matches(ranges["name"], "step_like_range")]
     if len(cands) < 2:
         return None
     family = cands["name"].str.replace(r"[\d\s#:=_-]+$", "", regex=True).str.lower()
     best = family.value_counts().index[0]
-    steps = cands[family == best].sort_values("start", kind="stable")
-    # outermost only: a step range nested in another of the same family is not a new step
-    reach = steps["end"].cummax().shift(1, fill_value=-1)  # int64: ns epochs exceed float precision
-    steps = steps[steps["start"] >= reach]
+    steps = _outermost(cands[family == best])
     if len(steps) < 2:
         return None
     return _frame(rank, steps["start"], steps["end"], steps["name"])
 
 
+def main_thread_roots(ops: pd.DataFrame) -> pd.DataFrame:
+    """Top-level ops (op nodes) of the thread that has the most of them, in time order."""
+    roots = ops[ops["depth"] == 0]
+    if roots.empty:
+        return roots
+    thread = roots.groupby(["pid", "tid"], sort=False).size().idxmax()
+    mine = roots[(roots["pid"] == thread[0]) & (roots["tid"] == thread[1])]
+    return mine.sort_values("start", kind="stable")
+
+
+def find_loop(names: np.ndarray) -> tuple[int, int, int] | None:
+    """(first index, period, full repeats) of a loop the whole sequence repeats, or None.
+
+    The sequence must be periodic from at most ``MAX_LOOP_EDGE_OPS`` ops after its start to at most that many
+    before its end (the last repeat may be cut short), and repeat ``MIN_LOOP_REPEATS`` times or more: a
+    single forward pass (setup, a few layers, a head) is not a loop. The shortest such period wins.
+    """
+    codes = pd.factorize(pd.Series(names, dtype=object))[0]
+    n = len(codes)
+    if n < MIN_LOOP_REPEATS:
+        return None
+    probe = np.random.default_rng(0).integers(0, n, 64)
+    best = None
+    for first in range(min(MAX_LOOP_EDGE_OPS + 1, n)):
+        # the loop's first op recurs one period later: candidate periods
+        periods = np.flatnonzero(codes[first + 1:] == codes[first]) + 1
+        periods = periods[(periods * MIN_LOOP_REPEATS <= n - first) & (periods < (best[1] if best else n))]
+        for p in periods:
+            lo, hi = first, n - MAX_LOOP_EDGE_OPS - p  # codes[i] == codes[i + p] must hold for i in [lo, hi)
+            i = probe[(probe >= lo) & (probe < hi)]
+            if (codes[i] != codes[i + p]).any():
+                continue
+            eq = codes[lo:n - p] == codes[lo + p:]
+            broken = np.flatnonzero(~eq)
+            periodic_end = (lo + int(broken[0]) if len(broken) else n - p) + p
+            if n - periodic_end > MAX_LOOP_EDGE_OPS:
+                continue
+            repeats = (periodic_end - first) // p
+            if repeats >= MIN_LOOP_REPEATS:
+                best = (first, int(p), int(repeats))
+                break
+    return best
+
+
 def _repeating_top_level(ops: pd.DataFrame, rank: int, last_end: int) -> pd.DataFrame | None:
-    top = ops[ops["depth"] == 0]
-    counts = top["name"].value_counts()
-    counts = counts[counts >= 2]
-    for name in counts.index[:20]:
-        occ = top[top["name"] == name].sort_values("start")
-        gaps = np.diff(occ["start"].to_numpy(np.int64)).astype(float)
-        if len(gaps) >= 1 and gaps.mean() > 0 and (len(gaps) == 1 or gaps.std() / gaps.mean() < 0.5):
-            return _occurrence_steps(rank, occ, last_end)
-    return None
+    roots = main_thread_roots(ops)
+    loop = find_loop(roots["name"].to_numpy(dtype=object))
+    if loop is None:
+        return None
+    first, period, repeats = loop
+    heads = roots.iloc[first:first + period * repeats:period]
+    return _occurrence_steps(rank, heads, last_end)
+
+
+def key_node_candidates(ops: pd.DataFrame, ranges: pd.DataFrame, limit: int = 5) -> list[str]:
+    """Names a user could pass as ``--key-node``: step markers, then top-level ops recurring most often."""
+    cands = _candidates(ranges, ops)
+    marked = cands[matches(cands["name"], "marker_dataloader") | matches(cands["name"], "marker_zero_grad")
+                   | matches(cands["name"], "marker_optimizer") | matches(cands["name"], "step_like_range")]
+    names = list(dict.fromkeys(marked["name"]))
+    roots = main_thread_roots(ops)
+    counts = roots["name"].value_counts()
+    names += [n for n in counts[counts >= 2].index if n not in names]
+    return names[:limit]
 
 
 def find_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, rank: int, key_node: str | None,
-                    activity_span: tuple[int, int]) -> tuple[pd.DataFrame, str]:
+                    activity_span: tuple[int, int]) -> Found:
     """Iterations of one rank and the method that found them.
 
     ``ops`` must carry ``depth`` (from attribution). ``activity_span`` is (first start, last end) of all
@@ -94,26 +205,39 @@ def find_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, rank: int, key_node
     if key_node:
         found = _key_node_steps(ranges, ops, rank, key_node, last_end)
         if found is not None:
-            return found, "key_node"
+            return Found(found, "key_node")
     found = _profiler_steps(ranges, ops, rank)
     if found is not None:
-        return found, "profiler_step"
+        return Found(found, "profiler_step")
+    found = _marker_steps(ranges, ops, rank, last_end)
+    if found is not None:
+        return Found(found, "step_marker")
     found = _step_like_ranges(ranges, rank)
     if found is not None:
-        return found, "step_ranges"
+        return Found(found, "step_ranges")
+    candidates = key_node_candidates(ops, ranges)
     found = _repeating_top_level(ops, rank, last_end)
     if found is not None:
-        return found, "repeating_pattern"
-    return _frame(rank, [activity_span[0]], [activity_span[1]], ["whole profile"]), "whole_profile"
+        return Found(found, "repeating_pattern", candidates)
+    whole = _frame(rank, [activity_span[0]], [activity_span[1]], ["whole profile"])
+    return Found(whole, "whole_profile", candidates)
+
+
+def windows(iterations: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each iteration's CPU window [start, next start) (the last: [start, cpu_end)), in start order."""
+    starts = iterations["start"].to_numpy(np.int64)
+    ends = np.empty_like(starts)
+    ends[:-1] = starts[1:]
+    ends[-1:] = iterations["cpu_end"].to_numpy(np.int64)[-1:]
+    return starts, np.maximum(ends, starts)
 
 
 def assign(times: np.ndarray, iterations: pd.DataFrame) -> np.ndarray:
-    """Iteration number of each CPU time: the iteration whose CPU interval contains it, else -1."""
+    """Iteration number of each CPU time: the iteration whose window holds it, else -1."""
     if len(iterations) == 0:
         return np.full(len(times), -1, dtype=np.int64)
-    it = iterations.sort_values("start")
-    starts = it["start"].to_numpy(np.int64)
-    ends = it["cpu_end"].to_numpy(np.int64)
+    it = iterations.sort_values("start", kind="stable")
+    starts, ends = windows(it)
     numbers = it["iteration"].to_numpy(np.int64)
     pos = np.searchsorted(starts, times, side="right") - 1
     ok = (pos >= 0) & (times < ends[np.maximum(pos, 0)])

@@ -1,8 +1,13 @@
-"""Nesting of CPU intervals per thread: parents, depths, and the innermost interval open at a time.
+"""Nesting of CPU intervals per thread: parents, depths, roots, and the innermost interval open at a time.
 
-Everything is vectorized: intervals are sorted once by (thread, start, -end); the depth of an interval is
-the number of same-thread intervals open when it starts, and its parent is the latest-starting interval
-one level up. Queries ("which op was open on this thread at time t?") use the same per-depth search.
+PRODUCT.md: the op that launched a call is the innermost op *enclosing* the call's start on its thread
+(op start <= t < op end); an op that has already ended launches nothing. Intervals are sorted once per
+thread by (start, longest first, input order); the interval enclosing a time t is then the nearest one at or
+before t's sorted place whose end lies after t, and the parent of an interval is the nearest earlier one
+still open at its start. Both are "rightmost position <= p whose end > x" questions, answered for all
+queries at once by a max segment tree over the sorted ends (log n vectorized steps, no per-event loop).
+A zero-length interval encloses nothing; it owns a time only when it sits exactly there and no interval of
+positive length encloses it.
 """
 
 from __future__ import annotations
@@ -11,28 +16,73 @@ from dataclasses import dataclass
 
 import numpy as np
 
+_NONE = np.int64(-1)
 
-def _composite(keys: np.ndarray, times: np.ndarray, span: int) -> np.ndarray:
-    """One sortable int64 per (thread key, time since the thread's first start) pair."""
-    return keys.astype(np.int64) * (span + 2) + (times + 1)
+
+class _RightmostAbove:
+    """For a fixed int64 array ``values``: the rightmost index j <= p with values[j] > x, for many (p, x)."""
+
+    def __init__(self, values: np.ndarray):
+        n = len(values)
+        self.size = 1 << max(int(n - 1).bit_length(), 0) if n else 1
+        tree = np.full(2 * self.size, np.iinfo(np.int64).min, dtype=np.int64)
+        tree[self.size:self.size + n] = values
+        for level in range(self.size.bit_length() - 1, 0, -1):  # internal nodes, one level at a time
+            lo, hi = 1 << (level - 1), 1 << level
+            tree[lo:hi] = np.maximum(tree[2 * lo:2 * hi:2], tree[2 * lo + 1:2 * hi:2])
+        self.tree = tree
+
+    def query(self, p: np.ndarray, x: np.ndarray) -> np.ndarray:
+        tree, size = self.tree, self.size
+        p = np.asarray(p, dtype=np.int64)
+        x = np.asarray(x, dtype=np.int64)
+        out = np.full(len(p), -1, dtype=np.int64)
+        valid = p >= 0
+        node = np.where(valid, p, 0) + size
+        hit = valid & (tree[node] > x)
+        # climb: the first left sibling (of the leaf or an ancestor) whose subtree holds a value > x
+        found = hit.copy()
+        active = valid & ~hit
+        while active.any():
+            rows = np.flatnonzero(active)
+            cur = node[rows]
+            is_right = (cur & 1) == 1
+            sibling = cur - 1
+            good = is_right & (tree[np.where(is_right, sibling, cur)] > x[rows])
+            node[rows[good]] = sibling[good]
+            found[rows[good]] = True
+            up = rows[~good]
+            node[up] = node[up] >> 1
+            done = node[up] <= 1
+            active[rows[good]] = False
+            active[up[done]] = False
+        # descend: the rightmost leaf > x inside the subtree found
+        rows = np.flatnonzero(found)
+        cur = node[rows]
+        xs = x[rows]
+        while len(rows) and (cur < size).any():
+            inner = cur < size
+            right = 2 * cur + 1
+            go_right = inner & (tree[np.where(inner, right, cur)] > xs)
+            cur = np.where(inner, np.where(go_right, right, 2 * cur), cur)
+        out[rows] = cur - size
+        return out
 
 
 @dataclass
 class Nesting:
-    """Intervals of one kind (e.g. ops) nested per thread; rows keep the caller's order.
+    """Intervals of one kind (e.g. ops) nested per thread; per-row arrays keep the caller's row order."""
 
-    Times are counted from each thread's first start, so threads on unrelated clocks (ranks of a job
-    recorded on different machines) never overflow the composite keys.
-    """
-
-    order: np.ndarray      # caller row indices in (key, start, -end) order
-    skey: np.ndarray       # composite (key, start) of sorted rows
-    ekey: np.ndarray       # sorted composite (key, end) of all rows
-    depth: np.ndarray      # depth per caller row (0 = outermost)
-    parent: np.ndarray     # caller row index of the parent, -1 for roots
-    thread_keys: np.ndarray  # the distinct keys, sorted
-    thread_t0: np.ndarray    # each one's first start
-    span: int
+    order: np.ndarray        # caller row indices in sorted (thread, start, -end, row) order
+    thread_of: np.ndarray    # thread index (0..n_threads-1) of each sorted row
+    thread_lo: np.ndarray    # first sorted position of each thread
+    thread_keys: np.ndarray  # the distinct thread keys, sorted
+    starts: np.ndarray       # sorted starts
+    ends: np.ndarray         # sorted ends (never before their start)
+    depth: np.ndarray        # depth per caller row (0 = outermost)
+    parent: np.ndarray       # caller row index of the parent, -1 for roots
+    root: np.ndarray         # caller row index of the outermost enclosing interval (itself for roots)
+    _tree: _RightmostAbove
 
     @classmethod
     def build(cls, keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> "Nesting":
@@ -40,64 +90,101 @@ class Nesting:
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)
         n = len(starts)
-        if n == 0:
-            z = np.zeros(0, np.int64)
-            return cls(z, z, z, z, z, z, z, 0)
-        order = np.lexsort((-ends, starts, keys))
-        k_sorted = keys[order]
-        first_in_thread = np.searchsorted(k_sorted, k_sorted, side="left")
-        thread_keys, firsts = np.unique(k_sorted, return_index=True)
-        thread_t0 = starts[order][firsts]  # sorted by start within a thread: its first start
-        t0 = thread_t0[np.searchsorted(thread_keys, keys)]
-        rel_starts, rel_ends = starts - t0, ends - t0
-        span = int(rel_ends.max())
-        if int(keys.max()) * (span + 2) > 2**62:
-            raise OverflowError("a thread's intervals span too long for composite thread/time keys")
-        skey = _composite(k_sorted, rel_starts[order], span)
-        ekey = np.sort(_composite(keys, rel_ends, span))
-        # intervals of the same thread started before (sorted position, thread-relative) minus those ended
-        started_before = np.arange(n) - first_in_thread
-        thread_first_end = np.searchsorted(ekey, _composite(k_sorted, np.full(n, -1), span) + 1)
-        ended_by_start = np.searchsorted(ekey, skey, side="right") - thread_first_end
-        depth_sorted = np.maximum(started_before - ended_by_start, 0)
-        parent_sorted = np.full(n, -1, dtype=np.int64)
-        for d in range(1, int(depth_sorted.max(initial=0)) + 1):
-            at_d = np.flatnonzero(depth_sorted == d)
-            up = np.flatnonzero(depth_sorted == d - 1)
-            if len(at_d) == 0 or len(up) == 0:
-                continue
-            idx = np.searchsorted(up, at_d) - 1
-            ok = idx >= 0
-            parent_sorted[at_d[ok]] = order[up[idx[ok]]]
-        depth = np.empty(n, dtype=np.int64)
-        depth[order] = depth_sorted
-        parent = np.empty(n, dtype=np.int64)
-        parent[order] = parent_sorted
-        return cls(order, skey, ekey, depth, parent, thread_keys, thread_t0, span)
+        rows = np.arange(n, dtype=np.int64)
+        order = np.lexsort((rows, -ends, starts, keys)) if n else rows
+        thread_keys, thread_lo, thread_of = np.unique(keys[order], return_index=True, return_inverse=True)
+        s_sorted, e_sorted = starts[order], ends[order]
+        tree = _RightmostAbove(e_sorted)
+        # parent: the nearest earlier interval of the thread still open at this one's start
+        pos = np.arange(n, dtype=np.int64)
+        cand = tree.query(pos - 1, s_sorted)
+        parent_sorted = np.where((cand >= 0) & (cand >= thread_lo[thread_of]), cand, -1)
+        parent = np.full(n, -1, dtype=np.int64)
+        parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
+        depth, root = _depth_and_root(parent)
+        return cls(order, thread_of.astype(np.int64), thread_lo.astype(np.int64), thread_keys, s_sorted, e_sorted,
+                   depth, parent, root, tree)
 
     def innermost_at(self, keys: np.ndarray, times: np.ndarray) -> np.ndarray:
-        """Caller row index of the innermost interval open on thread ``keys`` at ``times`` (-1 if none)."""
+        """Caller row index of the innermost interval enclosing ``times`` on thread ``keys`` (-1 if none)."""
         keys = np.asarray(keys, dtype=np.int64)
         times = np.asarray(times, dtype=np.int64)
         out = np.full(len(times), -1, dtype=np.int64)
         if len(self.order) == 0 or len(times) == 0:
             return out
-        pos = np.minimum(np.searchsorted(self.thread_keys, keys), len(self.thread_keys) - 1)
-        known = self.thread_keys[pos] == keys
-        rel = times - np.where(known, self.thread_t0[pos], 0)
-        inside = known & (rel >= 0) & (rel <= self.span)
-        q = _composite(keys, np.clip(rel, 0, self.span), self.span)
-        open_count = np.searchsorted(self.skey, q, side="right") - np.searchsorted(self.ekey, q, side="right")
-        depth_sorted = self.depth[self.order]
-        sorted_keys = (self.skey - 1) // (self.span + 2)
-        for d in np.unique(open_count[(open_count > 0) & inside]):
-            rows = np.flatnonzero((open_count == d) & inside)
-            level = np.flatnonzero(depth_sorted == d - 1)
-            if len(level) == 0:
-                continue
-            pos = np.searchsorted(self.skey[level], q[rows], side="right") - 1
-            ok = pos >= 0
-            cand = level[pos[ok]]
-            same_thread = sorted_keys[cand] == keys[rows[ok]]
-            out[rows[ok][same_thread]] = self.order[cand[same_thread]]
+        thread = np.minimum(np.searchsorted(self.thread_keys, keys), len(self.thread_keys) - 1)
+        known = self.thread_keys[thread] == keys
+        lo = self.thread_lo[thread]
+        hi = np.append(self.thread_lo[1:], len(self.order))[thread]
+        last = _last_at_or_before(self.starts, lo, hi, times)  # last sorted interval of the thread starting <= t
+        last = np.where(known, last, -1)
+        hit = self._tree.query(last, times)
+        hit = np.where((hit >= lo) & (last >= 0), hit, -1)
+        # a zero-length interval exactly at t owns it when nothing of positive length encloses t
+        zero = (hit < 0) & (last >= 0)
+        at = np.where(zero, last, 0)
+        zero &= (self.starts[at] == times) & (self.ends[at] == times)
+        hit = np.where(zero, last, hit)
+        ok = hit >= 0
+        out[ok] = self.order[hit[ok]]
         return out
+
+
+def _last_at_or_before(sorted_starts: np.ndarray, lo: np.ndarray, hi: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Per query, the last position in [lo, hi) whose start <= t (starts sorted within each range), or -1.
+
+    A binary search over each query's own range, all queries at once."""
+    left = lo.copy()
+    right = hi.copy()  # invariant: answer in [left - 1, right - 1]
+    while True:
+        open_ = left < right
+        if not open_.any():
+            break
+        mid = (left + right) >> 1
+        mid_c = np.where(open_, mid, 0)
+        le = open_ & (sorted_starts[mid_c] <= times)
+        left = np.where(le, mid + 1, left)
+        right = np.where(open_ & ~le, mid, right)
+    return np.where(left > lo, left - 1, -1)
+
+
+def _depth_and_root(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth and outermost ancestor of every node of a forest, by pointer doubling (log depth steps)."""
+    depth = (parent >= 0).astype(np.int64)  # distance to anc
+    anc = parent.copy()
+    while (anc >= 0).any():
+        rows = np.flatnonzero(anc >= 0)
+        up = anc[rows]
+        depth[rows] += depth[up]
+        anc[rows] = anc[up]
+    root = np.where(parent >= 0, parent, np.arange(len(parent), dtype=np.int64))
+    while True:  # roots point to themselves: jump until nothing moves
+        nxt = root[root]
+        if np.array_equal(nxt, root):
+            return depth, root
+        root = nxt
+
+
+def levels(depth: np.ndarray) -> list[np.ndarray]:
+    """Row indices per depth (level 0 first): one sort, then slices, so deep forests cost no extra scans."""
+    if len(depth) == 0:
+        return []
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
+    return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
+
+
+def inclusive_sum(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Each node's own value plus all its descendants' (deepest level first)."""
+    total = np.asarray(values).astype(np.int64, copy=True)
+    for rows in reversed(levels(depth)[1:]):
+        np.add.at(total, parent[rows], total[rows])
+    return total
+
+
+def inherit_flag(flag: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """A node is flagged when it or any ancestor is."""
+    out = np.asarray(flag, dtype=bool).copy()
+    for rows in levels(depth)[1:]:
+        out[rows] |= out[parent[rows]]
+    return out

@@ -20,12 +20,12 @@ from .inputs import Identity, identities
 
 #: per table, its id columns and the table whose rows each one numbers ("nodes": op nodes)
 ID_COLUMNS = {
-    "ops": {"op_id": "ops", "parent_id": "ops", "node_id": "nodes"},
+    "ops": {"op_id": "ops", "parent_id": "ops", "root_id": "ops", "node_id": "nodes", "parent_node_id": "nodes"},
     "ranges": {"range_id": "ranges"},
     "api_calls": {"api_id": "api_calls", "op_id": "ops"},
-    "kernels": {"kernel_id": "kernels", "api_id": "api_calls", "op_id": "ops"},
-    "memops": {"memop_id": "memops", "api_id": "api_calls", "op_id": "ops"},
-    "syncs": {"sync_id": "syncs", "api_id": "api_calls", "op_id": "ops"},
+    "kernels": {"kernel_id": "kernels", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
+    "memops": {"memop_id": "memops", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
+    "syncs": {"sync_id": "syncs", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
 }
 
 

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 from ..analyze.aggregation import CATEGORIES
+from ..analyze.iterations import GUESSED
 from ..distributed import summary_ranks
 from ..store import reader
 
@@ -45,10 +46,11 @@ def _profile_section(conn: sqlite3.Connection, methods: dict) -> dict:
     }
 
 
-def _aggregation_section(conn: sqlite3.Connection, agg_id: int) -> dict:
+def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict) -> dict:
     cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
     row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
     whole = row["iteration_method"] == "whole_profile"
+    guessed = row["iteration_method"] in GUESSED
     top = conn.execute(
         "SELECT op_name, op_type, direction, gpu_time_ns, calls, tc_eligible, using_tc FROM agg_ops "
         "WHERE agg_id = ? AND gpu_time_ns > 0 ORDER BY gpu_time_ns DESC LIMIT 10", (agg_id,)).fetchall()
@@ -63,6 +65,8 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int) -> dict:
         "iter_start": None if whole else row["iter_start"], "iter_stop": None if whole else row["iter_stop"],
         "iterations_profiled": None if whole else row["iterations_profiled"],
         "key_node": row["key_node"] or None, "iteration_method": row["iteration_method"],
+        "iterations_guessed": guessed,
+        "key_node_candidates": candidates.get(str(row["rank"]), []) if guessed or whole else [],
         "wall_clock_ns": row["wall_clock_ns"],
         "iteration_ns": None if whole or not durations else {
             "min": durations[0], "median": statistics.median(durations), "max": durations[-1],
@@ -72,6 +76,9 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int) -> dict:
         "kernel_count": row["kernel_count"], "kernel_time_ns": row["kernel_time_ns"],
         "tc_kernel_time_ns": row["tc_kernel_time_ns"], "tc_kernel_efficiency": row["tc_kernel_efficiency"],
         "resource_breakdown_ns": {c: row[f"{c}_ns"] for c in CATEGORIES},
+        "model_summary": {"op_nodes": row["op_nodes"], "tc_eligible_op_nodes": row["tc_eligible_op_nodes"],
+                          "op_nodes_using_tc": row["op_nodes_using_tc"],
+                          "tc_eligible_gpu_time_pct": row["tc_eligible_gpu_time_pct"]},
         "gpus": [dict(zip(("rank", "device", "busy_ns", "utilization", "kernel_count", "kernel_time_ns"), g))
                  for g in gpus],
         "top_gpu_ops": [{"op_name": t[0], "op_type": t[1], "direction": t[2], "gpu_time_ns": t[3], "calls": t[4],
@@ -102,6 +109,7 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
         meta = reader.meta(conn)
         extra = json.loads(meta.get("extra_json") or "{}")
         methods = {str(k): v for k, v in (extra.get("iteration_methods") or {}).items()}
+        candidates = {str(k): v for k, v in (extra.get("key_node_candidates") or {}).items()}
         if agg_id is None and current_agg_id(conn) is None:
             profile = {**_profile_section(conn, methods), "iterations_total": None}
             return {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
@@ -109,7 +117,7 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
                     "roofline": _roofline(conn, None), "ranks": summary_ranks(conn)}
         agg_id = reader.resolve_agg_id(conn, agg_id if agg_id is not None else current_agg_id(conn))
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
-               "profile": _profile_section(conn, methods), "aggregation": _aggregation_section(conn, agg_id),
+               "profile": _profile_section(conn, methods), "aggregation": _aggregation_section(conn, agg_id, candidates),
                "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id),
                "ranks": summary_ranks(conn)}
         if extra.get("capture"):
@@ -185,9 +193,20 @@ def render_summary(summary: dict) -> str:
         _render_roofline(console, summary.get("roofline"), escape, counters_only=True)
         return buf.getvalue()
     key = Table(show_header=False, box=None)
+    seen = a.get("key_node_candidates") or []
+    hint = f"; key node candidates seen: {', '.join(seen[:3])}" if seen else ""
     its = (f"{a['iter_start']}..{a['iter_stop']} ({a['iterations_profiled']} of {p['iterations_total']}, "
            f"found by {p['iteration_method']})" if a["iterations_profiled"] else
-           "none found: the whole profile is one window (mark steps with ProfilerStep, dlscope.step() or --key-node)")
+           "none found: the whole profile is one window (mark steps with ProfilerStep, dlscope.step() or --key-node"
+           f"{hint})")
+    if a.get("iterations_guessed"):
+        its += (" — a guess from a repeating op sequence: mark steps with ProfilerStep, dlscope.step() or "
+                f"--key-node{hint}")
+    m = a.get("model_summary") or {}
+    model = (f"{m.get('op_nodes', 0):,} op nodes, {m.get('tc_eligible_op_nodes', 0):,} eligible for Tensor Cores, "
+             f"{m.get('op_nodes_using_tc', 0):,} using them"
+             + (f"; {m['tc_eligible_gpu_time_pct']:.1f}% of op GPU time in eligible op nodes"
+                if m.get("tc_eligible_gpu_time_pct") is not None else ""))
     for label, value in (
         ("Iterations", its), ("Wall clock", fmt_ns(a["wall_clock_ns"])),
         ("Average iteration", fmt_ns(a["avg_iteration_ns"])),
@@ -199,7 +218,8 @@ def render_summary(summary: dict) -> str:
          else "n/a (no kernels of Tensor-Core-eligible ops)"),
         ("Kernels", f"{p['kernel_count']:,} in the profile ({fmt_ns(p['kernel_time_ns'])}); "
                     f"{a['kernel_count']:,} in the aggregation ({fmt_ns(a['kernel_time_ns'])})"),
-        ("Ops", f"{p['op_count']:,}"),
+        ("Model", model),
+        ("Ops", f"{p['op_count']:,} op calls (every level)"),
         ("GPUs", escape(", ".join(f"{g['device']}: {g['name'] or '?'}" for g in p["gpus"]) or "none")),
     ):
         key.add_row(f"[bold]{label}[/bold]", value)

@@ -12,6 +12,11 @@ from .schema import SCHEMA_VERSION
 
 #: from-version -> SQL that upgrades a database to from-version + 1.
 MIGRATIONS: dict[int, str] = {}
+#: from-version -> why no migration exists: its stored figures cannot be corrected from the file alone
+NOT_MIGRATABLE = {
+    1: "its per-op figures (attribution, op nodes, groups, iterations) were computed by an older, wrong model; "
+       "import the trace again",
+}
 
 
 def schema_version(conn: sqlite3.Connection, path: Path) -> int:
@@ -42,6 +47,9 @@ def connect(path: str | Path, *, readonly: bool = True) -> sqlite3.Connection:
         raise InputError(path, f"was written by a newer dlscope (schema {version}; this dlscope reads up to "
                                f"{SCHEMA_VERSION}); upgrade dlscope to open it")
     if version < SCHEMA_VERSION:
+        if version in NOT_MIGRATABLE:
+            conn.close()
+            raise InputError(path, f"has the older schema {version}: {NOT_MIGRATABLE[version]}")
         if readonly:
             conn.close()
             raise InputError(path, f"has the older schema {version}; run `dlscope aggregate` on it once to "

@@ -7,7 +7,7 @@ filter the viewer offers has an index.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: 16 KiB pages: the bulk ingest and index builds of a 1M-event trace take ~15% less time than with 4 KiB
 PAGE_SIZE = 16384
@@ -30,25 +30,29 @@ CREATE TABLE iterations (
     PRIMARY KEY (rank, iteration)
 );
 
--- An op node: the ops with the same name, direction, scope and input shapes (DLProf's "op"). Strings live
--- here once; each call is a row of op_instances. The view `ops` joins them back.
+-- A node: the calls of an op with the same name, type, direction, scope and input shapes at the same level.
+-- Nodes with parent_node_id = -1 are op nodes (the outermost ops, where the user wrote them: DLProf's "op");
+-- the others are the ops nested in them, kept for drill-down. Strings live here once; each call is a row of
+-- op_instances. The view `ops` joins them back.
 CREATE TABLE op_nodes (
     node_id INTEGER PRIMARY KEY, rank INTEGER, name TEXT, op_type TEXT, direction TEXT, scope TEXT,
-    input_shapes TEXT, input_dtypes TEXT, concrete_inputs TEXT, data_type TEXT, tc_eligible INTEGER
+    input_shapes TEXT, input_dtypes TEXT, concrete_inputs TEXT, data_type TEXT, tc_eligible INTEGER,
+    parent_node_id INTEGER, range_domain TEXT
 );
 
+-- One call of an op. Its GPU figures include everything launched beneath it (its nested ops' too).
 CREATE TABLE op_instances (
     op_id INTEGER PRIMARY KEY, node_id INTEGER, rank INTEGER, pid INTEGER, tid INTEGER, start INTEGER,
-    "end" INTEGER, dur INTEGER, parent_id INTEGER, depth INTEGER, external_id INTEGER, seq INTEGER,
-    iteration INTEGER, using_tc INTEGER, kernel_count INTEGER, gpu_time INTEGER, tc_gpu_time INTEGER,
-    api_time INTEGER, gpu_idle INTEGER
+    "end" INTEGER, dur INTEGER, parent_id INTEGER, root_id INTEGER, depth INTEGER, external_id INTEGER,
+    seq INTEGER, iteration INTEGER, using_tc INTEGER, kernel_count INTEGER, tc_kernel_count INTEGER,
+    kernel_time INTEGER, gpu_time INTEGER, tc_gpu_time INTEGER, api_time INTEGER, gpu_idle INTEGER
 );
 
 CREATE VIEW ops AS
-SELECT i.op_id, i.rank, i.pid, i.tid, n.name, n.op_type, i.start, i."end", i.dur, i.parent_id, i.depth,
-       i.external_id, i.seq, n.direction, n.input_shapes, n.input_dtypes, n.concrete_inputs, n.scope,
-       n.data_type, i.iteration, i.node_id, n.tc_eligible, i.using_tc, i.kernel_count, i.gpu_time,
-       i.tc_gpu_time, i.api_time, i.gpu_idle
+SELECT i.op_id, i.rank, i.pid, i.tid, n.name, n.op_type, i.start, i."end", i.dur, i.parent_id, i.root_id,
+       i.depth, i.external_id, i.seq, n.direction, n.input_shapes, n.input_dtypes, n.concrete_inputs, n.scope,
+       n.data_type, i.iteration, i.node_id, n.parent_node_id, n.range_domain, n.tc_eligible, i.using_tc,
+       i.kernel_count, i.tc_kernel_count, i.kernel_time, i.gpu_time, i.tc_gpu_time, i.api_time, i.gpu_idle
 FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id;
 
 CREATE TABLE ranges (
@@ -66,18 +70,19 @@ CREATE TABLE kernels (
     start INTEGER, "end" INTEGER, dur INTEGER, correlation INTEGER,
     grid_x INTEGER, grid_y INTEGER, grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER,
     registers INTEGER, shared_mem INTEGER, uses_tc INTEGER, api_id INTEGER, launch_ts INTEGER,
-    op_id INTEGER, iteration INTEGER
+    op_id INTEGER, root_op_id INTEGER, iteration INTEGER
 );
 
 CREATE TABLE memops (
     memop_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, device INTEGER, stream INTEGER, kind TEXT,
     name TEXT, copy_kind TEXT, src_mem TEXT, dst_mem TEXT, start INTEGER, "end" INTEGER, dur INTEGER,
-    bytes INTEGER, correlation INTEGER, api_id INTEGER, op_id INTEGER, iteration INTEGER
+    bytes INTEGER, correlation INTEGER, api_id INTEGER, op_id INTEGER, root_op_id INTEGER, iteration INTEGER
 );
 
 CREATE TABLE syncs (
     sync_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, device INTEGER, stream INTEGER,
-    kind TEXT, start INTEGER, "end" INTEGER, correlation INTEGER, op_id INTEGER, iteration INTEGER
+    kind TEXT, start INTEGER, "end" INTEGER, correlation INTEGER, op_id INTEGER, root_op_id INTEGER,
+    iteration INTEGER
 );
 
 CREATE TABLE memory (
@@ -88,12 +93,12 @@ CREATE TABLE memory (
 CREATE TABLE aggregations (
     agg_id INTEGER PRIMARY KEY, created_at TEXT, rank INTEGER, iter_start INTEGER, iter_stop INTEGER,
     key_node TEXT, iteration_method TEXT, iterations_profiled INTEGER, window_start INTEGER,
-    window_end INTEGER, wall_clock_ns INTEGER, avg_iteration_ns REAL, gpu_busy_ns INTEGER,
+    window_end INTEGER, wall_clock_ns INTEGER, avg_iteration_ns INTEGER, gpu_busy_ns INTEGER,
     gpu_utilization REAL, kernel_count INTEGER, kernel_time_ns INTEGER, tc_kernel_time_ns INTEGER,
     tc_eligible_kernel_time_ns INTEGER, tc_kernel_efficiency REAL, memory_ns INTEGER,
     tensor_core_ns INTEGER, non_tensor_core_ns INTEGER, dataloader_ns INTEGER, io_ns INTEGER,
-    cpu_ns INTEGER, other_ns INTEGER, op_count INTEGER, tc_eligible_op_count INTEGER,
-    using_tc_op_count INTEGER
+    cpu_ns INTEGER, other_ns INTEGER, op_count INTEGER, op_nodes INTEGER, tc_eligible_op_nodes INTEGER,
+    op_nodes_using_tc INTEGER, tc_eligible_gpu_time_pct REAL
 );
 
 CREATE TABLE agg_gpus (
@@ -110,13 +115,14 @@ CREATE TABLE agg_iterations (
     PRIMARY KEY (agg_id, rank, iteration)
 );
 
--- One row per op node (same name, direction, scope and input shapes) with its calls summed.
+-- One row per op node (the outermost ops) with its calls summed; each call's GPU figures include everything
+-- launched beneath it. gpu_time_ns = kernel and memory-operation time; kernels: its kernels by GPU time.
 CREATE TABLE agg_ops (
     agg_id INTEGER, node_id INTEGER, rank INTEGER, op_name TEXT, op_type TEXT, direction TEXT,
     scope TEXT, input_shapes TEXT, data_type TEXT, calls INTEGER, kernel_count INTEGER,
-    tc_kernel_count INTEGER, gpu_time_ns INTEGER, tc_gpu_time_ns INTEGER, cpu_time_ns INTEGER,
-    api_time_ns INTEGER, cpu_overhead_ns INTEGER, gpu_idle_ns INTEGER, tc_eligible INTEGER,
-    using_tc INTEGER, PRIMARY KEY (agg_id, node_id)
+    tc_kernel_count INTEGER, kernel_time_ns INTEGER, gpu_time_ns INTEGER, tc_gpu_time_ns INTEGER,
+    cpu_time_ns INTEGER, api_time_ns INTEGER, cpu_overhead_ns INTEGER, gpu_idle_ns INTEGER,
+    tc_eligible INTEGER, using_tc INTEGER, kernels TEXT, PRIMARY KEY (agg_id, node_id)
 );
 
 CREATE TABLE agg_op_types (
@@ -125,14 +131,14 @@ CREATE TABLE agg_op_types (
     gpu_time_total INTEGER, gpu_time_avg REAL, gpu_time_min INTEGER, gpu_time_max INTEGER,
     cpu_overhead_total INTEGER, cpu_overhead_avg REAL, cpu_overhead_min INTEGER, cpu_overhead_max INTEGER,
     gpu_idle_total INTEGER, gpu_idle_avg REAL, gpu_idle_min INTEGER, gpu_idle_max INTEGER,
-    kernel_count INTEGER, tc_eligible INTEGER, using_tc INTEGER,
+    kernel_count INTEGER, tc_eligible INTEGER, using_tc INTEGER, kernels TEXT,
     PRIMARY KEY (agg_id, op_type)
 );
 
--- One row per distinct kernel name (per device) in the aggregation.
+-- One row per distinct kernel name in the aggregation; op_names: the op nodes that launched it.
 CREATE TABLE agg_kernels (
     agg_id INTEGER, kernel_name TEXT, uses_tc INTEGER, calls INTEGER, gpu_time_ns INTEGER,
-    avg_ns REAL, min_ns INTEGER, max_ns INTEGER, PRIMARY KEY (agg_id, kernel_name)
+    avg_ns REAL, min_ns INTEGER, max_ns INTEGER, op_names TEXT, PRIMARY KEY (agg_id, kernel_name)
 );
 
 -- Kernels summed per op node and kernel name: the "Ops and Kernels" view's lower table.
@@ -142,7 +148,8 @@ CREATE TABLE agg_op_kernels (
     PRIMARY KEY (agg_id, node_id, kernel_name)
 );
 
--- The Group Ops tree: groups (scope prefixes) and ops, each group summing its descendants.
+-- The Group Ops tree: groups (scope prefixes) and op nodes. A group's CPU, API and GPU times are the union of
+-- its members' intervals (never more than the wall clock); calls and kernel counts add.
 CREATE TABLE agg_groups (
     agg_id INTEGER, group_id INTEGER, parent_group_id INTEGER, is_group INTEGER, level INTEGER,
     name TEXT, path TEXT, node_id INTEGER, calls INTEGER, kernel_count INTEGER, gpu_time_ns INTEGER,
@@ -160,6 +167,7 @@ CREATE TABLE findings (
 INDEXES = """
 CREATE INDEX kernels_iteration ON kernels (rank, iteration, start);
 CREATE INDEX kernels_op ON kernels (op_id);
+CREATE INDEX kernels_root_op ON kernels (root_op_id);
 CREATE INDEX kernels_dur ON kernels (dur);
 CREATE INDEX kernels_name ON kernels (name);
 CREATE INDEX kernels_start ON kernels (start);

@@ -152,8 +152,8 @@ ITERATIONS = TableSpec(
 
 KERNELS = TableSpec(
     "kernels", "Kernels", "kernels k",
-    (Column("op_name", "Op Name", "o.name", "text", big_sort=False, join="ops", lookup="SELECT n.name, SUM(i.kernel_count) FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id GROUP BY n.name",
-            in_sql="k.op_id IN (SELECT op_id FROM op_instances WHERE node_id IN "
+    (Column("op_name", "Op Name", "o.name", "text", big_sort=False, join="ops", lookup="SELECT n.name, SUM(i.kernel_count) FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id WHERE i.parent_id < 0 GROUP BY n.name",
+            in_sql="k.root_op_id IN (SELECT op_id FROM op_instances WHERE node_id IN "
                    "(SELECT node_id FROM op_nodes WHERE name IN (SELECT value FROM json_each(:p))))"),
      Column("kernel_name", "Kernel Name", "k.name", "text", lookup="SELECT name, COUNT(*) FROM kernels GROUP BY name",
             in_sql="k.name IN (SELECT value FROM json_each(:p))"),
@@ -178,10 +178,10 @@ KERNELS = TableSpec(
             # rank IN (...) lets SQLite use the (rank, iteration, start) index when no rank is given
             Scope("iteration", "k.rank IN (SELECT DISTINCT rank FROM iterations) AND k.iteration = :iteration",
                   narrows=True),
-            Scope("node", "k.op_id IN (SELECT op_id FROM op_instances WHERE node_id = :node)", narrows=True),
+            Scope("node", "k.root_op_id IN (SELECT op_id FROM op_instances WHERE node_id = :node)", narrows=True),
             Scope("kernel_names", "k.name IN (SELECT value FROM json_each(:kernel_names))", "list")),
     # the base tables, not the `ops` view: SQLite cannot flatten a joined view on the right of a LEFT JOIN
-    joins={"ops": "LEFT JOIN op_instances oi ON oi.op_id = k.op_id LEFT JOIN op_nodes o ON o.node_id = oi.node_id"},
+    joins={"ops": "LEFT JOIN op_instances oi ON oi.op_id = k.root_op_id LEFT JOIN op_nodes o ON o.node_id = oi.node_id"},
     requires=("kernels", "op_instances", "op_nodes"), huge=True)
 
 ITERATION_OPS = TableSpec(
@@ -190,10 +190,10 @@ ITERATION_OPS = TableSpec(
               n.data_type AS data_type, n.scope AS scope, i.calls AS calls, i.kernel_count AS kernel_count,
               i.tc_kernel_count AS tc_kernel_count, i.gpu_time AS gpu_time, i.tc_gpu_time AS tc_gpu_time
          FROM (SELECT o.node_id, COUNT(*) AS calls, SUM(o.kernel_count) AS kernel_count,
-                      SUM((SELECT COUNT(*) FROM kernels k WHERE k.op_id = o.op_id AND k.uses_tc = 1)) AS tc_kernel_count,
-                      SUM(o.gpu_time) AS gpu_time, SUM(o.tc_gpu_time) AS tc_gpu_time
+                      SUM(o.tc_kernel_count) AS tc_kernel_count, SUM(o.gpu_time) AS gpu_time,
+                      SUM(o.tc_gpu_time) AS tc_gpu_time
                  FROM op_instances o
-                WHERE o.iteration = :iteration AND o.rank IN
+                WHERE o.iteration = :iteration AND o.parent_id < 0 AND o.rank IN
                       (SELECT rank FROM iterations WHERE iteration = :iteration AND (:rank IS NULL OR rank = :rank))
                 GROUP BY o.node_id) i JOIN op_nodes n ON n.node_id = i.node_id) t""",
     (Column("node_id", "Op ID", "node_id"),

@@ -1,0 +1,134 @@
+"""An independent reading of Kineto traces for the tests' oracles: the raw JSON, parsed by the standard
+library with exact decimal timestamps, and the launching op of each GPU activity found by the definition
+in PRODUCT.md written out plainly (no dlscope code is used here).
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+from itertools import accumulate
+from pathlib import Path
+
+OP_CATS = {"cpu_op", "Operator"}
+LAUNCH_CATS = {"cuda_runtime", "Runtime", "cuda_driver"}
+KERNEL_CATS = {"kernel", "Kernel"}
+MEMOP_CATS = {"gpu_memcpy", "Memcpy", "gpu_memset", "Memset"}
+
+
+def ns(value) -> int:
+    """Microseconds as the JSON text wrote them, to exact integer nanoseconds (half up)."""
+    return int((Decimal(str(value)) * 1000).to_integral_value(rounding="ROUND_HALF_EVEN"))
+
+
+@dataclass(frozen=True)
+class Event:
+    index: int          # position in traceEvents
+    cat: str
+    name: str
+    pid: object
+    tid: object
+    start: int          # ns
+    end: int            # ns
+    args: dict
+
+    @property
+    def correlation(self):
+        return self.args.get("correlation")
+
+
+@lru_cache(maxsize=8)
+def events(path: Path) -> tuple[Event, ...]:
+    """Every complete ("X") event of a trace, with exact ns times."""
+    with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as f:
+        doc = json.load(f, parse_float=Decimal)
+    raw = doc["traceEvents"] if isinstance(doc, dict) else doc
+    out = []
+    for i, e in enumerate(raw):
+        if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
+            continue
+        start = ns(e["ts"])
+        out.append(Event(i, str(e.get("cat", "")), str(e.get("name", "")), e.get("pid"), e.get("tid"), start,
+                         start + ns(e.get("dur", 0)), e.get("args") or {}))
+    return tuple(out)
+
+
+STEP_LIKE = re.compile(r"(?i)^(ProfilerStep#\d+|(train[_ ]?|training[_ ]?|eval[_ ]?)?(step|iter|iteration|batch)([ _#:=-]*\d+)?)$")
+
+
+def is_step_marker(name: str) -> bool:
+    return STEP_LIKE.match(name) is not None
+
+
+class _Innermost:
+    """Intervals of one kind per thread, answering "the innermost one enclosing time t"."""
+
+    def __init__(self, intervals: list[Event]):
+        by_thread: dict = defaultdict(list)
+        for e in intervals:
+            by_thread[(e.pid, e.tid)].append(e)
+        self.by_thread = {k: sorted(v, key=lambda o: (o.start, -o.end, o.index)) for k, v in by_thread.items()}
+        self.starts = {k: [o.start for o in v] for k, v in self.by_thread.items()}
+        self.reach = {k: list(accumulate((o.end for o in v), max)) for k, v in self.by_thread.items()}
+
+    def at(self, thread, t: int) -> Event | None:
+        """Op start <= t < op end; among several the latest start, then the shortest, then the later one in
+        the file; a zero-length one exactly at t only when none of positive length encloses t."""
+        ops, starts, reach = self.by_thread.get(thread, []), self.starts.get(thread, []), self.reach.get(thread, [])
+        hi = bisect.bisect_right(starts, t)
+        for j in range(hi - 1, -1, -1):
+            if ops[j].start <= t < ops[j].end:
+                return ops[j]
+            if reach[j] <= t:  # no earlier interval is still open at t
+                break
+        zero = [o for o in ops[bisect.bisect_left(starts, t):hi] if o.start == o.end == t]
+        return zero[-1] if zero else None
+
+
+def launching_ops(path: Path) -> dict[int, Event | None]:
+    """For each kernel and memory operation (by event index) whose launch call is in the trace: the innermost
+    op (cpu_op) enclosing the call's start on the call's thread; when no op does, the innermost annotation
+    range (record_function; not a step marker), which then stands for an op. None when nothing encloses it."""
+    evs = events(path)
+    ops = _Innermost([e for e in evs if e.cat in OP_CATS and not is_step_marker(e.name)])
+    ranges = _Innermost([e for e in evs if e.cat == "user_annotation" and not is_step_marker(e.name)])
+    calls: dict = {}
+    for e in evs:
+        if e.cat in LAUNCH_CATS and e.correlation is not None:
+            calls.setdefault(e.correlation, e)
+    out: dict[int, Event | None] = {}
+    for e in evs:
+        if e.cat not in KERNEL_CATS | MEMOP_CATS or e.correlation is None or e.correlation not in calls:
+            continue
+        call = calls[e.correlation]
+        thread = (call.pid, call.tid)
+        out[e.index] = ops.at(thread, call.start) or ranges.at(thread, call.start)
+    return out
+
+
+def _outermost(intervals: list[Event]) -> list[Event]:
+    """Those no earlier one of the same thread (start, then longest first, then file order) is still open
+    at their start: the roots of each thread's nesting."""
+    out = []
+    for group in _Innermost(intervals).by_thread.values():
+        reach = None
+        for e in group:
+            if reach is None or reach <= e.start:
+                out.append(e)
+            reach = e.end if reach is None else max(reach, e.end)
+    return out
+
+
+def op_nodes(path: Path) -> list[Event]:
+    """The op node calls (PRODUCT.md): the outermost framework ops of each thread, and the outermost of the
+    annotation ranges that stand for an op because they launched GPU work no framework op encloses."""
+    evs = events(path)
+    ops = [e for e in evs if e.cat in OP_CATS and not is_step_marker(e.name)]
+    ranges = {o.index: o for o in launching_ops(path).values() if o is not None and o.cat not in OP_CATS}
+    return _outermost(ops) + _outermost(list(ranges.values()))
