@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import math
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import data_file, data_files
 
+import dlscope
 from dlscope.errors import InputError
 from dlscope.roofline.ncu import read_ncu_csv, sniff_ncu_csv
-from conftest import data_file, data_files
 
 PREFIX = "sm__sass_thread_inst_executed_op_"
 
@@ -158,3 +161,103 @@ def test_sniff_and_bad_input(tmp_path):
         read_ncu_csv(other)
     with pytest.raises(InputError, match="cannot read"):
         read_ncu_csv(tmp_path / "missing.csv")
+
+
+# ----------------------------------------------------------------- Tensor Core verdicts from the counters
+
+TOTALS = ("sm__inst_executed.sum", "smsp__inst_executed.sum", "Executed Instructions")
+PIPE = "sm__inst_executed_pipe_tensor.sum"
+HMMA = "sm__inst_executed_pipe_tensor_op_hmma.sum"
+
+
+def _hand_labels() -> dict[str, str]:
+    """SHA-256 of a kernel name -> 'tensor_core' / 'not' (tests/data/tensor_core_labels.json)."""
+    doc = json.loads((Path(__file__).parent / "data" / "tensor_core_labels.json").read_text(encoding="utf-8"))
+    return {e.get("sha256") or hashlib.sha256(e["name"].encode()).hexdigest(): e["label"] for e in doc["labels"]}
+
+
+@pytest.mark.parametrize("name", ["leleucas_bert_attention_flashattn_ampere.csv",
+                                  "leleucas_bert_attention_pytorch_ampere.csv",
+                                  "wangzy_gemm_roofline_metrics_a100.csv", "wangzy_gemm_roofline_metrics_v100.csv"])
+def test_csvs_without_an_instruction_total_fall_back_to_the_name_verdict(name):
+    """None of the real CSVs counts all executed instructions, so no share: the kernel name decides, and the
+    tensor-pipe counts of a softmax or split-K reduce (FP16/FP64 work on GA100's shared pipe) do not."""
+    path = data_file("ncu_csv", name)
+    _, metrics, identity = raw_counters(path)
+    assert not any(t in m for m in metrics.values() for t in TOTALS)
+    frame = read_ncu_csv(path).set_index("kernel_id")
+    labels = _hand_labels()
+    for kid, m in metrics.items():
+        row = frame.loc[int(kid)]
+        label = labels[hashlib.sha256(identity[kid]["Kernel Name"].encode()).hexdigest()]
+        assert row["uses_tc_source"] == "name" and math.isnan(row["tensor_share"]) and math.isnan(row["total_inst"])
+        assert bool(row["uses_tc"]) == (label == "tensor_core"), identity[kid]["Kernel Name"][:80]
+        assert row["mma_inst"] == num(m[PIPE][1])
+    if "pytorch" in name:
+        busy_pipe = [(identity[k]["Kernel Name"], num(m[PIPE][1])) for k, m in metrics.items()
+                     if num(m[PIPE][1]) > 0 and not bool(frame.loc[int(k), "uses_tc"])]
+        assert ("softmax_warp_forward", 160) in [(n[n.index("softmax"):][:20], v) for n, v in busy_pipe
+                                                 if "softmax" in n]
+        assert 960 in [v for n, v in busy_pipe if "splitKreduce_kernel" in n]
+
+
+def _with_counters(src: Path, out: Path, totals: dict[str, str], hmma: dict[str, str]) -> None:
+    """The real CSV plus rows of an instruction total (and an MMA-only sub-pipe count) for some kernels."""
+    header, _, identity = raw_counters(src)
+    with out.open("w", newline="") as fh:
+        fh.write(src.read_text())
+        w = csv.writer(fh, quoting=csv.QUOTE_ALL)
+        for metric, values in ((TOTALS[0], totals), (HMMA, hmma)):
+            for kid, value in values.items():
+                rec = {**identity[kid], "Section Name": "Command line profiler metrics", "Metric Name": metric,
+                       "Metric Unit": "inst", "Metric Value": value, "Rule Name": "", "Rule Type": "",
+                       "Rule Description": ""}
+                w.writerow([rec.get(col, "") for col in header])
+
+
+def test_the_tensor_share_of_executed_instructions_decides_when_the_csv_has_a_total(tmp_path):
+    src = data_file("ncu_csv", "leleucas_bert_attention_pytorch_ampere.csv")
+    _, metrics, _ = raw_counters(src)
+    ids = sorted(metrics, key=int)
+    totals = {kid: f"{[10_000, 2_000, 40_000, 5_000][i % 4]:,}" for i, kid in enumerate(ids) if i % 5 != 4}
+    hmma = {kid: "0" for kid in ids[::3]}                 # MMA-only counter present: it wins over the pipe
+    path = tmp_path / "with_totals.csv"
+    _with_counters(src, path, totals, hmma)
+    threshold = json.loads(Path(dlscope.__file__).with_name("data").joinpath("ncu_tensor_core.json")
+                           .read_text())["min_tensor_share"]
+    _, metrics, _ = raw_counters(path)                     # the file as written, read back with the csv module
+    frame = read_ncu_csv(path).set_index("kernel_id")
+    decided = {"counters": 0, "name": 0}
+    for kid, m in metrics.items():
+        row = frame.loc[int(kid)]
+        if TOTALS[0] not in m:
+            assert row["uses_tc_source"] == "name" and math.isnan(row["tensor_share"])
+            decided["name"] += 1
+            continue
+        mma = num(m[HMMA][1]) if HMMA in m else num(m[PIPE][1])
+        share = mma / num(m[TOTALS[0]][1])
+        assert row["tensor_share"] == pytest.approx(share, rel=1e-12, abs=0)
+        assert row["uses_tc_source"] == "counters" and bool(row["uses_tc"]) == (share >= threshold)
+        decided["counters"] += 1
+    assert decided["counters"] >= 15 and decided["name"] >= 4
+    counted = frame[frame["uses_tc_source"] == "counters"]
+    assert counted["uses_tc"].any() and not counted["uses_tc"].all()   # both outcomes exercised
+
+
+def test_a_database_from_before_the_verdict_gets_its_columns(tmp_path):
+    import sqlite3
+
+    from dlscope.roofline import write_ncu_kernels
+
+    conn = sqlite3.connect(tmp_path / "old.sqlite")
+    conn.execute("CREATE TABLE ncu_kernels (ncu_id INTEGER PRIMARY KEY, source TEXT, kernel_id INTEGER, "
+                 "process_id INTEGER, kernel_name TEXT, device INTEGER, device_name TEXT, cc TEXT, time_ns REAL, "
+                 "time_source TEXT, flops_fp64 REAL, flops_fp32 REAL, flops_fp16 REAL, flops_tensor REAL, "
+                 "bytes_l1 REAL, bytes_l2 REAL, bytes_dram REAL, tensor_pipe_inst REAL, cycles REAL, "
+                 "cycles_per_second REAL)")
+    path = data_file("ncu_csv", "leleucas_bert_attention_flashattn_ampere.csv")
+    assert write_ncu_kernels(conn, read_ncu_csv(path), source=path.name) == 10
+    rows = conn.execute("SELECT kernel_name, uses_tc, uses_tc_source FROM ncu_kernels ORDER BY kernel_id").fetchall()
+    labels = _hand_labels()
+    assert [(bool(u), s) for _, u, s in rows] == [
+        (labels[hashlib.sha256(n.encode()).hexdigest()] == "tensor_core", "name") for n, _, _ in rows]

@@ -1,15 +1,19 @@
 """Tensor Core verdicts: does a kernel use Tensor Cores, and could an op use them.
 
 Both come from data files (``data/tensor_core_kernels.json``, ``data/eligible_ops.json``) so the lists can
-be corrected without touching code. Verdicts are computed once per distinct name, not per event.
+be corrected without touching code. Verdicts are computed once per distinct name, not per event. AMD
+matrix cores (MFMA) count as Tensor Cores; :func:`matrix_units` gives the words a rank's GPUs deserve.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sqlite3
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -36,7 +40,7 @@ def _kernel_rules() -> tuple[list[re.Pattern], list[re.Pattern]]:
 
 
 def kernel_uses_tc(name: str) -> bool:
-    """True when a demangled kernel name matches a Tensor Core pattern and no CUDA-core token."""
+    """True when a kernel name matches a Tensor Core (or AMD matrix-core) pattern and no CUDA-core token."""
     positives, negatives = _kernel_rules()
     if not any(p.search(name) for p in positives):
         return False
@@ -65,3 +69,38 @@ def classify_names(names: pd.Series, verdict, dtype=bool) -> np.ndarray:
     codes, uniques = pd.factorize(names, sort=False)
     verdicts = np.array([verdict(str(u)) for u in uniques], dtype=dtype)
     return verdicts[codes]
+
+
+class MatrixUnits(NamedTuple):
+    """How reports name the matrix-multiply units: 'Tensor Cores' (NVIDIA) or 'Matrix Cores (AMD MFMA)'."""
+
+    plural: str
+    singular: str
+    short: str
+
+
+@lru_cache(maxsize=1)
+def _unit_rules() -> tuple[MatrixUnits, tuple[tuple[re.Pattern, MatrixUnits], ...]]:
+    ref = _load("tensor_core_kernels.json")["matrix_units"]
+    default = MatrixUnits(**ref["default"])
+    vendors = tuple((re.compile(v["gpu_name_pattern"]), MatrixUnits(v["plural"], v["singular"], v["short"]))
+                    for v in ref["vendors"])
+    return default, vendors
+
+
+def matrix_units(gpu_names: Iterable[str | None]) -> MatrixUnits:
+    """The words for a rank's GPUs: a vendor's when every named GPU is that vendor's, else 'Tensor Cores'.
+
+    Unnamed GPUs (a device seen only through its kernels) do not count either way."""
+    default, vendors = _unit_rules()
+    names = [n for n in gpu_names if n]
+    for pattern, units in vendors:
+        if names and all(pattern.search(n) for n in names):
+            return units
+    return default
+
+
+def rank_matrix_units(conn: sqlite3.Connection, rank: int | None) -> MatrixUnits:
+    """:func:`matrix_units` of one rank's rows in the ``gpus`` table of a profile database."""
+    rows = conn.execute("SELECT name FROM gpus WHERE rank = ?", (rank,)).fetchall() if rank is not None else []
+    return matrix_units(r[0] for r in rows)

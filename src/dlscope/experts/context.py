@@ -14,6 +14,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 import pandas as pd
 
+from ..analyze.tensor_core import MatrixUnits, matrix_units
 from ..errors import DlscopeError
 from ..store.schema import DDL
 from .spans import Span
@@ -95,6 +96,14 @@ class Context:
         cols = ", ".join(f'"{c}"' for c in columns)
         return self.query(f'SELECT {cols} FROM {table} WHERE rank = ?{extra} AND "end" > ? AND start < ? '
                           'ORDER BY start', (self.rank, lo, hi))
+
+    @cached_property
+    def matrix_units(self) -> MatrixUnits:
+        """The words for this rank's Tensor Cores (NVIDIA) or matrix cores (AMD MFMA) in finding texts."""
+        frame = self._memory_table("gpus")
+        if frame is None and self.conn is not None:
+            frame = self.query("SELECT name FROM gpus WHERE rank = ?", (self.rank,))
+        return matrix_units([] if frame is None or "name" not in frame else frame["name"].tolist())
 
     @cached_property
     def kernels(self) -> pd.DataFrame:

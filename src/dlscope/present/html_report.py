@@ -17,10 +17,10 @@ from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from .. import __version__
-from ..analyze.aggregation import CATEGORIES, CATEGORY_LABELS
+from ..analyze.aggregation import CATEGORIES
 from ..errors import DlscopeError
 from ..store import reader
-from .summary import fmt_ns, fmt_pct, summary_dict
+from .summary import breakdown_labels, fmt_ns, fmt_pct, summary_dict, summary_units
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402  (backend chosen first)
@@ -57,12 +57,12 @@ def _chart(draw, size: tuple[float, float]) -> Markup:
         return _svg(fig)
 
 
-def breakdown_chart(breakdown_ns: dict, wall_ns: int) -> Markup:
+def breakdown_chart(breakdown_ns: dict, wall_ns: int, labels: dict[str, str]) -> Markup:
     cats = list(CATEGORIES)[::-1]
 
     def draw(ax):
         shares = [100 * (breakdown_ns.get(c) or 0) / wall_ns for c in cats]
-        bars = ax.barh([CATEGORY_LABELS[c] for c in cats], shares, color=[CATEGORY_COLORS[c] for c in cats])
+        bars = ax.barh([labels[c] for c in cats], shares, color=[CATEGORY_COLORS[c] for c in cats])
         ax.bar_label(bars, labels=[f"{s:.1f}% ({fmt_ns(breakdown_ns.get(c))})" for s, c in zip(shares, cats)],
                      padding=3)
         ax.set_xlim(0, max(shares + [1]) * 1.35)
@@ -70,13 +70,13 @@ def breakdown_chart(breakdown_ns: dict, wall_ns: int) -> Markup:
     return _chart(draw, (7, 2.8))
 
 
-def iterations_chart(iterations: list[dict]) -> Markup:
+def iterations_chart(iterations: list[dict], labels: dict[str, str]) -> Markup:
     def draw(ax):
         x = [str(it["iteration"]) for it in iterations]
         bottom = [0.0] * len(iterations)
         for c in CATEGORIES:
             ms = [(it[f"{c}_ns"] or 0) / 1e6 for it in iterations]
-            ax.bar(x, ms, bottom=bottom, color=CATEGORY_COLORS[c], label=CATEGORY_LABELS[c])
+            ax.bar(x, ms, bottom=bottom, color=CATEGORY_COLORS[c], label=labels[c])
             bottom = [b + v for b, v in zip(bottom, ms)]
         ax.set_xlabel("iteration")
         ax.set_ylabel("time (ms)")
@@ -130,11 +130,13 @@ def report_context(db_path: Path, agg_id: int | None = None) -> dict:
     finally:
         conn.close()
     wall = agg["wall_clock_ns"] or 0
+    units = summary_units(agg)
+    labels = breakdown_labels(units)
     charts = {}
     if wall:
-        charts["breakdown"] = ("Resource usage breakdown", breakdown_chart(agg["resource_breakdown_ns"], wall))
+        charts["breakdown"] = ("Resource usage breakdown", breakdown_chart(agg["resource_breakdown_ns"], wall, labels))
     if iterations:
-        charts["iterations"] = ("Iteration time by resource", iterations_chart(iterations))
+        charts["iterations"] = ("Iteration time by resource", iterations_chart(iterations, labels))
     gpu_ops = [o for o in ops if o["gpu_time_ns"]][:TOP_BARS]
     if gpu_ops:
         charts["top_ops"] = ("Top ops by GPU time", top_bars_chart([o["op_name"] for o in gpu_ops],
@@ -148,7 +150,8 @@ def report_context(db_path: Path, agg_id: int | None = None) -> dict:
         charts["gpus"] = ("GPU utilization per GPU", gpu_chart(agg["gpus"]))
     return {"summary": summary, "agg": agg, "profile": summary["profile"], "ops": ops, "kernels": kernels,
             "op_types": op_types, "iterations": iterations, "charts": charts, "findings": summary["findings"],
-            "categories": [(CATEGORY_LABELS[c], CATEGORY_COLORS[c], agg["resource_breakdown_ns"][c],
+            "units": units,
+            "categories": [(labels[c], CATEGORY_COLORS[c], agg["resource_breakdown_ns"][c],
                             (agg["resource_breakdown_ns"][c] or 0) / wall if wall else None) for c in CATEGORIES],
             "db_name": Path(db_path).name, "version": __version__,
             "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}

@@ -113,6 +113,8 @@ def _write_summary(summary: dict, path: Path, fmt: str) -> None:
     a = summary["aggregation"]
     rows = [("profile_name", summary["profile_name"])]
     rows += [(f"profile.{k}", v) for k, v in summary["profile"].items() if k != "gpus"]
-    rows += [(f"aggregation.{k}", v) for k, v in a.items() if k not in ("top_gpu_ops", "resource_breakdown_ns", "gpus")]
+    rows += [(f"aggregation.{k}", v) for k, v in a.items()
+             if k not in ("top_gpu_ops", "resource_breakdown_ns", "gpus", "matrix_units")]
+    rows += [("aggregation.matrix_units", a["matrix_units"]["plural"])]
     rows += [(f"aggregation.resource_breakdown_ns.{k}", v) for k, v in a["resource_breakdown_ns"].items()]
     _write_frame(pd.DataFrame(rows, columns=["metric", "value"]), path, fmt)

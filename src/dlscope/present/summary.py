@@ -7,8 +7,9 @@ import statistics
 import sqlite3
 from pathlib import Path
 
-from ..analyze.aggregation import CATEGORIES
+from ..analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from ..analyze.iterations import GUESSED
+from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..distributed import summary_ranks
 from ..store import reader
 
@@ -60,6 +61,7 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
                            "ORDER BY duration_ns DESC, iteration LIMIT 1", (agg_id,)).fetchone()
     gpus = conn.execute("SELECT rank, device, busy_ns, utilization, kernel_count, kernel_time_ns FROM agg_gpus "
                         "WHERE agg_id = ? ORDER BY device", (agg_id,)).fetchall()
+    units = rank_matrix_units(conn, row["rank"])
     return {
         "agg_id": agg_id, "rank": row["rank"],
         "iter_start": None if whole else row["iter_start"], "iter_stop": None if whole else row["iter_stop"],
@@ -83,7 +85,19 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
                  for g in gpus],
         "top_gpu_ops": [{"op_name": t[0], "op_type": t[1], "direction": t[2], "gpu_time_ns": t[3], "calls": t[4],
                          "tc_eligible": bool(t[5]), "using_tc": bool(t[6])} for t in top],
+        "matrix_units": units._asdict(),
     }
+
+
+def summary_units(aggregation: dict | None) -> MatrixUnits:
+    """The words for the rank's Tensor Cores / AMD matrix cores (older summaries: NVIDIA's)."""
+    known = (aggregation or {}).get("matrix_units")
+    return MatrixUnits(**known) if known else matrix_units([])
+
+
+def breakdown_labels(units: MatrixUnits) -> dict[str, str]:
+    """CATEGORY_LABELS with the rank's words for the Tensor Core categories."""
+    return {**CATEGORY_LABELS, "tensor_core": f"Using {units.plural}", "non_tensor_core": f"Not Using {units.plural}"}
 
 
 def _findings(conn: sqlite3.Connection, agg_id: int) -> list[dict]:
@@ -188,6 +202,7 @@ def render_summary(summary: dict) -> str:
     console = Console(file=buf, width=120, force_terminal=False, color_system=None)
     p, a = summary["profile"], summary["aggregation"]
     console.print(f"[bold]dlscope summary[/bold]: {escape(str(summary['profile_name']))}")
+    units = summary_units(a)
     if a is None:
         console.print("No timeline in this database (counters only): see `dlscope report --reports roofline`.")
         _render_roofline(console, summary.get("roofline"), escape, counters_only=True)
@@ -203,7 +218,7 @@ def render_summary(summary: dict) -> str:
         its += (" — a guess from a repeating op sequence: mark steps with ProfilerStep, dlscope.step() or "
                 f"--key-node{hint}")
     m = a.get("model_summary") or {}
-    model = (f"{m.get('op_nodes', 0):,} op nodes, {m.get('tc_eligible_op_nodes', 0):,} eligible for Tensor Cores, "
+    model = (f"{m.get('op_nodes', 0):,} op nodes, {m.get('tc_eligible_op_nodes', 0):,} eligible for {units.plural}, "
              f"{m.get('op_nodes_using_tc', 0):,} using them"
              + (f"; {m['tc_eligible_gpu_time_pct']:.1f}% of op GPU time in eligible op nodes"
                 if m.get("tc_eligible_gpu_time_pct") is not None else ""))
@@ -214,8 +229,8 @@ def render_summary(summary: dict) -> str:
          f"min {fmt_ns(a['iteration_ns']['min'])}, median {fmt_ns(a['iteration_ns']['median'])}, "
          f"max {fmt_ns(a['iteration_ns']['max'])} (iteration {a['iteration_ns']['slowest_iteration']})"),
         ("GPU utilization", fmt_pct(a["gpu_utilization"]) if p["kernel_count"] else "n/a (no GPU kernels)"),
-        ("Tensor Core kernel efficiency", fmt_pct(a["tc_kernel_efficiency"]) if a["tc_kernel_efficiency"] is not None
-         else "n/a (no kernels of Tensor-Core-eligible ops)"),
+        (f"{units.singular} kernel efficiency", fmt_pct(a["tc_kernel_efficiency"])
+         if a["tc_kernel_efficiency"] is not None else f"n/a (no kernels of {units.singular}-eligible ops)"),
         ("Kernels", f"{p['kernel_count']:,} in the profile ({fmt_ns(p['kernel_time_ns'])}); "
                     f"{a['kernel_count']:,} in the aggregation ({fmt_ns(a['kernel_time_ns'])})"),
         ("Model", model),
@@ -229,13 +244,14 @@ def render_summary(summary: dict) -> str:
     bd.add_column("Category")
     bd.add_column("Time", justify="right")
     bd.add_column("Share", justify="right")
+    labels = breakdown_labels(units)
     for cat, ns in a["resource_breakdown_ns"].items():
-        bd.add_row(cat.replace("_", " "), fmt_ns(ns), fmt_pct(ns / wall if wall else None))
+        bd.add_row(escape(labels.get(cat, cat.replace("_", " "))), fmt_ns(ns), fmt_pct(ns / wall if wall else None))
     console.print(bd)
     if a["top_gpu_ops"]:
         top = Table(title="Top 10 GPU ops", title_justify="left")
-        for col in ("GPU time", "Op", "Type", "Calls", "TC eligible", "Using TC"):
-            top.add_column(col, justify="right" if col in ("GPU time", "Calls") else "left")
+        for col in ("GPU time", "Op", "Type", "Calls", f"{units.short} eligible", f"Using {units.short}"):
+            top.add_column(escape(col), justify="right" if col in ("GPU time", "Calls") else "left")
         for op in a["top_gpu_ops"]:
             top.add_row(fmt_ns(op["gpu_time_ns"]), escape(op["op_name"][:60]), escape(op["op_type"][:30]), f"{op['calls']:,}",
                         "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")

@@ -25,12 +25,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dlscope.analyze.tensor_core import classify_names, kernel_uses_tc
 from dlscope.errors import InputError
 
 #: Columns of the per-kernel frame, in order (also the ncu_kernels table).
 NCU_COLUMNS = ("kernel_id", "process_id", "kernel_name", "device", "device_name", "cc", "time_ns",
                "time_source", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "bytes_l1",
-               "bytes_l2", "bytes_dram", "tensor_pipe_inst", "cycles", "cycles_per_second")
+               "bytes_l2", "bytes_dram", "tensor_pipe_inst", "cycles", "cycles_per_second", "mma_inst",
+               "total_inst", "tensor_share", "uses_tc", "uses_tc_source")
 
 NCU_DDL = """
 CREATE TABLE IF NOT EXISTS ncu_kernels (
@@ -38,7 +40,8 @@ CREATE TABLE IF NOT EXISTS ncu_kernels (
     device INTEGER, device_name TEXT, cc TEXT, time_ns REAL, time_source TEXT,
     flops_fp64 REAL, flops_fp32 REAL, flops_fp16 REAL, flops_tensor REAL,
     bytes_l1 REAL, bytes_l2 REAL, bytes_dram REAL, tensor_pipe_inst REAL,
-    cycles REAL, cycles_per_second REAL
+    cycles REAL, cycles_per_second REAL, mma_inst REAL, total_inst REAL, tensor_share REAL,
+    uses_tc INTEGER, uses_tc_source TEXT
 );
 CREATE INDEX IF NOT EXISTS ncu_kernels_name ON ncu_kernels (kernel_name);
 """
@@ -54,6 +57,11 @@ _LOG_PREFIX = ("==PROF==", "==WARNING==", "==ERROR==", "==INFO==")
 @lru_cache(maxsize=1)
 def _recipes() -> dict:
     return json.loads(resources.files("dlscope.data").joinpath("ncu_metrics.json").read_text())
+
+
+@lru_cache(maxsize=1)
+def _tc_rule() -> dict:
+    return json.loads(resources.files("dlscope.data").joinpath("ncu_tensor_core.json").read_text())
 
 
 def sniff_ncu_csv(head_bytes: bytes) -> bool:
@@ -167,12 +175,41 @@ def _tensor_flops(numeric: pd.DataFrame, cc: pd.Series, tensor_inst: pd.Series) 
     return tensor_inst * factor
 
 
+def _first_present(numeric: pd.DataFrame, alternatives: list[list[str]]) -> pd.Series:
+    """Per kernel, the sum of the first alternative it has a value for; NaN where it has none."""
+    out = pd.Series(np.nan, index=numeric.index, dtype="float64")
+    for names in alternatives:
+        present = [name for name in names if name in numeric.columns]
+        if present:
+            out = out.fillna(numeric[present].sum(axis=1, min_count=1).astype("float64"))
+    return out
+
+
+def tensor_core_verdicts(numeric: pd.DataFrame, names: pd.Series) -> pd.DataFrame:
+    """Per kernel: MMA instructions, all instructions, their share and the Tensor Core verdict.
+
+    The counters decide when the CSV has a total-instruction counter (share >= min_tensor_share of
+    data/ncu_tensor_core.json): a tensor-pipe count alone is not MMA use, since GA100's shared pipe also
+    issues FP16x2 and FP64 work. Without a total the kernel-name rule decides (uses_tc_source "name").
+    """
+    rule = _tc_rule()
+    mma = _first_present(numeric, rule["tensor_instructions"])
+    total = _first_present(numeric, [[name] for name in rule["total_instructions"]])
+    share = (mma / total.where(total > 0)).astype("float64")
+    by_name = classify_names(names.reset_index(drop=True), kernel_uses_tc)
+    counted = share.notna().to_numpy()
+    uses = np.where(counted, (share >= rule["min_tensor_share"]).to_numpy(), by_name)
+    return pd.DataFrame({"mma_inst": mma, "total_inst": total, "tensor_share": share,
+                         "uses_tc": uses.astype(int), "uses_tc_source": np.where(counted, "counters", "name")},
+                        index=numeric.index)
+
+
 def read_ncu_csv(path: str | Path) -> pd.DataFrame:
     """One row per profiled kernel launch with the roofline quantities (columns ``NCU_COLUMNS``).
 
     FLOPs per precision = add + mul + 2 × fma thread-instruction counts; a column is NaN when the file
     lacks its counters (never 0 for "not measured"). time_ns = gpu__time_duration.sum when present, else
-    sm__cycles_elapsed.avg / sm__cycles_elapsed.avg.per_second.
+    sm__cycles_elapsed.avg / sm__cycles_elapsed.avg.per_second. uses_tc: see :func:`tensor_core_verdicts`.
     """
     path = Path(path)
     frame = _read_table(path)
@@ -199,6 +236,7 @@ def read_ncu_csv(path: str | Path) -> pd.DataFrame:
     out["time_ns"] = measured.fillna(from_cycles)
     out["time_source"] = np.where(measured.notna(), "gpu__time_duration",
                                   np.where(from_cycles.notna(), "sm__cycles_elapsed", ""))
+    out = out.join(tensor_core_verdicts(numeric, out["kernel_name"]))
     out = out.sort_values("kernel_id", kind="stable").reset_index(drop=True)
     out["kernel_id"] = out["kernel_id"].astype("Int64")
     return out[list(NCU_COLUMNS)]
@@ -207,6 +245,11 @@ def read_ncu_csv(path: str | Path) -> pd.DataFrame:
 def write_ncu_kernels(conn: sqlite3.Connection, frame: pd.DataFrame, source: str = "") -> int:
     """Store a read_ncu_csv frame in the profile database (creates ncu_kernels); returns rows written."""
     conn.executescript(NCU_DDL)
+    have = {r[1] for r in conn.execute("PRAGMA table_info(ncu_kernels)")}
+    for name, kind in (("mma_inst", "REAL"), ("total_inst", "REAL"), ("tensor_share", "REAL"),
+                       ("uses_tc", "INTEGER"), ("uses_tc_source", "TEXT")):
+        if name not in have:  # a database written before the Tensor Core verdict existed
+            conn.execute(f"ALTER TABLE ncu_kernels ADD COLUMN {name} {kind}")
     cols = ["source", *NCU_COLUMNS]
     records = frame.assign(source=source)[cols].astype(object).where(frame.assign(source=source)[cols].notna(),
                                                                      None)

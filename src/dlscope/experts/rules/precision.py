@@ -67,13 +67,14 @@ def amp_not_enabled(ctx, cfg):
     saving = _saving(ctx, fp32, "fp32")
     n = ctx.config["evidence"]["max_items"]
     none_or_few = "none are" if half_time == 0 else "almost none are"
+    units = ctx.matrix_units.plural
     return Finding(
         "amp_not_enabled",
-        f"{plural(n_nodes, 'op')} were eligible to use Tensor Cores but {none_or_few} using FP16/BF16: their "
+        f"{plural(n_nodes, 'op')} were eligible to use {units} but {none_or_few} using FP16/BF16: their "
         f"kernels ran {fmt_ns(fp32_time)} in FP32 ({100 * fp32_time / all_time:.1f}% of all kernel time).",
         "Enable automatic mixed precision: wrap the forward pass and loss in torch.autocast(device_type='cuda', "
-        "dtype=torch.bfloat16) (or float16 with torch.amp.GradScaler) so GEMMs and convolutions run on Tensor "
-        f"Cores. See {ctx.link('amp_not_enabled')}",
+        "dtype=torch.bfloat16) (or float16 with torch.amp.GradScaler) so GEMMs and convolutions run on "
+        f"{units}. See {ctx.link('amp_not_enabled')}",
         saving,
         {"node_ids": top_by(fp32, "root_node", "dur", n), "kernels": top_by(fp32, "name", "dur", n),
          "iterations": iterations_of(fp32["iteration"]),
@@ -100,13 +101,14 @@ def tc_eligible_not_using_tc(ctx, cfg):
         return None
     n = ctx.config["evidence"]["max_items"]
     names = ", ".join(short_kernel(k) for k in top_by(bad, "name", "dur", 3))
+    units = ctx.matrix_units
     return Finding(
         "tc_eligible_not_using_tc",
-        f"{plural(bad['root_node'].nunique(), 'op')} ran in FP16/BF16 but none of their kernels used Tensor Cores: "
+        f"{plural(bad['root_node'].nunique(), 'op')} ran in FP16/BF16 but none of their kernels used {units.plural}: "
         f"{fmt_ns(bad_time)} ({100 * bad_time / half_time:.1f}% of the half-precision eligible kernel time), "
         f"mostly {names}.",
         "Check the shapes and layouts of these ops (see tc_shape_alignment), update cuDNN/cuBLAS, and for "
-        "convolutions try torch.backends.cudnn.benchmark = True and channels_last so Tensor Core kernels are "
+        f"convolutions try torch.backends.cudnn.benchmark = True and channels_last so {units.singular} kernels are "
         f"chosen. See {ctx.link('tc_eligible_not_using_tc')}",
         saving,
         {"node_ids": top_by(bad, "root_node", "dur", n), "kernels": top_by(bad, "name", "dur", n),

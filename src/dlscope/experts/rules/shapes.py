@@ -128,11 +128,12 @@ def tc_shape_alignment(ctx, cfg):
     root_ids = bad_rows["eligible_root"].to_numpy()
     kf = ctx.kernel_facts
     bk = kf[kf["eligible_root"].isin(root_ids)]
+    unit = ctx.matrix_units.singular
     return Finding(
         "tc_shape_alignment",
-        f"{plural(worst['node_id'].nunique(), 'Tensor-Core-eligible op')} have dimensions that are not multiples "
-        f"of the Tensor Core tile ({fmt_ns(bad_time)}, {100 * bad_time / all_time:.1f}% of their kind's kernel "
-        f"time): {examples}.",
+        f"{plural(worst['node_id'].nunique(), unit.replace(' ', '-') + '-eligible op')} have dimensions that are "
+        f"not multiples of the {unit} tile ({fmt_ns(bad_time)}, {100 * bad_time / all_time:.1f}% of their kind's "
+        f"kernel time): {examples}.",
         "Pad the dimensions to the multiple: vocabulary and hidden sizes, sequence lengths (pad batches to a "
         "multiple of 8), batch size, and channel counts (pad input channels, e.g. 3 -> 4 or 8 with NHWC). "
         f"See {ctx.link('tc_shape_alignment')}",
