@@ -14,13 +14,12 @@ import math
 import sqlite3
 
 import pytest
-
 from conftest import data_file, data_files
-from dlscope.experts import Finding, evaluate, load_config
-from dlscope.experts import registry
-from dlscope.pipeline import build_database
 from experts_helpers import findings
 from trace_builder import PID, TID, KinetoTrace
+
+from dlscope.experts import Finding, evaluate, load_config, registry
+from dlscope.pipeline import build_database
 
 US = 1000
 MS = 1000 * US
@@ -101,6 +100,10 @@ def test_inference_gets_inference_precision_advice(tmp_path):
 
 # --- item 9: a finding with no saving is not a finding ---------------------------------------------------------------
 
+def _constant_rule(rule_id: str, saving):
+    return lambda ctx, cfg: Finding(rule_id, "problem", "recommendation", saving)
+
+
 def test_no_rule_can_emit_a_finding_without_a_saving(tmp_path, monkeypatch):
     """Rules returning a saving of None, 0, NaN and 5 ns: only the priced one is a finding."""
     t = KinetoTrace()
@@ -110,7 +113,7 @@ def test_no_rule_can_emit_a_finding_without_a_saving(tmp_path, monkeypatch):
     db = _db(tmp_path, t, "tiny.json")
     rules = dict(registry.load_rules())
     for rule_id, saving in (("_test_none", None), ("_test_zero", 0), ("_test_nan", math.nan), ("_test_five", 5)):
-        rules[rule_id] = (lambda s, r: lambda ctx, cfg: Finding(r, "p", "r", s))(saving, rule_id)
+        rules[rule_id] = _constant_rule(rule_id, saving)
     monkeypatch.setattr(registry, "RULES", rules)
     conn = sqlite3.connect(db)
     got = {f["rule"]: f for f in evaluate(conn, 1)}

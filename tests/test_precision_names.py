@@ -6,7 +6,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from dlscope.experts.precision_names import dominant, kernel_precision, kernel_precisions, math_mode
+from dlscope.experts.precision_names import (
+    dominant,
+    kernel_precision,
+    kernel_precisions,
+    math_mode,
+)
 
 NAMES = {
     # FP32 on CUDA cores: the families named in issue 13, item 7
