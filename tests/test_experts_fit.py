@@ -248,3 +248,14 @@ def test_real_variation_after_steady_steps_is_flagged_without_warm_up(tmp_path):
 
 def test_a_short_step_alone_saves_nothing_and_is_no_finding(tmp_path):
     assert "iteration_variance" not in findings(_db(tmp_path, _steps_trace([1.0, 1.0, 0.1, 1.0, 1.0]), "fast.json"))
+
+
+def test_warm_up_then_jittery_steps_is_said_not_silenced(tmp_path):
+    """48.7 ms, then sub-ms steps that never stay within 15% of their median twice in a row: no steady range
+    exists, which used to silence the rule; now the warm-up is said and no range is suggested."""
+    got = findings(_db(tmp_path, _steps_trace([48.7, 0.82, 1.2, 0.82, 1.3]), "jitter.json"))["iteration_variance"]
+    med = (0.82 + 1.2) / 2                                                    # median of the four after the warm-up
+    assert got["evidence"]["warmup_iteration"] == 1
+    assert got["evidence"]["steady_iter_start"] is None and "--iter-start" not in got["recommendation"]
+    assert got["est_saving_ns"] == pytest.approx(((48.7 - med) + (1.2 - med) + (1.3 - med)) * MS, abs=3)
+    assert "warm-up" in got["problem"] and "No two consecutive iterations are steady" in got["recommendation"]
