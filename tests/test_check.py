@@ -138,3 +138,28 @@ def test_resnet50_faster_run_passes_against_the_slower_baseline_and_not_reverse(
     doc = json.loads(res.stdout)
     assert res.exit_code == 1 and all(r["regressed"] for r in doc["results"])
 
+
+
+def test_lost_tensor_cores_fail_the_gate_like_the_diff_calls_them(pair):
+    """The same direction table as `dlscope diff`: Tensor Core time and share falling is a regression."""
+    base, new = pair                       # Tensor Core kernel time per iteration: 200 µs (base) → 400 µs (new)
+    metrics = ["tc_kernel_time", "tensor_core", "tensor_core_share"]
+    gained = check(new, base, metrics, 5.0)
+    assert gained["passed"] and all(r["regression_pct"] < 0 for r in gained["results"])
+    lost = check(base, new, metrics, 5.0)
+    assert not lost["passed"] and all(r["regressed"] for r in lost["results"])
+    by = {r["metric"]: r for r in lost["results"]}
+    assert by["tc_kernel_time"]["regression_pct"] == pytest.approx(50.0)       # 400 → 200 µs
+    spec = metric_table()["metrics"]
+    assert all(spec[m]["better"] == "higher" for m in metrics)
+
+
+def test_check_warns_when_the_runs_are_on_different_gpus(import_db):
+    control = import_db(data_file("kineto", "hta_trace_diff_control_a100_rank3of8.json.gz"))
+    test = import_db(data_file("kineto", "hta_trace_diff_test_v100_rank1of2.json.gz"))
+    res = _run(test, "--baseline", control, "--metric", "tc_kernel_time", "--json")
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 1 and doc["results"][0]["regressed"]               # 11 ms of Tensor Core time → 0
+    assert "gpu" in {w["kind"] for w in doc["warnings"]}
+    text = _run(test, "--baseline", control, "--metric", "tc_kernel_time")
+    assert "warning: The runs are on different GPUs" in text.output

@@ -20,6 +20,7 @@ from dlscope.compare.cli_compare import diff_command
 from dlscope.compare.matching import batch_change, match_ops
 from dlscope.errors import DlscopeError, InputError
 from test_compare_traces import LOADER, SGEMM, TC_KERNEL, XSS, base_trace, new_trace
+from trace_builder import KinetoTrace
 
 US = 1000
 
@@ -242,3 +243,71 @@ def test_hta_trace_diff_pair_lists_the_ops_present_in_only_one_run(import_db):
     assert raw_t - raw_c <= only_new and raw_c - raw_t <= vanished
     assert _metric(d, "avg_iteration_time")["verdict"] == "worse"
     json.dumps(d, allow_nan=False)
+
+
+# --- runs that are not like for like; directions of Tensor Core metrics ------------------------------------------
+
+def _gpu_names(path) -> list[str]:
+    """deviceProperties names straight from the Kineto JSON (independent of dlscope)."""
+    with gzip.open(path, "rt") as f:
+        return sorted({d["name"] for d in json.load(f).get("deviceProperties", [])})
+
+
+def test_a100_against_v100_warns_and_calls_lost_tensor_cores_a_regression(import_db, tmp_path):
+    control = data_file("kineto", "hta_trace_diff_control_a100_rank3of8.json.gz")
+    test = data_file("kineto", "hta_trace_diff_test_v100_rank1of2.json.gz")
+    assert _gpu_names(control) != _gpu_names(test)                       # the oracle: different GPU models
+    d = compare(import_db(control), import_db(test))
+    kinds = {w["kind"] for w in d["warnings"]}
+    assert "gpu" in kinds
+    assert "precision" in kinds                  # TF32 Tensor Core GEMMs on the A100, FP32 sgemm on the V100
+    tc = _metric(d, "tc_kernel_time")
+    assert tc["base"] > 0 and tc["new"] == 0 and tc["verdict"] == "worse"
+    for name in ("tensor_core", "tensor_core_share", "tc_kernel_efficiency"):
+        m = _metric(d, name)
+        assert m["new"] < m["base"] and m["verdict"] == "worse"
+    assert any(r["metric"] == "tensor_core_share" and "lost" in r["text"] for r in d["regressions"])
+    res = CliRunner().invoke(diff_command, [str(import_db(control)), str(import_db(test)), "--formats", "json,md",
+                                            "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "Warning: The runs are on different GPUs" in text and "Regression: Tensor Core share lost" in text
+    doc = json.loads((tmp_path / "diff.json").read_text())
+    assert {w["kind"] for w in doc["warnings"]} == kinds and doc["regressions"]
+    assert "**Warning:**" in (tmp_path / "diff.md").read_text()
+
+
+def test_a_drop_in_tensor_core_use_is_never_called_better(pair):
+    """Swap the hand-made pair: the Tensor Core kernel time per iteration falls 400 → 200 µs."""
+    base, new = pair
+    d = compare(new, base)
+    for name in ("tc_kernel_time", "tensor_core", "tensor_core_share", "tc_kernel_efficiency", "gpu_utilization"):
+        m = _metric(d, name)
+        assert m["new"] < m["base"] and m["verdict"] == "worse", name
+
+
+def test_like_for_like_runs_get_no_warning(handmade):
+    assert handmade["warnings"] == [] and handmade["regressions"] == []
+
+
+def _one_gemm(path, kernel: str, devices: int = 1):
+    t = KinetoTrace(devices=devices)
+    for i in range(2):
+        s = 1000 * i
+        t.step(i + 1, s, s + 1000)
+        for dev in range(devices):
+            t.op("aten::mm", s + 100 + 10 * dev, s + 105 + 10 * dev, **{"Input Dims": [[64, 32], [32, 64]]})
+            t.launch(s + 101 + 10 * dev, s + 104 + 10 * dev, kernel, s + 200, s + 600, device=dev)
+    return t.write(path)
+
+
+def test_different_precision_or_gpu_count_warns(tmp_path, import_db):
+    fp16 = import_db(_one_gemm(tmp_path / "fp16.json", TC_KERNEL))            # volta_h884gemm: FP16
+    fp32 = import_db(_one_gemm(tmp_path / "fp32.json", SGEMM))                # volta_sgemm: FP32
+    two = import_db(_one_gemm(tmp_path / "two.json", SGEMM, devices=2))
+    d = compare(fp16, fp32)
+    assert [w["kind"] for w in d["warnings"]] == ["precision"]
+    assert (d["base"]["precision"]["dominant"], d["new"]["precision"]["dominant"]) == ("fp16", "fp32")
+    d = compare(fp32, two)
+    assert [w["kind"] for w in d["warnings"]] == ["gpu_count"]
+    assert (d["base"]["gpu_count"], d["new"]["gpu_count"]) == (1, 2)

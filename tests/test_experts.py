@@ -22,7 +22,7 @@ US = 1000
 RULE_IDS = {"amp_not_enabled", "tc_eligible_not_using_tc", "tc_shape_alignment", "gpu_underutilized",
             "dataloader_bottleneck", "pageable_memcpy", "sync_memcpy", "sync_api", "gpu_gaps", "launch_bound",
             "unfused_optimizer", "fusion_candidates", "layout_transposes", "cudnn_benchmark_off",
-            "iteration_variance", "iterations_not_found", "gpu_memory_underutilized", "exposed_communication"}
+            "iteration_variance", "gpu_memory_underutilized", "exposed_communication"}
 HALF = {"Input type": ["c10::Half", "c10::Half"]}
 
 
@@ -121,7 +121,7 @@ def test_rules_config_overrides_and_rejects_unknown_keys(tmp_path):
     cfg = tmp_path / "rules.json"
     cfg.write_text(json.dumps({"dataloader_bottleneck": {"min_share": 0.01}}))
     assert findings(db, cfg)["dataloader_bottleneck"]["est_saving_ns"] == 30 * US
-    cfg.write_text(json.dumps({"dataloader_bottleneck": {"enabled": False}, "iterations_not_found": {}}))
+    cfg.write_text(json.dumps({"dataloader_bottleneck": {"enabled": False}, "iteration_variance": {}}))
     assert "dataloader_bottleneck" not in findings(db, cfg)
     cfg.write_text(json.dumps({"dataloader_bottleneck": {"min_shar": 0.01}}))
     with pytest.raises(InputError, match="min_shar"):

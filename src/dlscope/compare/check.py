@@ -1,8 +1,10 @@
 """The CI gate: did any chosen metric get worse than the baseline by more than the allowed regression?
 
-A regression is the relative move in the metric's worse direction (``better`` in check_metrics.json):
+A regression is the relative move in the metric's worse direction (``better`` in check_metrics.json, the
+same table `dlscope diff` reads, so Tensor Core time or share lost is a regression in both):
 (new − base) / base for lower-is-better metrics, (base − new) / base for higher-is-better ones. A metric
-that cannot be computed in either run is an error, never a silent pass.
+that cannot be computed in either run is an error, never a silent pass. Runs on different GPUs or in
+different precisions still compare, with a warning.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def check(new_db: str | Path, base_db: str | Path, metrics: list[str] | None = N
           max_regression_pct: float = 5.0, *, new_agg_id: int | None = None,
           base_agg_id: int | None = None) -> dict:
     """Evaluate the gate. Returns {"passed", "max_regression_pct", "values", "base", "new", "results": [...]};
-    each result has metric, label, better, base, new, regression_pct, regressed, available, reason."""
+    each result has metric, label, better, base, new, regression_pct, regressed, available, reason;
+    "warnings" say when the runs are not like for like (different GPUs or precisions, see diff)."""
     metrics = metrics or list(metric_table()["default"])
     base, new = load_run(base_db, base_agg_id), load_run(new_db, new_agg_id)
     per_iter = per_iteration(base, new)
@@ -69,9 +72,11 @@ def check(new_db: str | Path, base_db: str | Path, metrics: list[str] | None = N
             res["regressed"] = pct > max_regression_pct
             res["reason"] = _reason(spec, b, n, pct, max_regression_pct)
         results.append(res)
+    from .diff import _warnings
+
     return {"passed": all(r["regressed"] is False for r in results),
             "max_regression_pct": max_regression_pct, "values": "per_iteration" if per_iter else "total",
-            "base": base.describe(), "new": new.describe(), "results": results}
+            "base": base.describe(), "new": new.describe(), "warnings": _warnings(base, new), "results": results}
 
 
 def _fmt(value: float, unit: str) -> str:

@@ -62,6 +62,8 @@ def check_command(new, base, max_regression, metrics, as_json, base_agg_id, new_
     if as_json:
         click.echo(json.dumps(result, indent=1))
     else:
+        for w in result["warnings"]:
+            click.echo(f"warning: {w['text']}")
         for r in result["results"]:
             mark = "FAIL" if r["regressed"] else "ok  " if r["available"] else "n/a "
             click.echo(f"{mark} {r['reason']}")

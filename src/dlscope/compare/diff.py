@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -209,11 +210,81 @@ def _verdict(metrics: list[dict], fmt) -> str:
     return "no time to compare (a run has no wall clock time)"
 
 
+PRECISION_LABELS = {"fp32": "FP32 (CUDA cores)", "tf32": "TF32 (Tensor Cores)", "fp16": "FP16", "bf16": "BF16",
+                    "fp8": "FP8", "int8": "INT8", "fp64": "FP64"}
+#: a precision mix counts as changed when the dominant precision differs, or one run computes at least this
+#: share of its math in a precision the other does not use at all
+PRECISION_MIN_SHARE = 0.1
+
+
+def _gpus_text(run: Run) -> str:
+    names = Counter(run.gpu_names)
+    return ", ".join(f"{n} ×{c}" if c > 1 else n for n, c in names.items()) or "no GPU"
+
+
+def _precision_text(p: dict) -> str:
+    if not p.get("dominant"):
+        return "no classified math kernels"
+    total = sum(p["ns"].values()) or 1
+    return ", ".join(f"{PRECISION_LABELS.get(k, k)} {100 * v / total:.0f}%"
+                     for k, v in sorted(p["ns"].items(), key=lambda kv: -kv[1]))
+
+
+def _warnings(base: Run, new: Run) -> list[dict]:
+    """What makes the two runs not like for like: different GPU models or GPU counts, different math
+    precisions. Each {"kind", "text", "base", "new"}."""
+    out: list[dict[str, Any]] = []
+    if sorted(set(base.gpu_names)) != sorted(set(new.gpu_names)):
+        out.append({"kind": "gpu", "base": base.gpu_names, "new": new.gpu_names,
+                    "text": f"The runs are on different GPUs ({_gpus_text(base)} → {_gpus_text(new)}): every time "
+                            "below includes the hardware change, not only the code change."})
+    elif len(base.gpu_names) != len(new.gpu_names):
+        out.append({"kind": "gpu_count", "base": len(base.gpu_names), "new": len(new.gpu_names),
+                    "text": f"The runs use a different number of GPUs ({len(base.gpu_names)} → {len(new.gpu_names)}): "
+                            "per-GPU and total times are not like for like."})
+    pb, pn = base.precision, new.precision
+    if pb.get("dominant") and pn.get("dominant"):
+        tb, tn = sum(pb["ns"].values()) or 1, sum(pn["ns"].values()) or 1
+        only = [p for p, v in pb["ns"].items() if v / tb >= PRECISION_MIN_SHARE and p not in pn["ns"]] + \
+               [p for p, v in pn["ns"].items() if v / tn >= PRECISION_MIN_SHARE and p not in pb["ns"]]
+        if pb["dominant"] != pn["dominant"] or only:
+            out.append({"kind": "precision", "base": pb, "new": pn,
+                        "text": f"The runs compute in different precisions (math kernel time: {_precision_text(pb)} "
+                                f"→ {_precision_text(pn)}): Tensor Core and kernel times change with the precision, "
+                                "not only with the code."})
+    return out
+
+
+def _regressions(metrics: list[dict]) -> list[dict]:
+    """Losses of Tensor Core use, said as regressions: the Tensor Core share (or time) fell or vanished."""
+    m = {x["metric"]: x for x in metrics}
+    share, time = m.get("tensor_core_share"), m.get("tc_kernel_time")
+    out = []
+    if share and share["verdict"] == "worse" and share["base"]:
+        lost = not share["new"]
+        out.append({"metric": "tensor_core_share", "base": share["base"], "new": share["new"],
+                    "text": f"Tensor Core share {'lost' if lost else 'fell'}: {_pct(share['base'])} → {_pct(share['new'])} "
+                            "of the iteration"
+                            + (f" (Tensor Core kernel time {_fmt_time(time['base'])} → {_fmt_time(time['new'])})"
+                               if time and time["base"] is not None and time["new"] is not None else "")
+                            + ": work left the Tensor Cores."})
+    return out
+
+
+def _fmt_time(v) -> str:
+    from ..present.summary import fmt_ns
+
+    return fmt_ns(v)
+
+
 def compare(base_db: str | Path, new_db: str | Path, *, base_agg_id: int | None = None,
             new_agg_id: int | None = None, limit: int | None = None) -> dict:
     """Compare two profile databases (base = before, new = after).
 
-    Returns {"base", "new": run descriptions; "values": "per_iteration" | "total"; "verdict": one line;
+    Returns {"base", "new": run descriptions (GPUs, math precision); "values": "per_iteration" | "total";
+    "verdict": one line; "warnings": what makes the runs not like for like (different GPUs, GPU counts or
+    precisions), each {"kind", "text", "base", "new"}; "regressions": lost Tensor Core use, each {"metric",
+    "text", "base", "new"};
     "key_changes": the 3 that matter most; "metrics": run-level metrics side by side; "breakdown": the
     seven categories; "batch_size": {"base", "new", "ops"} | None; "op_names": {"only_in_base",
     "only_in_new", "in_both"}; "counts"; "op_types", "ops", "kernels": rows sorted by impact, the first
@@ -246,6 +317,7 @@ def compare(base_db: str | Path, new_db: str | Path, *, base_agg_id: int | None 
         "base": base.describe(), "new": new.describe(),
         "values": "per_iteration" if per_iter else "total",
         "verdict": _verdict(metrics, fmt_ns),
+        "warnings": _warnings(base, new), "regressions": _regressions(metrics),
         "key_changes": _key_changes(metrics, op_types, kernels, fmt_ns),
         "metrics": metrics, "breakdown": breakdown,
         "batch_size": _batch_size(ops), "op_names": _op_names(base, new),

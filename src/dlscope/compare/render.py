@@ -88,7 +88,11 @@ def render_diff(d: dict, width: int = 120) -> str:
     con.print(f"[bold]dlscope diff[/bold]: {escape(str(b['profile_name']))} (base, {b['iterations_profiled'] or 'no'} "
               f"iterations) → {escape(str(n['profile_name']))} (new, {n['iterations_profiled'] or 'no'} iterations); "
               f"times are {per}")
+    for w in d.get("warnings", []):
+        con.print(f"[bold]Warning:[/bold] {escape(w['text'])}")
     con.print(f"[bold]{escape(d['verdict'])}[/bold]")
+    for r in d.get("regressions", []):
+        con.print(f"[bold]Regression:[/bold] {escape(r['text'])}")
     for i, c in enumerate(d["key_changes"], 1):
         con.print(f"  {i}. {escape(c['text'])}")
     if d["batch_size"]:
@@ -156,7 +160,10 @@ def render_markdown(d: dict) -> str:
            f"Base: `{_md_code(b['path'])}` ({b['iterations_profiled'] or 'no'} iterations); "
            f"new: `{_md_code(n['path'])}` ({n['iterations_profiled'] or 'no'} iterations). "
            f"Times are {'per iteration' if d['values'] == 'per_iteration' else 'totals of the aggregation window'}.",
-           "", f"**{_md_text(d['verdict'])}**", ""]
+           ""]
+    out += [f"> **Warning:** {_md_text(w['text'])}\n" for w in d.get("warnings", [])]
+    out += [f"**{_md_text(d['verdict'])}**", ""]
+    out += [f"**Regression:** {_md_text(r['text'])}\n" for r in d.get("regressions", [])]
     out += [f"{i}. {_md_text(c['text'])}" for i, c in enumerate(d["key_changes"], 1)]
     if d["batch_size"]:
         out.append(f"\nBatch size changed: {d['batch_size']['base']} → {d['batch_size']['new']}.")

@@ -41,6 +41,10 @@ class Run:
     op_types: pd.DataFrame
     kernels: pd.DataFrame
     gpu_names: list[str] = field(default_factory=list)
+    #: devices that ran kernels in the aggregation (all of the rank's GPUs when unknown)
+    devices: list[int] = field(default_factory=list)
+    #: the math precision: {"dominant", "share", "ns": {precision: kernel time}} (see :func:`run_precision`)
+    precision: dict = field(default_factory=dict)
 
     @property
     def iterations(self) -> int | None:
@@ -55,7 +59,7 @@ class Run:
                 "iter_start": a["iter_start"] if self.iterations else None,
                 "iter_stop": a["iter_stop"] if self.iterations else None,
                 "iterations_profiled": self.iterations, "iteration_method": a["iteration_method"],
-                "gpus": self.gpu_names}
+                "gpus": self.gpu_names, "gpu_count": len(self.gpu_names), "precision": self.precision}
 
 
 def load_run(db_path: str | Path, agg_id: int | None = None) -> Run:
@@ -70,12 +74,40 @@ def load_run(db_path: str | Path, agg_id: int | None = None) -> Run:
         def table(name: str) -> pd.DataFrame:
             return pd.read_sql_query(f"SELECT * FROM {name} WHERE agg_id = ?", conn, params=(agg_id,))
 
-        gpus = [r[0] or "?" for r in conn.execute("SELECT name FROM gpus WHERE rank = ? ORDER BY device",
-                                                   (agg["rank"],))]
-        return Run(Path(db_path), meta.get("profile_name") or Path(db_path).stem, agg,
-                   table("agg_ops"), table("agg_op_types"), table("agg_kernels"), gpus)
+        gpus = dict(conn.execute("SELECT device, name FROM gpus WHERE rank = ? ORDER BY device", (agg["rank"],)))
+        used = [int(r[0]) for r in conn.execute("SELECT device FROM agg_gpus WHERE agg_id = ? AND kernel_count > 0 "
+                                                 "ORDER BY device", (agg_id,))]
+        devices = used if used or not agg.get("kernel_count") else sorted(gpus)
+        ops = table("agg_ops")
+        return Run(Path(db_path), meta.get("profile_name") or Path(db_path).stem, agg, ops,
+                   table("agg_op_types"), table("agg_kernels"), [gpus.get(d) or "?" for d in devices], devices,
+                   run_precision(table("agg_op_kernels"), ops, table("agg_kernels")))
     finally:
         conn.close()
+
+
+def run_precision(op_kernels: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame) -> dict:
+    """The precision the run's math kernels computed in, by kernel time: a kernel launched by a
+    Tensor-Core-eligible op takes the op's dtype, any other kernel the precision its name tells
+    (``experts.precision_names``); FP32 on Tensor Cores counts as TF32. Returns {"dominant": "" when no
+    math kernel could be classified, "share": of the classified time, "ns": {precision: time}}."""
+    from ..experts.context import PRECISIONS
+    from ..experts.precision_names import dominant, kernel_precisions, math_mode
+
+    elig = ops.loc[ops["tc_eligible"].fillna(0).astype(bool), ["node_id", "data_type"]]
+    k = op_kernels.merge(elig, on="node_id", how="left") if len(op_kernels) else \
+        pd.DataFrame(columns=["kernel_name", "gpu_time_ns", "uses_tc", "data_type"])
+    by_op = k["data_type"].map(PRECISIONS).fillna("").to_numpy(object)
+    by_name = kernel_precisions(k["kernel_name"])
+    prec = [math_mode(p, bool(tc)) for p, tc in zip(pd.Series(by_op).where(by_op != "", by_name), k["uses_tc"])]
+    times = list(k["gpu_time_ns"].fillna(0))
+    rest = kernels[~kernels["kernel_name"].isin(set(k["kernel_name"]))]   # kernels no op launched
+    prec += [math_mode(p, bool(tc)) for p, tc in zip(kernel_precisions(rest["kernel_name"]), rest["uses_tc"])]
+    times += list(rest["gpu_time_ns"].fillna(0))
+    top, share = dominant(prec, times)
+    ns = pd.Series(times, dtype=float).groupby(pd.Series(prec, dtype=object)).sum()
+    return {"dominant": top, "share": round(share, 4),
+            "ns": {str(p): int(v) for p, v in ns.items() if p != "" and v > 0}}
 
 
 def per_iteration(base: Run, new: Run) -> bool:

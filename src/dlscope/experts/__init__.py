@@ -2,19 +2,22 @@
 change is worth. ``evaluate`` runs every registered rule; ``write_findings`` stores the result.
 
 Each rule lives in its own module under ``experts/rules`` and registers itself (``registry.rule``); its
-thresholds live in ``data/rules.json`` and can be overridden with ``--rules-config FILE``.
+thresholds live in ``data/rules.json`` and can be overridden with ``--rules-config FILE``. Two things are
+decided here, once, for every rule: GPU rules do not run on a profile without GPU kernels, and a finding
+without a positive estimated saving is dropped (:func:`priced`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from pathlib import Path
 
 from .config import load_config
 from .context import Context
 from .finding import Finding
-from .registry import as_list, load_rules
+from .registry import GPU_RULES, as_list, load_rules
 from .report import write_expert_report
 
 __all__ = ["evaluate", "write_findings", "write_expert_report", "Finding", "Context", "load_config"]
@@ -35,12 +38,23 @@ def evaluate(conn: sqlite3.Connection | None, agg_id: int | None, rules_config: 
     out = []
     for rule_id, check in load_rules().items():
         cfg = config.get(rule_id, {})
-        if not cfg.get("enabled", True):
+        if not cfg.get("enabled", True) or (rule_id in GPU_RULES and not ctx.has_gpu):
             continue
         for finding in as_list(check(ctx, cfg)):
-            out.append(finding.to_dict(ctx.wall, config["severity"], int(config["evidence"]["max_items"])))
+            if priced(finding):
+                out.append(finding.to_dict(ctx.wall, config["severity"], int(config["evidence"]["max_items"])))
     out.sort(key=lambda f: (_SEVERITY_ORDER[f["severity"]], -(f["est_saving_ns"] or 0), f["rule"]))
     return out
+
+
+def priced(finding: Finding) -> bool:
+    """A finding with no saving is not a finding: every rule's output passes here, and one whose estimated
+    saving is missing, not a number, or under 1 ns is dropped (so no rule can report "0 ns" or "n/a")."""
+    saving = finding.est_saving_ns
+    try:
+        return saving is not None and math.isfinite(float(saving)) and int(saving) > 0
+    except (TypeError, ValueError):
+        return False
 
 
 def write_findings(conn: sqlite3.Connection, agg_id: int, findings: list[dict]) -> None:

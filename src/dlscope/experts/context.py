@@ -17,6 +17,7 @@ import pandas as pd
 from ..analyze.tensor_core import MatrixUnits, matrix_units
 from ..errors import DlscopeError
 from ..store.schema import DDL
+from .precision_names import kernel_precisions
 from .spans import Span
 
 #: numpy dtype spelling of ``ops.data_type`` -> precision name used by the rules and gpu_specs.json
@@ -195,7 +196,11 @@ class Context:
 
     @cached_property
     def kernel_facts(self) -> pd.DataFrame:
-        """The aggregation's kernels with their launching op's precision, eligible root and node."""
+        """The aggregation's kernels with their precision, eligible root and node.
+
+        ``precision`` is the launching op's (own or inherited input dtype) when known, else the one the
+        kernel's name tells (``precision_names``); ``precision_source`` says which ('op', 'name' or '').
+        """
         k = self.kernels
         ops = self.ops_all
         pos = ops.index.get_indexer(k["op_id"])
@@ -207,14 +212,46 @@ class Context:
         node = np.full(len(k), -1, dtype=np.int64)
         rpos = ops.index.get_indexer(root)
         node[rpos >= 0] = ops["node_id"].to_numpy(np.int64)[rpos[rpos >= 0]]
-        return k.assign(precision=prec, eligible_root=root, root_node=node)
+        by_name = kernel_precisions(k["name"]) if len(k) else np.zeros(0, dtype=object)
+        from_op = prec != ""
+        source = np.where(from_op, "op", np.where(by_name != "", "name", "")).astype(object)
+        prec = np.where(from_op, prec, by_name).astype(object)
+        return k.assign(precision=prec, precision_source=source, eligible_root=root, root_node=node)
 
     @cached_property
     def has_gpu(self) -> bool:
+        """Whether the rank ran any GPU kernel. Without one, no GPU advice applies (registry ``gpu=True``)."""
         frame = self._memory_table("kernels")
         if frame is not None:
             return not frame.empty
         return bool(self.conn.execute("SELECT EXISTS(SELECT 1 FROM kernels WHERE rank = ?)", (self.rank,)).fetchone()[0])
+
+    @cached_property
+    def training_evidence(self) -> list[str]:
+        """Names that show a training step: backward ops or an optimizer step (framework ops or annotation
+        ranges), or backward / weight-gradient / optimizer kernels (``run_kind`` in rules.json). At most
+        three, for the findings' evidence; empty for an inference (forward-only) run."""
+        cfg = self.config["run_kind"]
+        found: list[str] = []
+        for names, patterns in ((self.ops_all["name"], cfg["training_op_patterns"]),
+                                (self.ranges["name"], cfg["training_op_patterns"]),
+                                (self.kernels["name"], cfg["training_kernel_patterns"])):
+            if len(names) == 0:
+                continue
+            hit = names_matching(names, compile_any(patterns))
+            found += [str(n) for n in pd.unique(names[hit])[:3 - len(found)]]
+            if len(found) >= 3:
+                break
+        return found
+
+    @cached_property
+    def is_training(self) -> bool:
+        """True for a training run (see :attr:`training_evidence`), False for forward-only (inference)."""
+        return bool(self.training_evidence)
+
+    @property
+    def run_kind(self) -> str:
+        return "training" if self.is_training else "inference"
 
     @cached_property
     def devices(self) -> list[int]:

@@ -10,8 +10,9 @@ EVIDENCE_KEYS = ("node_ids", "kernels", "iterations", "time_ranges")
 
 @dataclass
 class Finding:
-    """A rule's verdict. ``est_saving_ns`` is None when the profile cannot price the fix (said in the
-    evidence's ``saving_basis``); ``severity`` None lets the saving decide (see ``severity_for``)."""
+    """A rule's verdict with what the fix is worth. ``est_saving_ns`` must be a positive estimate:
+    ``experts.evaluate`` drops a finding whose saving is None or 0 (a finding with no saving is not a
+    finding). ``severity`` None lets the saving decide (see ``severity_for``)."""
 
     rule: str
     problem: str

@@ -12,14 +12,20 @@ from typing import Callable, Iterable
 
 #: rule id -> check(ctx, cfg) returning Finding objects (an iterable, a single Finding, or None)
 RULES: dict[str, Callable] = {}
+#: the rules whose advice is about a GPU (Tensor Cores, CUDA copies and syncs, kernels, GPU memory): they do
+#: not run on a profile without GPU kernels
+GPU_RULES: set[str] = set()
 
 
-def rule(rule_id: str) -> Callable:
-    """Register ``check(ctx, cfg)`` under a stable rule id."""
+def rule(rule_id: str, *, gpu: bool = False) -> Callable:
+    """Register ``check(ctx, cfg)`` under a stable rule id; ``gpu=True`` for GPU advice (skipped when the
+    profile ran no GPU kernel)."""
     def register(check: Callable) -> Callable:
         if rule_id in RULES and RULES[rule_id] is not check:
             raise ValueError(f"rule id {rule_id!r} registered twice")
         RULES[rule_id] = check
+        if gpu:
+            GPU_RULES.add(rule_id)
         return check
     return register
 

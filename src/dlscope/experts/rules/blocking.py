@@ -76,7 +76,7 @@ def _blocking_finding(ctx, cfg, rule_id: str, calls: pd.DataFrame, what: str, ad
          "blocked_cpu_ns": blocked, "idle_after_ns": int(refill.sum())})
 
 
-@rule("sync_memcpy")
+@rule("sync_memcpy", gpu=True)
 def sync_memcpy(ctx, cfg):
     return _blocking_finding(
         ctx, cfg, "sync_memcpy", _calls(ctx, cfg["api_names"]), "synchronous memcpy/memset call",
@@ -84,7 +84,7 @@ def sync_memcpy(ctx, cfg):
         "non_blocking=True) from pinned memory) and read results back only when needed.")
 
 
-@rule("sync_api")
+@rule("sync_api", gpu=True)
 def sync_api(ctx, cfg):
     return _blocking_finding(
         ctx, cfg, "sync_api", _calls(ctx, cfg["api_names"]), "device/stream synchronization",
@@ -93,7 +93,7 @@ def sync_api(ctx, cfg):
         "use CUDA events (cudaStreamWaitEvent / torch.cuda.Event) to order work instead.")
 
 
-@rule("pageable_memcpy")
+@rule("pageable_memcpy", gpu=True)
 def pageable_memcpy(ctx, cfg):
     m = ctx.memops
     sel = (m["kind"] == "memcpy") & m["copy_kind"].isin(cfg["copy_kinds"]) & \

@@ -14,7 +14,7 @@ from ..registry import rule
 from ..spans import Span, length, minus
 
 
-@rule("exposed_communication")
+@rule("exposed_communication", gpu=True)
 def exposed_communication(ctx, cfg):
     k = ctx.kernel_facts
     if k.empty:

@@ -27,6 +27,15 @@ def loader_intervals(ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64), frame["op_id"].to_numpy(np.int64))
 
 
+GPU_ADVICE = ("Load batches in parallel with the step: DataLoader(num_workers=N>0, pin_memory=True, "
+              "persistent_workers=True, prefetch_factor=2..4); move decoding and augmentation to the GPU with "
+              "NVIDIA DALI when the CPU cannot keep up.")
+#: a CPU-only run: no pinned memory or GPU decoding, the workers compete with the step for the same cores
+CPU_ADVICE = ("Load batches in parallel with the step: DataLoader(num_workers=N>0, persistent_workers=True, "
+              "prefetch_factor=2..4), leaving enough cores for the step itself (torch.set_num_threads); cache "
+              "decoded samples or move expensive preprocessing offline.")
+
+
 @rule("dataloader_bottleneck")
 def dataloader_bottleneck(ctx, cfg):
     loader_ns = int(ctx.agg["dataloader_ns"] or 0)
@@ -42,9 +51,7 @@ def dataloader_bottleneck(ctx, cfg):
         "dataloader_bottleneck",
         f"{ctx.pct(loader_ns):.1f}% of the aggregated time ({fmt_ns(loader_ns)}, "
         f"{fmt_ns(loader_ns / max(len(its), 1))} per iteration) was spent in data loading {where}.",
-        "Load batches in parallel with the step: DataLoader(num_workers=N>0, pin_memory=True, "
-        "persistent_workers=True, prefetch_factor=2..4); move decoding and augmentation to the GPU with NVIDIA "
-        f"DALI when the CPU cannot keep up. See {ctx.link('dataloader_bottleneck')}",
+        (GPU_ADVICE if ctx.has_gpu else CPU_ADVICE) + f" See {ctx.link('dataloader_bottleneck')}",
         loader_ns,
         {"node_ids": node_ids(ctx, op_ids[op_ids >= 0]), "iterations": [int(i) for i in per_it["iteration"]],
          "time_ranges": longest_ranges(cs, ce, n),

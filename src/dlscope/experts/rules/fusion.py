@@ -88,7 +88,7 @@ def _in_optimizer(ctx, k: pd.DataFrame) -> np.ndarray:
     return inside
 
 
-@rule("fusion_candidates")
+@rule("fusion_candidates", gpu=True)
 def fusion_candidates(ctx, cfg):
     k = ctx.kernel_facts
     k = k[(k["eligible_root"] < 0) & ~k["name"].str.contains("nccl", case=False, regex=False)]

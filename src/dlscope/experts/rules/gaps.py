@@ -13,7 +13,7 @@ from ..registry import rule
 from ..spans import gaps_in_windows
 
 
-@rule("gpu_gaps")
+@rule("gpu_gaps", gpu=True)
 def gpu_gaps(ctx, cfg):
     if not ctx.has_gpu or not ctx.devices:
         return None

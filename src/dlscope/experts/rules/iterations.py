@@ -1,10 +1,18 @@
-"""Iteration rules: outlier iterations inside the aggregated range (DLProf's "contains a lot of
-variation"), and profiles that could not be split into iterations at all.
+"""Iteration variation inside the aggregated range (DLProf's "contains a lot of variation"), with the
+first-step warm-up told apart from real variation.
 
-Variation: an iteration is an outlier when its duration differs from the median by more than
-``tolerance`` (a share of the median). The suggested range is the longest run of consecutive steady
-iterations. The saving is how much the outliers add to the aggregated time beyond the median: the
-distortion the steady range removes from every per-iteration figure.
+Warm-up: the profile's first iteration, when it is in the aggregated range and slower than the median of
+the iterations after it by more than ``tolerance`` (a share of that median): a one-off cost (CUDA context,
+cuDNN autotuning, allocator growth, compilation). It needs only 2 iterations. It is said as warm-up, and the
+remaining iterations are judged without it.
+
+Variation: among the iterations after any warm-up (at least ``min_iterations``), an outlier differs from
+their median by more than ``tolerance``. Slower outliers add time; shorter ones (an incomplete step, a step
+that skipped work) are listed but add nothing to the saving. The suggested range is the longest run of
+consecutive steady iterations (at least 2).
+
+The saving is how much the warm-up and the slow outliers add to the aggregated time beyond the median:
+what the suggested range removes from every per-iteration figure, and what fixing a recurring stall saves.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ from ..registry import rule
 
 
 def steady_range(durations: np.ndarray, iterations: np.ndarray, tolerance: float) -> tuple[int, int, np.ndarray]:
-    """(first, last) iteration of the longest run of non-outliers, and the outlier mask."""
+    """(first, last) iteration of the longest run of non-outliers, and the outlier mask; (-1, -1) when no
+    two consecutive iterations are steady."""
     med = float(np.median(durations))
     outlier = np.abs(durations - med) > tolerance * med
     best, cur_start, best_len = (0, -1), None, 0
@@ -28,57 +37,72 @@ def steady_range(durations: np.ndarray, iterations: np.ndarray, tolerance: float
             if i - cur_start > best_len:
                 best, best_len = (cur_start, i - 1), i - cur_start
             cur_start = None
-    if best_len == 0:
-        return int(iterations[0]), int(iterations[-1]), outlier
+    if best_len < 2:
+        return -1, -1, outlier
     return int(iterations[best[0]]), int(iterations[best[1]]), outlier
+
+
+def _listed(numbers, durations, med: float) -> str:
+    return ", ".join(f"{int(i)} ({fmt_ns(float(x))}, {100 * (x - med) / med:+.0f}%)" for i, x in zip(numbers, durations))
 
 
 @rule("iteration_variance")
 def iteration_variance(ctx, cfg):
     its = ctx.iterations
-    if ctx.whole_profile or len(its) < cfg["min_iterations"]:
+    if ctx.whole_profile or len(its) < 2:
         return None
     d = its["duration_ns"].to_numpy(np.float64)
     numbers = its["iteration"].to_numpy(np.int64)
-    first, last, outlier = steady_range(d, numbers, cfg["tolerance"])
-    if not outlier.any() or last <= first:
+    tol = cfg["tolerance"]
+    first_of_profile = int(ctx.all_iterations["iteration"].min())
+    rest_med = float(np.median(d[1:]))
+    warmup = int(numbers[0]) == first_of_profile and rest_med > 0 and d[0] > (1 + tol) * rest_med
+    rd, rn = (d[1:], numbers[1:]) if warmup else (d, numbers)
+    saving, sentences, evidence = 0, [], {}
+    steady: tuple[int, int] | None = (int(rn[0]), int(rn[-1]))
+    if warmup:
+        saving += int(d[0] - rest_med)
+        sentences.append(f"iteration {int(numbers[0])} is a warm-up step: {fmt_ns(float(d[0]))}, "
+                         f"{100 * (d[0] - rest_med) / rest_med:+.0f}% over the median of the iterations after it "
+                         f"({fmt_ns(rest_med)}); it is a one-off cost (CUDA context, cuDNN autotuning, allocator "
+                         f"growth, compilation), excluded from the judgement below")
+        evidence["warmup_iteration"] = int(numbers[0])
+    outlier = np.zeros(len(rd), dtype=bool)
+    if len(rd) >= cfg["min_iterations"]:
+        first, last, outlier = steady_range(rd, rn, tol)
+        med = float(np.median(rd))
+        slow, fast = outlier & (rd > med), outlier & (rd < med)
+        saving += int((rd[slow] - med).sum())
+        if outlier.any():
+            which = "remaining iterations" if warmup else "iterations"
+            parts = [f"the {which} {int(rn[0])} to {int(rn[-1])} vary around a median of {fmt_ns(med)}"]
+            if slow.any():
+                parts.append(f"slower: {_listed(rn[slow], rd[slow], med)}")
+            if fast.any():
+                parts.append(f"shorter: {_listed(rn[fast], rd[fast], med)} (an incomplete step or one that skipped "
+                             "work; it lowers the average without saving anything)")
+            sentences.append("; ".join(parts))
+            steady = (first, last) if first >= 0 else None
+            evidence["median_iteration_ns"] = int(med)
+    if not sentences or saving <= 0 or ctx.pct(saving) < cfg["min_pct"]:
         return None
-    med = float(np.median(d))
-    saving = int(np.clip(d[outlier] - med, 0, None).sum())
-    if ctx.pct(saving) < cfg["min_pct"]:
-        return None
-    worst = int(np.argmax(np.abs(d - med)))
-    listed = ", ".join(f"{int(i)} ({fmt_ns(float(x))})" for i, x in zip(numbers[outlier], d[outlier]))
+    flagged = np.isin(numbers, np.concatenate([numbers[:1] if warmup else numbers[:0], rn[outlier]]))
+    if steady is not None:
+        advice = (f"Aggregate the steady iterations only: dlscope aggregate PROFILE.sqlite --iter-start {steady[0]} "
+                  f"--iter-stop {steady[1]}; when profiling, skip warm-up with torch.profiler.schedule(wait=1, "
+                  f"warmup=1, active=N).")
+    else:
+        advice = ("No two consecutive iterations are steady: find what differs between steps (data loading, "
+                  "synchronizations, garbage collection, checkpointing, recompilation) before trusting "
+                  "per-iteration figures, and profile more steps with torch.profiler.schedule(wait=1, warmup=1, "
+                  "active=N).")
     return Finding(
         "iteration_variance",
-        f"The aggregated iteration range {int(numbers[0])} to {int(numbers[-1])} contains a lot of variation: "
-        f"median iteration {fmt_ns(med)}, outliers {listed}; iteration {int(numbers[worst])} is "
-        f"{100 * (d[worst] - med) / med:+.0f}% off the median.",
-        f"Limit the aggregation to the steady range: dlscope aggregate PROFILE.sqlite --iter-start {first} "
-        f"--iter-stop {last} (or skip warm-up with torch.profiler.schedule(wait=1, warmup=1, ...)). "
-        f"See {ctx.link('iteration_variance')}",
+        f"The aggregated iteration range {int(numbers[0])} to {int(numbers[-1])} is not steady: "
+        + "; ".join(sentences) + ".",
+        f"{advice} See {ctx.link('iteration_variance')}",
         saving,
-        {"iterations": [int(i) for i in numbers[outlier]],
-         "time_ranges": [[int(s), int(e)] for s, e in zip(its["start"][outlier], its["end"][outlier])],
-         "steady_iter_start": first, "steady_iter_stop": last, "median_iteration_ns": int(med)})
-
-
-@rule("iterations_not_found")
-def iterations_not_found(ctx, cfg):
-    if not ctx.whole_profile:
-        return None
-    key = ctx.agg["key_node"]
-    why = (f"key node '{key}' was not found" if key else
-           "no ProfilerStep#N annotations, step-like NVTX ranges or repeating op pattern were found")
-    return Finding(
-        "iterations_not_found",
-        f"Unable to split the profile into iterations: {why}, so every figure covers the whole profile "
-        f"({fmt_ns(ctx.wall)}) and warm-up is mixed in.",
-        "Mark the steps: call prof.step() once per iteration with torch.profiler (ProfilerStep#N), call "
-        "dlscope.step() in the training loop, wrap each step in an NVTX range named like 'step 12', or re-run "
-        "with --key-node NAME of an op that runs once per iteration. "
-        f"See {ctx.link('iterations_not_found')}",
-        None,
-        {"iterations": [], "time_ranges": [[ctx.window[0], ctx.window[1]]],
-         "saving_basis": "no runtime saving: the fix makes per-iteration figures possible"},
-        severity="medium")
+        {"iterations": [int(i) for i in numbers[flagged]],
+         "time_ranges": [[int(s), int(e)] for s, e in zip(its["start"][flagged], its["end"][flagged])],
+         "steady_iter_start": None if steady is None else steady[0],
+         "steady_iter_stop": None if steady is None else steady[1], **evidence})

@@ -32,7 +32,7 @@ def host_wait(ctx, k: pd.DataFrame, launch_start: np.ndarray) -> np.ndarray:
     return out
 
 
-@rule("launch_bound")
+@rule("launch_bound", gpu=True)
 def launch_bound(ctx, cfg):
     k = ctx.kernel_facts
     if len(k) < cfg["min_kernels"]:
@@ -60,8 +60,10 @@ def launch_bound(ctx, cfg):
         f"{fmt_ns(float(np.median(dur[short])))}, median launch {fmt_ns(float(np.median(launch_dur[short])))}); "
         f"the GPU waited {fmt_ns(saving)} for the host to launch them.",
         "Cut per-kernel launch overhead: capture the step with CUDA graphs (torch.cuda.graphs or "
-        "torch.compile(mode='reduce-overhead')), fuse small ops with torch.compile, and raise the batch size so "
-        f"each kernel does more work. See {ctx.link('launch_bound')}",
+        "torch.compile(mode='reduce-overhead'))"
+        + (", fuse small ops with torch.compile, and raise the batch size so each kernel does more work"
+           if ctx.is_training else " and fuse small ops with torch.compile")
+        + f". See {ctx.link('launch_bound')}",
         saving,
         {"node_ids": node_ids(ctx, top_by(sk[sk["op_id"] >= 0], "op_id", "wait", n)),
          "kernels": top_by(sk, "name", "wait", n), "iterations": iterations_of(sk["iteration"]),

@@ -11,7 +11,7 @@ from ..registry import rule
 from ..spans import length
 
 
-@rule("layout_transposes")
+@rule("layout_transposes", gpu=True)
 def layout_transposes(ctx, cfg):
     k = ctx.kernel_facts
     if k.empty:

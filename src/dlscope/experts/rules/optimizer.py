@@ -18,7 +18,7 @@ from ..registry import rule
 from ..spans import gaps_in_windows
 
 
-@rule("unfused_optimizer")
+@rule("unfused_optimizer", gpu=True)
 def unfused_optimizer(ctx, cfg):
     ops = ctx.ops
     steps = ops[names_matching(ops["name"], compile_any(cfg["step_op_patterns"]))]

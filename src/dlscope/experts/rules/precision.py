@@ -1,8 +1,11 @@
 """Tensor Core precision rules: FP32 where AMP would help, and FP16/BF16 ops that still miss Tensor Cores.
 
-Savings use the GPU's datasheet peaks when dlscope knows the GPU (FP16 Tensor Core peak over the peak the
-kernel ran at: FP32 CUDA cores, or TF32 Tensor Cores for kernels that already use them); for an unknown
-GPU the saving is the ceiling, the kernels' whole time.
+A kernel's precision is its launching op's input dtype, or, when the trace has no dtypes (recorded without
+record_shapes), the one its name tells (``experts.precision_names``, data/kernel_precision.json). FP32 on
+Tensor Cores is TF32, a different case from FP32 on CUDA cores: already on Tensor Cores, at half the
+FP16/BF16 peak. Savings use the GPU's datasheet peaks when dlscope knows the GPU (FP16 Tensor Core peak over
+the peak the kernel ran at: FP32 CUDA cores, or TF32 Tensor Cores); for an unknown GPU the saving is the
+ceiling, the kernels' whole time.
 """
 
 from __future__ import annotations
@@ -32,10 +35,16 @@ def speedup_factor(ctx, precision: str, on_tc: np.ndarray) -> np.ndarray:
     return out
 
 
-def _saving(ctx, kernels, precision: str) -> int:
-    """Σ dur × speedup share, never more than the kernels' union inside the window."""
-    weighted = float((kernels["dur"].to_numpy() * speedup_factor(ctx, precision,
-                                                                 kernels["uses_tc"].to_numpy(bool))).sum())
+def _saving(ctx, kernels, precision: str, on_tc: np.ndarray | None = None, tf32_ratio: float | None = None) -> int:
+    """Σ dur × speedup share, never more than the kernels' union inside the window. ``on_tc`` (default:
+    the kernels' uses_tc) says which peak each ran at. ``tf32_ratio``: FP16/TF32 peak ratio to use for FP32
+    kernels on Tensor Cores when the datasheet does not give both peaks (never the whole-time ceiling:
+    TF32 kernels are already on Tensor Cores)."""
+    flags = kernels["uses_tc"].to_numpy(bool) if on_tc is None else np.asarray(on_tc, dtype=bool)
+    share = speedup_factor(ctx, precision, flags)
+    if tf32_ratio and not _known_tf32(ctx):
+        share[flags] = 1.0 - 1.0 / tf32_ratio
+    weighted = float((kernels["dur"].to_numpy() * share).sum())
     lo, hi = ctx.window
     union = length(Span(kernels["start"].clip(lo, hi), kernels["end"].clip(lo, hi)))
     return int(min(weighted, union))
@@ -47,8 +56,29 @@ def _basis(ctx) -> str:
             "ceiling: the GPU is not in dlscope's table, so the whole kernel time is counted")
 
 
-@rule("amp_not_enabled")
+def _tf32_gain(ctx) -> str:
+    """'2.0× the peak (156 → 312 TFLOP/s on A100)' from the datasheet, or a plain 'twice the peak'."""
+    c = ctx.ceilings
+    tf32, half = (c.peak("tf32", True), c.peak("fp16", True)) if c is not None else (None, None)
+    if not tf32 or not half:
+        return f"about {ctx.config['amp_not_enabled']['tf32_to_half_peak_ratio']:g}× the peak"
+    return f"{half[1] / tf32[1]:.1f}× the peak ({tf32[1] / 1e12:,.0f} → {half[1] / 1e12:,.0f} TFLOP/s on {c.name})"
+
+
+AMP_ADVICE = {
+    "training": "Enable automatic mixed precision: wrap the forward pass and loss in "
+                "torch.autocast(device_type='cuda', dtype=torch.bfloat16) (or float16 with torch.amp.GradScaler) "
+                "so GEMMs and convolutions run on BF16/FP16 Tensor Cores.",
+    "inference": "Run the model in reduced precision: torch.autocast(device_type='cuda', dtype=torch.bfloat16) "
+                 "around the forward pass, or model.to(torch.bfloat16) / .half() (check accuracy), or an "
+                 "inference engine (TensorRT, torch.compile) with FP16/BF16 enabled.",
+}
+
+
+@rule("amp_not_enabled", gpu=True)
 def amp_not_enabled(ctx, cfg):
+    """Eligible ops computing in FP32: on CUDA cores (the FP32 peak) or on TF32 Tensor Cores (half the
+    FP16/BF16 peak). Precision is the op's input dtype, else the kernel's name (``precision_names``)."""
     kf = ctx.kernel_facts
     elig = kf[kf["eligible_root"] >= 0]
     if elig.empty:
@@ -56,34 +86,54 @@ def amp_not_enabled(ctx, cfg):
     cc = ctx.compute_capability
     if cc is not None and cc < cfg["min_compute_capability"]:
         return None
-    fp32 = elig[elig["precision"] == "fp32"]
+    prec, on_tc = elig["precision"].to_numpy(object), elig["uses_tc"].to_numpy(bool)
+    is_single = (prec == "fp32") | (prec == "tf32")
+    single, single_tc = elig[is_single], ((prec == "tf32") | on_tc)[is_single]   # FP32 on Tensor Cores is TF32
+    cuda_core, tf32 = single[~single_tc], single[single_tc]
     half_time = int(elig.loc[elig["precision"].isin(HALF), "dur"].sum())
-    fp32_time, all_time = int(fp32["dur"].sum()), int(kf["dur"].sum())
-    if fp32.empty or fp32_time < cfg["min_eligible_share"] * all_time:
+    single_time, all_time = int(single["dur"].sum()), int(kf["dur"].sum())
+    if single.empty or single_time < cfg["min_eligible_share"] * all_time:
         return None
     if half_time > cfg["max_half_share"] * int(elig["dur"].sum()):
         return None
-    n_nodes = fp32["root_node"].nunique()
-    saving = _saving(ctx, fp32, "fp32")
+    saving = _saving(ctx, single, "fp32", single_tc, cfg["tf32_to_half_peak_ratio"])
+    fp32_time, tf32_time = int(cuda_core["dur"].sum()), int(tf32["dur"].sum())
+    by_name = int(single.loc[single["precision_source"] == "name", "dur"].sum())
     n = ctx.config["evidence"]["max_items"]
+    parts = []
+    if fp32_time:
+        parts.append(f"{fmt_ns(fp32_time)} on CUDA cores, not using Tensor Cores")
+    if tf32_time:
+        parts.append(f"{fmt_ns(tf32_time)} as TF32 on Tensor Cores already, where BF16/FP16 would give "
+                     f"{_tf32_gain(ctx)}")
+    how = (", precision read from the kernel names as the trace has no input dtypes" if by_name == single_time else
+           f", the precision of {fmt_ns(by_name)} read from the kernel names" if by_name else "")
     none_or_few = "none are" if half_time == 0 else "almost none are"
+    n_ops = int(single["root_node"].nunique())
     units = ctx.matrix_units.plural
     return Finding(
         "amp_not_enabled",
-        f"{plural(n_nodes, 'op')} were eligible to use {units} but {none_or_few} using FP16/BF16: their "
-        f"kernels ran {fmt_ns(fp32_time)} in FP32 ({100 * fp32_time / all_time:.1f}% of all kernel time).",
-        "Enable automatic mixed precision: wrap the forward pass and loss in torch.autocast(device_type='cuda', "
-        "dtype=torch.bfloat16) (or float16 with torch.amp.GradScaler) so GEMMs and convolutions run on "
-        f"{units}. See {ctx.link('amp_not_enabled')}",
+        f"{plural(n_ops, 'op')} {'was' if n_ops == 1 else 'were'} eligible for FP16/BF16 {units} but {none_or_few} "
+        f"using FP16/BF16: their kernels ran {fmt_ns(single_time)} in FP32 ({100 * single_time / all_time:.1f}% of "
+        f"all kernel time){how}: {', and '.join(parts)}.",
+        f"{AMP_ADVICE[ctx.run_kind]} See {ctx.link('amp_not_enabled')}",
         saving,
-        {"node_ids": top_by(fp32, "root_node", "dur", n), "kernels": top_by(fp32, "name", "dur", n),
-         "iterations": iterations_of(fp32["iteration"]),
-         "time_ranges": longest_ranges(fp32["start"], fp32["end"], n),
-         "eligible_fp32_kernel_time_ns": fp32_time, "eligible_half_kernel_time_ns": half_time,
-         "saving_basis": _basis(ctx)})
+        {"node_ids": top_by(single, "root_node", "dur", n), "kernels": top_by(single, "name", "dur", n),
+         "iterations": iterations_of(single["iteration"]),
+         "time_ranges": longest_ranges(single["start"], single["end"], n),
+         "eligible_fp32_kernel_time_ns": fp32_time, "eligible_tf32_kernel_time_ns": tf32_time,
+         "eligible_half_kernel_time_ns": half_time, "precision_from_kernel_names_ns": by_name,
+         "run_kind": ctx.run_kind,
+         "saving_basis": _basis(ctx) + (f"; TF32 kernels: the FP16/TF32 peak ratio, {cfg['tf32_to_half_peak_ratio']:g}×"
+                                        if tf32_time and not _known_tf32(ctx) else "")})
 
 
-@rule("tc_eligible_not_using_tc")
+def _known_tf32(ctx) -> bool:
+    c = ctx.ceilings
+    return c is not None and bool(c.peak("tf32", True)) and bool(c.peak("fp16", True))
+
+
+@rule("tc_eligible_not_using_tc", gpu=True)
 def tc_eligible_not_using_tc(ctx, cfg):
     kf = ctx.kernel_facts
     half = kf[(kf["eligible_root"] >= 0) & kf["precision"].isin(HALF)]

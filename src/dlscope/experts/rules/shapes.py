@@ -105,7 +105,7 @@ def _excess(c: pd.DataFrame, bad: np.ndarray, window: float) -> np.ndarray:
     return excess
 
 
-@rule("tc_shape_alignment")
+@rule("tc_shape_alignment", gpu=True)
 def tc_shape_alignment(ctx, cfg):
     multiples = cfg["multiple"]
     c = _candidates(ctx, multiples)

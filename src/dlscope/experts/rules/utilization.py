@@ -14,14 +14,18 @@ ADVICE = {
                   "NVIDIA DALI for decoding and augmentation on the GPU.",
     "io": "File or network I/O blocks the step: move checkpointing and logging off the training loop, cache "
           "or prefetch the data set on local storage.",
-    "cpu": "The CPU is busy in framework ops while the GPU waits: raise the batch size, fuse small ops "
-           "(torch.compile), use CUDA graphs to cut launch overhead.",
+    "cpu": "The CPU is busy in framework ops while the GPU waits: fuse small ops (torch.compile), use CUDA "
+           "graphs to cut launch overhead{batch}.",
     "other": "Time outside any op or kernel: look for Python work between steps (logging, metrics, "
              "synchronizations) and add NVTX or record_function ranges to find it.",
 }
 
 
-@rule("gpu_underutilized")
+#: batch-size advice is for training runs only (an inference batch is set by the requests)
+BATCH = ", and raise the batch size so each step does more work per launch"
+
+
+@rule("gpu_underutilized", gpu=True)
 def gpu_underutilized(ctx, cfg):
     util = ctx.agg["gpu_utilization"]
     if not ctx.has_gpu or util is None or util >= cfg["max_utilization"] or not ctx.wall:
@@ -35,7 +39,7 @@ def gpu_underutilized(ctx, cfg):
         f"The GPU is underutilized: only {100 * util:.1f}% of the aggregated wall clock "
         f"({fmt_ns(ctx.wall)}) has a kernel running.",
         f"{CATEGORY_LABELS[top]} has the highest non-GPU share at {ctx.pct(parts[top]):.1f}% ({fmt_ns(parts[top])}). "
-        f"{ADVICE[top]} See {ctx.link('gpu_underutilized')}",
+        f"{ADVICE[top].format(batch=BATCH if ctx.is_training else '')} See {ctx.link('gpu_underutilized')}",
         parts[top],
         {"iterations": [int(i) for i in ctx.iterations["iteration"]],
          "time_ranges": longest_ranges(*idle, n), "dominant_category": top,
