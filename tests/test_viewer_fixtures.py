@@ -49,21 +49,22 @@ def make_profile_db(path: Path, schema_version: int = SCHEMA_VERSION) -> Path:
                     conn.execute("INSERT INTO op_nodes (node_id, rank, name, op_type, direction, scope, input_shapes, "
                                  "data_type, tc_eligible) VALUES (?, 0, ?, ?, 'fwd', 'model/layer', "
                                  "'[[8, 3, 224, 224]]', 'float16', ?)", (node, name, op_type, tc_el))
-                conn.execute("INSERT INTO op_instances (op_id, node_id, rank, pid, tid, start, \"end\", dur, depth, "
-                             "iteration, using_tc, kernel_count, gpu_time, tc_gpu_time, api_time, gpu_idle) "
-                             "VALUES (?, ?, 0, 1, 1, ?, ?, ?, 0, ?, ?, ?, ?, ?, 5000, 0)",
-                             (op_id, node, start, start + cpu, cpu, it, int(any(k[1] for k in kernels)), len(kernels),
-                              gpu_time, tc_time))
+                conn.execute("INSERT INTO op_instances (op_id, node_id, rank, pid, tid, start, \"end\", dur, "
+                             "parent_id, root_id, depth, iteration, using_tc, kernel_count, tc_kernel_count, "
+                             "kernel_time, gpu_time, tc_gpu_time, api_time, gpu_idle) "
+                             "VALUES (?, ?, 0, 1, 1, ?, ?, ?, -1, ?, 0, ?, ?, ?, ?, ?, ?, ?, 5000, 0)",
+                             (op_id, node, start, start + cpu, cpu, op_id, it, int(any(k[1] for k in kernels)),
+                              len(kernels), sum(k[1] for k in kernels), gpu_time, gpu_time, tc_time))
                 k_t = start + 5_000
                 for kname, uses_tc, dur in kernels:
                     kernel_id += 1
                     dur = dur + (rep * 37 + it * 11) % 500  # distinct durations make sorting checkable
                     conn.execute("INSERT INTO kernels (kernel_id, rank, pid, device, stream, name, start, \"end\", "
                                  "dur, correlation, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers, "
-                                 "shared_mem, uses_tc, launch_ts, op_id, iteration) "
-                                 "VALUES (?,0,1,?,7,?,?,?,?,?,?,1,1,256,1,1,64,0,?,?,?,?)",
+                                 "shared_mem, uses_tc, launch_ts, op_id, root_op_id, iteration) "
+                                 "VALUES (?,0,1,?,7,?,?,?,?,?,?,1,1,256,1,1,64,0,?,?,?,?,?)",
                                  (kernel_id, kernel_id % 2, kname, k_t, k_t + dur, dur, kernel_id, 80 + rep,
-                                  uses_tc, start + 100, op_id, it))
+                                  uses_tc, start + 100, op_id, op_id, it))
                     k_t += dur + 1_000
                 t += max(cpu, k_t - start) + 2_000
         conn.execute("INSERT INTO iterations VALUES (0, ?, ?, ?, ?, ?)", (it, f"ProfilerStep#{it}", it_start, t, t))
