@@ -132,3 +132,25 @@ def op_nodes(path: Path) -> list[Event]:
     ops = [e for e in evs if e.cat in OP_CATS and not is_step_marker(e.name)]
     ranges = {o.index: o for o in launching_ops(path).values() if o is not None and o.cat not in OP_CATS}
     return _outermost(ops) + _outermost(list(ranges.values()))
+
+
+def activity_by_op_node(path: Path) -> dict[int, list[Event]]:
+    """Per op node call (event index of the outermost op, or of the range standing for an op), the kernels and
+    memory operations launched beneath it: those whose launching op is it or nested in it."""
+    nodes = op_nodes(path)
+    by_thread: dict = defaultdict(list)
+    for n in nodes:
+        by_thread[(n.pid, n.tid, n.cat in OP_CATS)].append(n)
+    for group in by_thread.values():
+        group.sort(key=lambda o: (o.start, -o.end, o.index))
+    starts = {k: [(o.start, -o.end, o.index) for o in v] for k, v in by_thread.items()}
+    out: dict[int, list[Event]] = defaultdict(list)
+    by_index = {e.index: e for e in events(path)}
+    for index, owner in launching_ops(path).items():
+        if owner is None:
+            continue
+        key = (owner.pid, owner.tid, owner.cat in OP_CATS)
+        # the op node holding the owner: the last root at or before it (roots of a thread never overlap)
+        pos = bisect.bisect_right(starts[key], (owner.start, -owner.end, owner.index)) - 1
+        out[by_thread[key][pos].index].append(by_index[index])
+    return out

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..model import Profile, make_table, string_column
-from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, take, thread_keys
+from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, link_launches, take, thread_keys
 from .categories import matches
 from .iterations import assign, find_iterations
 from .nesting import Nesting, inclusive_sum, levels
@@ -87,25 +87,34 @@ def _renumber(profile: Profile) -> None:
         setattr(profile, name, frame)
 
 
-def _scopes(ops: pd.DataFrame, ranges: pd.DataFrame, skip_ranges: np.ndarray) -> np.ndarray:
-    """Group path of each op: the importer's scope, else the names of its enclosing ops and ranges."""
-    cpu = ranges[(ranges["device"] < 0) & ~skip_ranges]
-    both = pd.concat([ops[["rank", "pid", "tid", "name", "start", "end"]],
-                      cpu[["rank", "pid", "tid", "name", "start", "end"]]], ignore_index=True)
-    (keys,) = thread_keys([both])
-    nest = Nesting.build(keys, both["start"].to_numpy(), both["end"].to_numpy())
-    names = both["name"].to_numpy(dtype=object)
-    path = np.empty(len(both), dtype=object)
+def _scopes(ops: pd.DataFrame, ranges: pd.DataFrame, skip_ranges: np.ndarray, tree: OpTree) -> np.ndarray:
+    """Group path of each op: the importer's scope, else the names of the annotation ranges open at its op
+    node's start (ranges standing for ops included), then of the ops it is nested in."""
+    promoted = ops["range_domain"].to_numpy(dtype=object) != ""
+    cols = ["rank", "pid", "tid", "name", "start", "end"]
+    cpu = pd.concat([ranges.loc[(ranges["device"] < 0).to_numpy() & ~skip_ranges, cols], ops.loc[promoted, cols]],
+                    ignore_index=True)
+    range_keys, op_keys = thread_keys([cpu, ops])
+    nest = Nesting.build(range_keys, cpu["start"].to_numpy(), cpu["end"].to_numpy())
+    names = cpu["name"].to_numpy(dtype=object)
+    full = names.copy()  # each range's path, its own name last
+    for rows in levels(nest.depth)[1:]:
+        full[rows] = full[nest.parent[rows]] + "/" + names[rows]
+    path = np.empty(len(ops), dtype=object)
     path[:] = ""
-    for d in range(1, int(nest.depth.max(initial=0)) + 1):
-        rows = np.flatnonzero(nest.depth == d)
-        parents = nest.parent[rows]
-        ok = parents >= 0
-        rows, parents = rows[ok], parents[ok]
-        prefix = path[parents]
-        path[rows] = np.where(prefix == "", names[parents], prefix + "/" + names[parents])
-    own = ops["scope"].to_numpy(dtype=object)
-    return np.where(own != "", own, path[: len(ops)])
+    roots = np.flatnonzero(tree.parent < 0)
+    hit = nest.innermost_at(op_keys[roots], ops["start"].to_numpy()[roots])
+    # a range standing for an op is not a scope of itself
+    own = promoted[roots] & (hit >= 0)
+    hit[own] = nest.parent[hit[own]]
+    path[roots] = take(full, hit, missing="") if len(full) else ""
+    op_names = ops["name"].to_numpy(dtype=object)
+    for rows in tree.levels[1:]:
+        prefix = path[tree.parent[rows]]
+        parent_names = op_names[tree.parent[rows]]
+        path[rows] = np.where(prefix == "", parent_names, prefix + "/" + parent_names)
+    mine = ops["scope"].to_numpy(dtype=object)
+    return np.where(mine != "", mine, path)
 
 
 def _activity_spans(profile: Profile) -> dict[int, tuple[int, int]]:
@@ -116,34 +125,39 @@ def _activity_spans(profile: Profile) -> dict[int, tuple[int, int]]:
     return {int(r): (int(s), int(e)) for r, s, e in zip(spans.index, spans["start"], spans["end"])}
 
 
-def _promote_launching_ranges(profile: Profile) -> OpTree | None:
+def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) -> tuple[OpTree, np.ndarray]:
     """Annotation ranges that launch GPU work outside any framework op stand for an op (e.g. a custom
     extension's kernels under a ``record_function``); they join the ops (``range_domain`` set) so their
     launches are attributed. They own only launches no framework op encloses and never adopt an op.
 
-    Returns the op tree when no range was promoted (the ops are then unchanged and attribution reuses it),
-    else None.
+    Returns the op tree and each API call's launching op row (for the ops as they are afterwards).
     """
     ops, ranges, api = profile.ops, profile.ranges, profile.api_calls
     tree = OpTree.build(ops)
-    outside = tree.launching_op(ops, api) < 0
+    api_op_row = tree.launching_op(ops, api)
+    launches = np.zeros(len(api), dtype=bool)  # calls that launched a kernel or memory operation
+    for name in ("kernels", "memops"):
+        rows = links[name]
+        launches[rows[rows >= 0]] = True
+    outside = launches & (api_op_row < 0)
     cand = ranges[(ranges["device"] < 0) & ~matches(ranges["name"], "profiler_step")
                   & ~matches(ranges["name"], "step_like_range")]
     if not outside.any() or cand.empty:
-        return tree
+        return tree, api_op_row
     rng_keys, out_keys = thread_keys([cand, api[outside]])
     hit = Nesting.build(rng_keys, cand["start"].to_numpy(), cand["end"].to_numpy()).innermost_at(
         out_keys, api.loc[outside, "start"].to_numpy())
     rows = np.unique(hit[hit >= 0])
     if len(rows) == 0:
-        return tree
+        return tree, api_op_row
     promoted = cand.iloc[rows]
     new_ops = make_table("ops", {c: promoted[c].to_numpy() for c in ("rank", "pid", "tid", "name", "start", "end")})
     new_ops["op_type"] = new_ops["name"]
     new_ops["range_domain"] = string_column(promoted["domain"].replace("", "annotation").to_numpy(dtype=object))
-    profile.ops = _after_own_rank(ops, new_ops)
+    profile.ops = _after_own_rank(ops, new_ops).reset_index(drop=True)
     profile.ranges = ranges.drop(index=promoted.index)
-    return None
+    tree = OpTree.build(profile.ops)
+    return tree, tree.launching_op(profile.ops, api)
 
 
 def _after_own_rank(ops: pd.DataFrame, new_ops: pd.DataFrame) -> pd.DataFrame:
@@ -161,21 +175,23 @@ _AUTOGRAD_WRAPPER = "autograd::engine::evaluate_function: "
 
 def op_types(ops: pd.DataFrame) -> np.ndarray:
     """One vocabulary of op types: the importer's type, else the name; an autograd wrapper is typed by its
-    backward node."""
+    backward node (each distinct name looked at once)."""
     types = ops["op_type"].where(ops["op_type"] != "", ops["name"])
-    return string_column(types.str.removeprefix(_AUTOGRAD_WRAPPER))
+    return string_column(classify_names(types, lambda t: t.removeprefix(_AUTOGRAD_WRAPPER), dtype=object))
 
 
 def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     """Attribute GPU activity to ops and iterations and compute per-op-instance metrics."""
-    tree = _promote_launching_ranges(profile)
-    _renumber(profile)  # keeps row order, so an unchanged ops table keeps its tree
+    links = link_launches(profile.api_calls, {"kernels": profile.kernels, "memops": profile.memops,
+                                              "syncs": profile.syncs})
+    tree, api_op_row = _promote_launching_ranges(profile, links)
+    _renumber(profile)  # keeps row order: the tree, the call rows and the links still hold
     ops, kernels, memops, syncs, api_calls, ranges = (profile.ops, profile.kernels, profile.memops,
                                                        profile.syncs, profile.api_calls, profile.ranges)
     for frame in (ops, kernels, memops):
         frame["dur"] = (frame["end"] - frame["start"]).clip(lower=0)
     ops["op_type"] = op_types(ops)
-    tree = attribute(ops, api_calls, {"kernels": kernels, "memops": memops, "syncs": syncs}, tree)
+    attribute(ops, api_calls, {"kernels": kernels, "memops": memops, "syncs": syncs}, tree, api_op_row, links)
 
     ranges["category"] = np.select(
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),
@@ -196,7 +212,7 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     step_keys = pd.MultiIndex.from_frame(steps[["rank", "name"]])
     skip_ranges = (pd.MultiIndex.from_frame(ranges[["rank", "name"]]).isin(step_keys)
                    | (ranges["category"] == "step").to_numpy())
-    ops["scope"] = string_column(_scopes(ops, ranges, skip_ranges))
+    ops["scope"] = string_column(_scopes(ops, ranges, skip_ranges, tree))
 
     # an op belongs to the iteration its op node (root) starts in; GPU activity to its launching call's
     roots = tree.root
@@ -250,7 +266,7 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     and time, memory-operation time, GPU time (both), Tensor Core kernels and time, GPU idle; TC
     eligibility (its type, or an eligible op beneath it) and data type (its own, else a descendant's)."""
     n = len(ops)
-    parent, depth = tree.parent, tree.depth
+    parent, by_level = tree.parent, tree.levels
 
     k_op = kernels["op_id"].to_numpy(np.int64)
     m_op = memops["op_id"].to_numpy(np.int64)
@@ -258,14 +274,14 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     tc = kernels["uses_tc"].to_numpy(bool)
     ones = np.ones(len(k_op), dtype=np.int64)
     tc_op = np.where(tc, k_op, -1)
-    ops["kernel_count"] = _inclusive_exact(k_op, ones, n, parent, depth)
-    ops["kernel_time"] = _inclusive_exact(k_op, k_dur, n, parent, depth)
-    ops["gpu_time"] = ops["kernel_time"] + _inclusive_exact(m_op, memops["dur"].to_numpy(np.int64), n, parent, depth)
-    ops["tc_kernel_count"] = _inclusive_exact(tc_op, ones, n, parent, depth)
-    ops["tc_gpu_time"] = _inclusive_exact(tc_op, k_dur, n, parent, depth)
+    ops["kernel_count"] = _inclusive_exact(k_op, ones, n, parent, by_level)
+    ops["kernel_time"] = _inclusive_exact(k_op, k_dur, n, parent, by_level)
+    ops["gpu_time"] = ops["kernel_time"] + _inclusive_exact(m_op, memops["dur"].to_numpy(np.int64), n, parent, by_level)
+    ops["tc_kernel_count"] = _inclusive_exact(tc_op, ones, n, parent, by_level)
+    ops["tc_gpu_time"] = _inclusive_exact(tc_op, k_dur, n, parent, by_level)
     ops["using_tc"] = ops["tc_kernel_count"].to_numpy() > 0
     eligible = classify_names(ops["op_type"], op_type_tc_eligible) | classify_names(ops["name"], op_type_tc_eligible)
-    ops["tc_eligible"] = inclusive_sum(eligible.astype(np.int64), parent, depth) > 0
+    ops["tc_eligible"] = inclusive_sum(eligible.astype(np.int64), parent, by_level) > 0
     owner = np.concatenate([k_op, m_op])
     anc, act = ancestor_rows(owner, parent)
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
@@ -274,12 +290,13 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     ops["data_type"] = string_column(_data_types(ops, tree))
 
 
-def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.ndarray,
+                     by_level: list[np.ndarray]) -> np.ndarray:
     """Int64 sums of ``values`` per owner, inclusive of descendants (np.bincount would go through float64)."""
     own = np.zeros(n, dtype=np.int64)
     has = owner >= 0
     np.add.at(own, owner[has], values[has])
-    return inclusive_sum(own, parent, depth)
+    return inclusive_sum(own, parent, by_level)
 
 
 def _data_types(ops: pd.DataFrame, tree: OpTree) -> np.ndarray:
@@ -287,7 +304,7 @@ def _data_types(ops: pd.DataFrame, tree: OpTree) -> np.ndarray:
     records no inputs; the op it calls does)."""
     own = classify_names(ops["input_dtypes"], _first_dtype, dtype=object)
     out = own.copy()
-    for rows in reversed(levels(tree.depth)[1:]):
+    for rows in reversed(tree.levels[1:]):
         rows = rows[out[rows] != ""]
         par = tree.parent[rows]
         empty = out[par] == ""

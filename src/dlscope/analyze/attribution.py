@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import union_per_group
-from .nesting import Nesting, inclusive_sum, inherit_flag
+from .nesting import Nesting, inclusive_sum, inherit_flag, levels
 
 
 def thread_keys(frames: list[pd.DataFrame]) -> list[np.ndarray]:
@@ -60,6 +60,7 @@ class OpTree:
     parent: np.ndarray  # row of the parent op, -1 for roots
     depth: np.ndarray
     root: np.ndarray    # row of the outermost enclosing op (itself for roots)
+    levels: list[np.ndarray]  # rows per depth, outermost first
     _framework: tuple[np.ndarray, Nesting]
     _ranges: tuple[np.ndarray, Nesting]
 
@@ -78,7 +79,7 @@ class OpTree:
             depth[rows] = nest.depth
             root[rows] = rows[nest.root] if len(rows) else rows
             parts.append((rows, nest))
-        return cls(parent, depth, root, parts[0], parts[1])
+        return cls(parent, depth, root, levels(depth), parts[0], parts[1])
 
     def launching_op(self, ops: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
         """Row of the op that launched each call (framework ops first, then ranges standing for ops).
@@ -97,40 +98,43 @@ class OpTree:
         return out
 
 
+def link_launches(api_calls: pd.DataFrame, activities: dict[str, pd.DataFrame]) -> dict[str, np.ndarray]:
+    """Per activity table, each row's launching call (row into ``api_calls``, -1 if none)."""
+    return {name: link_api_calls(frame, api_calls) for name, frame in activities.items()}
+
+
 def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, pd.DataFrame],
-              tree: OpTree | None = None) -> OpTree:
-    """Add attribution columns in place; returns the op tree.
+              tree: OpTree, api_op_row: np.ndarray, links: dict[str, np.ndarray]) -> None:
+    """Add attribution columns in place, from the op tree, each API call's launching op row and each
+    activity's launching call (``links``).
 
     ops: parent_id, depth, root_id, direction (bwd inherited from ancestors, else fwd), api_time (its own
     calls and its descendants'). api_calls: op_id. Each activity table (kernels, memops, syncs): api_id,
     launch_ts, op_id (the innermost launching op), root_op_id (that op's root: its op node instance).
     """
-    tree = tree or OpTree.build(ops)
     op_ids = ops["op_id"].to_numpy()
     ops["parent_id"] = take(op_ids, tree.parent)
     ops["depth"] = tree.depth
     ops["root_id"] = op_ids[tree.root] if len(ops) else np.zeros(0, np.int64)
-    bwd = inherit_flag((ops["direction"] == "bwd").to_numpy(), tree.parent, tree.depth)
+    bwd = inherit_flag((ops["direction"] == "bwd").to_numpy(), tree.parent, tree.levels)
     ops["direction"] = np.where(bwd, "bwd", "fwd")
 
-    api_op_row = tree.launching_op(ops, api_calls)
     api_calls["op_id"] = take(op_ids, api_op_row)
     self_api = np.zeros(len(ops), dtype=np.int64)
     has_op = api_op_row >= 0
     np.add.at(self_api, api_op_row[has_op], (api_calls["end"] - api_calls["start"]).to_numpy()[has_op])
-    ops["api_time"] = inclusive_sum(self_api, tree.parent, tree.depth)
+    ops["api_time"] = inclusive_sum(self_api, tree.parent, tree.levels)
 
     api_ids = api_calls["api_id"].to_numpy()
     api_starts = api_calls["start"].to_numpy()
     root_ids = ops["root_id"].to_numpy()
-    for frame in activities.values():
-        rows = link_api_calls(frame, api_calls)
+    for name, frame in activities.items():
+        rows = links[name]
         frame["api_id"] = take(api_ids, rows)
         frame["launch_ts"] = np.where(rows >= 0, take(api_starts, rows), frame["start"].to_numpy())
         op_row = take(api_op_row, rows)
         frame["op_id"] = take(op_ids, op_row)
         frame["root_op_id"] = take(root_ids, op_row)
-    return tree
 
 
 def gpu_idle_per_owner(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_owners: int) -> np.ndarray:

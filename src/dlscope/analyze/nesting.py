@@ -37,35 +37,29 @@ class _RightmostAbove:
         p = np.asarray(p, dtype=np.int64)
         x = np.asarray(x, dtype=np.int64)
         out = np.full(len(p), -1, dtype=np.int64)
-        valid = p >= 0
-        node = np.where(valid, p, 0) + size
-        hit = valid & (tree[node] > x)
-        # climb: the first left sibling (of the leaf or an ancestor) whose subtree holds a value > x
-        found = hit.copy()
-        active = valid & ~hit
-        while active.any():
-            rows = np.flatnonzero(active)
-            cur = node[rows]
-            is_right = (cur & 1) == 1
-            sibling = cur - 1
-            good = is_right & (tree[np.where(is_right, sibling, cur)] > x[rows])
-            node[rows[good]] = sibling[good]
-            found[rows[good]] = True
-            up = rows[~good]
-            node[up] = node[up] >> 1
-            done = node[up] <= 1
-            active[rows[good]] = False
-            active[up[done]] = False
-        # descend: the rightmost leaf > x inside the subtree found
-        rows = np.flatnonzero(found)
-        cur = node[rows]
+        rows = np.flatnonzero(p >= 0)
+        node = p[rows] + size
         xs = x[rows]
-        while len(rows) and (cur < size).any():
-            inner = cur < size
-            right = 2 * cur + 1
-            go_right = inner & (tree[np.where(inner, right, cur)] > xs)
-            cur = np.where(inner, np.where(go_right, right, 2 * cur), cur)
-        out[rows] = cur - size
+        hit = tree[node] > xs
+        found_rows, found_nodes = [rows[hit]], [node[hit]]
+        rows, node, xs = rows[~hit], node[~hit], xs[~hit]
+        # climb: the first left sibling (of the leaf or an ancestor) whose subtree holds a value > x
+        while len(rows):
+            good = ((node & 1) == 1) & (tree[node - 1] > xs)
+            found_rows.append(rows[good])
+            found_nodes.append(node[good] - 1)
+            node = node[~good] >> 1
+            alive = node > 1
+            rows, node, xs = rows[~good][alive], node[alive], xs[~good][alive]
+        # descend: the rightmost leaf > x inside the subtree found
+        rows, node = np.concatenate(found_rows), np.concatenate(found_nodes)
+        xs = x[rows]
+        while len(rows):
+            leaf = node >= size
+            out[rows[leaf]] = node[leaf] - size
+            rows, node, xs = rows[~leaf], node[~leaf], xs[~leaf]
+            right = 2 * node + 1
+            node = np.where(tree[right] > xs, right, right - 1)
         return out
 
 
@@ -174,17 +168,17 @@ def levels(depth: np.ndarray) -> list[np.ndarray]:
     return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
 
 
-def inclusive_sum(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Each node's own value plus all its descendants' (deepest level first)."""
+def inclusive_sum(values: np.ndarray, parent: np.ndarray, by_level: list[np.ndarray]) -> np.ndarray:
+    """Each node's own value plus all its descendants' (deepest level first; ``by_level`` from :func:`levels`)."""
     total = np.asarray(values).astype(np.int64, copy=True)
-    for rows in reversed(levels(depth)[1:]):
+    for rows in reversed(by_level[1:]):
         np.add.at(total, parent[rows], total[rows])
     return total
 
 
-def inherit_flag(flag: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """A node is flagged when it or any ancestor is."""
+def inherit_flag(flag: np.ndarray, parent: np.ndarray, by_level: list[np.ndarray]) -> np.ndarray:
+    """A node is flagged when it or any ancestor is (``by_level`` from :func:`levels`)."""
     out = np.asarray(flag, dtype=bool).copy()
-    for rows in levels(depth)[1:]:
+    for rows in by_level[1:]:
         out[rows] |= out[parent[rows]]
     return out
