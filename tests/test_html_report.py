@@ -55,6 +55,15 @@ def test_dashboard_numbers_match_the_hand_made_trace(xss_report):
         assert f'id="{cid}"' in html
 
 
+def test_model_summary_card_counts_op_nodes_by_hand(xss_report):
+    """conv2d, relu and addmm are the op nodes; conv2d and addmm are eligible; only conv2d runs a Tensor Core
+    kernel; eligible GPU time (400 + 60) of all op GPU time (400 + 100 + 60) per step is 82.1%."""
+    card = re.search(r'id="model-summary">(.*?)</div></div>', xss_report.read_text(), re.S).group(1)
+    text = " ".join(re.sub(r"<[^>]+>", " ", card).split())
+    assert text == ("Op nodes 3 2 eligible for Tensor Cores, 1 using them; "
+                    "82.1% of op GPU time in eligible op nodes")
+
+
 def test_report_without_iterations_says_so_and_shows_the_finding(tmp_path, import_db):
     html = render_html_report(import_db(no_steps_trace(tmp_path / "n.json")))
     assert "No iterations were found" in html and "amp_not_enabled" in html   # its FP32 sgemm, read from the name

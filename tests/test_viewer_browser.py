@@ -159,6 +159,24 @@ def test_dashboard_numbers_match_dlscope_summary(real_server, page):
     expect(page.locator("#details")).to_be_hidden()
 
 
+def test_dashboard_model_summary_and_savings_match_the_summary_json(real_server, page):
+    out = subprocess.run([sys.executable, "-m", "dlscope", "summary", str(real_server.db), "--json"],
+                         capture_output=True, text=True, check=True)
+    s = json.loads(out.stdout)
+    m = s["aggregation"]["model_summary"]
+    ready(page, f"{real_server.base}/dashboard")
+    model = dict(zip(page.locator(".p-model table.kv th .label").all_inner_texts(),
+                     page.locator(".p-model table.kv td").all_inner_texts()))
+    assert model == {"Op Nodes": str(m["op_nodes"]), "TC Eligible Op Nodes": str(m["tc_eligible_op_nodes"]),
+                     "Op Nodes Using TC": str(m["op_nodes_using_tc"]),
+                     "GPU Time in TC Eligible Op Nodes (%)": f"{m['tc_eligible_gpu_time_pct']:.1f}"}
+    savings = page.locator(".p-experts .saving").all_inner_texts()
+    with_pct = [f for f in s["findings"] if f["est_saving_pct"] is not None]
+    assert with_pct and len(savings) == len(s["findings"])
+    for text, f in zip(savings, s["findings"]):
+        assert text.endswith(f"({f['est_saving_pct']:.1f} %)"), (text, f["est_saving_pct"])  # a percentage, once
+
+
 def test_ops_drill_down_sort_search_and_page(real_server, page):
     ready(page, f"{real_server.base}/ops-kernels")
     page.locator("section[data-prefix='ops'] .tabulator-row").first.click(position={"x": 12, "y": 8})

@@ -12,6 +12,10 @@ const TIPS = {
   total: "The number of iterations found in the profile.",
   profiled: "The number of iterations aggregated: from Start Iteration to Stop Iteration, inclusive.",
   avg: "Wall clock time divided by the number of profiled iterations.",
+  op_nodes: "Ops at the level the model's code calls them (the outermost framework ops, e.g. aten::linear for nn.Linear); the ops nested in them are counted in them, never twice.",
+  tc_eligible_op_nodes: "Op nodes whose type can run on Tensor Cores (GEMM, convolution, attention, RNN families), or that contain such an op.",
+  op_nodes_using_tc: "TC eligible op nodes with at least one Tensor Core kernel beneath them.",
+  tc_eligible_share: "GPU time (kernels and memory operations) of TC eligible op nodes, as a share of the GPU time of all op nodes.",
 };
 
 const GUIDANCE = [
@@ -123,6 +127,15 @@ export function renderDashboard(content, data) {
     ["Key Node", a.key_node || "(default)"], ["Iteration Method", a.iteration_method],
   ]), el("p", { class: "hint", "data-testid": "summary-raw", text: "" })));
 
+  // Model summary (seed 000: DLProf's op nodes and Tensor Core eligibility)
+  const share = a.tc_eligible_gpu_time_pct;
+  grid.append(panel("Model Summary", "p-model", kv([
+    ["Op Nodes", a.op_nodes, TIPS.op_nodes],
+    ["TC Eligible Op Nodes", a.tc_eligible_op_nodes, TIPS.tc_eligible_op_nodes],
+    ["Op Nodes Using TC", a.op_nodes_using_tc, TIPS.op_nodes_using_tc],
+    ["GPU Time in TC Eligible Op Nodes (%)", share === null || share === undefined ? null : share.toFixed(1), TIPS.tc_eligible_share],
+  ])));
+
   // Iteration summary
   const itBox = el("div", { class: "chart wide" });
   grid.append(panel("Iteration Summary", "p-iters wide", itBox, el("a", { class: "more", href: viewUrl("iterations"), text: "Open the Iterations view →" })));
@@ -133,7 +146,7 @@ export function renderDashboard(content, data) {
   const rows = d.findings.map((f) => {
     const links = f.links || {};
     const drill = Object.keys(links).length ? el("a", { class: "drill", href: viewUrl("finding", { finding: f.finding_id }), title: "Show the ops, kernels or iterations concerned", text: "»" }) : null;
-    const saving = f.est_saving_ns ? el("div", { class: "saving", title: exactNs(f.est_saving_ns), text: `Estimated saving: ${ns(f.est_saving_ns)}${f.est_saving_pct !== null ? ` (${(f.est_saving_pct * 100).toFixed(1)} %)` : ""}` }) : null;
+    const saving = f.est_saving_ns ? el("div", { class: "saving", title: exactNs(f.est_saving_ns), text: `Estimated saving: ${ns(f.est_saving_ns)}${f.est_saving_pct !== null ? ` (${f.est_saving_pct.toFixed(1)} %)` : ""}` }) : null;
     return el("tr", { class: `sev-${f.severity || "info"}` }, el("td", { class: "drill-cell" }, drill),
       el("td", {}, el("span", { class: "rule", text: f.rule || "" }), el("div", { text: f.problem || "" }), saving),
       el("td", {}, linkify(f.recommendation)));
