@@ -24,9 +24,8 @@ from .categories import matches, patterns
 COLUMNS = ["rank", "iteration", "name", "start", "cpu_end"]
 #: methods whose split is a guess from the op sequence, not a marker the program recorded
 GUESSED = frozenset({"repeating_pattern"})
-#: a loop must repeat at least this often, and leave at most this many top-level ops outside it at each end
+#: a loop of the whole top-level op sequence must repeat at least this often
 MIN_LOOP_REPEATS = 3
-MAX_LOOP_EDGE_OPS = 2
 
 
 @dataclass
@@ -141,35 +140,25 @@ def main_thread_roots(ops: pd.DataFrame) -> pd.DataFrame:
 def find_loop(names: np.ndarray) -> tuple[int, int, int] | None:
     """(first index, period, full repeats) of a loop the whole sequence repeats, or None.
 
-    The sequence must be periodic from at most ``MAX_LOOP_EDGE_OPS`` ops after its start to at most that many
-    before its end (the last repeat may be cut short), and repeat ``MIN_LOOP_REPEATS`` times or more: a
-    single forward pass (setup, a few layers, a head) is not a loop. The shortest such period wins.
+    The whole sequence must be periodic: every op equals the op one period later, from the first to the last
+    (a trace may start and end inside a repeat), and a full repeat must occur ``MIN_LOOP_REPEATS`` times or
+    more. A single forward pass of stacked identical layers is not a loop: its embedding and head do not
+    repeat. The shortest such period wins; iterations start at the first op's phase.
     """
     codes = pd.factorize(pd.Series(names, dtype=object))[0]
     n = len(codes)
     if n < MIN_LOOP_REPEATS:
         return None
+    # the first op recurs one period later: candidate periods, shortest first
+    periods = np.flatnonzero(codes[1:] == codes[0]) + 1
     probe = np.random.default_rng(0).integers(0, n, 64)
-    best = None
-    for first in range(min(MAX_LOOP_EDGE_OPS + 1, n)):
-        # the loop's first op recurs one period later: candidate periods
-        periods = np.flatnonzero(codes[first + 1:] == codes[first]) + 1
-        periods = periods[(periods * MIN_LOOP_REPEATS <= n - first) & (periods < (best[1] if best else n))]
-        for p in periods:
-            lo, hi = first, n - MAX_LOOP_EDGE_OPS - p  # codes[i] == codes[i + p] must hold for i in [lo, hi)
-            i = probe[(probe >= lo) & (probe < hi)]
-            if (codes[i] != codes[i + p]).any():
-                continue
-            eq = codes[lo:n - p] == codes[lo + p:]
-            broken = np.flatnonzero(~eq)
-            periodic_end = (lo + int(broken[0]) if len(broken) else n - p) + p
-            if n - periodic_end > MAX_LOOP_EDGE_OPS:
-                continue
-            repeats = (periodic_end - first) // p
-            if repeats >= MIN_LOOP_REPEATS:
-                best = (first, int(p), int(repeats))
-                break
-    return best
+    for p in periods[periods * MIN_LOOP_REPEATS <= n]:
+        i = probe[probe < n - p]
+        if (codes[i] != codes[i + p]).any():  # a cheap look before the full comparison
+            continue
+        if np.array_equal(codes[:n - p], codes[p:]):
+            return 0, int(p), int(n // p)
+    return None
 
 
 def _repeating_top_level(ops: pd.DataFrame, rank: int, last_end: int) -> pd.DataFrame | None:
