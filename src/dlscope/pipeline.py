@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import gc
+import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import pandas as pd
 
-from .analyze.aggregation import aggregate as compute_aggregation
 from .analyze.aggregation import resolve_range
 from .analyze.analysis import Analysed, analyse
 from .distributed import expand_inputs, load_profiles_parallel, write_distributed
@@ -20,7 +20,7 @@ from .distributed.parallel import (FileProgress, apply_identity, check_analysis_
 from .distributed.per_rank import aggregate_ranks
 from .distributed.rank_by_rank import IdOffsets, by_rank, job_identities, identity_after_import
 from .errors import DlscopeError
-from .experts import evaluate, write_findings
+from .experts import write_findings
 from .importers import sniff
 from .model import TABLES, Profile
 from .roofline.ncu import read_ncu_csv, write_ncu_kernels
@@ -200,13 +200,25 @@ def profile_from_database(conn) -> Profile:
         for col, dtype in TABLES[name].items():
             frame[col] = frame[col].fillna(-1 if dtype == "int64" else "").astype(dtype)
         setattr(profile, name, frame)
+    sources = [json.loads(r[0] or "{}") for r in conn.execute("SELECT meta_json FROM sources ORDER BY source_id")]
+    profile.meta = {"sources": sources} if len(sources) != 1 else sources[0]
     return profile
+
+
+def _stored_collectives(conn) -> pd.DataFrame | None:
+    """The job's collectives as the import found them (their sizes and lags are recomputed with the figures)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'collectives'").fetchone() is None:
+        return None
+    frame = reader.read_table(conn, "collectives")
+    return frame[["rank", "source", "name", "device", "stream", "start", "end", "iteration", "collective",
+                  "in_nelems", "out_nelems", "group_size", "dtype", "pg_name"]]
 
 
 def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int | None = None,
               key_node: str | None = None, rank: int | None = None,
               rules_config: str | Path | None = None) -> list[int]:
-    """Add an aggregation to an existing database in one transaction; returns the new agg_ids.
+    """Add aggregations to an existing database, as an import computes them (aggregation, expert findings,
+    per-rank figures), all in one transaction; returns the new agg_ids.
 
     A different key node re-splits the iterations: the ``iterations`` table and the raw tables'
     ``iteration`` columns follow the newest split, earlier aggregations keep their own summaries.
@@ -214,22 +226,39 @@ def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int
     conn = reader.connect(db_path, readonly=False)
     try:
         an = analyse(profile_from_database(conn), key_node)
+        if rank is not None and rank not in an.ranks:
+            raise DlscopeError(f"no rank {rank} in the database (ranks: {', '.join(map(str, an.ranks))})")
         ranks = an.ranks if rank is None else [rank]
-        aggs = [compute_aggregation(an, r, iter_start, iter_stop) for r in ranks]
+        for r in ranks:  # a bad --iter-start/--iter-stop fails here, before anything is written
+            resolve_range(an, r, iter_start, iter_stop)
+        per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers=1, ranks=ranks)
+        aggs = [agg for agg, _ in per_rank]
+        rows = _stored_collectives(conn)
+        figures = job_figures([rank_parts(an, agg) for agg in aggs],
+                              rows if rows is not None else job_collective_rows(an),
+                              world_sizes(an.profile.meta.get("sources", [an.profile.meta])))
         with conn:
             if key_node:
-                for table in ("iterations",):
-                    conn.execute(f"DELETE FROM {table}")
-                writer.insert_frame(conn, "iterations", an.iterations)
-                for table, name, id_col in (("op_instances", "ops", "op_id"), ("ranges", "ranges", "range_id"),
-                                            ("api_calls", "api_calls", "api_id"), ("kernels", "kernels", "kernel_id"),
-                                            ("memops", "memops", "memop_id"), ("syncs", "syncs", "sync_id")):
-                    frame = an.profile.table(name)
-                    conn.executemany(f"UPDATE {table} SET iteration = ? WHERE {id_col} = ?",
-                                     zip(frame["iteration"].tolist(), frame[id_col].tolist()))
-            ids = [writer.write_aggregation(conn, agg) for agg in aggs]
-        for agg_id in ids:
-            write_findings(conn, agg_id, evaluate(conn, agg_id, rules_config))
+                _store_split(conn, an)
+            ids = writer.write_aggregations(conn, aggs)
+            for agg_id, (_, found) in zip(ids, per_rank):
+                write_findings(conn, agg_id, found)
+            write_distributed(conn, None, aggs, ids, (figures[0], figures[1].iloc[0:0]))
         return ids
     finally:
         conn.close()
+
+
+def _store_split(conn, an: Analysed) -> None:
+    """The newest iteration split: the iterations table and every raw table's ``iteration`` column."""
+    conn.execute("DELETE FROM iterations")
+    writer.insert_frame(conn, "iterations", an.iterations)
+    for table, name, id_col in (("op_instances", "ops", "op_id"), ("api_calls", "api_calls", "api_id"),
+                                ("kernels", "kernels", "kernel_id"), ("memops", "memops", "memop_id"),
+                                ("syncs", "syncs", "sync_id")):
+        frame = an.profile.table(name)
+        conn.execute("CREATE TEMP TABLE split (id INTEGER PRIMARY KEY, iteration INTEGER)")
+        conn.executemany("INSERT INTO split VALUES (?, ?)",
+                         zip(frame[id_col].tolist(), frame["iteration"].tolist()))
+        conn.execute(f"UPDATE {table} SET iteration = (SELECT s.iteration FROM split s WHERE s.id = {id_col})")
+        conn.execute("DROP TABLE split")

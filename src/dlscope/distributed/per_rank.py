@@ -24,12 +24,12 @@ _FORKED: tuple | None = None  # what the forked workers read (inherited, not pic
 
 
 def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None, rules_config=None,
-                    workers: int | None = None) -> list[tuple[Aggregation, list[dict]]]:
-    """(aggregation, findings) of every rank of ``an``, in rank order.
+                    workers: int | None = None, ranks: list[int] | None = None) -> list[tuple[Aggregation, list[dict]]]:
+    """(aggregation, findings) of every rank of ``an`` (or of ``ranks``), in rank order.
 
     ``workers``: processes to use (default: the machine's cores for jobs of ``MIN_RANKS`` ranks or more).
     """
-    ranks = an.ranks
+    ranks = an.ranks if ranks is None else ranks
     n = _worker_count(len(ranks), workers)
     if n <= 1:
         return [_rank_results(an, rank, iter_start, iter_stop, rules_config) for rank in ranks]

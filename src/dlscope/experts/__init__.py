@@ -58,14 +58,14 @@ def priced(finding: Finding) -> bool:
 
 
 def write_findings(conn: sqlite3.Connection, agg_id: int, findings: list[dict]) -> None:
-    """Replace the stored findings of ``agg_id`` (evidence as JSON in ``evidence_json``)."""
-    with conn:
-        conn.execute("DELETE FROM findings WHERE agg_id = ?", (agg_id,))
-        conn.executemany(
+    """Replace the stored findings of ``agg_id`` (evidence as JSON in ``evidence_json``), inside the caller's
+    transaction: an aggregation and its findings are committed together."""
+    conn.execute("DELETE FROM findings WHERE agg_id = ?", (agg_id,))
+    conn.executemany(
             "INSERT INTO findings (agg_id, finding_id, rule, severity, problem, recommendation, est_saving_ns, "
-            "est_saving_pct, evidence_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(agg_id, i, f["rule"], f["severity"], f["problem"], f["recommendation"], f["est_saving_ns"],
-              f["est_saving_pct"], json.dumps(f["evidence"], default=_plain)) for i, f in enumerate(findings)])
+        "est_saving_pct, evidence_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(agg_id, i, f["rule"], f["severity"], f["problem"], f["recommendation"], f["est_saving_ns"],
+          f["est_saving_pct"], json.dumps(f["evidence"], default=_plain)) for i, f in enumerate(findings)])
 
 
 def _plain(value):

@@ -1,0 +1,59 @@
+"""`dlscope aggregate` computes what an import computes (aggregation, findings, per-rank figures), with a
+key node too, in one transaction."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from conftest import data_file, data_files
+from dlscope.present.summary import summary_dict
+
+OPT = "Optimizer.step#SGD.step"
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "dlscope", *map(str, args)], capture_output=True, text=True)
+
+
+def test_aggregate_with_a_key_node_resplits_the_iterations(import_db, tmp_path):
+    trace = data_file("kineto", "tbplugin_resnet50_v100_workers0.pt.trace.json.gz")
+    db = tmp_path / "r.sqlite"
+    shutil.copy(import_db(trace), db)
+    with gzip.open(trace, "rt") as f:
+        steps = sum(1 for e in json.load(f)["traceEvents"] if e.get("name") == OPT and e.get("ph") == "X")
+    res = _run("aggregate", db, "--key-node", OPT)
+    assert res.returncode == 0, res.stderr
+    conn = sqlite3.connect(db)
+    agg_id, method, key, n = conn.execute("SELECT agg_id, iteration_method, key_node, iterations_profiled FROM "
+                                          "aggregations ORDER BY agg_id DESC LIMIT 1").fetchone()
+    assert (method, key, n) == ("key_node", OPT, steps)
+    assert conn.execute("SELECT COUNT(*) FROM iterations").fetchone()[0] == steps
+    # the raw rows follow the new split: every kernel's iteration is one of the new ones
+    assert conn.execute("SELECT COUNT(*) FROM kernels WHERE iteration NOT IN (SELECT iteration FROM iterations) "
+                        "AND iteration >= 0").fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM findings WHERE agg_id = ?", (agg_id,)).fetchone()[0] > 0
+
+
+@pytest.mark.slow
+def test_aggregate_of_a_job_writes_the_per_rank_figures_of_its_aggregations(import_db, tmp_path):
+    ranks = data_files("kineto/param_dlrm_8rank_v100", "*.json.gz")
+    if not ranks:
+        pytest.skip("../shared/data is absent")
+    db = tmp_path / "job.sqlite"
+    shutil.copy(import_db(*ranks), db)
+    res = _run("aggregate", db)
+    assert res.returncode == 0, res.stderr
+    conn = sqlite3.connect(db)
+    new = {r[0]: r[1] for r in conn.execute("SELECT rank, agg_id FROM aggregations WHERE agg_id > 8")}
+    assert sorted(new) == list(range(8))
+    figures = dict(conn.execute("SELECT rank, agg_id FROM agg_ranks WHERE agg_id > 8").fetchall())
+    assert figures == new
+    assert {r["rank"]: r["wall_clock_ns"] for r in summary_dict(db)["ranks"]} == dict(conn.execute(
+        "SELECT rank, wall_clock_ns FROM aggregations WHERE agg_id > 8").fetchall())
