@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..analyze.aggregation import CATEGORIES
 from ..distributed import summary_ranks
+from ..nanoseconds import round_ns
 from ..store import reader
 
 
@@ -65,9 +66,9 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int) -> dict:
         "key_node": row["key_node"] or None, "iteration_method": row["iteration_method"],
         "wall_clock_ns": row["wall_clock_ns"],
         "iteration_ns": None if whole or not durations else {
-            "min": durations[0], "median": statistics.median(durations), "max": durations[-1],
+            "min": durations[0], "median": round_ns(statistics.median(durations)), "max": durations[-1],
             "slowest_iteration": slowest[0]},
-        "avg_iteration_ns": None if whole else row["avg_iteration_ns"],
+        "avg_iteration_ns": None if whole else round_ns(row["avg_iteration_ns"]),  # REAL in older databases
         "gpu_busy_ns": row["gpu_busy_ns"], "gpu_utilization": row["gpu_utilization"],
         "kernel_count": row["kernel_count"], "kernel_time_ns": row["kernel_time_ns"],
         "tc_kernel_time_ns": row["tc_kernel_time_ns"], "tc_kernel_efficiency": row["tc_kernel_efficiency"],

@@ -88,7 +88,7 @@ CREATE TABLE memory (
 CREATE TABLE aggregations (
     agg_id INTEGER PRIMARY KEY, created_at TEXT, rank INTEGER, iter_start INTEGER, iter_stop INTEGER,
     key_node TEXT, iteration_method TEXT, iterations_profiled INTEGER, window_start INTEGER,
-    window_end INTEGER, wall_clock_ns INTEGER, avg_iteration_ns REAL, gpu_busy_ns INTEGER,
+    window_end INTEGER, wall_clock_ns INTEGER, avg_iteration_ns INTEGER, gpu_busy_ns INTEGER,
     gpu_utilization REAL, kernel_count INTEGER, kernel_time_ns INTEGER, tc_kernel_time_ns INTEGER,
     tc_eligible_kernel_time_ns INTEGER, tc_kernel_efficiency REAL, memory_ns INTEGER,
     tensor_core_ns INTEGER, non_tensor_core_ns INTEGER, dataloader_ns INTEGER, io_ns INTEGER,
