@@ -547,17 +547,45 @@ EXTREMES = {
 }
 
 
+@pytest.mark.parametrize("piece_bytes", [1, 2**20])  # a piece per event, or one column of mixed values
 @pytest.mark.parametrize("reading", [None, *READING_PATHS])
-def test_extreme_hand_made_times_convert_exactly_on_every_path(tmp_path, monkeypatch, reading):
+def test_extreme_hand_made_times_convert_exactly_on_every_path(tmp_path, monkeypatch, reading, piece_bytes):
     from dlscope.importers import kineto
 
     monkeypatch.setattr(kineto.os, "cpu_count", lambda: 2)
     for name, value in READING_PATHS.get(reading, {}).items():
         monkeypatch.setattr(kineto, name, value)
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 1)  # a piece per event: widths and layouts vary per piece
+    monkeypatch.setattr(kineto, "PIECE_BYTES", piece_bytes)
     path = _literal_trace(tmp_path, [_kernel(ts, dur, i) for i, (ts, dur) in enumerate(EXTREMES)])
     kernels = kineto.load_kineto(path, max_memory=2**40).kernels.sort_values("correlation")
     assert list(zip(kernels["start"], kernels["end"])) == list(EXTREMES.values())
+
+
+# columns that take each conversion path, with their ns worked out by hand
+COLUMNS = {
+    "same width": (["1712195495502094.565", "1712195495502095.001"], [1712195495502094565, 1712195495502095001]),
+    "short decimals": (["12.5", "7013263985640.25", "3", "-0.001"], [12500, 7013263985640250, 3000, -1]),
+    "exponents and long decimals": (["1.5e3", "2.00049", "2.0005", "-1E-3"], [1500000, 2000, 2000, -1]),
+    "decimals past what Arrow holds": (["1.000500000000000000000001", "2"], [1001, 2000]),
+    "strings": (['"4.5"', '"17"'], [4500, 17000]),
+}
+
+
+@pytest.mark.parametrize("column", list(COLUMNS))
+def test_every_conversion_path_is_exact(tmp_path, column):
+    texts, expected = COLUMNS[column]
+    path = _literal_trace(tmp_path, [_kernel(ts, "0", i) for i, ts in enumerate(texts)])
+    kernels = load_kineto(path).kernels.sort_values("correlation")
+    assert list(kernels["start"]) == list(kernels["end"]) == expected
+
+
+def test_mixed_width_decimals_convert_exactly_on_a_real_trace():
+    """A trace whose µs have 1 to 3 decimals (trailing zeros dropped): every time equals the JSON text's."""
+    path = data_file("kineto", "tracelens_mi300x_xdit_sd35_infer.json.gz")
+    raw, profile = raw_start_end(path), load_kineto(path)
+    for table in ("kernels", "ops", "api_calls"):
+        frame = getattr(profile, table)
+        assert Counter(zip(frame["start"].tolist(), frame["end"].tolist())) == raw[table], table
 
 
 def test_same_width_times_in_one_piece_convert_like_any_other(tmp_path):

@@ -2,19 +2,22 @@
 
 Chrome/Kineto traces write ``ts`` and ``dur`` in µs, ns-resolution ones with 3 decimals
 (``1692134095112345.678``). A float64 cannot hold such an epoch value (its spacing there is 0.25 µs),
-so the numbers are taken from the JSON text (``msgspec.Raw``) and converted without floats:
+so the importer decodes them untyped with ``float_hook=str``: a JSON integer arrives as an int, any other
+number as its own text. This module turns a column of those into ns without a float:
 
-* values all written with the same width and layout (timestamps of one trace usually are:
-  ``1692134095112345`` or ``1692134095112345.678``) are parsed digit column by digit column on a view of
-  the text, with no per-value object;
-* other JSON integers (µs-resolution traces) are parsed as int64 by Arrow and multiplied by 1000;
+* all ints (µs-resolution traces) are taken as int64 by Arrow (which refuses booleans, unlike numpy)
+  and multiplied by 1000;
+* texts written with the same width and layout (timestamps of one trace usually are) are parsed digit
+  column by digit column on a view of the joined text, with no per-value object;
+* texts with at most 3 decimals and no exponent (``12.5``, ``7013263985640.25``) are read by Arrow as the
+  integer of their digits, scaled by the decimals they lack;
 * other numbers go through Arrow's exact decimal parser (fractions, exponents like ``1.5e3``): up to
   3 decimals are exact, more are rounded half to even to the nanosecond (like Python's ``round``);
-* anything Arrow does not take (a string such as ``"12.5"``, more than 20 decimals) is converted one value
-  at a time with :mod:`decimal`, under the same rule; a value that is not a number is an error.
+* anything Arrow does not take (a number written as a JSON string, more than 20 decimals, junk) is
+  converted one value at a time with :mod:`decimal`, under the same rule.
 
-A value whose nanoseconds do not fit int64 raises :class:`TimeOutOfRange` (the importer turns it into
-a one-line error naming the file): never a silent wrap.
+A value that is not a number, or whose ns do not fit int64, raises :class:`TimeOutOfRange` (the importer
+turns it into a one-line error naming the file): never a silent wrap.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ import decimal
 import sys
 from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,7 +35,6 @@ _MAX_WHOLE_US = INT64_MAX // 1000  # larger |µs| integers overflow int64 once m
 _NS_DECIMAL = pa.decimal128(38, 3)  # µs with 3 decimals: the unscaled value is the ns count
 _FINE_DECIMAL = pa.decimal128(38, 20)  # room for 20 decimals (and 18 integer digits) before rounding
 _COMMA, _POINT = ord(","), ord(".")
-_ANY_NUMBERS = msgspec.json.Decoder(list[Any], float_hook=str)  # a number keeps its text for messages
 _EXACT = decimal.Context(prec=60, rounding=decimal.ROUND_HALF_EVEN, traps=[decimal.InvalidOperation])
 _NS_QUANTUM = decimal.Decimal("0.001")
 
@@ -42,37 +43,22 @@ class TimeOutOfRange(ValueError):
     """A ``ts`` or ``dur`` that is not a number, or whose nanoseconds do not fit int64."""
 
 
-def us_to_ns(values: list[msgspec.Raw], what: str) -> np.ndarray:
-    """The int64 ns of each µs JSON value (``what`` names the field in errors: "ts", "dur")."""
+def us_to_ns(values: list[Any], what: str) -> np.ndarray:
+    """The int64 ns of each µs value: an int, or a number's JSON text (``what`` names the field in errors:
+    "ts", "dur")."""
     n = len(values)
     if n == 0:
         return np.empty(0, dtype=np.int64)
-    text = msgspec.json.encode(values)  # "[v,v,...]": the values' own JSON text, copied in C
-    same_width = _same_width_ns(text, n)
-    if same_width is not None:
-        return same_width
-    found = _as_arrow_strings(text, n)
-    if found is None:  # a JSON string, array or object among the values
-        return _one_by_one(text, what)
-    strings, body = found
-    if body.find(b".") < 0 and body.find(b"e") < 0 and body.find(b"E") < 0:
-        try:
-            us = pc.cast(strings, pa.int64()).to_numpy()
-        except pa.ArrowInvalid:  # past int64 µs, or not a number: the slower paths say which
-            pass
-        else:
-            if us.max() > _MAX_WHOLE_US or us.min() < -_MAX_WHOLE_US:
-                return _one_by_one(text, what)
-            return us * 1000
+    if type(values[0]) is str:  # a float's text: a column of fractional µs, most likely
+        return _texts_to_ns(values, what)
     try:
-        return _decimal_ns(pc.cast(strings, _NS_DECIMAL), strings, what)
-    except pa.ArrowInvalid:  # more than 3 decimals, or not a number
-        pass
-    try:
-        fine = pc.round(pc.cast(strings, _FINE_DECIMAL), ndigits=3, round_mode="half_to_even")
-        return _decimal_ns(pc.cast(fine, _NS_DECIMAL), strings, what)
-    except pa.ArrowInvalid:
-        return _one_by_one(text, what)
+        whole = pa.array(values, pa.int64())  # no float can be among them: floats are decoded as text
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # texts, booleans, ints past int64
+        return _texts_to_ns(values, what)
+    us = whole.to_numpy(zero_copy_only=False)
+    if whole.null_count or us.max() > _MAX_WHOLE_US or us.min() < -_MAX_WHOLE_US:
+        return _one_by_one(values, what)  # names the null or the value out of range
+    return us * 1000
 
 
 def checked_end(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -84,6 +70,34 @@ def checked_end(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
         raise TimeOutOfRange(f"an event ends past what int64 nanoseconds hold "
                              f"(ts {int(start[i])} ns + dur {int(dur[i])} ns)")
     return end
+
+
+def _texts_to_ns(values: list[Any], what: str) -> np.ndarray:
+    n = len(values)
+    try:
+        try:
+            joined = ",".join(values)  # ns-resolution traces: every value a text
+        except TypeError:
+            joined = ",".join(map(str, values))  # ints among them (str() of a text is the text itself)
+        text = ("[" + joined + "]").encode("ascii")
+    except UnicodeEncodeError:
+        return _one_by_one(values, what)
+    for fast_path in (_same_width_ns, _short_decimals_ns):
+        ns = fast_path(text, n)
+        if ns is not None:
+            return ns
+    strings = _as_arrow_strings(text, n)
+    if strings is None:  # a comma inside a value: not a plain number
+        return _one_by_one(values, what)
+    try:
+        return _decimal_ns(pc.cast(strings, _NS_DECIMAL), strings, what)
+    except pa.ArrowInvalid:  # more than 3 decimals, or not a number
+        pass
+    try:
+        fine = pc.round(pc.cast(strings, _FINE_DECIMAL), ndigits=3, round_mode="half_to_even")
+        return _decimal_ns(pc.cast(fine, _NS_DECIMAL), strings, what)
+    except pa.ArrowInvalid:
+        return _one_by_one(values, what)
 
 
 def _same_width_ns(text: bytes, n: int) -> np.ndarray | None:
@@ -117,10 +131,39 @@ def _same_width_ns(text: bytes, n: int) -> np.ndarray | None:
     return ns.astype(np.int64)
 
 
-def _as_arrow_strings(text: bytes, n: int) -> tuple[pa.Array, bytes] | None:
-    """The n comma-separated values of ``[v,v,...]`` as an Arrow string array (and its bytes), built on one
-    copy of the text without the commas: no Python object per value. None when the values are not all
-    plain numbers (a string may hold commas; arrays and objects do)."""
+def _short_decimals_ns(text: bytes, n: int) -> np.ndarray | None:
+    """ns of ``[v,v,...]`` when no value has an exponent, two points or more than 3 decimals: the digits
+    without the point, as an integer (Arrow's parser) times 10^(3 - decimals); else None."""
+    if text.find(b"e") >= 0 or text.find(b"E") >= 0:
+        return None
+    flat = np.frombuffer(text, dtype=np.uint8)
+    ends = np.flatnonzero(flat == _COMMA)
+    ends = np.append(ends, len(text) - 1)  # the "]"
+    points = np.flatnonzero(flat == _POINT)
+    pointed = np.searchsorted(ends, points)  # the value each point belongs to
+    if len(ends) != n or (len(points) > 1 and not (np.diff(pointed) > 0).all()):
+        return None
+    decimals = np.zeros(n, dtype=np.int64)
+    decimals[pointed] = ends[pointed] - points - 1
+    if len(points) and decimals.max() > 3:
+        return None
+    digits = _as_arrow_strings(text.replace(b".", b""), n)
+    if digits is None:
+        return None
+    try:
+        scaled = pc.cast(digits, pa.int64()).to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:  # not a number, or past int64
+        return None
+    scale = 10 ** (3 - decimals)
+    limit = INT64_MAX // scale
+    if ((scaled > limit) | (scaled < -limit)).any():
+        return None  # the general path names the value
+    return scaled * scale
+
+
+def _as_arrow_strings(text: bytes, n: int) -> pa.Array | None:
+    """The n comma-separated values of ``[v,v,...]`` as an Arrow string array, built on one copy of the
+    text without the commas: no Python object per value. None when a value holds a comma or a quote."""
     if text.find(b'"') >= 0:
         return None
     commas = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == _COMMA)
@@ -131,7 +174,7 @@ def _as_arrow_strings(text: bytes, n: int) -> tuple[pa.Array, bytes] | None:
     offsets[1:n] = commas - 1 - np.arange(n - 1)  # value i starts after "[" and i commas
     offsets[n] = len(text) - 2 - (n - 1)
     body = text[1:-1].replace(b",", b"")
-    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(body)), body
+    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(body))
 
 
 def _decimal_ns(values: pa.Decimal128Array, texts: pa.Array, what: str) -> np.ndarray:
@@ -146,25 +189,25 @@ def _decimal_ns(values: pa.Decimal128Array, texts: pa.Array, what: str) -> np.nd
     return low.copy()
 
 
-def _one_by_one(text: bytes, what: str) -> np.ndarray:
-    """The exact rule with :mod:`decimal`, for the odd list that holds strings or other JSON."""
-    return np.array([_ns_of(v, what) for v in _ANY_NUMBERS.decode(text)], dtype=np.int64)
+def _one_by_one(values: list[Any], what: str) -> np.ndarray:
+    """The exact rule with :mod:`decimal`, for the odd column: strings, nulls, values out of range."""
+    return np.array([_ns_of(v, what) for v in values], dtype=np.int64)
 
 
 def _ns_of(value: Any, what: str) -> int:
-    if isinstance(value, str):
-        value = value.strip()
-    elif isinstance(value, bool) or not isinstance(value, (int, decimal.Decimal)):
-        raise TimeOutOfRange(f"{what} {msgspec.json.encode(value).decode()[:40]} is not a number")
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        shown = "null" if value is None else "true" if value is True else "false" if value is False else "a " + \
+            type(value).__name__
+        raise TimeOutOfRange(f"{what} {shown} is not a number")
     try:
-        us = decimal.Decimal(value)
+        us = decimal.Decimal(value.strip() if isinstance(value, str) else value)
     except decimal.InvalidOperation:
-        raise TimeOutOfRange(f"{what} {value[:40]!r} is not a number") from None
+        raise TimeOutOfRange(f"{what} {str(value)[:40]!r} is not a number") from None
     if not us.is_finite():
-        raise TimeOutOfRange(f"{what} {value!r} is not a finite number")
+        raise TimeOutOfRange(f"{what} {str(value)[:40]!r} is not a finite number")
     if us and us.adjusted() > 17:  # ns at least 10^21: decided before building a huge integer
-        raise TimeOutOfRange(f"{what} {value} µs does not fit int64 nanoseconds")
+        raise TimeOutOfRange(f"{what} {str(value)[:40]} µs does not fit int64 nanoseconds")
     ns = int(_EXACT.multiply(us.quantize(_NS_QUANTUM, context=_EXACT), 1000))
     if not -INT64_MAX - 1 <= ns <= INT64_MAX:
-        raise TimeOutOfRange(f"{what} {value} µs does not fit int64 nanoseconds")
+        raise TimeOutOfRange(f"{what} {str(value)[:40]} µs does not fit int64 nanoseconds")
     return ns
