@@ -220,6 +220,37 @@ def test_nsys_stats_csv_bad_input(tmp_path):
     assert not looks_like_nsys_stats_csv(data_file("kineto", "hta_event_sync_a100.json.gz"))
 
 
+def test_nsys_stats_csv_times_are_the_written_integers():
+    """Start/end of every range equal the CSV's text read with the csv module, row for row."""
+    path = min(job(JAX).iterdir())
+    with lzma.open(path, "rt") as f:
+        rows = list(csv.DictReader(f))
+    ranges = load_nsys_stats_csv(path).ranges
+    assert ranges["start"].dtype == np.int64 and ranges["end"].dtype == np.int64
+    assert list(zip(ranges["start"], ranges["end"])) == [(int(r["Start (ns)"]), int(r["End (ns)"])) for r in rows]
+
+
+HEADER = "Start (ns),End (ns),Duration (ns),Name,PID,TID\n"
+
+
+def test_nsys_stats_csv_epoch_ns_stay_exact_next_to_an_odd_cell(tmp_path):
+    """One non-integer cell used to turn a whole column into float64 (epoch ns lose their last digits);
+    now the cell is an error naming its line, and clean columns keep every digit."""
+    exact = tmp_path / "exact.csv"
+    exact.write_text(HEADER + "1700000000000000001,1700000000000000003,2,a,1,1\n 9007199254740993 ,9007199254740995,2,b,1,1\n")
+    ranges = load_nsys_stats_csv(exact).ranges
+    assert list(ranges["start"]) == [1700000000000000001, 9007199254740993]  # neither is a float64
+    assert list(ranges["end"]) == [1700000000000000003, 9007199254740995]
+    odd = tmp_path / "odd.csv"
+    odd.write_text(HEADER + "1700000000000000001,1700000000000000003,2,a,1,1\n12.5,13,0.5,b,1,1\n")
+    with pytest.raises(InputError, match=r"line 3: column 'Start \(ns\)' is not an integer \('12.5'\)"):
+        load_nsys_stats_csv(odd)
+    huge = tmp_path / "huge.csv"
+    huge.write_text(HEADER + "1,9223372036854775808,2,a,1,1\n")
+    with pytest.raises(InputError, match=r"line 2: column 'End \(ns\)' does not fit int64"):
+        load_nsys_stats_csv(huge)
+
+
 # ------------------------------------------------------------------------------------------ same result
 
 

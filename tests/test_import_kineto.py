@@ -6,8 +6,10 @@ from __future__ import annotations
 import gc
 import gzip
 import json
+import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -449,3 +451,187 @@ def test_a_bare_event_list_is_streamed_by_ijson(tmp_path, monkeypatch):
     streamed = kineto.load_kineto(bare, max_memory=1)
     assert_same_rows(streamed.kernels, whole.kernels, "kernels")
     assert len(streamed.ops) == 40
+
+
+# --------------------------------------------------------------------------- exact nanoseconds
+
+NS_TRACE = "hta_v100_ns_resolution_5steps.pt.trace.json.gz"  # epoch µs with 3 decimals
+TIMED_TABLES = {"kernels": ("kernel", "Kernel"), "ops": ("cpu_op", "Operator"),
+                "api_calls": ("cuda_runtime", "cuda_driver", "Runtime"), "annotations": ("user_annotation",)}
+
+
+def _exact_ns(us: Decimal) -> int:
+    ns = us * 1000
+    assert ns == int(ns), us  # the oracle only takes values it can convert without rounding
+    return int(ns)
+
+
+def raw_start_end(path: Path) -> dict[str, Counter]:
+    """The oracle: (start, end) ns of every kernel, op, API call and CPU annotation, from the JSON text read
+    with ``parse_float=Decimal`` (no float anywhere)."""
+    doc = json.loads(gzip.decompress(path.read_bytes()), parse_float=Decimal)
+    out: dict[str, Counter] = {table: Counter() for table in TIMED_TABLES}
+    for e in doc["traceEvents"]:
+        for table, cats in TIMED_TABLES.items():
+            if e.get("ph") == "X" and e.get("cat") in cats and not (
+                    table == "ops" and str(e.get("name", "")).startswith("ProfilerStep#")):
+                ts = Decimal(e["ts"])
+                out[table][(_exact_ns(ts), _exact_ns(ts + Decimal(e.get("dur", 0))))] += 1
+    return out
+
+
+def test_the_ns_trace_is_one_that_floats_get_wrong():
+    """Guards the test below: float64 µs misplace most kernel starts of this trace (by up to 125 ns)."""
+    doc = json.loads(gzip.decompress(data_file("kineto", NS_TRACE).read_bytes()), parse_float=str)
+    starts = [e["ts"] for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    off = [abs(round(float(ts) * 1000) - _exact_ns(Decimal(ts))) for ts in starts]
+    assert len(starts) == 4350 and sum(d > 0 for d in off) > 4000 and max(off) > 100
+
+
+READING_PATHS = {  # module attributes set for each way the importer can read a file
+    "pieces_in_two_processes": {"PARALLEL_MIN_BYTES": 0, "PIECE_BYTES": 2**20},
+    "whole_document_in_two_processes": {"_cut_events": lambda data: None, "PARALLEL_MIN_EVENTS": 2**15},
+    "streamed_pieces": {"should_stream": lambda path, budget: True, "STREAM_BLOCK_BYTES": 65_521,
+                        "PIECE_BYTES": 2**20},
+    "streamed_by_ijson": {"should_stream": lambda path, budget: True,
+                          "_streamed_piece_tables": lambda path, progress: None},
+}
+
+
+@pytest.mark.parametrize("reading", list(READING_PATHS))
+def test_database_times_are_the_exact_ns_of_the_json_text(tmp_path, monkeypatch, reading):
+    """Every kernel, op and API call start/end in the database equals the JSON text's µs × 1000, exactly,
+    whichever way the file was read."""
+    from dlscope.importers import kineto
+    from dlscope.pipeline import build_database
+
+    path = data_file("kineto", NS_TRACE)
+    monkeypatch.setattr(kineto.os, "cpu_count", lambda: 2)
+    for name, value in READING_PATHS[reading].items():
+        monkeypatch.setattr(kineto, name, value)
+    db = build_database([path], tmp_path / "ns.sqlite", progress=False, max_memory="64GB")
+    raw = raw_start_end(path)
+    with sqlite3.connect(db) as conn:
+        stored = {table: Counter(conn.execute(f'SELECT start, "end" FROM {table}').fetchall())
+                  for table in ("kernels", "ops", "api_calls")}
+    assert stored["kernels"] == raw["kernels"] and len(raw["kernels"]) == 4350
+    assert stored["api_calls"] == raw["api_calls"]
+    # ops: every cpu_op, plus the module annotations (DistributedDataParallel.forward) analysis makes ops of
+    assert not raw["ops"] - stored["ops"]
+    promoted = stored["ops"] - raw["ops"]
+    assert not promoted - raw["annotations"] and sum(promoted.values()) < 20
+
+
+def _literal_trace(tmp_path: Path, events: list[str], name: str = "extreme.json") -> Path:
+    """A trace whose numbers are written exactly as given (json.dumps would rewrite them)."""
+    path = tmp_path / name
+    path.write_text('{"traceEvents": [' + ",\n".join(events) + '], "traceName": "hand-made"}')
+    return path
+
+
+def _kernel(ts: str, dur: str, correlation: int) -> str:
+    return (f'{{"ph": "X", "cat": "kernel", "name": "k{correlation}", "pid": 0, "tid": 7, "ts": {ts}, '
+            f'"dur": {dur}, "args": {{"device": 0, "stream": 7, "correlation": {correlation}}}}}')
+
+
+# (ts text, dur text) -> (start ns, end ns), worked out by hand
+EXTREMES = {
+    ("1712195495502094.565", "0.001"): (1712195495502094565, 1712195495502094566),
+    ("9223372036854775.807", "0"): (9223372036854775807, 9223372036854775807),  # int64's largest ns
+    ("1712195495502094", "3"): (1712195495502094000, 1712195495502097000),       # integer µs
+    ("1.7121954955020946e15", "1E+3"): (1712195495502094600, 1712195495503094600),  # exponents
+    ('"12.5"', '"0.25"'): (12500, 12750),                                          # numbers as strings
+    ("-2.5", "0.0005"): (-2500, -2500),             # 0.5 ns: ties go to the even ns (0)
+    ("0.0015", "0.0025"): (2, 4),                   # 1.5 ns -> 2; 2.5 ns -> 2 (ties to even)
+    ("7.0004", "0.00049999999999999999999999"): (7000, 7000),  # below a tie: down, however close
+}
+
+
+@pytest.mark.parametrize("piece_bytes", [1, 2**20])  # a piece per event, or one column of mixed values
+@pytest.mark.parametrize("reading", [None, *READING_PATHS])
+def test_extreme_hand_made_times_convert_exactly_on_every_path(tmp_path, monkeypatch, reading, piece_bytes):
+    from dlscope.importers import kineto
+
+    monkeypatch.setattr(kineto.os, "cpu_count", lambda: 2)
+    for name, value in READING_PATHS.get(reading, {}).items():
+        monkeypatch.setattr(kineto, name, value)
+    monkeypatch.setattr(kineto, "PIECE_BYTES", piece_bytes)
+    path = _literal_trace(tmp_path, [_kernel(ts, dur, i) for i, (ts, dur) in enumerate(EXTREMES)])
+    kernels = kineto.load_kineto(path, max_memory=2**40).kernels.sort_values("correlation")
+    assert list(zip(kernels["start"], kernels["end"])) == list(EXTREMES.values())
+
+
+# columns that take each conversion path, with their ns worked out by hand
+COLUMNS = {
+    "same width": (["1712195495502094.565", "1712195495502095.001"], [1712195495502094565, 1712195495502095001]),
+    "short decimals": (["12.5", "7013263985640.25", "3", "-0.001"], [12500, 7013263985640250, 3000, -1]),
+    "exponents and long decimals": (["1.5e3", "2.00049", "2.0005", "-1E-3"], [1500000, 2000, 2000, -1]),
+    "decimals past what Arrow holds": (["1.000500000000000000000001", "2"], [1001, 2000]),
+    "strings": (['"4.5"', '"17"'], [4500, 17000]),
+}
+
+
+@pytest.mark.parametrize("column", list(COLUMNS))
+def test_every_conversion_path_is_exact(tmp_path, column):
+    texts, expected = COLUMNS[column]
+    path = _literal_trace(tmp_path, [_kernel(ts, "0", i) for i, ts in enumerate(texts)])
+    kernels = load_kineto(path).kernels.sort_values("correlation")
+    assert list(kernels["start"]) == list(kernels["end"]) == expected
+
+
+def test_mixed_width_decimals_convert_exactly_on_a_real_trace():
+    """A trace whose µs have 1 to 3 decimals (trailing zeros dropped): every time equals the JSON text's."""
+    path = data_file("kineto", "tracelens_mi300x_xdit_sd35_infer.json.gz")
+    raw, profile = raw_start_end(path), load_kineto(path)
+    for table in ("kernels", "ops", "api_calls"):
+        frame = getattr(profile, table)
+        assert Counter(zip(frame["start"].tolist(), frame["end"].tolist())) == raw[table], table
+
+
+def test_same_width_times_in_one_piece_convert_like_any_other(tmp_path):
+    """Values of one width take a digit-column fast path; mixed widths the general one: same numbers."""
+    same = [("1712195495502094.565", "1.500"), ("1712195495502095.001", "2.250")]
+    mixed = [*same, ("5", "0.5")]
+    for name, rows in (("same.json", same), ("mixed.json", mixed)):
+        path = _literal_trace(tmp_path, [_kernel(ts, d, i) for i, (ts, d) in enumerate(rows)], name)
+        kernels = load_kineto(path).kernels.sort_values("correlation")
+        assert list(kernels["start"])[:2] == [1712195495502094565, 1712195495502095001], name
+        assert list(kernels["end"] - kernels["start"])[:2] == [1500, 2250], name
+
+
+@pytest.mark.parametrize("ts, dur, problem", [
+    ("18446744073709551616", "1", "ts 18446744073709551616 µs does not fit int64 nanoseconds"),  # 2^64
+    ("9223372036854775.808", "0", "ts 9223372036854775.808 µs does not fit int64 nanoseconds"),  # 2^63 ns
+    ("-1e30", "0", "ts -1e30 µs does not fit int64 nanoseconds"),
+    ("1", "1e400", "dur 1e400 µs does not fit int64 nanoseconds"),
+    ("1", '"1e999999"', "dur 1e999999 µs does not fit int64 nanoseconds"),
+    ("9223372036854775", "0.808", "ends past what int64 nanoseconds hold"),
+    ('"soon"', "1", "ts 'soon' is not a number"),
+    ("1", "null", "dur null is not a number"),
+    ("1", "true", "dur true is not a number"),
+])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_times_past_int64_ns_are_a_one_line_error_naming_the_file(tmp_path, ts, dur, problem, streamed):
+    path = _literal_trace(tmp_path, [_kernel("1", "1", 0), _kernel(ts, dur, 1)])
+    with pytest.raises(InputError) as info:
+        load_kineto(path, max_memory=1 if streamed else None)
+    message = str(info.value)
+    assert message.startswith(f"{path}: has an event whose ") and problem in message and "\n" not in message
+
+
+def test_a_time_past_int64_ns_exits_2_from_the_cli(tmp_path):
+    import subprocess
+    import sys
+
+    path = _literal_trace(tmp_path, [_kernel("18446744073709551616", "1", 0)])
+    result = subprocess.run([sys.executable, "-m", "dlscope", "import", str(path), "-o", str(tmp_path / "x.sqlite")],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
+    assert str(path) in result.stderr and "does not fit int64 nanoseconds" in result.stderr
+    assert not (tmp_path / "x.sqlite").exists()
+
+
+def test_negative_durations_are_kept_as_written(tmp_path):
+    """Validation is another issue's: a negative dur still ends before its start, exactly."""
+    kernel = load_kineto(_literal_trace(tmp_path, [_kernel("10.5", "-0.25", 0)])).kernels.iloc[0]
+    assert (kernel["start"], kernel["end"]) == (10500, 10250)

@@ -295,3 +295,29 @@ def test_truncated_export_is_rejected(tmp_path):
     path = tmp_path / "truncated.sqlite"
     path.write_bytes(export(DLPROF).read_bytes()[:4096])
     assert_one_line_error(path, "is not a readable SQLite database (")
+
+
+@each_export
+def test_times_are_the_exports_integer_ns_exactly(path):
+    """Kernel, API call, memcpy and NVTX start/end equal the export's own integers, row for row (nothing
+    passes through float64, which cannot hold epoch ns)."""
+    from collections import Counter
+
+    profile = imported(path)
+
+    def pairs(frame):
+        return Counter(zip(frame["start"].tolist(), frame["end"].tolist()))
+
+    have = tables(path)
+    raw = {name: Counter(query(path, f'SELECT start, "end" FROM {table}')) if table in have else Counter()
+           for name, table in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"), ("memcpy", MEMCPY))}
+    assert pairs(profile.kernels) == raw["kernels"]
+    assert pairs(profile.memops[profile.memops["kind"] == "memcpy"]) == raw["memcpy"]
+    api = Counter()
+    for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
+        if table in have:
+            api += Counter(query(path, f'SELECT start, "end" FROM {table}'))
+    assert not pairs(profile.api_calls) - api  # backtrace copies are dropped, nothing is moved
+    nvtx = Counter(query(path, 'SELECT start, "end" FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND "end" > start')
+                   if "NVTX_EVENTS" in have else [])
+    assert pairs(profile.ops) + pairs(profile.ranges) == nvtx

@@ -106,7 +106,7 @@ def aggregate_command(database, iter_start, iter_stop, key_node, rank, rules_con
 def report_command(database, reports, formats, out_dir, agg_id, gpu_spec) -> None:
     """Write DLProf's reports (summary, detail, iteration, kernel, tensor_core, op_type, group_node,
     expert_systems),
-    roofline (csv, json, png, svg), and one self-contained HTML report (--formats html)."""
+    roofline (csv, json, md, png, svg), and one self-contained HTML report (--formats html)."""
     from .present.reports import write_reports
 
     fmts = _split(formats)

@@ -15,6 +15,7 @@ import pandas as pd
 from ..errors import DlscopeError
 from .analysis import Analysed
 from ..model import string_column
+from ..nanoseconds import round_ns
 from .intervals import clip, coverage, sorted_unique, union_length, union_per_group
 
 CATEGORIES = ("tensor_core", "non_tensor_core", "memory", "dataloader", "io", "cpu", "other")
@@ -368,7 +369,7 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
         "rank": rank, "iter_start": int(profiled.min()), "iter_stop": int(profiled.max()),
         "key_node": an.key_node or "", "iteration_method": an.iteration_methods.get(rank, "whole_profile"),
         "iterations_profiled": len(profiled), "window_start": lo, "window_end": hi, "wall_clock_ns": wall,
-        "avg_iteration_ns": round(wall / len(profiled)) if len(profiled) else None,
+        "avg_iteration_ns": round_ns(wall / len(profiled)) if len(profiled) else None,
         "gpu_busy_ns": int(gpus["busy_ns"].sum()) if has_gpu else None,
         "gpu_utilization": util,
         "kernel_count": len(ak), "kernel_time_ns": int(ak["dur"].sum()),

@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..analyze.analysis import Analysed
 from ..analyze.intervals import clip, union_length
+from ..nanoseconds import round_ns, round_ns_column
 from .tables import table
 
 RANK_COLUMNS = ["rank", "host", "world_size", "source_path", "iterations_profiled", "wall_clock_ns",
@@ -208,7 +209,7 @@ def _sizes_and_bandwidth(rows: pd.DataFrame, world_sizes: dict[int, int]) -> pd.
     rows["algbw_gbps"] = algbw
     rows["busbw_gbps"] = algbw * factor
     rows["call_index"] = rows.groupby(["rank", "source", "collective"], sort=False).cumcount().astype(np.int64)
-    rows["arrival_lag_ns"] = _arrival_lags(rows)
+    rows["arrival_lag_ns"] = round_ns_column(pd.Series(_arrival_lags(rows), index=rows.index))
     rows["collective_id"] = np.arange(len(rows), dtype=np.int64)
     return rows[COLLECTIVE_COLUMNS]
 
@@ -269,7 +270,7 @@ def rank_parts(an: Analysed, agg) -> dict:
            "source_path": str(src.get("source_path") or ""),
            "iterations_profiled": row["iterations_profiled"] if row["iteration_method"] != "whole_profile" else None,
            "wall_clock_ns": int(row["wall_clock_ns"]),
-           "avg_iteration_ns": row["avg_iteration_ns"] if row["iteration_method"] != "whole_profile" else None,
+           "avg_iteration_ns": round_ns(row["avg_iteration_ns"]) if row["iteration_method"] != "whole_profile" else None,
            "gpu_utilization": row["gpu_utilization"], "window": (lo, hi)}
     if len(k) or len(m):
         out.update(_gpu_parts(k, m, lo, hi))
@@ -294,8 +295,8 @@ def job_figures(parts: list[dict], rows: pd.DataFrame, sizes: dict[int, int]) ->
         out.update({"collective_count": len(mine), "collective_bytes": int(sized["msg_bytes"].sum()) if len(sized) else None,
                     "busbw_gbps": float(bus_bytes / sized["dur_ns"].sum()) if len(sized) and sized["dur_ns"].sum() > 0
                     and not np.isnan(bus_bytes) else None,
-                    "collective_lag_ns": float(mine["arrival_lag_ns"].mean()) if mine["arrival_lag_ns"].notna().any()
-                    else None})
+                    "collective_lag_ns": round_ns(float(mine["arrival_lag_ns"].mean()))
+                    if mine["arrival_lag_ns"].notna().any() else None})
         out_rows.append(out)
     ranks = pd.DataFrame(out_rows, columns=[c for c in RANK_COLUMNS if c not in ("iteration_lag_ns", "straggler_score",
                                                                                  "straggler_rank")])
@@ -310,7 +311,7 @@ def _stragglers(ranks: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
         ranks["straggler_score"] = np.nan
         ranks["straggler_rank"] = np.nan
         return ranks[RANK_COLUMNS].astype({"straggler_rank": object}).where(ranks[RANK_COLUMNS].notna(), None)
-    ranks["iteration_lag_ns"] = its - np.nanmin(its) if np.isfinite(its).any() else np.nan
+    ranks["iteration_lag_ns"] = [round_ns(lag) for lag in its - np.nanmin(its)] if np.isfinite(its).any() else None
     score = pd.Series(np.nan, index=ranks.index)
     lagged = coll[coll["arrival_lag_ns"].notna()]
     if len(lagged):

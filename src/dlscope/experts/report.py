@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DlscopeError
+from ..present.summary import fmt_ns
 
 FORMATS = ("csv", "json", "md")
 COLUMNS = ["rule", "severity", "problem", "recommendation", "est_saving_ns", "est_saving_pct", "evidence"]
@@ -28,8 +29,8 @@ def _markdown(frame: pd.DataFrame) -> str:
             .replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
     lines = [f"# Expert systems: {len(frame)} issue{'s' if len(frame) != 1 else ''} detected", ""]
     for i, f in enumerate(frame.itertuples(index=False), 1):
-        saving = ("n/a" if pd.isna(f.est_saving_ns) else
-                  f"{f.est_saving_ns / 1e6:,.3f} ms ({f.est_saving_pct:.1f}% of the aggregated time)")
+        saving = ("n/a" if pd.isna(f.est_saving_ns) else fmt_ns(f.est_saving_ns) if pd.isna(f.est_saving_pct) else
+                  f"{fmt_ns(f.est_saving_ns)} ({f.est_saving_pct:.1f}% of the aggregated time)")
         lines += [f"## {i}. [{f.severity}] {esc(f.rule)}", "", f"**Problem:** {esc(f.problem)}", "",
                   f"**Recommendation:** {esc(f.recommendation)}", "", f"**Estimated saving:** {saving}", ""]
     return "\n".join(lines)

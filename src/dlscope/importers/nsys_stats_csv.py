@@ -16,6 +16,8 @@ from typing import IO
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import InputError
 from ..model import Profile, make_table
@@ -25,6 +27,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 BZ2_MAGIC = b"BZh"
 #: The columns of the nvtx_pushpop_trace report that the import needs (nsys 2023.2 and later).
 REQUIRED = ("Start (ns)", "End (ns)", "Name", "PID", "TID")
+#: read as text and converted exactly: a float64 column (one odd cell makes pandas infer one) cannot hold
+#: epoch ns
+INTEGER_COLUMNS = ("Start (ns)", "End (ns)", "PID", "TID")
 
 
 def _open(path: Path) -> IO[bytes]:
@@ -50,12 +55,31 @@ def looks_like_nsys_stats_csv(path: str | Path) -> bool:
     return all(c in columns for c in REQUIRED) and "Duration (ns)" in columns
 
 
+def _int64_column(path: Path, texts: pd.Series, col: str) -> np.ndarray:
+    """The column's integers, exactly as written; the first cell that is not an int64 integer is an error
+    naming its line."""
+    try:
+        return pc.cast(pc.utf8_trim_whitespace(pa.array(texts.to_numpy(object), pa.string())), pa.int64()).to_numpy()
+    except pa.ArrowInvalid:
+        pass
+    values = []
+    for row, text in enumerate(texts.tolist(), start=2):  # line 1 is the header
+        try:
+            value = int(text)
+        except ValueError:
+            raise InputError(path, f"line {row}: column {col!r} is not an integer ({text[:40]!r})") from None
+        if not -2**63 <= value < 2**63:
+            raise InputError(path, f"line {row}: column {col!r} does not fit int64 ({text[:40]})")
+        values.append(value)
+    return np.array(values, dtype=np.int64)  # integers Python reads and Arrow does not ("1_000")
+
+
 def load_nsys_stats_csv(path: str | Path) -> Profile:
     """The NVTX ranges of one process as the ``ranges`` table; rank comes from the file name later."""
     path = Path(path)
     try:
         with _open(path) as f:
-            frame = pd.read_csv(f, usecols=list(REQUIRED), dtype={"Name": object},
+            frame = pd.read_csv(f, usecols=list(REQUIRED), dtype={"Name": object, **dict.fromkeys(INTEGER_COLUMNS, str)},
                                 keep_default_na=False, engine="c")
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
@@ -63,13 +87,7 @@ def load_nsys_stats_csv(path: str | Path) -> Profile:
         raise InputError(path, f"is a truncated or corrupt compressed file ({e})") from None
     except ValueError as e:
         raise InputError(path, f"is not an nsys stats nvtx_pushpop_trace CSV ({' '.join(str(e).split())})") from None
-    ints = {}
-    for col in ("Start (ns)", "End (ns)", "PID", "TID"):
-        values = pd.to_numeric(frame[col], errors="coerce")
-        if values.isna().any():
-            row = int(np.flatnonzero(values.isna().to_numpy())[0]) + 2
-            raise InputError(path, f"line {row}: column {col!r} is not a number")
-        ints[col] = values.to_numpy(np.int64)
+    ints = {col: _int64_column(path, frame[col], col) for col in INTEGER_COLUMNS}
     n = len(frame)
     names = np.empty(n, dtype=object)
     names[:] = frame["Name"].astype(str).to_numpy(dtype=object)

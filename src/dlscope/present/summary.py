@@ -11,6 +11,7 @@ from ..analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from ..analyze.iterations import GUESSED
 from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..distributed import summary_ranks
+from ..nanoseconds import round_ns
 from ..store import reader
 
 
@@ -71,9 +72,9 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
         "key_node_candidates": candidates.get(str(row["rank"]), []) if guessed or whole else [],
         "wall_clock_ns": row["wall_clock_ns"],
         "iteration_ns": None if whole or not durations else {
-            "min": durations[0], "median": statistics.median(durations), "max": durations[-1],
+            "min": durations[0], "median": round_ns(statistics.median(durations)), "max": durations[-1],
             "slowest_iteration": slowest[0]},
-        "avg_iteration_ns": None if whole else row["avg_iteration_ns"],
+        "avg_iteration_ns": None if whole else round_ns(row["avg_iteration_ns"]),  # REAL in older databases
         "gpu_busy_ns": row["gpu_busy_ns"], "gpu_utilization": row["gpu_utilization"],
         "kernel_count": row["kernel_count"], "kernel_time_ns": row["kernel_time_ns"],
         "tc_kernel_time_ns": row["tc_kernel_time_ns"], "tc_kernel_efficiency": row["tc_kernel_efficiency"],

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from .. import __version__
 from ..errors import DlscopeError
+from ..nanoseconds import round_ns
 from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION
 
 
@@ -37,7 +38,7 @@ def _column_values(frame: pd.DataFrame, col: str) -> list:
     values = frame[col]
     if values.dtype == bool:
         return values.to_numpy(np.int64).tolist()
-    if values.dtype.kind in "iu":
+    if values.dtype.kind in "iu" and not values.hasnans:  # a nullable Int64 with NA takes the object path
         return values.to_numpy().tolist()
     missing = values.isna()
     if values.dtype.kind == "f":
@@ -345,12 +346,17 @@ AGG_TABLES = {"agg_gpus": "gpus", "agg_iterations": "iterations", "agg_ops": "op
               "agg_kernels": "kernels", "agg_op_kernels": "op_kernels", "agg_groups": "groups"}
 
 
+def _integer_ns(row: dict) -> dict:
+    """An aggregation row with its ns figures as integers (avg_iteration_ns is a mean: rounded here)."""
+    return {k: round_ns(v) if k.endswith("_ns") else v for k, v in row.items()}
+
+
 def write_aggregations(conn: sqlite3.Connection, aggs: list) -> list[int]:
     """Store aggregations (one per rank of a job) with one insert per table; returns their agg_ids."""
     first = conn.execute("SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations").fetchone()[0]
     ids = list(range(first, first + len(aggs)))
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    insert_frame(conn, "aggregations", pd.DataFrame([{**agg.row, "agg_id": agg_id, "created_at": created}
+    insert_frame(conn, "aggregations", pd.DataFrame([{**_integer_ns(agg.row), "agg_id": agg_id, "created_at": created}
                                                      for agg_id, agg in zip(ids, aggs)]))
     for table, field in AGG_TABLES.items():
         frames = [getattr(agg, field).assign(agg_id=agg_id) for agg_id, agg in zip(ids, aggs)
