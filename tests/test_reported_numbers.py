@@ -117,7 +117,8 @@ def test_means_round_to_the_nearest_ns_ties_to_even(tmp_path):
 MD_REPORTS = ("summary", "detail", "iteration", "kernel", "tensor_core", "op_type", "group_node", "roofline",
               "expert_systems")
 #: columns that hold trace text verbatim (a kernel may be named "…{lambda(float)#1}…", an op "aten::isnan")
-VERBATIM = {"op_name", "op_type", "kernel_name", "name", "path", "scope", "input_shapes", "direction", "data_type"}
+VERBATIM = {"op_name", "op_type", "kernel_name", "name", "path", "scope", "input_shapes", "direction", "data_type",
+            "kernels", "op_names", "aggregation.key_node_candidates"}  # names from traces, shown as they are
 LONG_DECIMALS = re.compile(r"\d\.\d{4,}")
 
 

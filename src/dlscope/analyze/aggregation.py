@@ -8,6 +8,7 @@ window into disjoint pieces by priority so its seven parts add up to the wall cl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -369,7 +370,7 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
         "rank": rank, "iter_start": int(profiled.min()), "iter_stop": int(profiled.max()),
         "key_node": an.key_node or "", "iteration_method": an.iteration_methods.get(rank, "whole_profile"),
         "iterations_profiled": len(profiled), "window_start": lo, "window_end": hi, "wall_clock_ns": wall,
-        "avg_iteration_ns": round_ns(wall / len(profiled)) if len(profiled) else None,
+        "avg_iteration_ns": round_ns(Fraction(wall, len(profiled))) if len(profiled) else None,
         "gpu_busy_ns": int(gpus["busy_ns"].sum()) if has_gpu else None,
         "gpu_utilization": util,
         "kernel_count": len(ak), "kernel_time_ns": int(ak["dur"].sum()),
