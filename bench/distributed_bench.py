@@ -96,7 +96,7 @@ def run(cmd: list[str]) -> dict:
 IMPORT = """
 import sys, json
 from dlscope import pipeline
-from dlscope.distributed import expand_inputs
+from dlscope.pipeline.inputs import expand_inputs
 workers, scheduler, max_memory = int(sys.argv[3]), sys.argv[4] or None, sys.argv[5] or None
 cluster = None
 if scheduler == "local":
@@ -139,7 +139,7 @@ def bench_big(args) -> None:
     what = f"{path.stat().st_size / 1e6:.0f} MB gz / {size / 1e9:.2f} GB JSON"
     probe = ("import sys; from dlscope.importers.kineto import load_kineto; "
              "load_kineto(sys.argv[1], max_memory=int(sys.argv[2]) if sys.argv[2] else None)")
-    from dlscope.distributed import parse_size
+    from dlscope.pipeline.budget import parse_size
 
     budgets = args.max_memory.split(",")
     for label, budget in (("in memory", ""), ("streamed", str(parse_size(budgets[-1])))):

@@ -15,15 +15,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import assert_same_rows, data_file
-from dlscope import pipeline
-from dlscope.distributed import parallel
-from dlscope.distributed import expand_inputs, load_profiles_parallel, parse_size, summary_ranks
+
+from dlscope.distributed import summary_ranks
 from dlscope.distributed.figures import busbw_factor, collective_type
-from dlscope.distributed.inputs import Identity, identities, rank_from_name
 from dlscope.errors import DlscopeError, InputError
-from dlscope.importers.nsys_stats_csv import load_nsys_stats_csv, looks_like_nsys_stats_csv
+from dlscope.importers.nsys_stats_csv import (
+    load_nsys_stats_csv,
+    looks_like_nsys_stats_csv,
+)
+from dlscope.pipeline import budget
+from dlscope.pipeline import build as pipeline
+from dlscope.pipeline.budget import parse_size
+from dlscope.pipeline.executors import load_profiles_parallel
+from dlscope.pipeline.inputs import Identity, expand_inputs, identities, rank_from_name
 from dlscope.present.summary import summary_dict
 
 DLRM = "kineto/param_dlrm_8rank_v100"
@@ -271,7 +276,7 @@ def test_serial_workers_and_dask_give_identical_databases(build_job):
 
 def _rank_by_rank(monkeypatch) -> list:
     """Make every job under a budget go rank by rank, and record the ranks."""
-    from dlscope.distributed import rank_by_rank
+    from dlscope.pipeline import rank_by_rank
 
     monkeypatch.setattr(pipeline, "whole_job_fits", lambda paths, budget: False)
     seen = []
@@ -332,14 +337,14 @@ def test_a_bad_rank_fails_a_rank_by_rank_import_with_one_line_and_no_file(tmp_pa
 
 
 def test_a_job_that_fits_its_budget_whole_is_imported_whole(build_job, monkeypatch):
-    from dlscope.distributed import rank_by_rank
+    from dlscope.pipeline import rank_by_rank
 
     seen = []
     real = rank_by_rank.IdOffsets.shift
     monkeypatch.setattr(rank_by_rank.IdOffsets, "shift", lambda self, an: seen.append(1) or real(self, an))
     build_job([job(DLRM)], "whole.sqlite", max_memory="16GB")  # 8 MB of JSON: surely fits
     assert seen == []
-    monkeypatch.setattr(parallel, "MOST_TABLE_BYTES_PER_JSON_BYTE", 10**4)  # as if its ranks were huge
+    monkeypatch.setattr(budget, "MOST_TABLE_BYTES_PER_JSON_BYTE", 10**4)  # as if its ranks were huge
     build_job([job(DLRM)], "ranks.sqlite", max_memory="16GB")
     assert len(seen) == 8
 
@@ -423,9 +428,14 @@ def test_streamed_and_in_memory_imports_give_the_same_summary(build_job, monkeyp
 
 
 def test_an_analysis_larger_than_the_memory_budget_is_refused_before_writing(tmp_path):
-    from dlscope.distributed.parallel import (ANALYSIS_FIXED_BYTES, ANALYSIS_PEAK_FACTOR,
-                                              LEAST_TABLE_BYTES_PER_JSON_BYTE, analysis_memory, import_file)
     from dlscope.importers.kineto import estimated_json_size
+    from dlscope.pipeline.budget import (
+        ANALYSIS_FIXED_BYTES,
+        ANALYSIS_PEAK_FACTOR,
+        LEAST_TABLE_BYTES_PER_JSON_BYTE,
+        analysis_memory,
+    )
+    from dlscope.pipeline.executors import import_file
 
     path = data_file("kineto", "hta_v100_rank1of2_5steps.json.gz")
     profile = import_file(str(path))

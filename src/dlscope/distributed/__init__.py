@@ -1,10 +1,7 @@
-"""Whole distributed jobs: every rank's trace into one database, imported in parallel worker processes
-or on an existing Dask cluster, with per-rank figures, NCCL collectives and a straggler ranking."""
+"""What is about jobs of many ranks: per-rank figures, NCCL collectives and the straggler ranking, and the
+tables they are stored in. Importing the ranks of a job is the pipeline's (``dlscope.pipeline``)."""
 
 from .figures import rank_figures
-from .inputs import expand_inputs
-from .parallel import load_profiles_parallel, parse_size
 from .store import DISTRIBUTED_DDL, summary_ranks, write_distributed
 
-__all__ = ["DISTRIBUTED_DDL", "expand_inputs", "load_profiles_parallel", "parse_size", "rank_figures",
-           "summary_ranks", "write_distributed"]
+__all__ = ["DISTRIBUTED_DDL", "rank_figures", "summary_ranks", "write_distributed"]

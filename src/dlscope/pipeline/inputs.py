@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from ..distributed.tables import host_patterns, rank_patterns, table
 from ..errors import InputError
-from .tables import host_patterns, rank_patterns, table
 
 
 def natural_key(path: Path) -> list:

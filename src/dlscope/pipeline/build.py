@@ -10,21 +10,33 @@ from typing import Iterator, Sequence
 
 import pandas as pd
 
-from .analyze.aggregation import resolve_range
-from .analyze.analysis import Analysed, analyse
-from .distributed import expand_inputs, load_profiles_parallel, write_distributed
-from .distributed.figures import collective_rows as job_collective_rows
-from .distributed.figures import job_figures, rank_figures, rank_parts, world_sizes
-from .distributed.parallel import (FileProgress, apply_identity, check_analysis_fits, check_traces_could_fit,
-                                   file_size, import_with_progress, parse_size, whole_job_fits)
-from .distributed.per_rank import aggregate_ranks
-from .distributed.rank_by_rank import IdOffsets, by_rank, job_identities, identity_after_import
-from .errors import DlscopeError
-from .experts import write_findings
-from .importers import sniff
-from .model import TABLES, Profile
-from .roofline.ncu import read_ncu_csv, write_ncu_kernels
-from .store import reader, writer
+from ..analyze.aggregation import resolve_range
+from ..analyze.analysis import Analysed, analyse
+from ..distributed import write_distributed
+from ..distributed.figures import collective_rows as job_collective_rows
+from ..distributed.figures import job_figures, rank_figures, rank_parts, world_sizes
+from ..errors import DlscopeError
+from ..experts import write_findings
+from ..importers import sniff
+from ..model import TABLES, Profile
+from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
+from ..store import reader, writer
+from .budget import (
+    check_analysis_fits,
+    check_traces_could_fit,
+    parse_size,
+    whole_job_fits,
+)
+from .executors import (
+    FileProgress,
+    apply_identity,
+    file_size,
+    import_with_progress,
+    load_profiles_parallel,
+)
+from .inputs import expand_inputs
+from .per_rank import aggregate_ranks
+from .rank_by_rank import IdOffsets, by_rank, identity_after_import, job_identities
 
 
 @contextmanager
