@@ -57,3 +57,31 @@ def test_aggregate_of_a_job_writes_the_per_rank_figures_of_its_aggregations(impo
     assert figures == new
     assert {r["rank"]: r["wall_clock_ns"] for r in summary_dict(db)["ranks"]} == dict(conn.execute(
         "SELECT rank, wall_clock_ns FROM aggregations WHERE agg_id > 8").fetchall())
+
+
+@pytest.mark.slow
+def test_the_summary_api_and_viewer_show_the_same_current_aggregation(import_db, tmp_path):
+    """One rule (store.reader.CURRENT_AGGREGATION): the lowest rank of the newest aggregation run."""
+    from starlette.testclient import TestClient
+
+    from dlscope.api import ProfileDatabase
+    from dlscope.viewer.app import create_app
+
+    ranks = data_files("kineto/param_dlrm_8rank_v100", "*.json.gz")
+    if not ranks:
+        pytest.skip("../shared/data is absent")
+    db = tmp_path / "job.sqlite"
+    shutil.copy(import_db(*ranks), db)
+
+    def shown() -> tuple:
+        with TestClient(create_app([db])) as client:
+            viewer = client.get("/dashboard", params={"_format": "json"}).json()["dashboard"]["aggregation"]["agg_id"]
+        return summary_dict(db)["aggregation"]["agg_id"], ProfileDatabase(db).agg_id, viewer
+
+    conn = sqlite3.connect(db)
+    first = conn.execute("SELECT agg_id FROM aggregations WHERE rank = 0").fetchone()[0]
+    assert shown() == (first,) * 3
+    assert _run("aggregate", db, "--rank", 3).returncode == 0
+    newest = conn.execute("SELECT MAX(agg_id) FROM aggregations").fetchone()[0]
+    assert conn.execute("SELECT rank FROM aggregations WHERE agg_id = ?", (newest,)).fetchone()[0] == 3
+    assert shown() == (newest,) * 3

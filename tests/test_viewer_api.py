@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from dlscope.errors import InputError
 from dlscope.viewer.app import create_app
+from dlscope.store import reader
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout, check_database
 from test_viewer_fixtures import XSS_KERNEL, make_profile_db
 
@@ -200,11 +201,11 @@ def test_bad_parameter_html_page(client):
 
 
 def test_database_troubleshooting_cases(tmp_path, db_path):
-    with pytest.raises(InputError, match="not found"):
+    with pytest.raises(InputError, match="no such profile database"):
         check_database(tmp_path / "missing.sqlite")
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(InputError, match="not a SQLite database"):
+    with pytest.raises(InputError, match="not a readable SQLite database"):
         check_database(junk)
     other = tmp_path / "other.sqlite"
     sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
@@ -213,11 +214,11 @@ def test_database_troubleshooting_cases(tmp_path, db_path):
     newer = make_profile_db(tmp_path / "newer.sqlite", schema_version=99)
     with pytest.raises(InputError, match="newer dlscope"):
         ProfileDB(newer)
-    older = make_profile_db(tmp_path / "older.sqlite", schema_version=0)
-    db = ProfileDB(older)
-    assert "older dlscope" in db.notice
-    with TestClient(create_app([older])) as c:
-        assert "older dlscope" in c.get("/dashboard").text
+    older = make_profile_db(tmp_path / "older.sqlite", schema_version=1)
+    with pytest.raises(InputError, match="older schema 1: .*import the trace again"):
+        ProfileDB(older)  # the same answer as the CLI's (one opener)
+    with pytest.raises(InputError, match="older schema 1"):
+        reader.connect(older)
 
 
 def test_databases_are_opened_read_only(db_path):
@@ -292,7 +293,7 @@ def test_cli_reports_port_in_use_and_missing_database(tmp_path, db_path):
     from dlscope.viewer.cli_view import view_command
 
     r = CliRunner().invoke(view_command, [str(tmp_path / "nope.sqlite")])
-    assert r.exit_code == 2 and "database not found" in r.output
+    assert r.exit_code == 2 and "no such profile database" in r.output
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()

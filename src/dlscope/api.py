@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .present.summary import current_agg_id, summary_dict
+from .present.summary import summary_dict
 from .store import reader
 
 
@@ -14,13 +14,13 @@ class ProfileDatabase:
     """A read-only view of one profile database.
 
     ``db.kernels``, ``db.ops``, ``db.agg_ops`` … are DataFrames; ``agg_*`` tables are filtered to the
-    current aggregation (``db.agg_id``, the newest unless chosen) — ``db.table(name, agg_id=...)`` picks another.
+    current aggregation (``db.agg_id``: store.reader.CURRENT_AGGREGATION unless chosen) — ``db.table(name, agg_id=...)`` picks another.
     """
 
     def __init__(self, path: str | Path, agg_id: int | None = None):
         self.path = Path(path)
         self._conn = reader.connect(self.path)
-        self.agg_id = reader.resolve_agg_id(self._conn, agg_id if agg_id is not None else current_agg_id(self._conn))
+        self.agg_id = reader.resolve_agg_id(self._conn, agg_id)
 
     def tables(self) -> list[str]:
         rows = self._conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view') ORDER BY name")

@@ -16,7 +16,6 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DlscopeError
-from ..present.summary import current_agg_id
 from ..store import reader
 
 
@@ -67,7 +66,7 @@ def load_run(db_path: str | Path, agg_id: int | None = None) -> Run:
     conn = reader.connect(db_path)
     try:
         meta = reader.meta(conn)
-        agg_id = reader.resolve_agg_id(conn, agg_id if agg_id is not None else current_agg_id(conn))
+        agg_id = reader.resolve_agg_id(conn, agg_id)
         cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
         agg = dict(zip([d[0] for d in cur.description], cur.fetchone()))
 

@@ -19,12 +19,6 @@ def _one(conn: sqlite3.Connection, sql: str, params: tuple = ()):
     return conn.execute(sql, params).fetchone()[0]
 
 
-def current_agg_id(conn: sqlite3.Connection) -> int | None:
-    """The newest aggregation of the lowest rank: what the summary and the viewer show by default."""
-    row = conn.execute("SELECT agg_id FROM aggregations ORDER BY rank ASC, agg_id DESC LIMIT 1").fetchone()
-    return row[0] if row else None
-
-
 def _profile_section(conn: sqlite3.Connection, methods: dict) -> dict:
     kernels = conn.execute("SELECT COUNT(*), SUM(dur) FROM kernels").fetchone()
     memops = dict(conn.execute("SELECT kind, COUNT(*) FROM memops GROUP BY kind").fetchall())
@@ -125,12 +119,12 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
         extra = json.loads(meta.get("extra_json") or "{}")
         methods = {str(k): v for k, v in (extra.get("iteration_methods") or {}).items()}
         candidates = {str(k): v for k, v in (extra.get("key_node_candidates") or {}).items()}
-        if agg_id is None and current_agg_id(conn) is None:
+        if agg_id is None and reader.current_agg_id(conn) is None:
             profile = {**_profile_section(conn, methods), "iterations_total": None}
             return {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                     "profile": profile, "aggregation": None, "findings": [],
                     "roofline": _roofline(conn, None), "ranks": summary_ranks(conn)}
-        agg_id = reader.resolve_agg_id(conn, agg_id if agg_id is not None else current_agg_id(conn))
+        agg_id = reader.resolve_agg_id(conn, agg_id)
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                "profile": _profile_section(conn, methods), "aggregation": _aggregation_section(conn, agg_id, candidates),
                "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id),

@@ -19,41 +19,49 @@ NOT_MIGRATABLE = {
 }
 
 
-def schema_version(conn: sqlite3.Connection, path: Path) -> int:
+def inspect(path: str | Path) -> tuple[dict[str, str], set[str], int]:
+    """(dlscope_meta, table names, schema version) of a profile database, or an InputError saying what is
+    wrong with it: missing, a folder, not SQLite, not dlscope's, written by a newer dlscope, or an older
+    schema that cannot be migrated. The one check every opener (CLI, API, reports, viewer) goes through."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(path, "no such profile database (create one with `dlscope import TRACE -o run.sqlite`)")
+    if path.is_dir():
+        raise InputError(path, "is a directory, not a profile database")
     try:
-        row = conn.execute("SELECT value FROM dlscope_meta WHERE key = 'schema_version'").fetchone()
-    except sqlite3.DatabaseError:
-        raise InputError(path, "is not a dlscope profile database (no dlscope_meta table)") from None
-    if row is None:
-        raise InputError(path, "is not a dlscope profile database (no schema version)")
-    return int(row[0])
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+            if "dlscope_meta" not in tables:
+                raise InputError(path, "is not a dlscope profile database (no dlscope_meta table)")
+            meta = {str(k): "" if v is None else str(v) for k, v in conn.execute("SELECT key, value FROM dlscope_meta")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as e:
+        raise InputError(path, f"is not a readable SQLite database ({e})") from None
+    try:
+        version = int(meta.get("schema_version", ""))
+    except ValueError:
+        raise InputError(path, f"is not a dlscope profile database (schema version "
+                               f"{meta.get('schema_version')!r})") from None
+    if version > SCHEMA_VERSION:
+        raise InputError(path, f"was written by a newer dlscope (schema {version}; this dlscope reads up to "
+                               f"{SCHEMA_VERSION}); upgrade dlscope to open it")
+    if version < SCHEMA_VERSION and not all(v in MIGRATIONS for v in range(version, SCHEMA_VERSION)):
+        why = NOT_MIGRATABLE.get(version, "no migration to this dlscope's schema exists; import the trace again")
+        raise InputError(path, f"has the older schema {version}: {why}")
+    return meta, tables, version
 
 
 def connect(path: str | Path, *, readonly: bool = True) -> sqlite3.Connection:
     """Open a dlscope database; refuse newer ones; migrate older ones when opened for writing."""
     path = Path(path)
-    if not path.exists():
-        raise InputError(path, "no such profile database")
-    if path.is_dir():
-        raise InputError(path, "is a directory, not a profile database")
-    mode = "ro" if readonly else "rw"
-    try:
-        conn = sqlite3.connect(f"file:{path.resolve()}?mode={mode}", uri=True)
-        version = schema_version(conn, path)
-    except sqlite3.DatabaseError as e:
-        raise InputError(path, f"is not a readable SQLite database ({e})") from None
-    if version > SCHEMA_VERSION:
-        conn.close()
-        raise InputError(path, f"was written by a newer dlscope (schema {version}; this dlscope reads up to "
-                               f"{SCHEMA_VERSION}); upgrade dlscope to open it")
+    _, _, version = inspect(path)
+    if version < SCHEMA_VERSION and readonly:
+        raise InputError(path, f"has the older schema {version}; run `dlscope aggregate` on it once to "
+                               f"migrate it to schema {SCHEMA_VERSION}")
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode={'ro' if readonly else 'rw'}", uri=True)
     if version < SCHEMA_VERSION:
-        if version in NOT_MIGRATABLE:
-            conn.close()
-            raise InputError(path, f"has the older schema {version}: {NOT_MIGRATABLE[version]}")
-        if readonly:
-            conn.close()
-            raise InputError(path, f"has the older schema {version}; run `dlscope aggregate` on it once to "
-                                   f"migrate it to schema {SCHEMA_VERSION}")
         migrate(conn, version)
     return conn
 
@@ -75,14 +83,22 @@ def meta(conn: sqlite3.Connection) -> dict[str, str]:
     return dict(conn.execute("SELECT key, value FROM dlscope_meta").fetchall())
 
 
-def latest_agg_id(conn: sqlite3.Connection) -> int | None:
-    row = conn.execute("SELECT MAX(agg_id) FROM aggregations").fetchone()
-    return row[0]
+#: The current aggregation: what the summary, the API, reports, compare and the viewer show by default. Of
+#: the newest aggregation run (the aggregations one import or `dlscope aggregate` wrote together, one per
+#: rank), the one of the lowest rank.
+CURRENT_AGGREGATION = ("SELECT agg_id FROM aggregations WHERE COALESCE(run_id, agg_id) = "
+                       "(SELECT MAX(COALESCE(run_id, agg_id)) FROM aggregations) ORDER BY rank, agg_id DESC LIMIT 1")
+
+
+def current_agg_id(conn: sqlite3.Connection) -> int | None:
+    row = conn.execute(CURRENT_AGGREGATION).fetchone()
+    return row[0] if row else None
 
 
 def resolve_agg_id(conn: sqlite3.Connection, agg_id: int | None) -> int:
+    """The aggregation asked for, else the current one; a clear error when there is none."""
     if agg_id is None:
-        agg_id = latest_agg_id(conn)
+        agg_id = current_agg_id(conn)
         if agg_id is None:
             raise DlscopeError("the database has no aggregation; run `dlscope aggregate` first")
         return agg_id

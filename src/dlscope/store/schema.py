@@ -90,8 +90,9 @@ CREATE TABLE memory (
     total_reserved INTEGER
 );
 
+-- run_id: the first agg_id of the aggregations written together (one per rank of an import or `aggregate`)
 CREATE TABLE aggregations (
-    agg_id INTEGER PRIMARY KEY, created_at TEXT, rank INTEGER, iter_start INTEGER, iter_stop INTEGER,
+    agg_id INTEGER PRIMARY KEY, run_id INTEGER, created_at TEXT, rank INTEGER, iter_start INTEGER, iter_stop INTEGER,
     key_node TEXT, iteration_method TEXT, iterations_profiled INTEGER, window_start INTEGER,
     window_end INTEGER, wall_clock_ns INTEGER, avg_iteration_ns INTEGER, gpu_busy_ns INTEGER,
     gpu_utilization REAL, kernel_count INTEGER, kernel_time_ns INTEGER, tc_kernel_time_ns INTEGER,

@@ -78,7 +78,7 @@ def _pick_agg(db: ProfileDB, params: Mapping[str, str], name: str) -> int | None
     raw = params.get(name)
     aggs = [a["agg_id"] for a in db.aggregations()]
     if raw in (None, ""):
-        return aggs[-1] if aggs else None
+        return db.current_agg_id()
     agg = parse_int(name, raw)
     if agg not in aggs:
         raise BadParameter(name, f"aggregation {agg} does not exist in {db.profile_name} "

@@ -33,7 +33,7 @@ def resolve_agg(db: ProfileDB, agg: int | None) -> dict | None:
     if not aggs:
         return None
     if agg is None:
-        return aggs[-1]
+        agg = db.current_agg_id()
     return next((a for a in aggs if a["agg_id"] == agg), None)
 
 

@@ -1,7 +1,7 @@
 """Open a dlscope profile database for viewing: checked, read-only, one connection per thread, time-limited.
 
-DLProf Viewer's troubleshooting cases live here: a missing file, a file that is not a dlscope database, an
-older database (opened read-only with a notice), a newer one (refused).
+DLProf Viewer's troubleshooting cases are the store's (``store.reader.inspect``): a missing file, a file that is not
+a dlscope database, a newer one or an older one without a migration (refused).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from dlscope.errors import InputError
+from dlscope.store import reader
 from dlscope.store.schema import SCHEMA_VERSION
 
 #: SQLite calls the progress handler every this many VM instructions (~0.1 ms of work, as Datasette measured).
@@ -28,23 +28,9 @@ def _ro_uri(path: Path) -> str:
 
 
 def check_database(path: str | Path) -> tuple[dict[str, str], set[str]]:
-    """Return (dlscope_meta, table names) of ``path`` or raise InputError saying what is wrong with it."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(path, "database not found (create one with `dlscope import TRACE -o run.sqlite`)")
-    if path.is_dir():
-        raise InputError(path, "is a directory, not a profile database")
-    try:
-        conn = sqlite3.connect(_ro_uri(path), uri=True)
-        try:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
-            if "dlscope_meta" not in tables:
-                raise InputError(path, "not a dlscope profile database (no dlscope_meta table)")
-            meta = {str(k): "" if v is None else str(v) for k, v in conn.execute("SELECT key, value FROM dlscope_meta")}
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise InputError(path, f"not a SQLite database ({exc})") from None
+    """Return (dlscope_meta, table names) of ``path`` or raise InputError saying what is wrong with it (the
+    store's one check: missing, not a database, newer, or an older schema that cannot be migrated)."""
+    meta, tables, _ = reader.inspect(path)
     return meta, tables
 
 
@@ -60,23 +46,14 @@ class ProfileDB:
 
     def load(self) -> None:
         """(Re)read metadata; called at start and after a re-aggregation rewrote the file."""
-        meta, tables = check_database(self.path)
-        raw_version = meta.get("schema_version", "")
-        try:
-            version = int(raw_version)
-        except ValueError:
-            raise InputError(self.path, f"dlscope_meta has no valid schema_version ({raw_version!r})") from None
-        if version > SCHEMA_VERSION:
-            raise InputError(self.path, f"written by a newer dlscope (schema v{version}); this viewer reads up to "
-                                        f"v{SCHEMA_VERSION}: upgrade dlscope (pip install -U dlscope)")
+        meta, tables, version = reader.inspect(self.path)
         self.meta = meta
         self.tables = tables
         self.schema_version = version
         self.notice = None
         if version < SCHEMA_VERSION:
             self.notice = (f"This database was written by an older dlscope (schema v{version}, current "
-                           f"v{SCHEMA_VERSION}). It is shown read-only as it is; views whose tables are missing "
-                           f"stay empty. Re-import the trace to get every view.")
+                           f"v{SCHEMA_VERSION}). It is shown read-only as it is; `dlscope aggregate` migrates it.")
         self.profile_name = meta.get("profile_name") or self.path.stem
         self._generation += 1
         self.counts: dict = {}
@@ -122,6 +99,10 @@ class ProfileDB:
         cur = conn.execute("SELECT * FROM aggregations ORDER BY agg_id")
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row)) for row in cur.fetchall()]
+
+    def current_agg_id(self) -> int | None:
+        """What is shown by default: the store's one rule (``reader.CURRENT_AGGREGATION``)."""
+        return reader.current_agg_id(self.connection()) if self.has("aggregations") else None
 
 
 @contextmanager

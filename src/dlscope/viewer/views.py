@@ -76,7 +76,7 @@ def page_scope(db: ProfileDB, params: Mapping[str, str]) -> dict:
                                       f"(have {', '.join(str(a['agg_id']) for a in aggs) or 'none'})")
         scope["agg"] = agg
     elif aggs:
-        scope["agg"] = aggs[-1]["agg_id"]
+        scope["agg"] = db.current_agg_id()
     for name in ("rank", "iteration", "node", "finding"):
         if params.get(name):
             scope[name] = parse_int(name, params[name])
