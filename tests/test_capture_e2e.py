@@ -230,3 +230,22 @@ def test_ctrl_c_still_leaves_a_database(tmp_path):
     s = summary(tmp_path / "run.sqlite")
     assert s["capture"]["ended_early"] is True
     assert s["profile"]["iterations_total"] == s["capture"]["steps_captured"] >= 2
+
+
+@pytest.mark.slow
+def test_profile_view_opens_the_viewer_on_the_database_it_wrote(tmp_path, monkeypatch):
+    """`dlscope profile --view` hands the new database to the viewer (it used to import `serve` from the wrong
+    module and print "not available in this build")."""
+    from click.testing import CliRunner
+
+    from dlscope.capture.cli_profile import profile_command
+    from dlscope.viewer import cli_view
+
+    served = []
+    monkeypatch.setattr(cli_view, "serve", lambda dbs, **kw: served.append((list(dbs), kw)))
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "v.sqlite"
+    result = CliRunner().invoke(profile_command, ["-o", str(out), "--view", "--", sys.executable,
+                                                  str(EXAMPLES / "mlp.py"), "--steps", "8"])
+    assert result.exit_code == 0, result.output
+    assert served == [([out], {"open_browser": True})]

@@ -3,6 +3,10 @@ directions from data/check_metrics.json; a metric one run cannot provide is an e
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
+
 import json
 import math
 
@@ -93,9 +97,10 @@ def test_bad_input_is_exit_2(pair, tmp_path):
                           ((foreign, "--baseline", base), "not a"),
                           ((new, "--baseline", base, "--metric", "bogus"), "unknown metric"),
                           ((new, "--baseline", base, "--max-regression", "x%"), "bad --max-regression")):
-        res = _run(*args)
-        assert isinstance(res.exception, DlscopeError) and message in str(res.exception), (args, res.output)
-        assert DlscopeError.exit_code == 2
+        res = subprocess.run([sys.executable, "-m", "dlscope", "check", *map(str, args)], capture_output=True,
+                             text=True)
+        assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
 
 
 def test_a_metric_missing_in_one_run_is_an_error_not_a_pass(pair, tmp_path, import_db):
@@ -109,16 +114,23 @@ def test_a_metric_missing_in_one_run_is_an_error_not_a_pass(pair, tmp_path, impo
     assert ok.exit_code == 0, ok.output
 
 
-def test_main_maps_check_failure_to_exit_1(pair):
-    """Through the real entry point once `check` is wired into the CLI group."""
+def test_main_maps_check_failure_to_exit_1_and_a_crash_to_3(pair, monkeypatch, capsys):
+    """Through the real entry point: a regression (1) must never look like a crash (3) to CI."""
     from dlscope import cli
+    check = importlib.import_module("dlscope.compare.check")
 
-    if "check" not in cli.cli.commands:
-        pytest.skip("check is not wired into the dlscope CLI group yet")
     base, new = pair
     assert cli.main(["check", str(new), "--baseline", str(base)]) == 0
     assert cli.main(["check", str(base), "--baseline", str(new)]) == 1
     assert cli.main(["check", str(base), "--baseline", str(new), "--metric", "nope"]) == 2
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(check, "check", broken)
+    capsys.readouterr()
+    assert cli.main(["check", str(new), "--baseline", str(base)]) == cli.INTERNAL_ERROR == 3
+    assert "internal error: ZeroDivisionError: a bug" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,7 @@
-"""The `dlscope` command line. DLProf's option names where they exist; errors are one line, exit code 2."""
+"""The `dlscope` command line. DLProf's option names where they exist; errors are one line.
+
+Exit codes: 0 done; 1 `dlscope check` found a regression; 2 bad input or request (one line naming it);
+3 an internal error (a bug in dlscope: never mistaken for a regression by CI); 130 interrupted."""
 
 from __future__ import annotations
 
@@ -11,6 +14,9 @@ import click
 
 from . import __version__
 from .errors import DlscopeError
+
+#: exit code of a bug in dlscope (a regression found by `check` is 1, bad input 2)
+INTERNAL_ERROR = 3
 
 RULES_OPTION = click.option("--rules-config", type=click.Path(path_type=Path), default=None, metavar="FILE",
                             help="JSON overriding expert-system thresholds (shape of dlscope/data/rules.json).")
@@ -157,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("DLSCOPE_DEBUG"):
             raise
         click.echo(f"dlscope: internal error: {type(e).__name__}: {e} (set DLSCOPE_DEBUG=1 for details)", err=True)
-        return 1
+        return INTERNAL_ERROR
     return code if isinstance(code, int) else 0
 
 

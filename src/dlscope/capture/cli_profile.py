@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .runner import ProfileRequest, run_profile
+from .runner import DLSCOPE_FAILED, ProfileRequest, run_profile
 from .schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP
 
 EPILOG = """\b
@@ -61,6 +61,11 @@ def profile_command(output, backend, delay, duration, steps, wait, warmup, iter_
         command = command[1:]
     request = ProfileRequest(command=command, output=output, backend=backend, delay=delay, duration=duration,
                              steps=steps, wait=wait, warmup=warmup, iter_start=iter_start, iter_stop=iter_stop,
-                             key_node=key_node, profile_name=profile_name, batch_size=batch_size, view=view,
+                             key_node=key_node, profile_name=profile_name, batch_size=batch_size,
                              force=force, keep_trace=keep_trace)
-    sys.exit(run_profile(request))
+    status = run_profile(request)
+    if view and status != DLSCOPE_FAILED and output.is_file():
+        from ..viewer.cli_view import serve
+
+        serve([output], open_browser=True)
+    sys.exit(status)

@@ -40,7 +40,6 @@ class ProfileRequest:
     key_node: str | None = None
     profile_name: str | None = None
     batch_size: int | None = None
-    view: bool = False
     force: bool = False
     keep_trace: bool = False
     summary: bool = True
@@ -141,8 +140,6 @@ def run_profile(req: ProfileRequest) -> int:
     built = _build(req, out, traces, facts, work, status)
     if built and req.summary:
         _print_summary(out)
-    if built and req.view:
-        _open_viewer(out)
     if built is None and status == 0:
         return DLSCOPE_FAILED
     return status
@@ -197,12 +194,3 @@ def _print_summary(db: Path) -> None:
         sys.stderr.flush()
     except Exception as err:  # noqa: BLE001
         say(f"{db} was written, but its summary failed: {err}")
-
-
-def _open_viewer(db: Path) -> None:
-    try:
-        from ..viewer import serve  # type: ignore[attr-defined]
-    except ImportError:
-        say(f"the viewer is not available in this build; run `dlscope view {db}`")
-        return
-    serve([db], open_browser=True)
