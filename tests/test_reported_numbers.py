@@ -19,7 +19,7 @@ from conftest import data_file
 from trace_builder import KinetoTrace
 
 from dlscope.cli import cli
-from dlscope.present.summary import fmt_ns
+from dlscope.format import fmt_ns
 
 #: real imports: ns timestamps; 6 iterations (an even count: the median is a mean of two); an 8-rank
 #: job (per-rank lags); an nsys export; a trace without iterations (one whole-profile window)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from . import __version__
+from .version import __version__
 from .errors import DlscopeError
 
 #: exit code of a bug in dlscope (a regression found by `check` is 1, bad input 2)

@@ -4,7 +4,3 @@
 process through :mod:`.bootstrap`; :mod:`.api` offers the same capture inside a program
 (``dlscope.profile()``, ``dlscope.step()``, ``dlscope.range()``, ``dlscope.trace_handler()``).
 """
-
-from .api import profile, range, step, trace_handler
-
-__all__ = ["profile", "range", "step", "trace_handler"]

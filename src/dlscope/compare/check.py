@@ -80,7 +80,7 @@ def check(new_db: str | Path, base_db: str | Path, metrics: list[str] | None = N
 
 
 def _fmt(value: float, unit: str) -> str:
-    from ..present.summary import fmt_ns, fmt_pct
+    from ..format import fmt_ns, fmt_pct
 
     return fmt_ns(value) if unit == "ns" else fmt_pct(value) if unit == "ratio" else f"{value:,.1f}"
 

@@ -272,7 +272,7 @@ def _regressions(metrics: list[dict]) -> list[dict]:
 
 
 def _fmt_time(v) -> str:
-    from ..present.summary import fmt_ns
+    from ..format import fmt_ns
 
     return fmt_ns(v)
 
@@ -290,7 +290,7 @@ def compare(base_db: str | Path, new_db: str | Path, *, base_agg_id: int | None 
     "only_in_new", "in_both"}; "counts"; "op_types", "ops", "kernels": rows sorted by impact, the first
     ``limit`` of each when given (counts always cover every row)}.
     """
-    from ..present.summary import fmt_ns
+    from ..format import fmt_ns
 
     base, new = load_run(base_db, base_agg_id), load_run(new_db, new_agg_id)
     per_iter = per_iteration(base, new)

@@ -14,8 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DlscopeError
-from ..present.reports import markdown_table
-from ..present.summary import fmt_ns, fmt_pct
+from ..format import fmt_ns, fmt_pct, markdown_table
 
 FORMATS = ("md", "csv", "json")
 #: rows per table on the terminal and in Markdown

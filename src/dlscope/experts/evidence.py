@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..present.summary import fmt_ns  # noqa: F401  (re-exported for the rules)
+from ..format import fmt_ns  # noqa: F401  (re-exported for the rules)
 
 _TEMPLATE = re.compile(r"<[^<>]*>")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DlscopeError
-from ..present.summary import fmt_ns
+from ..format import fmt_ns
 
 FORMATS = ("csv", "json", "md")
 COLUMNS = ["rule", "severity", "problem", "recommendation", "est_saving_ns", "est_saving_pct", "evidence"]

@@ -16,11 +16,12 @@ import matplotlib
 from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
-from .. import __version__
 from ..analyze.aggregation import CATEGORIES
 from ..errors import DlscopeError
+from ..format import fmt_ns, fmt_pct
 from ..store import reader
-from .summary import breakdown_labels, fmt_ns, fmt_pct, summary_dict, summary_units
+from ..version import __version__
+from .summary import breakdown_labels, summary_dict, summary_units
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402  (backend chosen first)

@@ -1,25 +1,24 @@
 """DLProf's reports from a profile database, as CSV, JSON or Markdown files.
 
 CSV and JSON keep machine values (times in integer ns, shares as fractions); Markdown is for reading:
-durations in units (:func:`~.summary.fmt_ns`), shares as percentages, ``n/a`` where a figure is missing.
+durations in units (:func:`dlscope.format.fmt_ns`), shares as percentages, ``n/a`` where a figure is missing.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from ..errors import DlscopeError
 from ..nanoseconds import round_ns_column
 from ..store import reader
-from .summary import fmt_ns, fmt_pct, summary_dict
+from ..format import markdown_table, readable
+from .summary import summary_dict
 
 #: report name -> (table, ORDER BY) read for one aggregation.
 TABLE_REPORTS = {
@@ -38,14 +37,6 @@ FORMATS = ("csv", "json", "md")
 
 #: columns of durations in ns: ``*_ns``, and the op type report's per-call statistics
 _DURATION = re.compile(r"_ns$|^(cpu_time|gpu_time|cpu_overhead|gpu_idle)_(total|avg|min|max)$")
-#: shares of 1, shown as percentages (``*_pct`` and ``pct_*`` columns are percentages already)
-_SHARES = {"gpu_utilization", "utilization", "tc_kernel_efficiency", "comm_overlap", "straggler_score"}
-_PERCENTS = re.compile(r"_pct$|^pct_")
-#: 0/1 columns, shown as yes / no
-_FLAGS = {"profiled", "uses_tc", "using_tc", "tc_eligible", "is_group", "tensor_cores"}
-#: references to another row, where -1 means "none" (the database's missing integer)
-_REFERENCES = {"parent_group_id", "node_id"}
-_RATE = re.compile(r"(flops|bytes)_per_s$")
 
 
 def report_frame(conn: sqlite3.Connection, name: str, agg_id: int) -> pd.DataFrame:
@@ -69,68 +60,6 @@ def _write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
         path.write_text(frame.to_json(orient="records", indent=1))
     else:
         path.write_text(markdown_table(readable(frame)))
-
-
-def readable(frame: pd.DataFrame) -> pd.DataFrame:
-    """The frame as display text, each cell formatted by what its column holds (see :func:`readable_value`);
-    a ``metric``/``value`` frame (the summary) formats each value by its metric's name."""
-    if list(frame.columns) == ["metric", "value"]:
-        values = [readable_value(m, v) for m, v in zip(frame["metric"], frame["value"])]
-        return pd.DataFrame({"metric": frame["metric"], "value": values})
-    return pd.DataFrame({c: [readable_value(c, v) for v in frame[c].tolist()] for c in frame.columns})
-
-
-def readable_value(name: str, value: Any) -> str:
-    """A value of the column or metric ``name`` (dotted for nested summary figures) as display text."""
-    parts = name.split(".")
-    leaf = parts[-1]
-    if _missing(value) or (leaf in _REFERENCES and value == -1):
-        return "n/a"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):  # never printed as a Python repr
-        return "; ".join(f"{k}: {readable_value(f'{name}.{k}', v)}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return ", ".join(readable_value(name, v) for v in value)
-    in_ns_group = len(parts) > 1 and parts[-2].endswith("_ns") and leaf != "slowest_iteration"
-    if _DURATION.search(leaf) or in_ns_group:
-        return fmt_ns(value)
-    if leaf in _SHARES:
-        return fmt_pct(value)
-    if _PERCENTS.search(leaf):
-        return f"{value:.1f}%"
-    if leaf in _FLAGS or isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if isinstance(value, (float, np.floating)):
-        rate = _RATE.search(leaf)
-        return _si(float(value), "FLOP/s" if rate[1] == "flops" else "B/s") if rate else f"{value:,.3f}"
-    return str(value)
-
-
-def _missing(value: Any) -> bool:
-    if value is None or value is pd.NA:
-        return True
-    return isinstance(value, (float, np.floating)) and math.isnan(value)
-
-
-def _si(value: float, unit: str) -> str:
-    """``value`` with a decimal prefix: 15.70 TFLOP/s, 900.00 GB/s."""
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:,.2f} {prefix}{unit}"
-    return f"{value:,.2f} {unit}"
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A Markdown table; cell text is escaped so names with pipes stay in their cell."""
-    if not len(frame.columns):
-        return "_No rows._\n"
-    def cell(v) -> str:
-        return str(v).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-    head = "| " + " | ".join(cell(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([head, rule, *body]) + "\n"
 
 
 def write_reports(db_path: Path, out_dir: Path, reports: list[str], formats: list[str],

@@ -12,6 +12,7 @@ from ..analyze.iterations import GUESSED
 from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..distributed import summary_ranks
 from ..nanoseconds import round_ns
+from ..format import fmt_ns, fmt_pct
 from ..store import reader
 
 
@@ -134,20 +135,6 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
         return out
     finally:
         conn.close()
-
-
-def fmt_ns(ns: float | None) -> str:
-    """A duration in readable units."""
-    if ns is None:
-        return "n/a"
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:,.2f} {unit}"
-    return f"{ns:,.0f} ns"
-
-
-def fmt_pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 def _render_ranks(console, ranks: list[dict]) -> None:

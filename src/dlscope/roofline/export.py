@@ -35,7 +35,7 @@ def write_roofline(report: dict, output_dir: str | Path, formats: tuple[str, ...
             if fmt == "csv":
                 frame.to_csv(path, index=False)
             else:
-                from dlscope.present.reports import markdown_table, readable
+                from dlscope.format import markdown_table, readable
 
                 path.write_text(markdown_table(readable(frame)))
             written.append(path)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .. import __version__
+from ..version import __version__
 from ..errors import DlscopeError
 from ..nanoseconds import round_ns
 from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION

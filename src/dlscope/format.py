@@ -1,0 +1,99 @@
+"""Readable numbers: one formatter for durations, shares and table cells, used by every presenter (summary,
+reports, findings, diff, roofline). A leaf module: it imports nothing of dlscope."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def fmt_ns(ns: float | None) -> str:
+    """A duration in readable units."""
+    if ns is None:
+        return "n/a"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:,.2f} {unit}"
+    return f"{ns:,.0f} ns"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+#: columns of durations in ns: ``*_ns``, and the op type report's per-call statistics
+_DURATION = re.compile(r"_ns$|^(cpu_time|gpu_time|cpu_overhead|gpu_idle)_(total|avg|min|max)$")
+#: shares of 1, shown as percentages (``*_pct`` and ``pct_*`` columns are percentages already)
+_SHARES = {"gpu_utilization", "utilization", "tc_kernel_efficiency", "comm_overlap", "straggler_score"}
+_PERCENTS = re.compile(r"_pct$|^pct_")
+#: 0/1 columns, shown as yes / no
+_FLAGS = {"profiled", "uses_tc", "using_tc", "tc_eligible", "is_group", "tensor_cores"}
+#: references to another row, where -1 means "none" (the database's missing integer)
+_REFERENCES = {"parent_group_id", "node_id"}
+_RATE = re.compile(r"(flops|bytes)_per_s$")
+
+
+def readable(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame as display text, each cell formatted by what its column holds (see :func:`readable_value`);
+    a ``metric``/``value`` frame (the summary) formats each value by its metric's name."""
+    if list(frame.columns) == ["metric", "value"]:
+        values = [readable_value(m, v) for m, v in zip(frame["metric"], frame["value"])]
+        return pd.DataFrame({"metric": frame["metric"], "value": values})
+    return pd.DataFrame({c: [readable_value(c, v) for v in frame[c].tolist()] for c in frame.columns})
+
+
+def readable_value(name: str, value: Any) -> str:
+    """A value of the column or metric ``name`` (dotted for nested summary figures) as display text."""
+    parts = name.split(".")
+    leaf = parts[-1]
+    if _missing(value) or (leaf in _REFERENCES and value == -1):
+        return "n/a"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):  # never printed as a Python repr
+        return "; ".join(f"{k}: {readable_value(f'{name}.{k}', v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(readable_value(name, v) for v in value)
+    in_ns_group = len(parts) > 1 and parts[-2].endswith("_ns") and leaf != "slowest_iteration"
+    if _DURATION.search(leaf) or in_ns_group:
+        return fmt_ns(value)
+    if leaf in _SHARES:
+        return fmt_pct(value)
+    if _PERCENTS.search(leaf):
+        return f"{value:.1f}%"
+    if leaf in _FLAGS or isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, (float, np.floating)):
+        rate = _RATE.search(leaf)
+        return _si(float(value), "FLOP/s" if rate[1] == "flops" else "B/s") if rate else f"{value:,.3f}"
+    return str(value)
+
+
+def _missing(value: Any) -> bool:
+    if value is None or value is pd.NA:
+        return True
+    return isinstance(value, (float, np.floating)) and math.isnan(value)
+
+
+def _si(value: float, unit: str) -> str:
+    """``value`` with a decimal prefix: 15.70 TFLOP/s, 900.00 GB/s."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:,.2f} {prefix}{unit}"
+    return f"{value:,.2f} {unit}"
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A Markdown table; cell text is escaped so names with pipes stay in their cell."""
+    if not len(frame.columns):
+        return "_No rows._\n"
+    def cell(v) -> str:
+        return str(v).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    head = "| " + " | ".join(cell(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *body]) + "\n"
