@@ -12,10 +12,10 @@ import sqlite3
 import pytest
 
 from dlscope.errors import InputError
-from dlscope.experts import evaluate, load_config, write_expert_report, write_findings
+from dlscope.experts import load_config, write_expert_report, write_findings
 from dlscope.experts.registry import load_rules
 from dlscope.pipeline import build_database
-from experts_helpers import blocking_call, findings
+from experts_helpers import blocking_call, findings, stored_findings
 from trace_builder import KinetoTrace
 
 US = 1000
@@ -140,11 +140,13 @@ def test_write_findings_replaces_and_reports_escape_names(tmp_path):
     db = _db(tmp_path, t)
     conn = sqlite3.connect(db)
     agg = conn.execute("SELECT MAX(agg_id) FROM aggregations").fetchone()[0]
-    result = evaluate(conn, agg)
-    write_findings(conn, agg, result)
-    write_findings(conn, agg, result)
+    result = list(stored_findings(db, agg).values())  # what the import's rules found
+    assert result
+    with conn:
+        write_findings(conn, agg, result)
+        write_findings(conn, agg, result)
     rows = conn.execute("SELECT rule, evidence_json FROM findings WHERE agg_id = ?", (agg,)).fetchall()
-    assert [r[0] for r in rows] == [f["rule"] for f in result]
+    assert [r[0] for r in rows] == [f["rule"] for f in result]  # replaced, not appended
     assert all(set(json.loads(r[1])) >= {"node_ids", "kernels", "iterations", "time_ranges"} for r in rows)
     paths = write_expert_report(conn, agg, tmp_path / "out", ["csv", "json", "md"])
     conn.close()

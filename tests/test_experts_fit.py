@@ -15,11 +15,11 @@ import sqlite3
 
 import pytest
 from conftest import data_file, data_files
-from experts_helpers import findings
+from experts_helpers import findings, stored_findings
 from trace_builder import PID, TID, KinetoTrace
 
-from dlscope.experts import Finding, evaluate, load_config, registry
-from dlscope.pipeline import build_database
+from dlscope.experts import Finding, load_config, registry
+from dlscope.pipeline import aggregate, build_database
 
 US = 1000
 MS = 1000 * US
@@ -115,9 +115,8 @@ def test_no_rule_can_emit_a_finding_without_a_saving(tmp_path, monkeypatch):
     for rule_id, saving in (("_test_none", None), ("_test_zero", 0), ("_test_nan", math.nan), ("_test_five", 5)):
         rules[rule_id] = _constant_rule(rule_id, saving)
     monkeypatch.setattr(registry, "RULES", rules)
-    conn = sqlite3.connect(db)
-    got = {f["rule"]: f for f in evaluate(conn, 1)}
-    conn.close()
+    (agg_id,) = aggregate(db)  # the rules run in this process, as `dlscope aggregate` runs them
+    got = stored_findings(db, agg_id)
     assert "_test_five" in got and got["_test_five"]["est_saving_ns"] == 5
     assert not {"_test_none", "_test_zero", "_test_nan"} & set(got)
 

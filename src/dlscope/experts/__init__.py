@@ -25,16 +25,15 @@ __all__ = ["evaluate", "write_findings", "write_expert_report", "Finding", "Cont
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
-def evaluate(conn: sqlite3.Connection | None, agg_id: int | None, rules_config: Path | str | None = None,
-             tables: dict | None = None, aggregation=None) -> list[dict]:
+def evaluate(tables: dict, aggregation, rules_config: Path | str | None = None) -> list[dict]:
     """Run every enabled rule on one aggregation; findings sorted by severity, then saving.
 
-    From a database (``conn``, ``agg_id``), or during an import from memory: ``tables`` (the rank's raw
-    tables: ops, kernels, memops, api_calls, ranges, gpus, memory) and ``aggregation`` (an
-    :class:`~dlscope.analyze.aggregation.Aggregation`), with no database needed.
+    ``tables``: the rank's raw tables as the analysis made them (ops, kernels, memops, api_calls, ranges,
+    gpus, memory); ``aggregation``: its :class:`~dlscope.analyze.aggregation.Aggregation`. The rules read frames
+    only; the pipeline runs them during an import and a re-aggregation alike.
     """
     config = load_config(rules_config)
-    ctx = Context(conn, agg_id, config, tables, aggregation)
+    ctx = Context(config, tables, aggregation)
     out = []
     for rule_id, check in load_rules().items():
         cfg = config.get(rule_id, {})

@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from ..analyze.tensor_core import MatrixUnits, matrix_units
-from ..errors import DlscopeError
 from ..store.schema import DDL
 from .precision_names import kernel_precisions
 from .spans import Span
@@ -38,24 +37,13 @@ def _db_columns(table: str) -> tuple[str, ...]:
 
 
 class Context:
-    """Data in for the rules: one aggregation and its tables, plus ``config`` (all thresholds).
+    """Data in for the rules: one aggregation of one rank, from frames only — ``tables`` (the rank's raw
+    tables as the analysis made them: ops, kernels, memops, api_calls, ranges, gpus, memory) and
+    ``aggregation`` (the computed summary tables) — plus ``config`` (all thresholds)."""
 
-    Either read from a database (``conn`` + ``agg_id``), or given in memory during an import:
-    ``tables`` (the rank's raw tables) and ``aggregation`` (the computed summary tables).
-    """
-
-    def __init__(self, conn: sqlite3.Connection | None, agg_id: int | None, config: dict,
-                 tables: dict | None = None, aggregation=None):
-        self.conn, self.agg_id, self.config = conn, agg_id, config
-        self.tables, self.aggregation = tables, aggregation
-        if aggregation is not None:
-            self.agg = dict(aggregation.row)
-        else:
-            cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
-            row = cur.fetchone()
-            if row is None:
-                raise DlscopeError(f"no aggregation {agg_id} in the database")
-            self.agg = dict(zip([d[0] for d in cur.description], row))
+    def __init__(self, config: dict, tables: dict, aggregation):
+        self.config, self.tables, self.aggregation = config, tables, aggregation
+        self.agg = dict(aggregation.row)
         self.rank = int(self.agg["rank"])
         self.iter_start, self.iter_stop = int(self.agg["iter_start"]), int(self.agg["iter_stop"])
         self.window = (int(self.agg["window_start"]), int(self.agg["window_end"]))
@@ -64,47 +52,31 @@ class Context:
 
     # ------------------------------------------------------------------ loading
 
-    def query(self, sql: str, params: tuple = ()) -> pd.DataFrame:
-        return pd.read_sql_query(sql, self.conn, params=params)
-
-    def _memory_table(self, table: str) -> pd.DataFrame | None:
-        """The rank's rows of an in-memory table, in the database's columns; None when reading the file."""
-        if self.tables is None or table not in self.tables:
-            return None
+    def _table(self, table: str) -> pd.DataFrame:
+        """The rank's rows of a raw table, in the database's columns."""
         frame = self.tables[table]
         mine = frame["rank"].to_numpy() == self.rank
         if not mine.all():
             frame = frame[mine]
         return frame[[c for c in _db_columns(table) if c in frame.columns]].reset_index(drop=True)
 
-    def _in_iterations(self, table: str, columns: str = "*") -> pd.DataFrame:
-        frame = self._memory_table(table)
-        if frame is not None:
-            return _by_start(_rows(frame, frame["iteration"].between(self.iter_start, self.iter_stop)))
-        return self.query(f'SELECT {columns} FROM {table} WHERE rank = ? AND iteration BETWEEN ? AND ? '
-                          f'ORDER BY start', (self.rank, self.iter_start, self.iter_stop))
+    def _in_iterations(self, table: str) -> pd.DataFrame:
+        frame = self._table(table)
+        return _by_start(_rows(frame, frame["iteration"].between(self.iter_start, self.iter_stop)))
 
-    def _overlapping(self, table: str, columns: list[str], where: str) -> pd.DataFrame:
-        """Rows of the rank overlapping the window (``where`` adds a fixed, code-written condition)."""
+    def _overlapping(self, table: str, columns: list[str], cpu_only: bool = False) -> pd.DataFrame:
+        """Rows of the rank overlapping the window."""
         lo, hi = self.window
-        frame = self._memory_table(table)
-        if frame is not None:
-            sel = (frame["end"] > lo) & (frame["start"] < hi)
-            if where == "cpu":
-                sel &= frame["device"] < 0
-            return _by_start(_rows(frame, sel)[columns])
-        extra = " AND device < 0" if where == "cpu" else ""
-        cols = ", ".join(f'"{c}"' for c in columns)
-        return self.query(f'SELECT {cols} FROM {table} WHERE rank = ?{extra} AND "end" > ? AND start < ? '
-                          'ORDER BY start', (self.rank, lo, hi))
+        frame = self._table(table)
+        sel = (frame["end"] > lo) & (frame["start"] < hi)
+        if cpu_only:
+            sel &= frame["device"] < 0
+        return _by_start(_rows(frame, sel)[columns])
 
     @cached_property
     def matrix_units(self) -> MatrixUnits:
         """The words for this rank's Tensor Cores (NVIDIA) or matrix cores (AMD MFMA) in finding texts."""
-        frame = self._memory_table("gpus")
-        if frame is None and self.conn is not None:
-            frame = self.query("SELECT name FROM gpus WHERE rank = ?", (self.rank,))
-        return matrix_units([] if frame is None or "name" not in frame else frame["name"].tolist())
+        return matrix_units(self.gpus["name"].tolist())
 
     @cached_property
     def kernels(self) -> pd.DataFrame:
@@ -131,18 +103,11 @@ class Context:
         columns = ["op_id", "pid", "tid", "name", "op_type", "start", "end", "dur", "parent_id", "depth",
                    "input_shapes", "input_dtypes", "concrete_inputs", "data_type", "iteration", "node_id",
                    "tc_eligible", "using_tc", "kernel_count", "gpu_time", "api_time"]
-        if self.tables is not None and "ops" in self.tables:
-            ops = self._memory_table("ops")[columns]
-            if not ops["op_id"].is_monotonic_increasing:
-                ops = ops.sort_values("op_id")
-            for col in ("tc_eligible", "using_tc"):
-                ops[col] = ops[col].astype(np.int64)
-            ops = ops.set_index("op_id", drop=False)
-            _inherit(ops)
-            return ops
-        ops = self.query('SELECT op_id, pid, tid, name, op_type, start, "end", dur, parent_id, depth, input_shapes, '
-                         'input_dtypes, concrete_inputs, data_type, iteration, node_id, tc_eligible, using_tc, '
-                         'kernel_count, gpu_time, api_time FROM ops WHERE rank = ? ORDER BY op_id', (self.rank,))
+        ops = self._table("ops")[columns]
+        if not ops["op_id"].is_monotonic_increasing:
+            ops = ops.sort_values("op_id")
+        for col in ("tc_eligible", "using_tc"):
+            ops[col] = ops[col].astype(np.int64)
         ops = ops.set_index("op_id", drop=False)
         _inherit(ops)
         return ops
@@ -150,8 +115,8 @@ class Context:
     @cached_property
     def gpu_activity(self) -> pd.DataFrame:
         """All kernels and memops of the rank overlapping the window (device, start, end, kind)."""
-        k = self._overlapping("kernels", ["device", "start", "end"], "").assign(kind="kernel")
-        m = self._overlapping("memops", ["device", "start", "end", "kind"], "")
+        k = self._overlapping("kernels", ["device", "start", "end"]).assign(kind="kernel")
+        m = self._overlapping("memops", ["device", "start", "end", "kind"])
         return pd.concat([k, m], ignore_index=True)
 
     @cached_property
@@ -161,36 +126,26 @@ class Context:
 
     @cached_property
     def all_iterations(self) -> pd.DataFrame:
-        if self.aggregation is not None:
-            its = self.aggregation.iterations.assign(profiled=self.aggregation.iterations["profiled"].astype(np.int64))
-            return its.sort_values("iteration", kind="stable").reset_index(drop=True)
-        return self.query("SELECT * FROM agg_iterations WHERE agg_id = ? ORDER BY iteration", (self.agg_id,))
+        its = self.aggregation.iterations.assign(profiled=self.aggregation.iterations["profiled"].astype(np.int64))
+        return its.sort_values("iteration", kind="stable").reset_index(drop=True)
 
     @cached_property
     def ranges(self) -> pd.DataFrame:
         """CPU annotation ranges of the rank overlapping the window."""
-        return self._overlapping("ranges", list(_db_columns("ranges")), "cpu")
+        return self._overlapping("ranges", list(_db_columns("ranges")), cpu_only=True)
 
     @cached_property
     def gpus(self) -> pd.DataFrame:
-        frame = self._memory_table("gpus")
-        if frame is not None:
-            return frame.sort_values("device", kind="stable").reset_index(drop=True)
-        return self.query("SELECT * FROM gpus WHERE rank = ? ORDER BY device", (self.rank,))
+        return self._table("gpus").sort_values("device", kind="stable").reset_index(drop=True)
 
     @cached_property
     def memory(self) -> pd.DataFrame:
-        frame = self._memory_table("memory")
-        if frame is not None:
-            return frame.sort_values("ts", kind="stable").reset_index(drop=True)
-        return self.query("SELECT * FROM memory WHERE rank = ? ORDER BY ts", (self.rank,))
+        return self._table("memory").sort_values("ts", kind="stable").reset_index(drop=True)
 
     @cached_property
     def agg_ops(self) -> pd.DataFrame:
-        if self.aggregation is not None:
-            ops = self.aggregation.ops
-            return ops.assign(**{c: ops[c].astype(np.int64) for c in ("tc_eligible", "using_tc")})
-        return self.query("SELECT * FROM agg_ops WHERE agg_id = ?", (self.agg_id,))
+        ops = self.aggregation.ops
+        return ops.assign(**{c: ops[c].astype(np.int64) for c in ("tc_eligible", "using_tc")})
 
     # ------------------------------------------------------------------ derived facts
 
@@ -221,10 +176,7 @@ class Context:
     @cached_property
     def has_gpu(self) -> bool:
         """Whether the rank ran any GPU kernel. Without one, no GPU advice applies (registry ``gpu=True``)."""
-        frame = self._memory_table("kernels")
-        if frame is not None:
-            return not frame.empty
-        return bool(self.conn.execute("SELECT EXISTS(SELECT 1 FROM kernels WHERE rank = ?)", (self.rank,)).fetchone()[0])
+        return bool((self.tables["kernels"]["rank"].to_numpy() == self.rank).any())
 
     @cached_property
     def training_evidence(self) -> list[str]:

@@ -59,4 +59,4 @@ def _forked_rank(rank: int) -> tuple[Aggregation, list[dict]]:
 
 def _rank_results(an: Analysed, rank: int, iter_start, iter_stop, rules_config) -> tuple[Aggregation, list[dict]]:
     agg = aggregate(an, rank, iter_start, iter_stop)
-    return agg, evaluate(None, None, rules_config, an.rank_tables(rank), agg)
+    return agg, evaluate(an.rank_tables(rank), agg, rules_config)
