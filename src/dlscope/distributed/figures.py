@@ -131,11 +131,6 @@ def _enclosing(kernels: pd.DataFrame, ops: pd.DataFrame, comm_ops: pd.DataFrame)
     return out
 
 
-def collectives(an: Analysed, world_sizes: dict[int, int]) -> pd.DataFrame:
-    """One row per NCCL kernel (or NCCL NVTX range in range-only inputs), with sizes and bandwidths."""
-    return _sizes_and_bandwidth(collective_rows(an), world_sizes)
-
-
 def collective_rows(an: Analysed) -> pd.DataFrame:
     """The collectives of the ranks in ``an`` before sizes and bandwidths (which compare ranks)."""
     p = an.profile

@@ -26,12 +26,6 @@ def minus(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
     return merge(bounds[:-1][keep], bounds[1:][keep])
 
 
-def overlap_length(a: tuple, b: tuple) -> int:
-    """Length of union(a) ∩ union(b)."""
-    a_s, a_e = merge(*a)
-    return int((a_e - a_s).sum()) - length(minus((a_s, a_e), b))
-
-
 def length(span: tuple) -> int:
     s, e = merge(*span)
     return int((e - s).sum())

@@ -21,7 +21,6 @@ Conventions (also in docs/roofline.md):
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -420,8 +419,4 @@ def op_cost(op_name: str, input_shapes: Any, input_dtypes: Any = None,
     return OpCost(flops=int(flops), bytes=int(total_bytes),
                   precision=info["precision"] if info else None, family=family, dtype=dtype)
 
-
-def arithmetic_intensity(flops: float, nbytes: float) -> float | None:
-    """FLOPs per byte; None when no bytes move (the point has no place on a roofline)."""
-    return flops / nbytes if nbytes and nbytes > 0 and math.isfinite(flops) else None
 

@@ -1,4 +1,5 @@
-"""Opening a profile database: version checks, migration of older files, tables as DataFrames."""
+"""Opening a profile database: the one check of a file (version, kind), the current aggregation, tables as
+DataFrames."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pandas as pd
 from ..errors import DlscopeError, InputError
 from .schema import SCHEMA_VERSION
 
-#: from-version -> SQL that upgrades a database to from-version + 1.
-MIGRATIONS: dict[int, str] = {}
-#: from-version -> why no migration exists: its stored figures cannot be corrected from the file alone
+#: Older schemas and why they are not migrated: their stored figures cannot be corrected from the file alone.
+#: (No migration exists yet: when a later schema can upgrade an older file in place, its SQL goes with
+#: ``connect``.)
 NOT_MIGRATABLE = {
     1: "its per-op figures (attribution, op nodes, groups, iterations) were computed by an older, wrong model; "
        "import the trace again",
@@ -47,31 +48,17 @@ def inspect(path: str | Path) -> tuple[dict[str, str], set[str], int]:
     if version > SCHEMA_VERSION:
         raise InputError(path, f"was written by a newer dlscope (schema {version}; this dlscope reads up to "
                                f"{SCHEMA_VERSION}); upgrade dlscope to open it")
-    if version < SCHEMA_VERSION and not all(v in MIGRATIONS for v in range(version, SCHEMA_VERSION)):
+    if version < SCHEMA_VERSION:
         why = NOT_MIGRATABLE.get(version, "no migration to this dlscope's schema exists; import the trace again")
         raise InputError(path, f"has the older schema {version}: {why}")
     return meta, tables, version
 
 
 def connect(path: str | Path, *, readonly: bool = True) -> sqlite3.Connection:
-    """Open a dlscope database; refuse newer ones; migrate older ones when opened for writing."""
+    """Open a dlscope database after :func:`inspect`'s checks (read-only unless asked)."""
     path = Path(path)
-    _, _, version = inspect(path)
-    if version < SCHEMA_VERSION and readonly:
-        raise InputError(path, f"has the older schema {version}; run `dlscope aggregate` on it once to "
-                               f"migrate it to schema {SCHEMA_VERSION}")
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode={'ro' if readonly else 'rw'}", uri=True)
-    if version < SCHEMA_VERSION:
-        migrate(conn, version)
-    return conn
-
-
-def migrate(conn: sqlite3.Connection, version: int) -> None:
-    with conn:
-        while version < SCHEMA_VERSION:
-            conn.executescript(MIGRATIONS[version])
-            version += 1
-            conn.execute("UPDATE dlscope_meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+    inspect(path)
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode={'ro' if readonly else 'rw'}", uri=True)
 
 
 def read_table(conn: sqlite3.Connection, table: str, where: str = "", params: tuple = ()) -> pd.DataFrame:

@@ -44,14 +44,6 @@ class TableRequest:
     filters: dict[str, tuple[str, Any]] = field(default_factory=dict)   # column -> (op, value)
     scope: dict[str, Any] = field(default_factory=dict)
 
-    def url_params(self) -> dict[str, str]:
-        """The request back as URL parameters (for next/previous links)."""
-        out = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in self.scope.items()}
-        out.update(sort=self.sort, order="desc" if self.desc else "asc", page=str(self.page), size=str(self.size))
-        if self.q:
-            out["q"] = self.q
-        return out
-
 
 def parse_int(name: str, raw: str, lo: int | None = None, hi: int | None = None) -> int:
     try:

@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dlscope.store import reader
-from dlscope.store.schema import SCHEMA_VERSION
 
 #: SQLite calls the progress handler every this many VM instructions (~0.1 ms of work, as Datasette measured).
 PROGRESS_STEPS = 1000
@@ -51,9 +50,6 @@ class ProfileDB:
         self.tables = tables
         self.schema_version = version
         self.notice = None
-        if version < SCHEMA_VERSION:
-            self.notice = (f"This database was written by an older dlscope (schema v{version}, current "
-                           f"v{SCHEMA_VERSION}). It is shown read-only as it is; `dlscope aggregate` migrates it.")
         self.profile_name = meta.get("profile_name") or self.path.stem
         self._generation += 1
         self.counts: dict = {}
