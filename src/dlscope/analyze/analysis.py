@@ -13,18 +13,11 @@ import pandas as pd
 from ..model import Profile, make_table, string_column
 from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, link_launches, take, thread_keys
 from .categories import matches
+from .dtypes import numpy_name
 from .iterations import assign, find_iterations
 from .nesting import Nesting, inclusive_sum, levels
 from .tensor_core import classify_names, kernel_uses_tc, op_type_tc_eligible
 
-_DTYPES = {
-    "float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
-    "long int": "int64", "long": "int64", "int": "int32", "short int": "int16", "bool": "bool",
-    "unsigned char": "uint8", "signed char": "int8", "c10::complex<float>": "complex64",
-    "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2",
-    "half": "float16", "bfloat16": "bfloat16", "float16": "float16", "float32": "float32",
-    "float64": "float64", "int64": "int64", "int32": "int32", "int8": "int8", "uint8": "uint8",
-}
 
 
 @dataclass
@@ -73,8 +66,8 @@ def _first_dtype(text: str) -> str:
     except ValueError:
         return ""
     for t in types if isinstance(types, list) else []:
-        if isinstance(t, str) and t in _DTYPES:
-            return _DTYPES[t]
+        if isinstance(t, str) and numpy_name(t):
+            return numpy_name(t)
     return ""
 
 

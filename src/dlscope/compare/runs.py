@@ -90,13 +90,14 @@ def run_precision(op_kernels: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataF
     Tensor-Core-eligible op takes the op's dtype, any other kernel the precision its name tells
     (``experts.precision_names``); FP32 on Tensor Cores counts as TF32. Returns {"dominant": "" when no
     math kernel could be classified, "share": of the classified time, "ns": {precision: time}}."""
-    from ..experts.context import PRECISIONS
+    from ..analyze.dtypes import precision
+    from ..analyze.tensor_core import classify_names
     from ..experts.precision_names import dominant, kernel_precisions, math_mode
 
     elig = ops.loc[ops["tc_eligible"].fillna(0).astype(bool), ["node_id", "data_type"]]
     k = op_kernels.merge(elig, on="node_id", how="left") if len(op_kernels) else \
         pd.DataFrame(columns=["kernel_name", "gpu_time_ns", "uses_tc", "data_type"])
-    by_op = k["data_type"].map(PRECISIONS).fillna("").to_numpy(object)
+    by_op = classify_names(k["data_type"].fillna(""), precision, dtype=object)
     by_name = kernel_precisions(k["kernel_name"])
     prec = [math_mode(p, bool(tc)) for p, tc in zip(pd.Series(by_op).where(by_op != "", by_name), k["uses_tc"])]
     times = list(k["gpu_time_ns"].fillna(0))

@@ -25,6 +25,7 @@ import pandas as pd
 from ..analyze.analysis import Analysed
 from ..analyze.intervals import clip, union_length
 from ..nanoseconds import round_ns, round_ns_column
+from ..analyze.dtypes import bytes_per_element
 from .tables import table
 
 RANK_COLUMNS = ["rank", "host", "world_size", "source_path", "iterations_profiled", "wall_clock_ns",
@@ -69,7 +70,7 @@ def busbw_factor(collective: str, n: int) -> float | None:
 
 
 def dtype_bytes(dtype: str) -> int:
-    return int(table()["dtype_bytes"].get(str(dtype).strip().lower(), -1))
+    return bytes_per_element(dtype)
 
 
 # ------------------------------------------------------------------------------------- collectives

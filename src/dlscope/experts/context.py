@@ -14,14 +14,12 @@ from functools import cached_property, lru_cache
 import numpy as np
 import pandas as pd
 
-from ..analyze.tensor_core import MatrixUnits, matrix_units
+from ..analyze.dtypes import precision
+from ..analyze.tensor_core import MatrixUnits, classify_names, matrix_units
 from ..store.schema import DDL
 from .precision_names import kernel_precisions
 from .spans import Span
 
-#: numpy dtype spelling of ``ops.data_type`` -> precision name used by the rules and gpu_specs.json
-PRECISIONS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64", "int8": "int8",
-              "uint8": "int8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}
 HALF = ("fp16", "bf16")
 
 
@@ -260,7 +258,7 @@ def _inherit(ops: pd.DataFrame) -> None:
     n = len(ops)
     ids = ops["op_id"].to_numpy(np.int64)
     parent_pos = ops.index.get_indexer(ops["parent_id"].to_numpy(np.int64))
-    own = ops["data_type"].fillna("").map(PRECISIONS).fillna("").to_numpy(object)
+    own = classify_names(ops["data_type"].fillna(""), precision, dtype=object)
     eligible = ops["tc_eligible"].fillna(0).astype(bool).to_numpy()
     prec = own.copy()
     root = np.where(eligible, ids, -1)

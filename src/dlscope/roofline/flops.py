@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from ..analyze.dtypes import dtype_info
+
 #: Attention backward does 5 matmuls of the forward's 2 (recompute QKᵀ, dP, dV, dQ, dK).
 ATTENTION_BWD_FACTOR = 2.5
 
@@ -109,11 +111,6 @@ def _numel(shape: Any) -> int:
     if shape and all(isinstance(s, list) for s in shape):      # TensorList recorded as a list of shapes
         return sum(_numel(s) for s in shape)
     return int(np.prod(shape, dtype=np.int64)) if shape else 1
-
-
-def dtype_info(dtype: str) -> dict | None:
-    """Bytes per element and precision of a dtype string ("float", "c10::Half", "bfloat16", ...)."""
-    return _table()["dtypes"].get(str(dtype).strip().lower())
 
 
 def precision_of(dtype: str) -> str | None:
