@@ -83,6 +83,20 @@ TABLES: dict[str, dict[str, str]] = {
     },
 }
 
+#: Each table's row id column (ids are row numbers once analysed).
+ID_COLUMNS = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
+              "memops": "memop_id", "syncs": "sync_id"}
+#: Columns that refer to rows: table -> {column: the table whose ids it holds ("nodes": op nodes)}. The
+#: analysis adds all but the id columns; a job imported rank by rank shifts them all by the rows before.
+REFERENCES = {
+    "ops": {"op_id": "ops", "parent_id": "ops", "root_id": "ops", "node_id": "nodes", "parent_node_id": "nodes"},
+    "ranges": {"range_id": "ranges"},
+    "api_calls": {"api_id": "api_calls", "op_id": "ops"},
+    "kernels": {"kernel_id": "kernels", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
+    "memops": {"memop_id": "memops", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
+    "syncs": {"sync_id": "syncs", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
+}
+
 MISSING_INT = -1
 MISSING_STR = ""
 
@@ -171,13 +185,11 @@ class Profile:
         if len(profiles) == 1:
             return profiles[0]
         out = cls()
-        id_cols = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
-                   "memops": "memop_id", "syncs": "sync_id"}
         for name in TABLES:
             frames = [p.table(name) for p in profiles]
             frame = pd.concat(frames, ignore_index=True) if frames else empty_table(name)
-            if name in id_cols:
-                frame[id_cols[name]] = np.arange(len(frame), dtype=np.int64)
+            if name in ID_COLUMNS:
+                frame[ID_COLUMNS[name]] = np.arange(len(frame), dtype=np.int64)
             setattr(out, name, frame)
         out.meta = {"sources": [p.meta for p in profiles]}
         return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..model import Profile, make_table, string_column
+from ..model import ID_COLUMNS, Profile, make_table, string_column
 from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, link_launches, take, thread_keys
 from .categories import matches
 from .dtypes import numpy_name
@@ -73,8 +73,7 @@ def _first_dtype(text: str) -> str:
 
 def _renumber(profile: Profile) -> None:
     """Make each id column equal its row number so ids index arrays directly."""
-    for name, col in (("ops", "op_id"), ("ranges", "range_id"), ("api_calls", "api_id"),
-                      ("kernels", "kernel_id"), ("memops", "memop_id"), ("syncs", "sync_id")):
+    for name, col in ID_COLUMNS.items():
         frame = profile.table(name).reset_index(drop=True)
         frame[col] = np.arange(len(frame), dtype=np.int64)
         setattr(profile, name, frame)

@@ -281,6 +281,4 @@ def compile_any(patterns: list[str], flags: int = 0) -> re.Pattern:
 
 def names_matching(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     """Boolean mask of names matching a regex, evaluated once per distinct name."""
-    from ..analyze.tensor_core import classify_names
-
     return classify_names(names.fillna(""), lambda n: pattern.search(n) is not None)

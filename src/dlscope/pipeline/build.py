@@ -18,7 +18,7 @@ from ..distributed.figures import job_figures, rank_figures, rank_parts, world_s
 from ..errors import DlscopeError
 from ..experts import write_findings
 from ..importers import sniff
-from ..model import TABLES, Profile
+from ..model import ID_COLUMNS, TABLES, Profile
 from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
 from .budget import (
@@ -265,10 +265,8 @@ def _store_split(conn, an: Analysed) -> None:
     """The newest iteration split: the iterations table and every raw table's ``iteration`` column."""
     conn.execute("DELETE FROM iterations")
     writer.insert_frame(conn, "iterations", an.iterations)
-    for table, name, id_col in (("op_instances", "ops", "op_id"), ("api_calls", "api_calls", "api_id"),
-                                ("kernels", "kernels", "kernel_id"), ("memops", "memops", "memop_id"),
-                                ("syncs", "syncs", "sync_id")):
-        frame = an.profile.table(name)
+    for name in ("ops", "api_calls", "kernels", "memops", "syncs"):
+        table, id_col, frame = writer.stored_name(name), ID_COLUMNS[name], an.profile.table(name)
         conn.execute("CREATE TEMP TABLE split (id INTEGER PRIMARY KEY, iteration INTEGER)")
         conn.executemany("INSERT INTO split VALUES (?, ?)",
                          zip(frame[id_col].tolist(), frame["iteration"].tolist()))

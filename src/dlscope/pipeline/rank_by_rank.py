@@ -16,17 +16,8 @@ import pandas as pd
 
 from ..analyze.analysis import Analysed
 from ..errors import DlscopeError
+from ..model import REFERENCES
 from .inputs import Identity, identities
-
-#: per table, its id columns and the table whose rows each one numbers ("nodes": op nodes)
-ID_COLUMNS = {
-    "ops": {"op_id": "ops", "parent_id": "ops", "root_id": "ops", "node_id": "nodes", "parent_node_id": "nodes"},
-    "ranges": {"range_id": "ranges"},
-    "api_calls": {"api_id": "api_calls", "op_id": "ops"},
-    "kernels": {"kernel_id": "kernels", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
-    "memops": {"memop_id": "memops", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
-    "syncs": {"sync_id": "syncs", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
-}
 
 
 def job_identities(paths: Sequence[Path]) -> list[Identity] | None:
@@ -49,18 +40,18 @@ def identity_after_import(who: Identity, meta: dict, path: Path) -> Identity:
 class IdOffsets:
     """Rows of each table written so far: the next rank's ids start there."""
 
-    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys([*ID_COLUMNS, "nodes"], 0))
+    rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys([*REFERENCES, "nodes"], 0))
 
     def shift(self, an: Analysed) -> None:
         """Give the rank's rows their ids in the whole job (missing references, -1, stay -1)."""
         p = an.profile
-        for table, columns in ID_COLUMNS.items():
+        for table, columns in REFERENCES.items():
             frame = p.table(table)
             for col, target in columns.items():
                 if self.rows[target] and col in frame:
                     values = frame[col].to_numpy()
                     frame[col] = values + (values >= 0) * self.rows[target]
-        for table in ID_COLUMNS:
+        for table in REFERENCES:
             self.rows[table] += len(p.table(table))
         nodes = p.ops["node_id"]
         self.rows["nodes"] = int(nodes.max()) + 1 if len(nodes) else self.rows["nodes"]

@@ -274,6 +274,11 @@ def write_sources(conn: sqlite3.Connection, sources: list[dict]) -> None:
     conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
 
+def stored_name(table: str) -> str:
+    """The database table holding a model table's rows (an op call is a row of ``op_instances``)."""
+    return "op_instances" if table == "ops" else table
+
+
 def split_ops(ops: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per-node strings once (op_nodes), per-call numbers (op_instances)."""
     return ops.drop_duplicates("node_id"), ops
