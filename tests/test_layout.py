@@ -66,3 +66,41 @@ def test_the_readme_names_every_package_in_how_it_is_built():
     packages = sorted(p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists())
     missing = [p for p in packages if f"`{p}/`" not in section]
     assert not missing, f"README 'How it is built' does not name: {missing}"
+
+
+def test_the_schema_doc_is_generated_from_the_ddl():
+    """docs/schema.md's list of every table and column is the DDL's own (one spec: the DDL in store/schema.py;
+    `python -m dlscope.store.schema` prints it), so the documented schema cannot drift from the database."""
+    from dlscope.store.schema import COUNTERS_DDL, DDL, JOB_DDL, document
+
+    doc = (REPO / "docs" / "schema.md").read_text()
+    start = doc.index("from the DDL: do not edit by hand -->\n") + len("from the DDL: do not edit by hand -->\n")
+    generated = doc[start:doc.index("<!-- end of the generated part -->")]
+    assert generated == document(DDL + JOB_DDL + COUNTERS_DDL)
+
+
+def test_the_stored_raw_tables_are_what_the_analysis_produces(tmp_path):
+    """The DDL's raw tables and the analysed model agree column for column (ops are stored as op_nodes +
+    op_instances), so nothing the analysis computes is silently dropped and nothing stored is left unset."""
+    import sqlite3
+
+    from dlscope.analyze.analysis import analyse
+    from dlscope.importers import load
+    from dlscope.store.schema import DDL
+    from trace_builder import KinetoTrace
+
+    t = KinetoTrace()
+    t.step(1, 0, 100)
+    t.op("aten::mm", 10, 50)
+    t.launch(20, 25, "volta_sgemm_128x64_tn", 30, 60)
+    an = analyse(load(t.write(tmp_path / "t.json")))
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(DDL)
+
+    def columns(table):
+        return {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
+
+    for name in ("ranges", "api_calls", "kernels", "memops", "syncs", "memory", "gpus"):
+        assert columns(name) == set(an.profile.table(name).columns), name
+    assert columns("op_nodes") | columns("op_instances") == set(an.profile.ops.columns)
+    assert columns("iterations") == set(an.iterations.columns)

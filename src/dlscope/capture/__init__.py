@@ -4,3 +4,7 @@
 process through :mod:`.bootstrap`; :mod:`.api` offers the same capture inside a program
 (``dlscope.profile()``, ``dlscope.step()``, ``dlscope.range()``, ``dlscope.trace_handler()``).
 """
+
+from .api import profile, range, step, trace_handler  # noqa: A004 - the capture API's own names
+
+__all__ = ["profile", "range", "step", "trace_handler"]

@@ -6,33 +6,9 @@ import sqlite3
 
 import pandas as pd
 
+from ..store.schema import JOB_DDL as DISTRIBUTED_DDL
 from ..store.writer import insert_frame
 from .figures import RANK_COLUMNS, rank_figures
-
-DISTRIBUTED_DDL = """
--- Per rank of a job, per aggregation: GPU time split compute / exposed communication / memcpy / idle
--- (they add up to wall_clock_ns), all NCCL time (communication_ns), collective volume and the
--- straggler ranking (straggler_rank 1 = the rank the others wait for most). NULL = not measurable.
-CREATE TABLE IF NOT EXISTS agg_ranks (
-    agg_id INTEGER, rank INTEGER, host TEXT, world_size INTEGER, source_path TEXT,
-    iterations_profiled INTEGER, wall_clock_ns INTEGER, avg_iteration_ns INTEGER, gpu_utilization REAL,
-    compute_ns INTEGER, communication_ns INTEGER, exposed_communication_ns INTEGER, memcpy_ns INTEGER,
-    idle_ns INTEGER, comm_overlap REAL, collective_count INTEGER, collective_bytes INTEGER,
-    busbw_gbps REAL, collective_lag_ns INTEGER, iteration_lag_ns INTEGER, straggler_score REAL,
-    straggler_rank INTEGER, PRIMARY KEY (agg_id, rank)
-);
-
--- One row per NCCL kernel (source 'kernel') or NCCL NVTX range of a range-only input (source 'nvtx').
--- msg_bytes follows nccl-tests' size convention (allgather: the gathered output), -1 when unknown.
-CREATE TABLE IF NOT EXISTS collectives (
-    collective_id INTEGER PRIMARY KEY, rank INTEGER, source TEXT, collective TEXT, call_index INTEGER,
-    name TEXT, device INTEGER, stream INTEGER, start INTEGER, "end" INTEGER, dur_ns INTEGER,
-    iteration INTEGER, in_nelems INTEGER, out_nelems INTEGER, dtype TEXT, msg_bytes INTEGER,
-    group_size INTEGER, algbw_gbps REAL, busbw_gbps REAL, arrival_lag_ns INTEGER, pg_name TEXT
-);
-CREATE INDEX IF NOT EXISTS collectives_rank ON collectives (rank, start);
-CREATE INDEX IF NOT EXISTS collectives_match ON collectives (collective, call_index);
-"""
 
 
 def create_tables(conn: sqlite3.Connection) -> None:

@@ -265,7 +265,7 @@ def _store_split(conn, an: Analysed) -> None:
     """The newest iteration split: the iterations table and every raw table's ``iteration`` column."""
     conn.execute("DELETE FROM iterations")
     writer.insert_frame(conn, "iterations", an.iterations)
-    for name in ("ops", "api_calls", "kernels", "memops", "syncs"):
+    for name in ("ops", "ranges", "api_calls", "kernels", "memops", "syncs"):
         table, id_col, frame = writer.stored_name(name), ID_COLUMNS[name], an.profile.table(name)
         conn.execute("CREATE TEMP TABLE split (id INTEGER PRIMARY KEY, iteration INTEGER)")
         conn.executemany("INSERT INTO split VALUES (?, ?)",

@@ -27,6 +27,7 @@ import pandas as pd
 
 from dlscope.analyze.tensor_core import classify_names, kernel_uses_tc
 from dlscope.errors import InputError
+from dlscope.store.schema import COUNTERS_DDL as NCU_DDL
 
 #: Columns of the per-kernel frame, in order (also the ncu_kernels table).
 NCU_COLUMNS = ("kernel_id", "process_id", "kernel_name", "device", "device_name", "cc", "time_ns",
@@ -34,17 +35,6 @@ NCU_COLUMNS = ("kernel_id", "process_id", "kernel_name", "device", "device_name"
                "bytes_l2", "bytes_dram", "tensor_pipe_inst", "cycles", "cycles_per_second", "mma_inst",
                "total_inst", "tensor_share", "uses_tc", "uses_tc_source")
 
-NCU_DDL = """
-CREATE TABLE IF NOT EXISTS ncu_kernels (
-    ncu_id INTEGER PRIMARY KEY, source TEXT, kernel_id INTEGER, process_id INTEGER, kernel_name TEXT,
-    device INTEGER, device_name TEXT, cc TEXT, time_ns REAL, time_source TEXT,
-    flops_fp64 REAL, flops_fp32 REAL, flops_fp16 REAL, flops_tensor REAL,
-    bytes_l1 REAL, bytes_l2 REAL, bytes_dram REAL, tensor_pipe_inst REAL,
-    cycles REAL, cycles_per_second REAL, mma_inst REAL, total_inst REAL, tensor_share REAL,
-    uses_tc INTEGER, uses_tc_source TEXT
-);
-CREATE INDEX IF NOT EXISTS ncu_kernels_name ON ncu_kernels (kernel_name);
-"""
 
 _IDENTITY = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
              "Stream", "Block Size", "Grid Size", "Device", "CC", "Section Name", "Metric Name",

@@ -57,7 +57,7 @@ FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id;
 
 CREATE TABLE ranges (
     range_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, device INTEGER, name TEXT,
-    domain TEXT, start INTEGER, "end" INTEGER, category TEXT
+    domain TEXT, start INTEGER, "end" INTEGER, category TEXT, iteration INTEGER
 );
 
 CREATE TABLE api_calls (
@@ -76,13 +76,14 @@ CREATE TABLE kernels (
 CREATE TABLE memops (
     memop_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, device INTEGER, stream INTEGER, kind TEXT,
     name TEXT, copy_kind TEXT, src_mem TEXT, dst_mem TEXT, start INTEGER, "end" INTEGER, dur INTEGER,
-    bytes INTEGER, correlation INTEGER, api_id INTEGER, op_id INTEGER, root_op_id INTEGER, iteration INTEGER
+    bytes INTEGER, correlation INTEGER, api_id INTEGER, launch_ts INTEGER, op_id INTEGER, root_op_id INTEGER,
+    iteration INTEGER
 );
 
 CREATE TABLE syncs (
     sync_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, device INTEGER, stream INTEGER,
-    kind TEXT, start INTEGER, "end" INTEGER, correlation INTEGER, op_id INTEGER, root_op_id INTEGER,
-    iteration INTEGER
+    kind TEXT, start INTEGER, "end" INTEGER, correlation INTEGER, api_id INTEGER, launch_ts INTEGER, op_id INTEGER,
+    root_op_id INTEGER, iteration INTEGER
 );
 
 CREATE TABLE memory (
@@ -193,3 +194,80 @@ CREATE INDEX agg_iterations_profiled ON agg_iterations (agg_id, profiled, iterat
 
 #: Raw tables written from the analysed model, in DDL column order.
 RAW_TABLES = ("gpus", "iterations", "op_nodes", "op_instances", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")
+
+
+#: A job's tables (per-rank figures, collectives): created with the aggregations that need them.
+JOB_DDL = """
+-- Per rank of a job, per aggregation: GPU time split compute / exposed communication / memcpy / idle
+-- (they add up to wall_clock_ns), all NCCL time (communication_ns), collective volume and the
+-- straggler ranking (straggler_rank 1 = the rank the others wait for most). NULL = not measurable.
+CREATE TABLE IF NOT EXISTS agg_ranks (
+    agg_id INTEGER, rank INTEGER, host TEXT, world_size INTEGER, source_path TEXT,
+    iterations_profiled INTEGER, wall_clock_ns INTEGER, avg_iteration_ns INTEGER, gpu_utilization REAL,
+    compute_ns INTEGER, communication_ns INTEGER, exposed_communication_ns INTEGER, memcpy_ns INTEGER,
+    idle_ns INTEGER, comm_overlap REAL, collective_count INTEGER, collective_bytes INTEGER,
+    busbw_gbps REAL, collective_lag_ns INTEGER, iteration_lag_ns INTEGER, straggler_score REAL,
+    straggler_rank INTEGER, PRIMARY KEY (agg_id, rank)
+);
+
+-- One row per NCCL kernel (source 'kernel') or NCCL NVTX range of a range-only input (source 'nvtx').
+-- msg_bytes follows nccl-tests' size convention (allgather: the gathered output), -1 when unknown.
+CREATE TABLE IF NOT EXISTS collectives (
+    collective_id INTEGER PRIMARY KEY, rank INTEGER, source TEXT, collective TEXT, call_index INTEGER,
+    name TEXT, device INTEGER, stream INTEGER, start INTEGER, "end" INTEGER, dur_ns INTEGER,
+    iteration INTEGER, in_nelems INTEGER, out_nelems INTEGER, dtype TEXT, msg_bytes INTEGER,
+    group_size INTEGER, algbw_gbps REAL, busbw_gbps REAL, arrival_lag_ns INTEGER, pg_name TEXT
+);
+CREATE INDEX IF NOT EXISTS collectives_rank ON collectives (rank, start);
+CREATE INDEX IF NOT EXISTS collectives_match ON collectives (collective, call_index);
+"""
+
+#: Nsight Compute counters of kernels (only when a CSV was imported).
+COUNTERS_DDL = """
+-- One Nsight Compute kernel launch with its counters (FLOPs, bytes per memory level, cycles) and the Tensor Core
+-- verdict they give (uses_tc_source 'counters'), else the kernel name's ('name').
+CREATE TABLE IF NOT EXISTS ncu_kernels (
+    ncu_id INTEGER PRIMARY KEY, source TEXT, kernel_id INTEGER, process_id INTEGER, kernel_name TEXT,
+    device INTEGER, device_name TEXT, cc TEXT, time_ns REAL, time_source TEXT,
+    flops_fp64 REAL, flops_fp32 REAL, flops_fp16 REAL, flops_tensor REAL,
+    bytes_l1 REAL, bytes_l2 REAL, bytes_dram REAL, tensor_pipe_inst REAL,
+    cycles REAL, cycles_per_second REAL, mma_inst REAL, total_inst REAL, tensor_share REAL,
+    uses_tc INTEGER, uses_tc_source TEXT
+);
+CREATE INDEX IF NOT EXISTS ncu_kernels_name ON ncu_kernels (kernel_name);
+"""
+
+
+def document(ddl: str) -> str:
+    """The tables and columns of ``ddl`` as Markdown (docs/schema.md's generated part): each table or view
+    with the SQL comment above it and its columns with their types, so the documented schema comes from
+    the DDL itself. ``python -m dlscope.store.schema`` prints it for the whole database."""
+    import re
+    import sqlite3
+
+    notes: dict[str, str] = {}
+    comment: list[str] = []
+    for line in ddl.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("--"):
+            comment.append(stripped[2:].strip())
+            continue
+        made = re.match(r"CREATE (?:TABLE|VIEW)(?: IF NOT EXISTS)? (\w+)", stripped)
+        if made:
+            notes[made.group(1)] = " ".join(comment)
+        if stripped:
+            comment = []
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(ddl)
+    out = []
+    for name, kind in conn.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') "
+                                   "ORDER BY rowid"):
+        cols = ", ".join(f"`{c}` {t or 'any'}".rstrip() for _, c, t, *_ in conn.execute(f'PRAGMA table_info("{name}")'))
+        note = f" {notes[name]}" if notes.get(name) else ""
+        out.append(f"- **`{name}`** ({kind}).{note}\n  Columns: {cols}.")
+    conn.close()
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(document(DDL + JOB_DDL + COUNTERS_DDL), end="")
