@@ -149,79 +149,101 @@ NODE_COLUMNS = ["node_id", "op_name", "op_type", "direction", "scope", "input_sh
                 "kernel_count", "tc_kernel_count", "kernel_time_ns", "gpu_time_ns", "tc_gpu_time_ns",
                 "cpu_time_ns", "api_time_ns", "cpu_overhead_ns", "gpu_idle_ns", "tc_eligible", "using_tc",
                 "kernels"]
+_NODE_TEXT = {"op_name": "name", "op_type": "op_type", "direction": "direction", "scope": "scope",
+              "input_shapes": "input_shapes", "data_type": "data_type"}
+_NODE_SUMS = {"kernel_count": "kernel_count", "tc_kernel_count": "tc_kernel_count", "kernel_time_ns": "kernel_time",
+              "gpu_time_ns": "gpu_time", "tc_gpu_time_ns": "tc_gpu_time", "cpu_time_ns": "dur",
+              "api_time_ns": "api_time", "gpu_idle_ns": "gpu_idle"}
 
 
-def _op_nodes(roots: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+def _op_nodes(ops: pd.DataFrame, roots: np.ndarray, op_kernels: pd.DataFrame) -> pd.DataFrame:
     """The aggregation's op nodes (outermost ops): their calls summed, each call inclusive of everything
-    launched beneath it, so no time is counted twice."""
-    if roots.empty:
+    launched beneath it, so no time is counted twice. ``roots``: row positions of the op node calls.
+
+    Numbers are summed per integer node id; each node's text is taken once from its first call."""
+    if len(roots) == 0:
         return pd.DataFrame(columns=NODE_COLUMNS)
-    g = roots.groupby("node_id", sort=False)
-    out = g.agg(op_name=("name", "first"), op_type=("op_type", "first"), direction=("direction", "first"),
-                scope=("scope", "first"), input_shapes=("input_shapes", "first"), data_type=("data_type", "first"),
-                calls=("op_id", "size"), kernel_count=("kernel_count", "sum"),
-                tc_kernel_count=("tc_kernel_count", "sum"), kernel_time_ns=("kernel_time", "sum"),
-                gpu_time_ns=("gpu_time", "sum"), tc_gpu_time_ns=("tc_gpu_time", "sum"), cpu_time_ns=("dur", "sum"),
-                api_time_ns=("api_time", "sum"), gpu_idle_ns=("gpu_idle", "sum"), tc_eligible=("tc_eligible", "max"),
-                using_tc=("using_tc", "max"))
-    out = out.reset_index()
-    out["cpu_overhead_ns"] = (out["cpu_time_ns"] - out["api_time_ns"]).clip(lower=0)
-    names = _kernel_names(kernels, "node_id")
-    out["kernels"] = string_column(out["node_id"].map(names).fillna("").to_numpy(dtype=object))
-    return out[NODE_COLUMNS]
+    node = ops["node_id"].to_numpy(np.int64)[roots]
+    ids, first, inverse = np.unique(node, return_index=True, return_inverse=True)
+    out = pd.DataFrame({"node_id": ids, "calls": np.bincount(inverse, minlength=len(ids))})
+    for col, src in _NODE_SUMS.items():
+        out[col] = _sum_by(inverse, ops[src].to_numpy(np.int64)[roots], len(ids))
+    for col in ("tc_eligible", "using_tc"):
+        out[col] = np.bincount(inverse, weights=ops[col].to_numpy(bool)[roots], minlength=len(ids)) > 0
+    firsts = roots[first]
+    for col, src in _NODE_TEXT.items():
+        out[col] = ops[src].take(firsts).to_numpy()
+    out["cpu_overhead_ns"] = np.maximum(out["cpu_time_ns"] - out["api_time_ns"], 0)
+    out["kernels"] = string_column(_top_kernels(op_kernels, "node_id").reindex(ids).fillna("").to_numpy(dtype=object))
+    order = np.argsort(first, kind="stable")  # nodes in order of their first call
+    return out.iloc[order].reset_index(drop=True)[NODE_COLUMNS]
 
 
-def _kernel_names(kernels: pd.DataFrame, by: str, limit: int = 5) -> pd.Series:
-    """Per group, the names of its kernels by GPU time ("name ×calls; …"), at most ``limit``."""
-    k = kernels[kernels[by] >= 0]
-    if k.empty:
+def _sum_by(inverse: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums per group (np.bincount would go through float64)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, inverse, values)
+    return out
+
+
+def _top_kernels(op_kernels: pd.DataFrame, by: str, limit: int = 5) -> pd.Series:
+    """Per ``by`` (from kernel rows already summed per op node and name), its kernels by GPU time
+    ("name ×calls; …"), at most ``limit``."""
+    if op_kernels.empty:
         return pd.Series(dtype=object)
-    per = k.groupby([by, "name"], sort=False)["dur"].agg(["sum", "size"]).reset_index()
-    per = per.sort_values([by, "sum", "name"], ascending=[True, False, True], kind="stable")
+    per = op_kernels.groupby([by, "kernel_name"], sort=False)[["gpu_time_ns", "calls"]].sum().reset_index()
+    per = per.sort_values([by, "gpu_time_ns", "kernel_name"], ascending=[True, False, True], kind="stable")
     per = per.groupby(by, sort=False).head(limit)
-    text = per["name"].astype(str) + " ×" + per["size"].astype(str)
-    return text.groupby(per[by], sort=False).agg("; ".join)
+    text = per["kernel_name"].astype(str) + " ×" + per["calls"].astype(str)
+    return text.groupby(per[by].to_numpy(), sort=False).agg("; ".join)
 
 
-def _op_types(roots: pd.DataFrame, kernels: pd.DataFrame) -> pd.DataFrame:
+def _op_types(ops: pd.DataFrame, roots: np.ndarray, nodes: pd.DataFrame, op_kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per op type of the op nodes: nodes, calls, and total / average / min / max per call."""
     cols = ["op_type", "ops", "calls"] + [f"{m}_{s}" for m in ("cpu_time", "gpu_time", "cpu_overhead", "gpu_idle")
                                           for s in ("total", "avg", "min", "max")] + ["kernel_count", "tc_eligible",
                                                                                      "using_tc", "kernels"]
-    if roots.empty:
+    if len(roots) == 0:
         return pd.DataFrame(columns=cols)
-    inst = roots.assign(cpu_overhead=(roots["dur"] - roots["api_time"]).clip(lower=0))
-    g = inst.groupby("op_type", sort=False)
-    out = pd.DataFrame({"ops": g["node_id"].nunique(), "calls": g.size(), "kernel_count": g["kernel_count"].sum(),
-                        "tc_eligible": g["tc_eligible"].max(), "using_tc": g["using_tc"].max()})
-    for metric, col in (("cpu_time", "dur"), ("gpu_time", "gpu_time"), ("cpu_overhead", "cpu_overhead"),
-                        ("gpu_idle", "gpu_idle")):
-        out[f"{metric}_total"] = g[col].sum()
-        out[f"{metric}_avg"] = g[col].mean()
-        out[f"{metric}_min"] = g[col].min()
-        out[f"{metric}_max"] = g[col].max()
-    out = out.reset_index()
-    names = _kernel_names(kernels.assign(op_type_code=kernels["op_type"].map(
-        {t: i for i, t in enumerate(out["op_type"])}).fillna(-1).astype(np.int64)), "op_type_code")
-    out["kernels"] = string_column(pd.Series(np.arange(len(out))).map(names).fillna("").to_numpy(dtype=object))
+    type_codes, types = pd.factorize(nodes["op_type"])
+    type_of_node = pd.Series(type_codes, index=nodes["node_id"].to_numpy())
+    code = type_of_node.reindex(ops["node_id"].to_numpy()[roots]).to_numpy(np.int64)
+    dur, api = ops["dur"].to_numpy(np.int64)[roots], ops["api_time"].to_numpy(np.int64)[roots]
+    per_call = {"cpu_time": dur, "gpu_time": ops["gpu_time"].to_numpy(np.int64)[roots],
+                "cpu_overhead": np.maximum(dur - api, 0), "gpu_idle": ops["gpu_idle"].to_numpy(np.int64)[roots]}
+    frame = pd.DataFrame({"code": code, **per_call})
+    g = frame.groupby("code", sort=True)
+    out = pd.DataFrame({"op_type": np.asarray(types, dtype=object), "ops": np.bincount(type_codes, minlength=len(types)),
+                        "calls": g.size().to_numpy()})
+    for metric in per_call:
+        out[f"{metric}_total"] = g[metric].sum().to_numpy()
+        out[f"{metric}_avg"] = g[metric].mean().to_numpy()
+        out[f"{metric}_min"] = g[metric].min().to_numpy()
+        out[f"{metric}_max"] = g[metric].max().to_numpy()
+    by_type = nodes.assign(code=type_codes).groupby("code", sort=True)
+    out["kernel_count"] = by_type["kernel_count"].sum().to_numpy()
+    out["tc_eligible"] = by_type["tc_eligible"].max().to_numpy()
+    out["using_tc"] = by_type["using_tc"].max().to_numpy()
+    typed = op_kernels.assign(code=type_of_node.reindex(op_kernels["node_id"].to_numpy()).to_numpy(np.int64))
+    out["kernels"] = string_column(_top_kernels(typed, "code").reindex(np.arange(len(types))).fillna("")
+                                   .to_numpy(dtype=object))
     return out[cols]
 
 
-def _kernel_summary(kernels: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    g = kernels.groupby(by + ["name"], sort=False)
+def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, by: list[str]) -> pd.DataFrame:
+    """Kernel time statistics per kernel name (and ``by``), grouped on integer name codes."""
+    frame = kernels[by + ["uses_tc", "dur"]].assign(name_code=codes)
+    g = frame.groupby(by + ["name_code"], sort=False)
     out = g.agg(uses_tc=("uses_tc", "max"), calls=("dur", "size"), gpu_time_ns=("dur", "sum"),
-                avg_ns=("dur", "mean"), min_ns=("dur", "min"), max_ns=("dur", "max"))
-    return out.reset_index().rename(columns={"name": "kernel_name"})
+                avg_ns=("dur", "mean"), min_ns=("dur", "min"), max_ns=("dur", "max")).reset_index()
+    out.insert(len(by), "kernel_name", np.asarray(names, dtype=object)[out.pop("name_code").to_numpy()])
+    return out
 
 
-def _kernel_ops(kernels: pd.DataFrame, nodes: pd.DataFrame, limit: int = 5) -> pd.Series:
+def _kernel_ops(op_kernels: pd.DataFrame, nodes: pd.DataFrame, limit: int = 5) -> pd.Series:
     """Per kernel name, the op nodes that launched it by GPU time ("op name ×calls; …")."""
-    names = nodes.set_index("node_id")["op_name"]
-    k = kernels.assign(op_name=_lookup(names, kernels["node_id"], missing="(no op)"))
-    per = k.groupby(["name", "op_name"], sort=False)["dur"].agg(["sum", "size"]).reset_index()
-    per = per.sort_values(["name", "sum", "op_name"], ascending=[True, False, True], kind="stable")
-    per = per.groupby("name", sort=False).head(limit)
-    text = per["op_name"].astype(str) + " ×" + per["size"].astype(str)
-    return text.groupby(per["name"], sort=False).agg("; ".join)
+    named = op_kernels.assign(op_name=op_kernels["node_id"].map(nodes.set_index("node_id")["op_name"]))
+    return _top_kernels(named.rename(columns={"kernel_name": "k", "op_name": "kernel_name"}), "k", limit)
 
 
 GROUP_METRICS = ["calls", "kernel_count", "gpu_time_ns", "tc_gpu_time_ns", "cpu_time_ns", "api_time_ns",
@@ -337,19 +359,23 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
     parts = segments.breakdown(lo, hi)
 
     ops = fr["ops"]
-    in_agg = {name: fr[name][np.isin(fr[name]["iteration"].to_numpy(), profiled)]
-              for name in ("ops", "kernels", "memops", "api_calls")}
-    ak, aops = in_agg["kernels"], in_agg["ops"]
-    roots = aops[aops["parent_id"] < 0]
+    in_agg = {name: _rows(fr[name], np.isin(fr[name]["iteration"].to_numpy(), profiled))
+              for name in ("kernels", "memops", "api_calls")}
+    ak = in_agg["kernels"]
+    op_iter = ops["iteration"].to_numpy()
+    in_ops = np.isin(op_iter, profiled)
+    roots = np.flatnonzero(in_ops & (ops["parent_id"].to_numpy() < 0))
     node_of = pd.Series(ops["node_id"].to_numpy(), index=ops["op_id"].to_numpy())
-    ak = ak.assign(node_id=_lookup(node_of, ak["root_op_id"]),
-                   op_type=_lookup(pd.Series(ops["op_type"].to_numpy(), index=ops["op_id"].to_numpy()),
-                                   ak["root_op_id"], missing=""))
+    k_node = _lookup(node_of, ak["root_op_id"])
+    ak = ak.assign(node_id=k_node)
     gpus = _gpu_table(fr, lo, hi, wall, ak)
     has_gpu = len(fr["kernels"]) > 0
     util = float(gpus["utilization"].mean()) if has_gpu and len(gpus) else None
 
-    nodes = _op_nodes(roots, ak)
+    name_codes, kernel_names = pd.factorize(ak["name"])
+    op_kernels = _kernel_summary(ak[ak["node_id"] >= 0], name_codes[ak["node_id"].to_numpy() >= 0], kernel_names,
+                                 ["node_id"])
+    nodes = _op_nodes(ops, roots, op_kernels)
     eligible_nodes = set(nodes.loc[nodes["tc_eligible"].astype(bool), "node_id"])
     elig_k = ak[ak["node_id"].isin(eligible_nodes)]
     elig_time = int(elig_k["dur"].sum())
@@ -358,13 +384,15 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
     elig_gpu = int(nodes.loc[nodes["tc_eligible"].astype(bool), "gpu_time_ns"].sum())
 
     api = in_agg["api_calls"]
-    api = api.assign(node_id=_lookup(node_of, _lookup(pd.Series(ops["root_id"].to_numpy(),
-                                                                 index=ops["op_id"].to_numpy()), api["op_id"])))
+    api = api[["op_id", "start", "end"]].assign(
+        node_id=_lookup(node_of, _lookup(pd.Series(ops["root_id"].to_numpy(), index=ops["op_id"].to_numpy()),
+                                         api["op_id"])))
     mem = in_agg["memops"]
     gpu = pd.concat([ak[["node_id", "start", "end", "uses_tc"]],
-                     mem.assign(node_id=_lookup(node_of, mem["root_op_id"]), uses_tc=False)[
-                         ["node_id", "start", "end", "uses_tc"]]], ignore_index=True)
+                     pd.DataFrame({"node_id": _lookup(node_of, mem["root_op_id"]), "start": mem["start"].to_numpy(),
+                                   "end": mem["end"].to_numpy(), "uses_tc": False})], ignore_index=True)
     gpu["uses_tc"] = gpu["uses_tc"].astype(bool)
+    root_calls = ops[["node_id", "start", "end"]].iloc[roots]
 
     row = {
         "rank": rank, "iter_start": int(profiled.min()), "iter_stop": int(profiled.max()),
@@ -378,20 +406,24 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
         "tc_eligible_kernel_time_ns": elig_time,
         "tc_kernel_efficiency": tc_time / elig_time if elig_time > 0 else None,
         "memory_ns": parts["memory"], **{f"{c}_ns": v for c, v in parts.items() if c != "memory"},
-        "op_count": len(aops), "op_nodes": len(nodes), "tc_eligible_op_nodes": len(eligible_nodes),
+        "op_count": int(in_ops.sum()), "op_nodes": len(nodes), "tc_eligible_op_nodes": len(eligible_nodes),
         "op_nodes_using_tc": int(nodes["using_tc"].astype(bool).sum()),
         "tc_eligible_gpu_time_pct": 100.0 * elig_gpu / node_gpu if node_gpu > 0 else None,
     }
-    kernel_rows = _kernel_summary(ak, [])
-    kernel_rows["op_names"] = string_column(kernel_rows["kernel_name"].map(_kernel_ops(ak, nodes)).fillna("")
-                                            .to_numpy(dtype=object))
+    kernel_rows = _kernel_summary(ak, name_codes, kernel_names, [])
+    kernel_rows["op_names"] = string_column(kernel_rows["kernel_name"].map(_kernel_ops(op_kernels, nodes))
+                                            .fillna("").to_numpy(dtype=object))
     return Aggregation(
         row=row, gpus=gpus.assign(rank=rank),
         iterations=_iteration_table(its_all, profiled, hi, fr, segments).assign(rank=rank),
-        ops=nodes.assign(rank=rank), op_types=_op_types(roots, ak), kernels=kernel_rows,
-        op_kernels=_kernel_summary(ak[ak["node_id"] >= 0], ["node_id"]),
-        groups=_groups(nodes, roots, api, gpu, lo, hi),
+        ops=nodes.assign(rank=rank), op_types=_op_types(ops, roots, nodes, op_kernels), kernels=kernel_rows,
+        op_kernels=op_kernels, groups=_groups(nodes, root_calls, api, gpu, lo, hi),
     )
+
+
+def _rows(frame: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
+    """``frame[mask]``, without copying a table's columns when every row is kept (the usual aggregation)."""
+    return frame if mask.all() else frame[mask]
 
 
 def _lookup(mapping: pd.Series, keys, missing=-1) -> np.ndarray:
