@@ -132,8 +132,9 @@ def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) ->
         rows = links[name]
         launches[rows[rows >= 0]] = True
     outside = launches & (api_op_row < 0)
-    cand = ranges[(ranges["device"] < 0) & ~matches(ranges["name"], "profiler_step")
-                  & ~matches(ranges["name"], "step_like_range")]
+    # annotations a user or a library wrote (record_function, NVTX); Python stack frames are not ops
+    cand = ranges[(ranges["device"] < 0) & (ranges["domain"] != "python_function")
+                  & ~matches(ranges["name"], "profiler_step") & ~matches(ranges["name"], "step_like_range")]
     if not outside.any() or cand.empty:
         return tree, api_op_row
     rng_keys, out_keys = thread_keys([cand, api[outside]])
