@@ -72,11 +72,12 @@ def import_command(traces, output, profile_name, iter_start, iter_stop, key_node
 @click.argument("database", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--agg-id", type=int, default=None, help="Aggregation to show (default: the newest).")
-def summary_command(database, as_json, agg_id) -> None:
-    """Show the key metrics of a profile database."""
+@click.option("--rank", type=int, default=None, help="Rank whose figures to show (default: the lowest).")
+def summary_command(database, as_json, agg_id, rank) -> None:
+    """Show the key metrics of a profile database (of a job: the job, then one rank's figures)."""
     from .present.summary import render_summary, summary_dict
 
-    summary = summary_dict(database, agg_id)
+    summary = summary_dict(database, agg_id, rank)
     click.echo(json.dumps(summary, indent=1) if as_json else render_summary(summary), nl=not not as_json)
 
 
