@@ -47,7 +47,7 @@ def pair(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(pair):
-    with TestClient(create_app(list(pair))) as c:
+    with TestClient(create_app(list(pair)), base_url="http://127.0.0.1:8000") as c:
         yield c
 
 
@@ -144,7 +144,7 @@ def test_names_stay_text_and_menu(client):
 
 
 def test_one_database_has_no_compare(pair):
-    with TestClient(create_app([pair[0]])) as c:
+    with TestClient(create_app([pair[0]]), base_url="http://127.0.0.1:8000") as c:
         r = c.get("/compare", params={"_format": "json"})
         assert r.status_code == 400 and "two profile databases" in r.json()["error"]
         assert c.get("/compare").status_code == 400

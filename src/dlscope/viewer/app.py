@@ -15,6 +15,8 @@ from typing import Callable, Sequence
 import orjson
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -27,7 +29,8 @@ from dlscope.viewer.jobs import Reaggregator
 from dlscope.viewer.pages import error_page, shell
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
-from dlscope.viewer.query import warm_up
+from dlscope.viewer.query import searched_columns, warm_up
+from dlscope.viewer.security import SameOriginWrites, allowed_hosts
 from dlscope.viewer.tables import TABLES, column_meta
 from dlscope.viewer.views import DERIVED, VIEWS, page_scope, table_page, view_data
 
@@ -74,6 +77,7 @@ class Viewer:
                            (v.slug == "compare" and len(self.dbs) < 2)} for v in VIEWS.values()],
                 "tables": {name: {"title": s.title, "columns": column_meta(s), "default_sort": s.default_sort,
                                   "default_order": "desc" if s.default_desc else "asc", "huge": s.huge,
+                                  "searched": [c.label for c in searched_columns(s)],
                                   "available": db.has(*s.requires)}
                            for name, s in {**TABLES, **{n: d[0] for n, d in DERIVED.items()}}.items()}}
 
@@ -93,8 +97,9 @@ def _error(request: Request, status: int, title: str, message: str, param: str |
 
 
 def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None,
-               gpu_spec: str | Path | None = None) -> Starlette:
-    """Build the ASGI app over ``db_paths`` (checked now: a bad database fails before the server starts)."""
+               gpu_spec: str | Path | None = None, hosts: Sequence[str] | None = None) -> Starlette:
+    """Build the ASGI app over ``db_paths`` (checked now: a bad database fails before the server starts).
+    ``hosts``: the Host allow-list (default: the loopback names; see ``viewer.security``)."""
     viewer = Viewer(db_paths, aggregate, gpu_spec)
 
     def view_page(request: Request):
@@ -219,8 +224,10 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         yield
         viewer.jobs.shutdown()
 
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts or allowed_hosts()), www_redirect=False),
+                  Middleware(SameOriginWrites)]
     app = Starlette(routes=routes, exception_handlers={BadParameter: bad_parameter, QueryTimeout: timeout,
                                                        DlscopeError: user_error, 404: not_found},
-                    lifespan=lifespan)
+                    lifespan=lifespan, middleware=middleware)
     app.state.viewer = viewer
     return app
