@@ -184,10 +184,15 @@ def job_section(conn: sqlite3.Connection, agg_id: int | None = None) -> dict | N
     }
 
 
+#: The aggregations of the run of aggregation :agg (SQL, for queries that take the run as a parameter).
+RUN_AGG_IDS = ("SELECT agg_id FROM aggregations WHERE COALESCE(run_id, agg_id) = "
+               "(SELECT COALESCE(run_id, agg_id) FROM aggregations WHERE agg_id = :agg)")
+
 #: The collective calls of a run, one row per call (collective and occurrence number, matched across ranks
 #: like the arrival lags), each rank's kernel counted when it starts inside its rank's aggregation window.
+#: ``{ids}``: the run's aggregation ids (a list, or RUN_AGG_IDS).
 CALLS_SQL = """
-SELECT c.source AS source, c.collective AS collective, c.call_index AS call_index, COUNT(*) AS ranks,
+SELECT c.source || '/' || c.collective || '/' || c.call_index AS call_id, c.source AS source, c.collective AS collective, c.call_index AS call_index, COUNT(*) AS ranks,
        MIN(c.start) AS first_start, MAX(c.start) AS last_start,
        NULLIF(MAX(c.msg_bytes), -1) AS max_msg_bytes, MIN(c.dur_ns) AS min_dur_ns, MAX(c.dur_ns) AS max_dur_ns,
        MAX(c.arrival_lag_ns) AS max_lag_ns,
@@ -215,7 +220,10 @@ def collective_calls(conn: sqlite3.Connection, aggs: list[dict]) -> list[dict]:
     if not aggs or not _has(conn, "collectives"):
         return []
     ids = ",".join(str(int(a["agg_id"])) for a in aggs)
-    return _rows(conn, CALLS_SQL.format(ids=ids) + " ORDER BY first_start, collective, call_index")
+    rows = _rows(conn, CALLS_SQL.format(ids=ids) + " ORDER BY first_start, collective, call_index")
+    for r in rows:
+        r.pop("call_id")
+    return rows
 
 
 def rank_labels(conn: sqlite3.Connection) -> dict[int, str]:

@@ -156,7 +156,7 @@ def fmt_pct(x: float | None) -> str:
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "n/a"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
             return f"{n / scale:,.2f} {unit}"
     return f"{n:,.0f} B"

@@ -29,6 +29,7 @@ from dlscope.viewer.jobs import Reaggregator
 from dlscope.viewer.pages import error_page, shell
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
+from dlscope.distributed.job import physical_gpus, run_aggregations
 from dlscope.viewer.query import searched_columns, warm_up
 from dlscope.viewer.security import SameOriginWrites, allowed_hosts
 from dlscope.viewer.tables import TABLES, column_meta
@@ -68,13 +69,15 @@ class Viewer:
         i = parse_int("db", raw, 0, len(self.dbs) - 1)
         return self.dbs[i]
 
-    def boot(self, db: ProfileDB, view_slug: str) -> dict:
+    def boot(self, db: ProfileDB, view_slug: str, agg: int | None = None) -> dict:
+        ranks = _run(db, agg)
+        multi = len(ranks) > 1
+        hidden = {"gpus": _gpu_count(db) < 2, "compare": False, "ranks": not multi, "collectives": not multi}
         return {"view": view_slug, "db": db.key, "profile_name": db.profile_name, "notice": db.notice,
                 "profiles": [{"key": d.key, "name": d.profile_name, "path": str(d.path)} for d in self.dbs],
-                "aggregations": db.aggregations(),
-                "views": [{"slug": v.slug, "title": v.title, "menu": v.in_menu and not
-                           (v.slug == "gpus" and _gpu_count(db) < 2) and not
-                           (v.slug == "compare" and len(self.dbs) < 2)} for v in VIEWS.values()],
+                "aggregations": db.aggregations(), "run": ranks,
+                "views": [{"slug": v.slug, "title": v.title, "menu": v.in_menu and not hidden.get(v.slug, False)}
+                          for v in VIEWS.values()],
                 "tables": {name: {"title": s.title, "columns": column_meta(s), "default_sort": s.default_sort,
                                   "default_order": "desc" if s.default_desc else "asc", "huge": s.huge,
                                   "searched": [c.label for c in searched_columns(s)],
@@ -83,7 +86,15 @@ class Viewer:
 
 
 def _gpu_count(db: ProfileDB) -> int:
-    return db.execute_one("SELECT COUNT(*) FROM gpus")[0] if db.has("gpus") else 0
+    """Physical GPUs (each once, idle ones included): the GPUs view is offered from two on, as in DLProf."""
+    return len(physical_gpus(db.connection())) if db.has("gpus") else 0
+
+
+def _run(db: ProfileDB, agg: int | None) -> list[dict]:
+    """[{rank, agg_id}] of the aggregation run shown (the Rank menu)."""
+    if not db.has("aggregations"):
+        return []
+    return [{"rank": a["rank"], "agg_id": a["agg_id"]} for a in run_aggregations(db.connection(), agg)]
 
 
 def _wants_json(request: Request) -> bool:
@@ -112,7 +123,7 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         data = view_data(db, view, request.query_params, viewer)  # validates every parameter, even for HTML
         if _wants_json(request):
             return JSON(data)
-        boot = viewer.boot(db, slug)
+        boot = viewer.boot(db, slug, data.get("scope", {}).get("agg"))
         boot["initial"] = data
         return HTMLResponse(shell(view.title, boot))
 

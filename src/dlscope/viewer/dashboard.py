@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from dlscope.analyze.aggregation import CATEGORIES, CATEGORY_LABELS
+from dlscope.distributed.job import describe_gpus, physical_gpus
 from dlscope.viewer.profile_db import ProfileDB
 
 #: Resource usage breakdown categories, in DLProf's priority order (aggregations / agg_iterations columns).
@@ -63,9 +64,13 @@ def _rows(db: ProfileDB, sql: str, params=()) -> list[dict]:
 
 
 def system_config(db: ProfileDB) -> list[list]:
-    gpus = _rows(db, "SELECT rank, device, name FROM gpus ORDER BY rank, device") if db.has("gpus") else []
-    names = sorted({g["name"] for g in gpus if g["name"]})
-    rows = [["GPU Count", len(gpus) if gpus else None], ["GPU Name(s)", ", ".join(names) or None]]
+    """DLProf's System Configuration; GPU Count counts each physical GPU once, those that ran GPU work."""
+    gpus = physical_gpus(db.connection()) if db.has("gpus") else []
+    counts = describe_gpus(gpus)
+    rows = [["GPU Count", counts["active"] if gpus else None], ["GPU Name(s)", ", ".join(counts["names"]) or None]]
+    if counts["idle"]:
+        idle = [f"GPU {g['device']}" + (f" of {g['host']}" if g["host"] else "") for g in gpus if not g["active"]]
+        rows.append(["Idle GPUs (present, no GPU activity)", f"{counts['idle']}: {', '.join(idle)}"])
     if db.has("sources"):
         ranks = db.execute_one("SELECT COUNT(DISTINCT rank) FROM sources")[0]
         rows.append(["Ranks", ranks])
