@@ -8,6 +8,7 @@ coloured by bound; ncu kernels get one marker per memory level (hierarchical roo
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -57,9 +58,10 @@ def _draw_roofs(ax, report: dict, xmin: float, xmax: float, ymin: float) -> None
         color, label = LEVEL_STYLE.get(level, ("black", level))
         x_end = top / bw if top else xmax
         ax.plot([xmin, x_end], [xmin * bw, x_end * bw], color=color, lw=1.5)
-        x_label = max(xmin * 1.5, ymin * 2 / bw)              # first visible stretch of the line
+        x_label = max(xmin, ymin / bw) * 1.6                   # just inside the plot, on the line's first stretch
         ax.annotate(f"{label} {bw / 1e9:,.0f} GB/s", (x_label, x_label * bw), color=color, fontsize=7,
-                    ha="right", va="bottom")
+                    ha="left", va="bottom", xytext=(2, 3), textcoords="offset points",
+                    rotation=_slope_angle(ax), rotation_mode="anchor")
     same: dict[float, list[str]] = {}
     for name, peak in peaks.items():
         same.setdefault(peak, []).append(name)
@@ -69,6 +71,33 @@ def _draw_roofs(ax, report: dict, xmin: float, xmax: float, ymin: float) -> None
         ax.plot([x_start, xmax], [peak, peak], color="black", lw=1, ls="--" if tensor else "-")
         ax.annotate(f"{' / '.join(names)} {peak / 1e12:,.1f} TFLOP/s", (xmax / 1.2, peak), ha="right",
                     va="bottom", fontsize=7)
+
+
+def _slope_angle(ax) -> float:
+    """The on-screen angle of a line of slope 1 in log-log data coordinates (the bandwidth roofs)."""
+    fig = ax.figure
+    fig.canvas.draw()
+    p0 = ax.transData.transform((ax.get_xlim()[0], ax.get_ylim()[0]))
+    p1 = ax.transData.transform((ax.get_xlim()[0] * 10, ax.get_ylim()[0] * 10))
+    return math.degrees(math.atan2(p1[1] - p0[1], p1[0] - p0[0]))
+
+
+def _label_points(ax, ops: list[dict]) -> None:
+    """Name the ops with the most GPU time, one label per name, skipping a label that would overlap another."""
+    renderer = ax.figure.canvas.get_renderer()
+    placed = []
+    seen = set()
+    for o in sorted(ops, key=lambda o: -o["gpu_time_ns"]):
+        if len(placed) >= LABELS or o["op_name"] in seen:
+            continue
+        text = ax.annotate(_short(o["op_name"]), (o["arithmetic_intensity"], o["achieved_flops_per_s"]),
+                           fontsize=6, xytext=(5, 5), textcoords="offset points")
+        box = text.get_window_extent(renderer).expanded(1.05, 1.2)
+        if any(box.overlaps(b) for b in placed):
+            text.remove()
+            continue
+        placed.append(box)
+        seen.add(o["op_name"])
 
 
 def _draw_points(ax, report: dict) -> None:
@@ -83,9 +112,13 @@ def _draw_points(ax, report: dict) -> None:
                            s=[12 + 300 * math.sqrt(o["gpu_time_ns"] / longest) for o in group],
                            color=BOUND_COLOR[bound], alpha=0.6, edgecolors="black", linewidths=0.4,
                            label=f"ops ({bound or 'no roof'} bound)" if bound else "ops (no roof)")
-        for o in sorted(ops, key=lambda o: -o["gpu_time_ns"])[:LABELS]:
-            ax.annotate(_short(o["op_name"]), (o["arithmetic_intensity"], o["achieved_flops_per_s"]),
-                        fontsize=6, xytext=(4, 4), textcoords="offset points")
+        above = [o for o in ops if o.get("above_roof")]
+        if above:
+            ax.scatter([o["arithmetic_intensity"] for o in above], [o["achieved_flops_per_s"] for o in above],
+                       s=[12 + 300 * math.sqrt(o["gpu_time_ns"] / longest) for o in above], facecolors="none",
+                       edgecolors="tab:red", linewidths=1.4,
+                       label=f"above its roof ({len(above)}): see the note below")
+        _label_points(ax, ops)
     kernels = [k for k in report.get("kernels", []) if (k.get("achieved_flops_per_s") or 0) > 0]
     for level, (color, label) in LEVEL_STYLE.items():
         pts = [(k[f"ai_{level}"], k["achieved_flops_per_s"]) for k in kernels if (k.get(f"ai_{level}") or 0) > 0]
@@ -118,7 +151,14 @@ def roofline_figure(report: dict) -> Figure:
     ax.grid(True, which="major", ls=":", lw=0.5)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="lower right", fontsize=7, markerscale=0.5)
-    fig.tight_layout()
+    above = [o for o in report.get("ops", []) if o.get("above_roof")]
+    if above:
+        reasons = list(dict.fromkeys(o["above_roof_reason"] for o in above))
+        lines = textwrap.wrap(f"Red rings: {len(above)} op(s) above their roof. " + " Or: ".join(reasons), 170)
+        fig.text(0.01, 0.005, "\n".join(lines), fontsize=6.5, color="tab:red", va="bottom", ha="left")
+        fig.tight_layout(rect=(0, 0.025 * len(lines) + 0.01, 1, 1))
+    else:
+        fig.tight_layout()
     return fig
 
 
