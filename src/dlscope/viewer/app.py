@@ -23,6 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from dlscope.errors import DlscopeError
+from dlscope.store import reader
 from dlscope.viewer import export
 from dlscope.viewer.derived import DerivedCache, derived_page
 from dlscope.viewer.jobs import Reaggregator
@@ -36,6 +37,8 @@ from dlscope.viewer.tables import TABLES, column_meta
 from dlscope.viewer.views import DERIVED, VIEWS, page_scope, table_page, view_data
 
 STATIC = Path(__file__).resolve().parent / "static"
+#: dlscope databases listed per folder for the Compare view's run picker
+MAX_CANDIDATES = 200
 
 
 class JSON(Response):
@@ -54,6 +57,7 @@ class Viewer:
         self.jobs = Reaggregator(aggregate)
         self.gpu_spec = gpu_spec            # the roofline's ceilings when the GPU is not in the table
         self.derived = DerivedCache()       # roofline reports and comparisons, computed once
+        self._open_lock = threading.Lock()
         for db in self.dbs:
             threading.Thread(target=self._warm, args=(db,), daemon=True, name="dlscope-warm-up").start()
 
@@ -63,6 +67,41 @@ class Viewer:
             warm_up(db, TABLES.values())
         except Exception:  # warming is an optimisation; requests compute the same on demand
             pass
+
+    def candidates(self) -> list[dict]:
+        """Profile databases the Compare view can open: every loaded one, and every dlscope database in the
+        folders of the loaded ones (the run next to this one), by path; files that are not dlscope databases
+        are left out."""
+        loaded = {str(d.path): d for d in self.dbs}
+        out = [{"path": p, "name": d.profile_name, "key": d.key} for p, d in loaded.items()]
+        folders = sorted({d.path.parent for d in self.dbs})
+        for folder in folders:
+            try:
+                files = sorted(p for p in folder.iterdir() if p.suffix in (".sqlite", ".db") and p.is_file())
+            except OSError:
+                continue
+            for path in files[:MAX_CANDIDATES]:
+                if str(path.resolve()) in loaded:
+                    continue
+                try:
+                    meta, _, _ = reader.inspect(path)
+                except DlscopeError:
+                    continue
+                out.append({"path": str(path.resolve()), "name": meta.get("profile_name") or path.stem, "key": None})
+        return out
+
+    def open_db(self, path: str) -> ProfileDB:
+        """Open one of :meth:`candidates` (only those: a request cannot name any other file)."""
+        with self._open_lock:
+            for d in self.dbs:
+                if str(d.path) == path:
+                    return d
+            if path not in {c["path"] for c in self.candidates()}:
+                raise BadParameter("path", "is not a profile database next to the ones being viewed")
+            db = ProfileDB(path, str(len(self.dbs)))
+            self.dbs.append(db)
+            threading.Thread(target=self._warm, args=(db,), daemon=True, name="dlscope-warm-up").start()
+            return db
 
     def db(self, params) -> ProfileDB:
         raw = params.get("db") or "0"
@@ -95,6 +134,15 @@ def _run(db: ProfileDB, agg: int | None) -> list[dict]:
     if not db.has("aggregations"):
         return []
     return [{"rank": a["rank"], "agg_id": a["agg_id"]} for a in run_aggregations(db.connection(), agg)]
+
+
+def _scope_text(db: ProfileDB, scope: dict) -> str:
+    """Which rank and aggregation an export shows, for its header."""
+    agg = next((a for a in db.aggregations() if a["agg_id"] == scope.get("agg")), None)
+    if agg is None:
+        return ""
+    ranks = len(_run(db, agg["agg_id"]))
+    return f"aggregation {agg['agg_id']}" + (f" · rank {agg['rank']} of a job of {ranks} ranks" if ranks > 1 else "")
 
 
 def _wants_json(request: Request) -> bool:
@@ -152,8 +200,9 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         name, fmt = request.path_params["table"], request.path_params["fmt"]
         if name not in TABLES and name not in DERIVED:
             return _error(request, 404, "No such table", f"there is no table called {name!r}")
-        if fmt not in ("csv", "tsv", "json", "xlsx"):
-            raise BadParameter("format", f"{fmt!r}: use csv, tsv, json or xlsx")
+        if fmt not in ("csv", "tsv", "json", "xlsx", "pdf"):
+            raise BadParameter("format", f"{fmt!r}: use csv, tsv, json, xlsx or pdf")
+        titled = request.query_params.get("title") in ("1", "true")
         db = viewer.db(request.query_params)
         scope = page_scope(db, request.query_params)
         if name in DERIVED:
@@ -165,11 +214,16 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         filename = export.export_filename(db, req, fmt)
         headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
         if fmt in ("csv", "tsv"):
-            return StreamingResponse(export.csv_chunks(db, req, "\t" if fmt == "tsv" else ","),
+            title = export.export_title(db, req) if titled else None
+            return StreamingResponse(export.csv_chunks(db, req, "\t" if fmt == "tsv" else ",", title),
                                      media_type=f"text/{'tab-separated-values' if fmt == 'tsv' else 'csv'}; charset=utf-8",
                                      headers=headers)
         if fmt == "json":
             return StreamingResponse(export.json_chunks(db, req), media_type="application/json", headers=headers)
+        if fmt == "pdf":
+            shown = _scope_text(viewer.db(request.query_params), scope) if spec.scope("agg") else ""
+            return Response(export.write_pdf(db, req, shown),
+                            media_type="application/pdf", headers=headers)
         path = export.write_xlsx(db, req)
         return FileResponse(path, filename=filename, background=BackgroundTask(os.unlink, path),
                             media_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
@@ -194,6 +248,20 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
             raise BadParameter("key_node", "must be an op name")
         job = viewer.jobs.start(db, start, stop, key_node)
         return JSON(job, status_code=202)
+
+    def api_databases(request: Request):
+        return JSON({"databases": viewer.candidates()})
+
+    async def api_open_database(request: Request):
+        try:
+            body = orjson.loads(await request.body() or b"{}")
+        except orjson.JSONDecodeError:
+            raise BadParameter("body", "must be JSON: {path}") from None
+        path = body.get("path") if isinstance(body, dict) else None
+        if not isinstance(path, str) or not path:
+            raise BadParameter("path", "give the path of one of the databases listed by GET /api/databases")
+        db = viewer.open_db(path)
+        return JSON({"key": db.key, "name": db.profile_name, "path": str(db.path)})
 
     def api_job(request: Request):
         job_id = parse_int("job", request.path_params["job"])
@@ -226,6 +294,8 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         Route("/api/table/{table}", api_table),
         Route("/api/table/{table}/export.{fmt}", api_export),
         Route("/api/aggregate", api_aggregate, methods=["POST"]),
+        Route("/api/databases", api_databases),
+        Route("/api/databases", api_open_database, methods=["POST"]),
         Route("/api/jobs/{job}", api_job),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
         Route("/{view}", view_page),
