@@ -100,8 +100,15 @@ def kernel_details(db: ProfileDB, agg: dict) -> dict:
             else [None, None], "other": [other_t, other_n]}
 
 
+#: Aggregation figures that do not exist when no iterations were found (the whole profile is one window): the
+#: summary JSON has null there, and so does the dashboard (never the stored placeholder 0..0, 1 iteration).
+ITERATION_FIGURES = ("iter_start", "iter_stop", "iterations_profiled", "avg_iteration_ns")
+
+
 def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
     agg = resolve_agg(db, agg_id)
+    if agg is not None and agg.get("iteration_method") == "whole_profile":
+        agg = {**agg, **dict.fromkeys(ITERATION_FIGURES)}
     out = {"profile_name": db.profile_name, "notice": db.notice, "aggregation": agg,
            "system": system_config(db)}
     if agg is None:
@@ -115,7 +122,7 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
     out["kernels"] = kernel_details(db, agg)
     out["total_iterations"] = db.execute_one(
         "SELECT COUNT(DISTINCT iteration) FROM agg_iterations WHERE agg_id = ?", (a,))[0] \
-        if db.has("agg_iterations") else None
+        if db.has("agg_iterations") and agg["iterations_profiled"] is not None else None
     out["top_ops"] = _rows(db, "SELECT gpu_time_ns, node_id, op_name, direction, op_type, calls, tc_eligible, "
                                "using_tc FROM agg_ops WHERE agg_id = ? ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
         if db.has("agg_ops") else []
