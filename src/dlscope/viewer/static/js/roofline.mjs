@@ -75,7 +75,7 @@ function summaryPanel(r) {
   const s = r.summary, c = r.ceilings, g = r.gpu;
   const gpuName = g && g.name ? g.name : g && g.cc ? `compute capability ${g.cc}` : null;
   // the cell names the roofs; how they were matched (a sentence or two) goes below the table
-  const roofsFrom = c ? el("span", { title: c.note || `matched by ${c.matched_by}`, text: `${c.name}${c.matched_by && c.matched_by !== "name" ? ` (by ${c.matched_by})` : ""}` }) : null;
+  const roofsFrom = c ? el("span", { title: c.note || `matched by ${c.matched_by}`, text: c.name }) : null;
   const modelled = s.modelled_gpu_time_ns;
   return el("section", { class: "panel p-roof-summary", "data-testid": "roofline-summary" },
     el("div", { class: "panel-head" }, el("h2", { text: "Summary" })),
