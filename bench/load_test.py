@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from viewer_bench import free_port, start_server  # noqa: E402
+from viewer_bench import free_port, start_server
 
 MIX = [
     ("dashboard JSON", "/dashboard?_format=json"),

@@ -17,7 +17,6 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
-
 from conftest import data_file
 from test_viewer_browser import Server, ready, shot
 

@@ -12,18 +12,17 @@ import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from conftest import REPO, data_file
 from starlette.routing import Route
 from starlette.testclient import TestClient
+from test_viewer_fixtures import make_profile_db
 
-from conftest import REPO, data_file
 from dlscope.viewer.app import create_app
 from dlscope.viewer.security import allowed_hosts
 from dlscope.viewer.tables import TABLES
 from dlscope.viewer.views import DERIVED, PAGE_PARAMS, VIEWS
-from test_viewer_fixtures import make_profile_db
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 BASE = "http://127.0.0.1:8000"

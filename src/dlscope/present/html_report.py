@@ -20,8 +20,17 @@ from .. import __version__
 from ..analyze.aggregation import CATEGORIES
 from ..errors import DlscopeError
 from ..store import reader
-from .summary import (breakdown_labels, fmt_bytes, fmt_ns, fmt_pct, gpu_list_text, gpu_names_text, rank_title,
-                      summary_dict, summary_units)
+from .summary import (
+    breakdown_labels,
+    fmt_bytes,
+    fmt_ns,
+    fmt_pct,
+    gpu_list_text,
+    gpu_names_text,
+    rank_title,
+    summary_dict,
+    summary_units,
+)
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402  (backend chosen first)

@@ -201,8 +201,8 @@ def _render_job(console, summary: dict, escape) -> None:
             else "the longest rank's: the ranks' clocks do not line up")
     hosts = f" on {job['hosts']} host{'s' if job['hosts'] != 1 else ''}" if job.get("hosts") else ""
     for label, value in (
-        ("Job", f"{job['ranks']} ranks{hosts}, {job['gpu_count']} GPUs that ran GPU work, "
-                f"{job['collective_calls']:,} collective calls"),
+        ("Job", (f"{job['ranks']} ranks{hosts}, {job['gpu_count']} GPUs that ran GPU work, "
+                 f"{job['collective_calls']:,} collective calls")),
         ("Wall clock", f"{fmt_ns(job['wall_clock_ns'])} ({span})"),
         ("GPU utilization", f"{fmt_pct(job['gpu_utilization'])} (mean of {job['gpu_count']} GPUs; each below)"),
         ("GPUs", escape(gpu_names_text(summary["profile"]["gpus"]))),

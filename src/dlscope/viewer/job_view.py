@@ -7,10 +7,17 @@ always agree.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
-from dlscope.distributed.job import (CALLS_SQL, RUN_AGG_IDS, describe_gpus, job_gpus, job_section, physical_gpus,
-                                     run_aggregations)
+from dlscope.distributed.job import (
+    CALLS_SQL,
+    RUN_AGG_IDS,
+    describe_gpus,
+    job_gpus,
+    job_section,
+    physical_gpus,
+    run_aggregations,
+)
 from dlscope.viewer.derived import DerivedDB
 from dlscope.viewer.params import BadParameter, parse_int
 from dlscope.viewer.profile_db import ProfileDB

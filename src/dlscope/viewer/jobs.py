@@ -18,9 +18,10 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any
 
 from dlscope.viewer.profile_db import ProfileDB
 
@@ -46,7 +47,7 @@ def _worker(watch: Connection, results: Connection, fn: Callable, args: tuple) -
     try:
         result = fn(*args)
         results.send(("ok", result if isinstance(result, (int, str, list, tuple, dict, type(None))) else None))
-    except BaseException as exc:  # the parent shows the one-line reason; the traceback goes to its log
+    except BaseException as exc:  # noqa: BLE001 - any failure (SystemExit too) goes back as the job's reason
         results.send(("error", type(exc).__name__, str(exc), traceback.format_exc()))
     finally:
         results.close()
@@ -130,7 +131,7 @@ class Reaggregator:
                        message="Re-aggregation finished: reload to see the new aggregation.")
         except ModuleNotFoundError as exc:
             job.update(state="failed", message=f"re-aggregation is not available in this build ({exc})")
-        except Exception as exc:  # the browser shows the one-line reason; the server log keeps the rest
+        except Exception as exc:  # noqa: BLE001 - the browser shows the one-line reason; the log keeps the rest
             if self._closed:
                 job.update(state="failed", message="the viewer stopped before the re-aggregation finished")
             else:

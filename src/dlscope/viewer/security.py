@@ -14,7 +14,7 @@ server's origin, and its body must be JSON (``Content-Type: application/json``),
 from __future__ import annotations
 
 import socket
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
