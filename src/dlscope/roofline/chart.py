@@ -85,8 +85,8 @@ def _slope_angle(ax) -> float:
 def _label_points(ax, ops: list[dict]) -> None:
     """Name the ops with the most GPU time, one label per name, skipping a label that would overlap another."""
     renderer = ax.figure.canvas.get_renderer()
-    placed = []
-    seen = set()
+    placed: list = []
+    seen: set[str] = set()
     for o in sorted(ops, key=lambda o: -o["gpu_time_ns"]):
         if len(placed) >= LABELS or o["op_name"] in seen:
             continue

@@ -10,7 +10,7 @@ import contextlib
 import os
 import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import orjson
 from starlette.applications import Starlette
@@ -73,7 +73,7 @@ class Viewer:
         folders of the loaded ones (the run next to this one), by path; files that are not dlscope databases
         are left out."""
         loaded = {str(d.path): d for d in self.dbs}
-        out = [{"path": p, "name": d.profile_name, "key": d.key} for p, d in loaded.items()]
+        out: list[dict[str, Any]] = [{"path": p, "name": d.profile_name, "key": d.key} for p, d in loaded.items()]
         folders = sorted({d.path.parent for d in self.dbs})
         for folder in folders:
             try:

@@ -162,10 +162,13 @@ def write_pdf(db: ProfileDB, req: TableRequest, subtitle: str = "") -> bytes:
             break
         rows.append(row)
     total = len(rows)
-    note = f"sorted by {req.spec.column(req.sort).label if req.spec.column(req.sort) else req.sort}" \
-           f" ({'descending' if req.desc else 'ascending'})"
+    def label(name: str) -> str:
+        column = req.spec.column(name)
+        return column.label if column is not None else name
+
+    note = f"sorted by {label(req.sort)} ({'descending' if req.desc else 'ascending'})"
     if req.filters or req.q:
-        note += "; filtered: " + ", ".join([*(f"{req.spec.column(k).label} {op} {v}" for k, (op, v) in req.filters.items()),
+        note += "; filtered: " + ", ".join([*(f"{label(k)} {op} {v}" for k, (op, v) in req.filters.items()),
                                             *([f"search {req.q!r}"] if req.q else [])])
     if total == PDF_MAX_ROWS:
         note += f"; the first {PDF_MAX_ROWS:,} rows (export CSV or Excel for all)"

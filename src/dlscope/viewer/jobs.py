@@ -59,7 +59,7 @@ class Reaggregator:
     ``aggregate`` (tests) replaces the pipeline and runs in a thread of this process."""
 
     def __init__(self, aggregate: Callable | None = None):
-        self._aggregate = aggregate or run_pipeline_aggregate
+        self._aggregate: Callable[..., Any] = aggregate or run_pipeline_aggregate
         self._custom = aggregate is not None
         self._threads = ThreadPoolExecutor(1, thread_name_prefix="dlscope-reaggregate") if self._custom else None
         self._lock = threading.Lock()
@@ -76,7 +76,7 @@ class Reaggregator:
             busy = self.running(db)
             if busy:
                 return busy
-            job = {"id": next(self._ids), "db": db.key, "state": "underway", "started": time.time(),
+            job: dict[str, Any] = {"id": next(self._ids), "db": db.key, "state": "underway", "started": time.time(),
                    "iter_start": iter_start, "iter_stop": iter_stop, "key_node": key_node, "message": None}
             self.jobs[job["id"]] = job
         args = (str(db.path), iter_start, iter_stop, key_node)

@@ -67,6 +67,7 @@ def where_clause(req: TableRequest, db: ProfileDB | None = None,
     narrowed = any(sc.narrows and sc.name in req.scope for sc in spec.scopes)
     for i, (name, (op, value)) in enumerate(sorted(req.filters.items())):
         col = spec.column(name)
+        assert col is not None  # parse_table_request admitted only the spec's columns
         p = f"f{i}"
         if op == "contains" and db is not None and spec.huge and col.lookup:
             values, share = matching(db, col.lookup, value)

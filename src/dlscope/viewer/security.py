@@ -36,7 +36,7 @@ def machine_names() -> set[str]:
     out = set(names)
     for name in names:
         try:
-            out |= {info[4][0] for info in socket.getaddrinfo(name, None)}
+            out |= {str(info[4][0]) for info in socket.getaddrinfo(name, None)}
         except OSError:
             pass
     try:  # the address of the interface a default route would use (connect on UDP sends nothing)
