@@ -98,9 +98,10 @@ def where_clause(req: TableRequest, db: ProfileDB | None = None,
         ors = []
         for j, c in enumerate(searched_columns(spec)):
             if db is not None and spec.huge and c.lookup:
-                found = matching(db, c.lookup, req.q)[0]
+                found, share = matching(db, c.lookup, req.q)
                 if found:
-                    ors.append(c.in_sql.replace(":p", f":q{j}"))
+                    term = c.in_sql.replace(":p", f":q{j}")
+                    ors.append(("+" + term) if not counting and share > WALK_SORT_INDEX_SHARE else term)
                     params[f"q{j}"] = json.dumps(found)
                 continue
             if c.join:
