@@ -82,7 +82,7 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     try:
         time.sleep(args.warm)
-        asyncio.run(run(base, 1, len(MIX), defaultdict(list), []))   # one pass first: caches as a user would see them
+        asyncio.run(run(base, 1, len(MIX)))   # one pass first: caches warm, as a user who has looked once
         times, errors, wall = asyncio.run(run(base, args.clients, args.requests))
     finally:
         proc.terminate()

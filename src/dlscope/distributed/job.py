@@ -170,7 +170,6 @@ def job_section(conn: sqlite3.Connection, agg_id: int | None = None) -> dict | N
     utils = [g["utilization"] for g in gpus if g["utilization"] is not None]
     keys = host_keys(conn)
     hosts = {keys.get(int(a["rank"]), ("", False)) for a in aggs}
-    calls = collective_calls(conn, aggs)
     return {
         "ranks": len({a["rank"] for a in aggs}),
         "hosts": len(hosts) if all(known for _, known in hosts) else None,
@@ -180,7 +179,7 @@ def job_section(conn: sqlite3.Connection, agg_id: int | None = None) -> dict | N
         "gpu_count": len(utils),
         "gpus": [{k: g[k] for k in ("host", "device", "rank", "agg_id", "busy_ns", "utilization", "kernel_count",
                                     "kernel_time_ns")} for g in gpus],
-        "collective_calls": len(calls),
+        "collective_calls": count_calls(conn, aggs),
     }
 
 
@@ -190,28 +189,31 @@ RUN_AGG_IDS = ("SELECT agg_id FROM aggregations WHERE COALESCE(run_id, agg_id) =
 
 #: The collective calls of a run, one row per call (collective and occurrence number, matched across ranks
 #: like the arrival lags), each rank's kernel counted when it starts inside its rank's aggregation window.
-#: ``{ids}``: the run's aggregation ids (a list, or RUN_AGG_IDS).
+#: ``{ids}``: the run's aggregation ids (a list, or RUN_AGG_IDS). The last rank to arrive is the one with the
+#: shortest kernel (``pos = 1``), its bandwidths the call's. One pass (window function), whatever the job's size.
 CALLS_SQL = """
-SELECT c.source || '/' || c.collective || '/' || c.call_index AS call_id, c.source AS source, c.collective AS collective, c.call_index AS call_index, COUNT(*) AS ranks,
-       MIN(c.start) AS first_start, MAX(c.start) AS last_start,
-       NULLIF(MAX(c.msg_bytes), -1) AS max_msg_bytes, MIN(c.dur_ns) AS min_dur_ns, MAX(c.dur_ns) AS max_dur_ns,
-       MAX(c.arrival_lag_ns) AS max_lag_ns,
-       (SELECT x.rank FROM collectives x JOIN aggregations xa ON xa.rank = x.rank AND xa.agg_id IN ({ids})
-          AND x.start >= xa.window_start AND x.start < xa.window_end
-         WHERE x.source = c.source AND x.collective = c.collective AND x.call_index = c.call_index
-         ORDER BY x.dur_ns, x.rank LIMIT 1) AS last_rank,
-       (SELECT x.busbw_gbps FROM collectives x JOIN aggregations xa ON xa.rank = x.rank AND xa.agg_id IN ({ids})
-          AND x.start >= xa.window_start AND x.start < xa.window_end
-         WHERE x.source = c.source AND x.collective = c.collective AND x.call_index = c.call_index
-         ORDER BY x.dur_ns, x.rank LIMIT 1) AS busbw_gbps,
-       (SELECT x.algbw_gbps FROM collectives x JOIN aggregations xa ON xa.rank = x.rank AND xa.agg_id IN ({ids})
-          AND x.start >= xa.window_start AND x.start < xa.window_end
-         WHERE x.source = c.source AND x.collective = c.collective AND x.call_index = c.call_index
-         ORDER BY x.dur_ns, x.rank LIMIT 1) AS algbw_gbps
-  FROM collectives c JOIN aggregations a ON a.rank = c.rank AND a.agg_id IN ({ids})
-   AND c.start >= a.window_start AND c.start < a.window_end
- GROUP BY c.source, c.collective, c.call_index
+WITH c AS (
+  SELECT c.*, ROW_NUMBER() OVER (PARTITION BY c.source, c.collective, c.call_index ORDER BY c.dur_ns, c.rank) AS pos
+    FROM collectives c JOIN aggregations a ON a.rank = c.rank AND a.agg_id IN ({ids})
+     AND c.start >= a.window_start AND c.start < a.window_end)
+SELECT source || '/' || collective || '/' || call_index AS call_id, source, collective, call_index,
+       COUNT(*) AS ranks, MIN(start) AS first_start, MAX(start) AS last_start,
+       NULLIF(MAX(msg_bytes), -1) AS max_msg_bytes, MIN(dur_ns) AS min_dur_ns, MAX(dur_ns) AS max_dur_ns,
+       MAX(arrival_lag_ns) AS max_lag_ns, MAX(CASE WHEN pos = 1 THEN rank END) AS last_rank,
+       MAX(CASE WHEN pos = 1 THEN algbw_gbps END) AS algbw_gbps, MAX(CASE WHEN pos = 1 THEN busbw_gbps END) AS busbw_gbps
+  FROM c GROUP BY source, collective, call_index
 """
+
+
+def count_calls(conn: sqlite3.Connection, aggs: list[dict]) -> int:
+    """How many collective calls :func:`collective_calls` lists (without ranking each call's ranks)."""
+    if not aggs or not _has(conn, "collectives"):
+        return 0
+    ids = ",".join(str(int(a["agg_id"])) for a in aggs)
+    return int(conn.execute(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM collectives c JOIN aggregations a ON a.rank = c.rank AND a.agg_id IN "
+        f"({ids}) AND c.start >= a.window_start AND c.start < a.window_end "
+        "GROUP BY c.source, c.collective, c.call_index)").fetchone()[0])
 
 
 def collective_calls(conn: sqlite3.Connection, aggs: list[dict]) -> list[dict]:

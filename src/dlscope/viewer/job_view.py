@@ -73,7 +73,7 @@ COLLECTIVE_RANKS = TableSpec(
     f"""(SELECT c.*, c.start - MIN(c.start) OVER () AS after_first
            FROM collectives c JOIN aggregations a ON a.rank = c.rank AND a.agg_id IN ({RUN_AGG_IDS})
             AND c.start >= a.window_start AND c.start < a.window_end
-          WHERE c.source || '/' || c.collective || '/' || c.call_index = :call) t""",
+          WHERE c.collective = :call_collective AND c.call_index = :call_index AND c.source = :call_source) t""",
     (Column("rank", "Rank", "rank", desc_first=False),
      Column("start", "Arrival (ns)", "start", "ts", desc_first=False),
      Column("after_first", "After the First Rank", "after_first", "ns"),
@@ -88,7 +88,9 @@ COLLECTIVE_RANKS = TableSpec(
      Column("name", "Kernel", "name", "text", hidden=True),
      Column("collective_id", "Row", "collective_id", hidden=True)),
     "rank", default_desc=False, key="collective_id",
-    scopes=(Scope("agg", "1", required=True), Scope("call", "1", "text", required=True)),
+    # ``call`` (source/collective/index) is the URL's; page_scope splits it into the three the SQL uses
+    scopes=(Scope("agg", "1", required=True), Scope("call", "1", "text", required=True),
+            Scope("call_source", "1", "text"), Scope("call_collective", "1", "text"), Scope("call_index", "1")),
     requires=("collectives", "aggregations"))
 
 GPUS = TableSpec(
@@ -155,13 +157,13 @@ def job_data(db: ProfileDB, agg: int | None) -> dict | None:
     return job
 
 
-def check_call(params: Mapping[str, str]) -> str | None:
-    """The selected collective call (``source/collective/index``), validated."""
+def check_call(params: Mapping[str, str]) -> dict | None:
+    """The selected collective call (``source/collective/index``), validated and split for the SQL."""
     raw = params.get("call")
     if raw in (None, ""):
         return None
     parts = raw.split("/")
     if len(parts) != 3 or not parts[0] or not parts[1]:
         raise BadParameter("call", f"{raw[:60]!r} is not a collective call (source/collective/index)")
-    parse_int("call", parts[2], 0)
-    return raw
+    return {"call": raw, "call_source": parts[0], "call_collective": parts[1],
+            "call_index": parse_int("call", parts[2], 0)}

@@ -90,7 +90,7 @@ def page_scope(db: ProfileDB, params: Mapping[str, str]) -> dict:
             scope[name] = parse_int(name, params[name])
     call = job_view.check_call(params)
     if call is not None:
-        scope["call"] = call
+        scope.update(call)
     if "finding" in scope and "agg" in scope:
         row = db.execute_one("SELECT evidence_json FROM findings WHERE agg_id = ? AND finding_id = ?",
                              (scope["agg"], scope["finding"])) if db.has("findings") else None
