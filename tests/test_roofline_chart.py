@@ -6,7 +6,6 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-
 from conftest import data_file
 
 
