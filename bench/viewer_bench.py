@@ -103,6 +103,12 @@ def cases(db: Path) -> list[tuple[str, str]]:
         ("all kernels, filter kernel_name contains nccl, sort dur, page 10", "/api/table/kernels?sort=dur&f.kernel_name=nccl&page=10"),
         ("all kernels, filter op_name contains mm, sort dur, page 1000", "/api/table/kernels?sort=dur&f.op_name=mm&page=1000"),
         ("all kernels, global search 'gemm', page 1000", "/api/table/kernels?q=gemm&page=1000"),
+        ("all kernels, global search with no match", "/api/table/kernels?q=no-such-kernel-zzz"),
+        ("all kernels, global search '(1, 1, 1)' (grid text: not searched over all kernels)",
+         "/api/table/kernels?q=(1%2C%201%2C%201)"),
+        ("all kernels, filter kernel_name with no match", "/api/table/kernels?f.kernel_name=no-such-kernel-zzz"),
+        ("all kernels, filter op_name with no match, sort start", "/api/table/kernels?sort=start&f.op_name=no-such-op-zzz"),
+        ("all kernels, filter grid (refused over all kernels: 400)", "/api/table/kernels?f.grid=(1%2C%201"),
     ]
     for col in KERNELS.columns:
         if col.sortable:

@@ -74,7 +74,7 @@ def test_the_summary_api_and_viewer_show_the_same_current_aggregation(import_db,
     shutil.copy(import_db(*ranks), db)
 
     def shown() -> tuple:
-        with TestClient(create_app([db])) as client:
+        with TestClient(create_app([db]), base_url="http://127.0.0.1:8000") as client:
             viewer = client.get("/dashboard", params={"_format": "json"}).json()["dashboard"]["aggregation"]["agg_id"]
         return summary_dict(db)["aggregation"]["agg_id"], ProfileDatabase(db).agg_id, viewer
 

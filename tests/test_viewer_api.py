@@ -20,6 +20,9 @@ from dlscope.viewer.profile_db import ProfileDB, QueryTimeout, check_database
 from test_viewer_fixtures import XSS_KERNEL, make_profile_db
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+BASE = "http://127.0.0.1:8000"
+#: what the viewer's own page sends with a write
+OWN_PAGE = {"Origin": BASE, "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def db_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(db_path):
-    with TestClient(create_app([db_path])) as c:
+    with TestClient(create_app([db_path]), base_url=BASE) as c:
         yield c
 
 
@@ -189,7 +192,7 @@ def test_json_and_xlsx_exports(client):
     ("/ops-kernels?_format=json&bogus=1", "bogus"),
     ("/ops-kernels?_format=json&ops.sort=nope", "ops.sort"),
     ("/finding?_format=json&finding=42", "finding"),
-    ("/api/table/kernels/export.pdf", "format"),
+    ("/api/table/kernels/export.docx", "format"),
 ])
 def test_bad_url_parameters_answer_400_naming_the_parameter(client, url, param):
     r = client.get(url)
@@ -271,10 +274,11 @@ def test_reaggregation_runs_in_background_and_reloads(tmp_path):
         conn.close()
         return [2]
 
-    with TestClient(create_app([path], aggregate=fake_aggregate)) as c:
-        bad = c.post("/api/aggregate", content=json.dumps({"iter_start": 3, "iter_stop": 1}))
+    with TestClient(create_app([path], aggregate=fake_aggregate), base_url=BASE) as c:
+        bad = c.post("/api/aggregate", content=json.dumps({"iter_start": 3, "iter_stop": 1}), headers=OWN_PAGE)
         assert bad.status_code == 400 and bad.json()["parameter"] == "iter_stop"
-        job = c.post("/api/aggregate", content=json.dumps({"iter_start": 2, "iter_stop": 3, "key_node": "aten::relu"}))
+        job = c.post("/api/aggregate", content=json.dumps({"iter_start": 2, "iter_stop": 3, "key_node": "aten::relu"}),
+                     headers=OWN_PAGE)
         assert job.status_code == 202 and job.json()["state"] == "underway"
         for _ in range(100):
             state = c.get(f"/api/jobs/{job.json()['id']}").json()

@@ -230,7 +230,8 @@ def test_exports_and_clipboard(real_server, page, browser):
     with page.expect_download() as dl:
         page.locator("section[data-prefix='types'] a[data-export='csv']").click()
     rows = list(csv.reader(io.StringIO(Path(dl.value.path()).read_text())))
-    assert len(rows) == total + 1 and rows[0][0] == "Op Type"
+    assert rows[0] == ["hta_a100_nccl_rank0of2_3steps — Op Types"]   # the profile name heads every export
+    assert len(rows) == total + 2 and rows[1][0] == "Op Type"
     with page.expect_download() as dl:
         page.locator("section[data-prefix='types'] a[data-export='xlsx']").click()
     assert zipfile.ZipFile(dl.value.path()).testzip() is None
@@ -240,7 +241,8 @@ def test_exports_and_clipboard(real_server, page, browser):
     page.get_by_role("button", name="Clipboard").click()
     expect(page.locator("section[data-prefix='types'] .count-note")).to_contain_text("Copied")
     text = page.evaluate("navigator.clipboard.readText()")
-    assert len(text.strip().splitlines()) == total + 1
+    assert text.splitlines()[0] == "hta_a100_nccl_rank0of2_3steps — Op Types"
+    assert len(text.strip().splitlines()) == total + 2
 
 
 def test_expert_system_drill_down_and_names_stay_text(tiny_server, page):

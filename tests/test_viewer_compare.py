@@ -3,7 +3,9 @@ bad parameters and names that stay text."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
@@ -47,7 +49,7 @@ def pair(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(pair):
-    with TestClient(create_app(list(pair))) as c:
+    with TestClient(create_app(list(pair)), base_url="http://127.0.0.1:8000") as c:
         yield c
 
 
@@ -143,9 +145,23 @@ def test_names_stay_text_and_menu(client):
     assert views["compare"]["menu"] is True
 
 
-def test_one_database_has_no_compare(pair):
-    with TestClient(create_app([pair[0]])) as c:
+def test_one_database_offers_the_runs_next_to_it(pair, tmp_path):
+    """With one database the Compare view lists the dlscope databases in its folder; only those can be opened."""
+    import shutil
+
+    base = shutil.copy(pair[0], tmp_path / "base.sqlite")
+    other = shutil.copy(pair[1], tmp_path / "other.sqlite")
+    (tmp_path / "junk.sqlite").write_text("not sqlite")
+    own = {"Origin": "http://127.0.0.1:8000", "Content-Type": "application/json"}
+    with TestClient(create_app([base]), base_url="http://127.0.0.1:8000") as c:
         r = c.get("/compare", params={"_format": "json"})
-        assert r.status_code == 400 and "two profile databases" in r.json()["error"]
-        assert c.get("/compare").status_code == 400
-        assert not next(v for v in c.get("/api/meta").json()["views"] if v["slug"] == "compare")["menu"]
+        assert r.status_code == 200 and r.json()["compare"] is None
+        assert [Path(x["path"]).name for x in r.json()["choices"]] == ["other.sqlite"]
+        assert c.get("/compare").status_code == 200
+        assert next(v for v in c.get("/api/meta").json()["views"] if v["slug"] == "compare")["menu"]
+        refused = c.post("/api/databases", content=json.dumps({"path": "/etc/passwd"}), headers=own)
+        assert refused.status_code == 400 and refused.json()["parameter"] == "path"
+        opened = c.post("/api/databases", content=json.dumps({"path": str(Path(other).resolve())}), headers=own)
+        assert opened.status_code == 200 and opened.json()["key"] == "1"
+        both = c.get("/compare", params={"_format": "json", "base": "0", "new": "1"}).json()
+        assert both["compare"]["new"]["key"] == "1"

@@ -77,11 +77,12 @@ def import_command(traces, output, profile_name, iter_start, iter_stop, key_node
 @click.argument("database", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--agg-id", type=int, default=None, help="Aggregation to show (default: the newest).")
-def summary_command(database, as_json, agg_id) -> None:
-    """Show the key metrics of a profile database."""
+@click.option("--rank", type=int, default=None, help="Rank whose figures to show (default: the lowest).")
+def summary_command(database, as_json, agg_id, rank) -> None:
+    """Show the key metrics of a profile database (of a job: the job, then one rank's figures)."""
     from .present.summary import render_summary, summary_dict
 
-    summary = summary_dict(database, agg_id)
+    summary = summary_dict(database, agg_id, rank)
     click.echo(json.dumps(summary, indent=1) if as_json else render_summary(summary), nl=not not as_json)
 
 
@@ -106,14 +107,24 @@ def aggregate_command(database, iter_start, iter_stop, key_node, rank, rules_con
 @click.option("-o", "--output-path", "out_dir", type=click.Path(path_type=Path), default=Path("."),
               help="Folder for the report files.")
 @click.option("--agg-id", type=int, default=None, help="Aggregation to report (default: the newest).")
+@click.option("--rank", type=int, default=None, help="Rank whose figures to report (default: the lowest).")
 @click.option("--gpu-spec", type=click.Path(path_type=Path), default=None,
               help="JSON with one GPU's peaks for the roofline (shape of an entry of dlscope/data/gpu_specs.json).")
-def report_command(database, reports, formats, out_dir, agg_id, gpu_spec) -> None:
+def report_command(database, reports, formats, out_dir, agg_id, rank, gpu_spec) -> None:
     """Write DLProf's reports (summary, detail, iteration, kernel, tensor_core, op_type, group_node,
     expert_systems),
     roofline (csv, json, md, png, svg), and one self-contained HTML report (--formats html)."""
     from .present.reports import write_reports
 
+    if rank is not None:
+        from .distributed.job import rank_agg_id
+        from .store import reader
+
+        conn = reader.connect(database)
+        try:
+            agg_id = rank_agg_id(conn, rank, agg_id)
+        finally:
+            conn.close()
     fmts = _split(formats)
     if "html" in fmts:
         from .present.html_report import write_html_report

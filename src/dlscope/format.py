@@ -25,6 +25,15 @@ def fmt_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
 #: columns of durations in ns: ``*_ns``, and the op type report's per-call statistics
 _DURATION = re.compile(r"_ns$|^(cpu_time|gpu_time|cpu_overhead|gpu_idle)_(total|avg|min|max)$")
 #: shares of 1, shown as percentages (``*_pct`` and ``pct_*`` columns are percentages already)

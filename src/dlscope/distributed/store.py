@@ -31,12 +31,18 @@ def write_distributed(conn: sqlite3.Connection, an, aggs: list, agg_ids: list[in
     insert_frame(conn, "collectives", coll)
 
 
-def summary_ranks(conn: sqlite3.Connection) -> list[dict]:
-    """The summary JSON's ``ranks`` list: the newest aggregation's figures of every rank, by rank."""
+def summary_ranks(conn: sqlite3.Connection, agg_id: int | None = None) -> list[dict]:
+    """The summary JSON's ``ranks`` list: every rank's figures in the aggregation run of ``agg_id`` (default:
+    the current run), by rank, each with the ``agg_id`` of its aggregation."""
     exists = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'agg_ranks'").fetchone()
     if not exists:
         return []
+    from .job import run_aggregations
+
+    ids = [a["agg_id"] for a in run_aggregations(conn, agg_id)]
+    if not ids:
+        return []
     cur = conn.execute(
-        f"SELECT {', '.join(RANK_COLUMNS)} FROM agg_ranks r WHERE agg_id = "
-        "(SELECT MAX(agg_id) FROM agg_ranks WHERE rank = r.rank) ORDER BY rank")
-    return [dict(zip(RANK_COLUMNS, row)) for row in cur.fetchall()]
+        f"SELECT {', '.join(RANK_COLUMNS)}, agg_id FROM agg_ranks WHERE agg_id IN ({', '.join('?' * len(ids))}) "
+        "ORDER BY rank", tuple(ids))
+    return [dict(zip([*RANK_COLUMNS, "agg_id"], row)) for row in cur.fetchall()]

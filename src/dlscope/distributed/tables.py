@@ -21,3 +21,9 @@ def rank_patterns() -> list[re.Pattern]:
 @lru_cache(maxsize=1)
 def host_patterns() -> list[re.Pattern]:
     return [re.compile(p) for p in table()["host_name_patterns"]]
+
+
+@lru_cache(maxsize=1)
+def cycle_patterns() -> list[re.Pattern]:
+    """File names of one profiler cycle of a process: ``{worker}.{timestamp}.pt.trace.json``."""
+    return [re.compile(p) for p in table()["cycle_name_patterns"]]

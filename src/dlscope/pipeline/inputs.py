@@ -4,6 +4,13 @@ A folder argument stands for the trace files inside it, in natural order (rank-2
 file's rank comes from its own metadata (Kineto ``distributedInfo``) when every file has a distinct one,
 else from the file names (rank-3, worker5, proc2, rank3of8 ...) when they give distinct ranks, else from
 the order of the files.
+
+Several profiler cycles of one process (a torch.profiler ``schedule`` with ``repeat`` > 1, written by
+``dlscope.trace_handler`` or ``tensorboard_trace_handler`` as ``{worker}.{timestamp}.pt.trace.json``: same
+worker name, same rank) are windows of that process, not ranks, and are refused with a message saying what to
+do: an aggregation's iteration windows partition one continuous wall clock, and the unrecorded time between
+two cycles would be counted as time of the job (its last iteration before the gap would run to the next
+cycle's first), so neither joining them into one rank nor numbering them as ranks gives right figures.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..distributed.tables import host_patterns, rank_patterns, table
+from ..distributed.tables import cycle_patterns, host_patterns, rank_patterns, table
 from ..errors import InputError
 
 
@@ -68,8 +75,36 @@ def host_from_name(path: Path) -> str:
     return ""
 
 
+def worker_from_name(path: Path) -> str | None:
+    """The worker name of torch's per-cycle trace name ``{worker}.{timestamp}.pt.trace.json``, else None."""
+    for pattern in cycle_patterns():
+        m = pattern.match(path.name)
+        if m:
+            return m.group("worker")
+    return None
+
+
+def check_one_file_per_process(paths: Sequence[Path], metas: Sequence[dict]) -> None:
+    """Refuse several profiler cycles of one process (see the module docstring for why)."""
+    groups: dict[tuple, list[Path]] = {}
+    for path, meta in zip(paths, metas):
+        worker = worker_from_name(Path(path))
+        if worker is None:
+            continue
+        rank = meta.get("rank") if meta.get("rank_in_trace") else None
+        groups.setdefault((worker, rank), []).append(Path(path))
+    for (worker, _), files in groups.items():
+        if len(files) > 1:
+            names = ", ".join(f.name for f in files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
+            raise InputError(files[0].parent, f"{names} are {len(files)} profiler cycles of one process ({worker}), "
+                                              "not ranks of a job: import each cycle on its own (dlscope import "
+                                              f"{files[-1].name} -o cycle.sqlite) and compare cycles with dlscope "
+                                              "diff; a job takes one trace per rank")
+
+
 def identities(paths: Sequence[Path], metas: Sequence[dict]) -> list[Identity]:
     """Rank, world size and host of every file of one job (see the module docstring for the order)."""
+    check_one_file_per_process(paths, metas)
     n = len(paths)
     in_trace = [m.get("rank") if m.get("rank_in_trace") else None for m in metas]
     from_name = [rank_from_name(Path(p)) for p in paths]

@@ -18,10 +18,10 @@ from markupsafe import Markup
 
 from ..analyze.aggregation import CATEGORIES
 from ..errors import DlscopeError
-from ..format import fmt_ns, fmt_pct
+from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..store import reader
 from ..version import __version__
-from .summary import breakdown_labels, summary_dict, summary_units
+from .summary import breakdown_labels, gpu_list_text, gpu_names_text, rank_title, summary_dict, summary_units
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402  (backend chosen first)
@@ -97,7 +97,9 @@ def top_bars_chart(labels: list[str], values_ns: list[float], color: str, xlabel
 
 def gpu_chart(gpus: list[dict]) -> Markup:
     def draw(ax):
-        ax.bar([f"GPU {g['device']}" for g in gpus], [100 * (g["utilization"] or 0) for g in gpus], color="#1f77b4")
+        labels = [(f"{g['host']} " if g.get("host") else "") + f"GPU {g['device']}"
+                  + (f"\nrank {g['rank']}" if g.get("rank") is not None else "") for g in gpus]
+        ax.bar(labels, [100 * (g["utilization"] or 0) for g in gpus], color="#1f77b4")
         ax.set_ylim(0, 100)
         ax.set_ylabel("utilization (%)")
     return _chart(draw, (max(3.0, 0.7 * len(gpus) + 1.5), 2.4))
@@ -109,9 +111,13 @@ def _rows(conn: sqlite3.Connection, sql: str, params: tuple) -> list[dict]:
     return [dict(zip(cols, r)) for r in cur.fetchall()]
 
 
-def report_context(db_path: Path, agg_id: int | None = None) -> dict:
-    """Everything the template shows: the summary, top tables and the charts."""
-    summary = summary_dict(db_path, agg_id)
+#: collective calls listed in the report (the largest arrival lags first); all of them are in the summary JSON
+COLLECTIVES_SHOWN = 20
+
+
+def report_context(db_path: Path, agg_id: int | None = None, rank: int | None = None) -> dict:
+    """Everything the template shows: the job (of several ranks), the summary, top tables and the charts."""
+    summary = summary_dict(db_path, agg_id, rank)
     agg = summary["aggregation"]
     if agg is None:
         raise DlscopeError(f"{db_path}: the database has no aggregation; run `dlscope aggregate` on it first")
@@ -147,9 +153,17 @@ def report_context(db_path: Path, agg_id: int | None = None) -> dict:
         top = kernels[:TOP_BARS]
         charts["top_kernels"] = ("Top kernels by GPU time", top_bars_chart(
             [k["kernel_name"] for k in top], [k["gpu_time_ns"] for k in top], "#2ca02c", "GPU time (ms)"))
-    if agg["gpus"] and summary["profile"]["kernel_count"]:
+    job_title = rank_title(summary)
+    if job_title and summary["job"]["gpus"] and summary["profile"]["kernel_count"]:
+        charts["gpus"] = ("GPU utilization per GPU of the job", gpu_chart(summary["job"]["gpus"]))
+    elif agg["gpus"] and summary["profile"]["kernel_count"]:
         charts["gpus"] = ("GPU utilization per GPU", gpu_chart(agg["gpus"]))
-    return {"summary": summary, "agg": agg, "profile": summary["profile"], "ops": ops, "kernels": kernels,
+    calls = summary.get("collectives") or []
+    return {"job_title": job_title, "job": summary.get("job"), "ranks": summary.get("ranks") or [],
+            "collectives": calls,
+            "collectives_shown": sorted(calls, key=lambda c: -(c.get("max_lag_ns") or 0))[:COLLECTIVES_SHOWN],
+            "gpu_list": gpu_list_text(summary["profile"]["gpus"]), "gpu_names": gpu_names_text(summary["profile"]["gpus"]),
+            "summary": summary, "agg": agg, "profile": summary["profile"], "ops": ops, "kernels": kernels,
             "op_types": op_types, "iterations": iterations, "charts": charts, "findings": summary["findings"],
             "units": units,
             "categories": [(labels[c], CATEGORY_COLORS[c], agg["resource_breakdown_ns"][c],
@@ -161,18 +175,19 @@ def report_context(db_path: Path, agg_id: int | None = None) -> dict:
 def _environment() -> Environment:
     env = Environment(loader=PackageLoader("dlscope.present", "templates"), autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(ns=fmt_ns, pct=fmt_pct, short=_short,
+    env.filters.update(ns=fmt_ns, pct=fmt_pct, short=_short, bytes=fmt_bytes,
                        count=lambda v: "" if v is None else f"{v:,}", yesno=lambda v: "yes" if v else "no")
     return env
 
 
-def render_html_report(db_path: str | Path, agg_id: int | None = None) -> str:
-    return _environment().get_template("report.html.j2").render(**report_context(Path(db_path), agg_id))
+def render_html_report(db_path: str | Path, agg_id: int | None = None, rank: int | None = None) -> str:
+    return _environment().get_template("report.html.j2").render(**report_context(Path(db_path), agg_id, rank))
 
 
-def write_html_report(db_path: str | Path, out_dir: str | Path, agg_id: int | None = None) -> Path:
+def write_html_report(db_path: str | Path, out_dir: str | Path, agg_id: int | None = None,
+                      rank: int | None = None) -> Path:
     """Write ``report.html`` (one self-contained file) into ``out_dir``; returns its path."""
-    html = render_html_report(db_path, agg_id)
+    html = render_html_report(db_path, agg_id, rank)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.html"

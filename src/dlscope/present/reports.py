@@ -119,6 +119,8 @@ def _write_summary(summary: dict, path: Path, fmt: str) -> None:
     a = summary["aggregation"]
     rows = [("profile_name", summary["profile_name"])]
     rows += _flat("profile", {k: v for k, v in summary["profile"].items() if k != "gpus"})
+    if summary.get("job"):
+        rows += _flat("job", {k: v for k, v in summary["job"].items() if k not in ("gpus", "aggregations")})
     if a is not None:
         rows += _flat("aggregation", {k: v for k, v in a.items() if k not in ("top_gpu_ops", "gpus", "matrix_units")})
         rows += [("aggregation.matrix_units", a["matrix_units"]["plural"])]

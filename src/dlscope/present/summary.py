@@ -11,8 +11,10 @@ from ..analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from ..analyze.iterations import GUESSED
 from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..distributed import summary_ranks
+from ..distributed.job import (collective_calls, describe_gpus, job_section, physical_gpus, rank_agg_id,
+                               run_aggregations)
 from ..nanoseconds import round_ns
-from ..format import fmt_ns, fmt_pct
+from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..store import reader
 
 
@@ -25,13 +27,8 @@ def _profile_section(conn: sqlite3.Connection, methods: dict) -> dict:
     memops = dict(conn.execute("SELECT kind, COUNT(*) FROM memops GROUP BY kind").fetchall())
     method = methods.get(str(_one(conn, "SELECT MIN(rank) FROM aggregations") or 0)) or next(iter(methods.values()), None)
     iterations = _one(conn, "SELECT COUNT(*) FROM iterations WHERE rank = (SELECT MIN(rank) FROM iterations)")
-    gpus = [dict(zip(("rank", "device", "name", "sm_count", "memory_bytes", "cc_major", "cc_minor"), r))
-            for r in conn.execute("SELECT rank, device, name, sm_count, memory_bytes, cc_major, cc_minor FROM gpus "
-                                  "ORDER BY rank, device")]
-    for g in gpus:
-        for key in ("sm_count", "memory_bytes", "cc_major", "cc_minor"):
-            if g[key] is not None and g[key] < 0:
-                g[key] = None
+    gpus = physical_gpus(conn)
+    counts = describe_gpus(gpus)
     return {
         "kernel_count": kernels[0], "kernel_time_ns": kernels[1] or 0,
         "memcpy_count": memops.get("memcpy", 0), "memset_count": memops.get("memset", 0),
@@ -39,6 +36,7 @@ def _profile_section(conn: sqlite3.Connection, methods: dict) -> dict:
         "iterations_total": None if method == "whole_profile" else iterations,
         "iteration_method": method,
         "ranks": _one(conn, "SELECT COUNT(DISTINCT rank) FROM sources") or 1,
+        "gpu_count": counts["active"], "idle_gpu_count": counts["idle"],
         "gpus": gpus,
     }
 
@@ -112,10 +110,13 @@ def _roofline(conn: sqlite3.Connection, agg_id: int | None) -> dict:
             "ceilings_error": report.get("ceilings_error") or None, **report["summary"]}
 
 
-def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
-    """The summary JSON object of a profile database (see README, "The summary JSON")."""
+def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | None = None) -> dict:
+    """The summary JSON object of a profile database (see README, "The summary JSON"); ``rank`` picks that
+    rank's aggregation in the run of ``agg_id`` (default: the current run)."""
     conn = reader.connect(db_path)
     try:
+        if rank is not None:
+            agg_id = rank_agg_id(conn, rank, agg_id)
         meta = reader.meta(conn)
         extra = json.loads(meta.get("extra_json") or "{}")
         methods = {str(k): v for k, v in (extra.get("iteration_methods") or {}).items()}
@@ -123,13 +124,15 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
         if agg_id is None and reader.current_agg_id(conn) is None:
             profile = {**_profile_section(conn, methods), "iterations_total": None}
             return {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
-                    "profile": profile, "aggregation": None, "findings": [],
-                    "roofline": _roofline(conn, None), "ranks": summary_ranks(conn)}
+                    "profile": profile, "job": None, "aggregation": None, "findings": [],
+                    "roofline": _roofline(conn, None), "ranks": [], "collectives": []}
         agg_id = reader.resolve_agg_id(conn, agg_id)
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
-               "profile": _profile_section(conn, methods), "aggregation": _aggregation_section(conn, agg_id, candidates),
+               "profile": _profile_section(conn, methods), "job": job_section(conn, agg_id),
+               "aggregation": _aggregation_section(conn, agg_id, candidates),
                "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id),
-               "ranks": summary_ranks(conn)}
+               "ranks": summary_ranks(conn, agg_id),
+               "collectives": collective_calls(conn, run_aggregations(conn, agg_id))}
         if extra.get("capture"):
             out["capture"] = extra["capture"]
         return out
@@ -137,24 +140,104 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None) -> dict:
         conn.close()
 
 
+def gpu_list_text(gpus: list[dict]) -> str:
+    """Each physical GPU once: 'GPU 3 (rank 3): Tesla V100', idle ones summed up after the active ones."""
+    def where(g):
+        return (f"{g['host']} " if g.get("host") else "") + f"GPU {g['device']}"
+    active = [f"{where(g)} ({', '.join(f'rank {r}' for r in g['ranks'])}): {g['name'] or '?'}"
+              for g in gpus if g["active"]]
+    idle = [where(g) for g in gpus if not g["active"]]
+    text = ", ".join(active) or "none ran GPU activity"
+    if idle:
+        text += f"; {len(idle)} more present, idle: {', '.join(idle)}"
+    return text
+
+
+def gpu_names_text(gpus: list[dict]) -> str:
+    """'8 × Tesla V100-SXM2-32GB' for the GPUs that ran GPU work, plus how many sat idle."""
+    from collections import Counter
+
+    names = Counter(g["name"] or "?" for g in gpus if g["active"])
+    idle = sum(1 for g in gpus if not g["active"])
+    text = ", ".join(f"{n} × {name}" for name, n in names.items()) or "none ran GPU work"
+    return text + (f"; {idle} more present, idle" if idle else "")
+
+
+def rank_title(summary: dict) -> str:
+    """'job of 8 ranks' for a job; '' for one rank."""
+    job = summary.get("job") or {}
+    return f"job of {job['ranks']} ranks" if (job.get("ranks") or 0) > 1 else ""
+
+
+def _render_job(console, summary: dict, escape) -> None:
+    """The job as one thing: wall clock, mean GPU utilization over all GPUs, each GPU, the ranks, collectives."""
+    from rich.table import Table
+
+    job = summary["job"]
+    key = Table(show_header=False, box=None)
+    span = ("from the earliest rank's start to the latest rank's end" if job["wall_clock_method"] == "span"
+            else "the longest rank's: the ranks' clocks do not line up")
+    hosts = f" on {job['hosts']} host{'s' if job['hosts'] != 1 else ''}" if job.get("hosts") else ""
+    for label, value in (
+        ("Job", (f"{job['ranks']} ranks{hosts}, {job['gpu_count']} GPUs that ran GPU work, "
+                 f"{job['collective_calls']:,} collective calls")),
+        ("Wall clock", f"{fmt_ns(job['wall_clock_ns'])} ({span})"),
+        ("GPU utilization", f"{fmt_pct(job['gpu_utilization'])} (mean of {job['gpu_count']} GPUs; each below)"),
+        ("GPUs", escape(gpu_names_text(summary["profile"]["gpus"]))),
+    ):
+        key.add_row(f"[bold]{label}[/bold]", value)
+    console.print(key)
+    gpus = Table(title="GPUs of the job (each once, with its rank)", title_justify="left")
+    for col in ("Host", "GPU", "Rank", "Utilization", "Busy", "Kernels"):
+        gpus.add_column(col, justify="left" if col == "Host" else "right")
+    for g in job["gpus"]:
+        gpus.add_row(escape(g["host"] or "(not recorded)"), str(g["device"]), str(g["rank"]), fmt_pct(g["utilization"]),
+                     fmt_ns(g["busy_ns"]), f"{g['kernel_count']:,}")
+    console.print(gpus)
+    _render_ranks(console, summary.get("ranks") or [])
+    _render_collectives(console, summary.get("collectives") or [])
+
+
 def _render_ranks(console, ranks: list[dict]) -> None:
-    """Per-rank figures of a multi-rank job, the likeliest stragglers first."""
+    """Per-rank figures of a multi-rank job, by rank (the straggler score says who the others wait for)."""
     if len(ranks) < 2:
         return
     from rich.table import Table
 
-    table = Table(title=f"Ranks ({len(ranks)}; likeliest stragglers first)", title_justify="left")
-    for col in ("Rank", "Avg iteration", "GPU util.", "Compute", "Exposed comm.", "Idle", "Straggler score"):
+    table = Table(title=f"Ranks ({len(ranks)})", title_justify="left")
+    for col in ("Rank", "GPU util.", "Compute", "Exposed comm.", "Memcpy", "Idle", "Avg iteration",
+                "Straggler score"):
         table.add_column(col, justify="right")
-    ordered = sorted(ranks, key=lambda r: -(r.get("straggler_score") or 0))
-    for r in ordered[:16]:
+    for r in ranks[:64]:
         score = r.get("straggler_score")
-        table.add_row(str(r["rank"]), fmt_ns(r.get("avg_iteration_ns")), fmt_pct(r.get("gpu_utilization")),
-                      fmt_ns(r.get("compute_ns")), fmt_ns(r.get("exposed_communication_ns")), fmt_ns(r.get("idle_ns")),
-                      "n/a" if score is None else f"{score:.2f}")
+        table.add_row(str(r["rank"]), fmt_pct(r.get("gpu_utilization")), fmt_ns(r.get("compute_ns")),
+                      fmt_ns(r.get("exposed_communication_ns")), fmt_ns(r.get("memcpy_ns")), fmt_ns(r.get("idle_ns")),
+                      fmt_ns(r.get("avg_iteration_ns")),
+                      "n/a" if score is None else f"{score:.2f}" + (" (most waited for)" if r.get("straggler_rank") == 1 else ""))
     console.print(table)
-    if len(ordered) > 16:
-        console.print(f"… and {len(ordered) - 16} more ranks (dlscope summary --json lists them all)")
+    if len(ranks) > 64:
+        console.print(f"… and {len(ranks) - 64} more ranks (dlscope summary --json lists them all)")
+
+
+def _render_collectives(console, calls: list[dict], top: int = 10) -> None:
+    """The collective calls the ranks waited longest in."""
+    if not calls:
+        return
+    from rich.table import Table
+
+    shown = sorted(calls, key=lambda c: -(c.get("max_lag_ns") or 0))[:top]
+    table = Table(title=f"Collectives ({len(calls):,} calls; the {len(shown)} with the largest arrival lag)",
+                  title_justify="left")
+    for col in ("Collective", "Call", "Ranks", "Largest message", "Longest", "Shortest", "Max lag", "Last rank",
+                "Bus bandwidth"):
+        table.add_column(col, justify="left" if col == "Collective" else "right")
+    for c in shown:
+        bw = c.get("busbw_gbps")
+        table.add_row(c["collective"] or "?", str(c["call_index"]), str(c["ranks"]), fmt_bytes(c.get("max_msg_bytes")),
+                      fmt_ns(c.get("max_dur_ns")), fmt_ns(c.get("min_dur_ns")), fmt_ns(c.get("max_lag_ns")),
+                      "n/a" if c.get("last_rank") is None else str(c["last_rank"]),
+                      "n/a" if bw is None else f"{bw:,.2f} GB/s")
+    console.print(table)
 
 
 def _render_roofline(console, roofline: dict | None, escape, counters_only: bool = False) -> None:
@@ -183,12 +266,17 @@ def render_summary(summary: dict) -> str:
     buf = StringIO()
     console = Console(file=buf, width=120, force_terminal=False, color_system=None)
     p, a = summary["profile"], summary["aggregation"]
-    console.print(f"[bold]dlscope summary[/bold]: {escape(str(summary['profile_name']))}")
+    title = rank_title(summary)
+    console.print(f"[bold]dlscope summary[/bold]: {escape(str(summary['profile_name']))}" + (f" · {title}" if title else ""))
     units = summary_units(a)
     if a is None:
         console.print("No timeline in this database (counters only): see `dlscope report --reports roofline`.")
         _render_roofline(console, summary.get("roofline"), escape, counters_only=True)
         return buf.getvalue()
+    if title:
+        _render_job(console, summary, escape)
+        console.print(f"[bold]Rank {a['rank']}[/bold] of the {title} (the figures below are this rank's; "
+                      f"`dlscope summary --rank N` shows another)")
     key = Table(show_header=False, box=None)
     seen = a.get("key_node_candidates") or []
     hint = f"; key node candidates seen: {', '.join(seen[:3])}" if seen else ""
@@ -217,7 +305,7 @@ def render_summary(summary: dict) -> str:
                     f"{a['kernel_count']:,} in the aggregation ({fmt_ns(a['kernel_time_ns'])})"),
         ("Model", model),
         ("Ops", f"{p['op_count']:,} op calls (every level)"),
-        ("GPUs", escape(", ".join(f"{g['device']}: {g['name'] or '?'}" for g in p["gpus"]) or "none")),
+        *(() if title else (("GPUs", escape(gpu_list_text(p["gpus"]))),)),
     ):
         key.add_row(f"[bold]{label}[/bold]", value)
     console.print(key)
@@ -238,7 +326,6 @@ def render_summary(summary: dict) -> str:
             top.add_row(fmt_ns(op["gpu_time_ns"]), escape(op["op_name"][:60]), escape(op["op_type"][:30]), f"{op['calls']:,}",
                         "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
         console.print(top)
-    _render_ranks(console, summary.get("ranks") or [])
     _render_roofline(console, summary.get("roofline"), escape)
     if summary["findings"]:
         found = Table(title="Expert systems", title_justify="left", show_lines=True)

@@ -21,7 +21,16 @@ import pandas as pd
 
 from dlscope.errors import DlscopeError
 from dlscope.roofline.ceilings import LEVELS, GpuCeilings, find_ceilings, load_spec_file
+from dlscope.roofline.flops import _table as _ops_table
 from dlscope.roofline.flops import op_cost
+
+
+def above_roof_reason(family: str, precision: str | None, bound: str | None) -> str:
+    """Why a point can sit above its roof (``data/roofline_ops.json``, ``above_roof``)."""
+    reasons = _ops_table()["above_roof"]
+    if bound == "memory":
+        return reasons["memory"]
+    return reasons.get(f"{family}/{precision}") or reasons.get(family) or reasons["*"]
 
 #: Families whose kernels run on Tensor Cores when the op uses them (others use CUDA cores).
 TENSOR_FAMILIES = frozenset({"gemm", "conv", "conv_bwd", "attention"})
@@ -149,6 +158,9 @@ def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list
               "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None,
               "ceiling_bytes_per_s": dram}
         op.update(_place(flops, nbytes, row.gpu_time_ns, peak[1] if peak else None, dram))
+        op["above_roof"] = (op.get("pct_of_ceiling") or 0) > 100.0
+        op["above_roof_reason"] = above_roof_reason(cost.family, precision, op.get("bound")) \
+            if op["above_roof"] else None
         ops.append(op)
     return ops, unmodelled_ns
 
@@ -223,6 +235,7 @@ def _summary(ops: list[dict], unmodelled_ns: int, total_ns: int) -> dict:
         "unmodelled_gpu_time_ns": unmodelled_ns,
         "op_gpu_time_ns": total_ns,
         "modelled_op_nodes": len(ops),
+        "above_roof_op_nodes": sum(1 for o in ops if o.get("above_roof")),
         "furthest_below": furthest,
     }
 

@@ -10,28 +10,35 @@ import contextlib
 import os
 import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import orjson
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from dlscope.errors import DlscopeError
+from dlscope.store import reader
 from dlscope.viewer import export
 from dlscope.viewer.derived import DerivedCache, derived_page
 from dlscope.viewer.jobs import Reaggregator
 from dlscope.viewer.pages import error_page, shell
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
-from dlscope.viewer.query import warm_up
+from dlscope.distributed.job import physical_gpus, run_aggregations
+from dlscope.viewer.query import searched_columns, warm_up
+from dlscope.viewer.security import SameOriginWrites, allowed_hosts
 from dlscope.viewer.tables import TABLES, column_meta
 from dlscope.viewer.views import DERIVED, VIEWS, page_scope, table_page, view_data
 
 STATIC = Path(__file__).resolve().parent / "static"
+#: dlscope databases listed per folder for the Compare view's run picker
+MAX_CANDIDATES = 200
 
 
 class JSON(Response):
@@ -50,6 +57,7 @@ class Viewer:
         self.jobs = Reaggregator(aggregate)
         self.gpu_spec = gpu_spec            # the roofline's ceilings when the GPU is not in the table
         self.derived = DerivedCache()       # roofline reports and comparisons, computed once
+        self._open_lock = threading.Lock()
         for db in self.dbs:
             threading.Thread(target=self._warm, args=(db,), daemon=True, name="dlscope-warm-up").start()
 
@@ -60,26 +68,81 @@ class Viewer:
         except Exception:  # warming is an optimisation; requests compute the same on demand
             pass
 
+    def candidates(self) -> list[dict]:
+        """Profile databases the Compare view can open: every loaded one, and every dlscope database in the
+        folders of the loaded ones (the run next to this one), by path; files that are not dlscope databases
+        are left out."""
+        loaded = {str(d.path): d for d in self.dbs}
+        out: list[dict[str, Any]] = [{"path": p, "name": d.profile_name, "key": d.key} for p, d in loaded.items()]
+        folders = sorted({d.path.parent for d in self.dbs})
+        for folder in folders:
+            try:
+                files = sorted(p for p in folder.iterdir() if p.suffix in (".sqlite", ".db") and p.is_file())
+            except OSError:
+                continue
+            for path in files[:MAX_CANDIDATES]:
+                if str(path.resolve()) in loaded:
+                    continue
+                try:
+                    meta, _, _ = reader.inspect(path)
+                except DlscopeError:
+                    continue
+                out.append({"path": str(path.resolve()), "name": meta.get("profile_name") or path.stem, "key": None})
+        return out
+
+    def open_db(self, path: str) -> ProfileDB:
+        """Open one of :meth:`candidates` (only those: a request cannot name any other file)."""
+        with self._open_lock:
+            for d in self.dbs:
+                if str(d.path) == path:
+                    return d
+            if path not in {c["path"] for c in self.candidates()}:
+                raise BadParameter("path", "is not a profile database next to the ones being viewed")
+            db = ProfileDB(path, str(len(self.dbs)))
+            self.dbs.append(db)
+            threading.Thread(target=self._warm, args=(db,), daemon=True, name="dlscope-warm-up").start()
+            return db
+
     def db(self, params) -> ProfileDB:
         raw = params.get("db") or "0"
         i = parse_int("db", raw, 0, len(self.dbs) - 1)
         return self.dbs[i]
 
-    def boot(self, db: ProfileDB, view_slug: str) -> dict:
+    def boot(self, db: ProfileDB, view_slug: str, agg: int | None = None) -> dict:
+        ranks = _run(db, agg)
+        multi = len(ranks) > 1
+        hidden = {"gpus": _gpu_count(db) < 2, "compare": False, "ranks": not multi, "collectives": not multi}
         return {"view": view_slug, "db": db.key, "profile_name": db.profile_name, "notice": db.notice,
                 "profiles": [{"key": d.key, "name": d.profile_name, "path": str(d.path)} for d in self.dbs],
-                "aggregations": db.aggregations(),
-                "views": [{"slug": v.slug, "title": v.title, "menu": v.in_menu and not
-                           (v.slug == "gpus" and _gpu_count(db) < 2) and not
-                           (v.slug == "compare" and len(self.dbs) < 2)} for v in VIEWS.values()],
+                "aggregations": db.aggregations(), "run": ranks,
+                "views": [{"slug": v.slug, "title": v.title, "menu": v.in_menu and not hidden.get(v.slug, False)}
+                          for v in VIEWS.values()],
                 "tables": {name: {"title": s.title, "columns": column_meta(s), "default_sort": s.default_sort,
                                   "default_order": "desc" if s.default_desc else "asc", "huge": s.huge,
+                                  "searched": [c.label for c in searched_columns(s)],
                                   "available": db.has(*s.requires)}
                            for name, s in {**TABLES, **{n: d[0] for n, d in DERIVED.items()}}.items()}}
 
 
 def _gpu_count(db: ProfileDB) -> int:
-    return db.execute_one("SELECT COUNT(*) FROM gpus")[0] if db.has("gpus") else 0
+    """Physical GPUs (each once, idle ones included): the GPUs view is offered from two on, as in DLProf."""
+    return len(physical_gpus(db.connection())) if db.has("gpus") else 0
+
+
+def _run(db: ProfileDB, agg: int | None) -> list[dict]:
+    """[{rank, agg_id}] of the aggregation run shown (the Rank menu)."""
+    if not db.has("aggregations"):
+        return []
+    return [{"rank": a["rank"], "agg_id": a["agg_id"]} for a in run_aggregations(db.connection(), agg)]
+
+
+def _scope_text(db: ProfileDB, scope: dict) -> str:
+    """Which rank and aggregation an export shows, for its header."""
+    agg = next((a for a in db.aggregations() if a["agg_id"] == scope.get("agg")), None)
+    if agg is None:
+        return ""
+    ranks = len(_run(db, agg["agg_id"]))
+    return f"aggregation {agg['agg_id']}" + (f" · rank {agg['rank']} of a job of {ranks} ranks" if ranks > 1 else "")
 
 
 def _wants_json(request: Request) -> bool:
@@ -93,8 +156,9 @@ def _error(request: Request, status: int, title: str, message: str, param: str |
 
 
 def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None,
-               gpu_spec: str | Path | None = None) -> Starlette:
-    """Build the ASGI app over ``db_paths`` (checked now: a bad database fails before the server starts)."""
+               gpu_spec: str | Path | None = None, hosts: Sequence[str] | None = None) -> Starlette:
+    """Build the ASGI app over ``db_paths`` (checked now: a bad database fails before the server starts).
+    ``hosts``: the Host allow-list (default: the loopback names; see ``viewer.security``)."""
     viewer = Viewer(db_paths, aggregate, gpu_spec)
 
     def view_page(request: Request):
@@ -107,7 +171,7 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         data = view_data(db, view, request.query_params, viewer)  # validates every parameter, even for HTML
         if _wants_json(request):
             return JSON(data)
-        boot = viewer.boot(db, slug)
+        boot = viewer.boot(db, slug, data.get("scope", {}).get("agg"))
         boot["initial"] = data
         return HTMLResponse(shell(view.title, boot))
 
@@ -136,8 +200,9 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         name, fmt = request.path_params["table"], request.path_params["fmt"]
         if name not in TABLES and name not in DERIVED:
             return _error(request, 404, "No such table", f"there is no table called {name!r}")
-        if fmt not in ("csv", "tsv", "json", "xlsx"):
-            raise BadParameter("format", f"{fmt!r}: use csv, tsv, json or xlsx")
+        if fmt not in ("csv", "tsv", "json", "xlsx", "pdf"):
+            raise BadParameter("format", f"{fmt!r}: use csv, tsv, json, xlsx or pdf")
+        titled = request.query_params.get("title") in ("1", "true")
         db = viewer.db(request.query_params)
         scope = page_scope(db, request.query_params)
         if name in DERIVED:
@@ -149,11 +214,16 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         filename = export.export_filename(db, req, fmt)
         headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
         if fmt in ("csv", "tsv"):
-            return StreamingResponse(export.csv_chunks(db, req, "\t" if fmt == "tsv" else ","),
+            title = export.export_title(db, req) if titled else None
+            return StreamingResponse(export.csv_chunks(db, req, "\t" if fmt == "tsv" else ",", title),
                                      media_type=f"text/{'tab-separated-values' if fmt == 'tsv' else 'csv'}; charset=utf-8",
                                      headers=headers)
         if fmt == "json":
             return StreamingResponse(export.json_chunks(db, req), media_type="application/json", headers=headers)
+        if fmt == "pdf":
+            shown = _scope_text(viewer.db(request.query_params), scope) if spec.scope("agg") else ""
+            return Response(export.write_pdf(db, req, shown),
+                            media_type="application/pdf", headers=headers)
         path = export.write_xlsx(db, req)
         return FileResponse(path, filename=filename, background=BackgroundTask(os.unlink, path),
                             media_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
@@ -178,6 +248,20 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
             raise BadParameter("key_node", "must be an op name")
         job = viewer.jobs.start(db, start, stop, key_node)
         return JSON(job, status_code=202)
+
+    def api_databases(request: Request):
+        return JSON({"databases": viewer.candidates()})
+
+    async def api_open_database(request: Request):
+        try:
+            body = orjson.loads(await request.body() or b"{}")
+        except orjson.JSONDecodeError:
+            raise BadParameter("body", "must be JSON: {path}") from None
+        path = body.get("path") if isinstance(body, dict) else None
+        if not isinstance(path, str) or not path:
+            raise BadParameter("path", "give the path of one of the databases listed by GET /api/databases")
+        db = viewer.open_db(path)
+        return JSON({"key": db.key, "name": db.profile_name, "path": str(db.path)})
 
     def api_job(request: Request):
         job_id = parse_int("job", request.path_params["job"])
@@ -210,6 +294,8 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         Route("/api/table/{table}", api_table),
         Route("/api/table/{table}/export.{fmt}", api_export),
         Route("/api/aggregate", api_aggregate, methods=["POST"]),
+        Route("/api/databases", api_databases),
+        Route("/api/databases", api_open_database, methods=["POST"]),
         Route("/api/jobs/{job}", api_job),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
         Route("/{view}", view_page),
@@ -219,8 +305,10 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         yield
         viewer.jobs.shutdown()
 
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts or allowed_hosts()), www_redirect=False),
+                  Middleware(SameOriginWrites)]
     app = Starlette(routes=routes, exception_handlers={BadParameter: bad_parameter, QueryTimeout: timeout,
                                                        DlscopeError: user_error, 404: not_found},
-                    lifespan=lifespan)
+                    lifespan=lifespan, middleware=middleware)
     app.state.viewer = viewer
     return app

@@ -33,7 +33,7 @@ def _check_port(host: str, port: int) -> None:
 
 def serve(db_paths: Sequence[str | Path], host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
           open_browser: bool = False, aggregate: Callable | None = None, log_level: str = "warning",
-          gpu_spec: str | Path | None = None) -> None:
+          gpu_spec: str | Path | None = None, allow_hosts: Sequence[str] = ()) -> None:
     """Check the databases, then serve the viewer until interrupted. Raises DlscopeError on bad input."""
     import uvicorn
 
@@ -47,7 +47,9 @@ def serve(db_paths: Sequence[str | Path], host: str = DEFAULT_HOST, port: int = 
         from dlscope.roofline import load_spec_file
 
         load_spec_file(gpu_spec)  # a bad spec file fails now, with its one-line reason
-    app = create_app(db_paths, aggregate=aggregate, gpu_spec=gpu_spec)
+    from dlscope.viewer.security import allowed_hosts
+
+    app = create_app(db_paths, aggregate=aggregate, gpu_spec=gpu_spec, hosts=allowed_hosts(host, allow_hosts))
     _check_port(host, port)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{'localhost' if host in ('127.0.0.1', 'localhost') else shown}:{port}/"
@@ -66,17 +68,20 @@ def serve(db_paths: Sequence[str | Path], host: str = DEFAULT_HOST, port: int = 
 @click.option("-p", "--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(1, 65535),
               help="Port to listen on.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the viewer in the default browser.")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Another host name the browser may use to reach the viewer (repeatable); loopback names, the "
+                   "-b address and, for -b 0.0.0.0, this machine's names and addresses are allowed already.")
 @click.option("--gpu-spec", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="JSON with one GPU's peaks for the Roofline view when the GPU is unknown "
                    "(shape of an entry of dlscope/data/gpu_specs.json).")
 def view_command(databases: tuple[Path, ...], host: str, port: int, open_browser: bool,
-                 gpu_spec: Path | None) -> None:
+                 allow_hosts: tuple[str, ...], gpu_spec: Path | None) -> None:
     """Browse profile databases (DB [DB2]) in the web viewer: dashboard, ops, kernels, iterations, GPUs,
     roofline; with two databases (BASE NEW) also the Compare view."""
     if len(databases) > 2:
         raise click.UsageError("give one database, or two to compare or switch between them")
     try:
-        serve(databases, host, port, open_browser, gpu_spec=gpu_spec)
+        serve(databases, host, port, open_browser, gpu_spec=gpu_spec, allow_hosts=allow_hosts)
     except DlscopeError as exc:  # also when the command runs outside dlscope's main (tests, embedding)
         click.echo(f"dlscope: error: {exc}", err=True)
         sys.exit(exc.exit_code)

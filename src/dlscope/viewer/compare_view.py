@@ -120,7 +120,10 @@ def table_source(viewer, db: ProfileDB, scope: dict, params: Mapping[str, str]) 
 
 
 def view_data(viewer, db: ProfileDB, scope: dict, params: Mapping[str, str]) -> dict:
-    """The view's JSON: the run-level comparison and the current page of each table."""
+    """The view's JSON: the run-level comparison and the current page of each table; with one database open,
+    the runs it can be compared with (``choices``: the databases next to it) instead."""
+    if len(viewer.dbs) < 2:
+        return {"compare": None, "choices": [c for c in viewer.candidates() if c["key"] is None], "tables": {}}
     result, tables = compare_result(viewer, params)
     base, _, new, _ = sides(viewer, params)
     head = {k: result[k] for k in HEAD_KEYS}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from dlscope.analyze.aggregation import CATEGORIES, CATEGORY_LABELS
+from dlscope.distributed.job import describe_gpus, physical_gpus
 from dlscope.viewer.profile_db import ProfileDB
 
 #: Resource usage breakdown categories, in DLProf's priority order (aggregations / agg_iterations columns).
@@ -63,9 +64,13 @@ def _rows(db: ProfileDB, sql: str, params=()) -> list[dict]:
 
 
 def system_config(db: ProfileDB) -> list[list]:
-    gpus = _rows(db, "SELECT rank, device, name FROM gpus ORDER BY rank, device") if db.has("gpus") else []
-    names = sorted({g["name"] for g in gpus if g["name"]})
-    rows = [["GPU Count", len(gpus) if gpus else None], ["GPU Name(s)", ", ".join(names) or None]]
+    """DLProf's System Configuration; GPU Count counts each physical GPU once, those that ran GPU work."""
+    gpus = physical_gpus(db.connection()) if db.has("gpus") else []
+    counts = describe_gpus(gpus)
+    rows = [["GPU Count", counts["active"] if db.has("gpus") else None], ["GPU Name(s)", ", ".join(counts["names"]) or None]]
+    if counts["idle"]:
+        idle = [f"GPU {g['device']}" + (f" of {g['host']}" if g["host"] else "") for g in gpus if not g["active"]]
+        rows.append(["Idle GPUs (present, no GPU activity)", f"{counts['idle']}: {', '.join(idle)}"])
     if db.has("sources"):
         ranks = db.execute_one("SELECT COUNT(DISTINCT rank) FROM sources")[0]
         rows.append(["Ranks", ranks])
@@ -95,8 +100,15 @@ def kernel_details(db: ProfileDB, agg: dict) -> dict:
             else [None, None], "other": [other_t, other_n]}
 
 
+#: Aggregation figures that do not exist when no iterations were found (the whole profile is one window): the
+#: summary JSON has null there, and so does the dashboard (never the stored placeholder 0..0, 1 iteration).
+ITERATION_FIGURES = ("iter_start", "iter_stop", "iterations_profiled", "avg_iteration_ns")
+
+
 def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
     agg = resolve_agg(db, agg_id)
+    if agg is not None and agg.get("iteration_method") == "whole_profile":
+        agg = {**agg, **dict.fromkeys(ITERATION_FIGURES)}
     out = {"profile_name": db.profile_name, "notice": db.notice, "aggregation": agg,
            "system": system_config(db)}
     if agg is None:
@@ -110,9 +122,9 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
     out["kernels"] = kernel_details(db, agg)
     out["total_iterations"] = db.execute_one(
         "SELECT COUNT(DISTINCT iteration) FROM agg_iterations WHERE agg_id = ?", (a,))[0] \
-        if db.has("agg_iterations") else None
+        if db.has("agg_iterations") and agg["iterations_profiled"] is not None else None
     out["top_ops"] = _rows(db, "SELECT gpu_time_ns, node_id, op_name, direction, op_type, calls, tc_eligible, "
-                               "using_tc FROM agg_ops WHERE agg_id = ? ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
+                               "using_tc FROM agg_ops WHERE agg_id = ? AND gpu_time_ns > 0 ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
         if db.has("agg_ops") else []
     out["iterations"] = iteration_series(db, a)
     findings = _rows(db, "SELECT finding_id, rule, severity, problem, recommendation, est_saving_ns, "

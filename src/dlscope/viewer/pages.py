@@ -41,6 +41,7 @@ def shell(title: str, boot: dict) -> str:
   <nav class="nav-controls">
     <label>View <select id="nav-view" aria-label="View"></select></label>
     <label id="nav-agg-wrap" hidden>Aggregation <select id="nav-agg" aria-label="Aggregation"></select></label>
+    <label id="nav-rank-wrap" hidden>Rank <select id="nav-rank" aria-label="Rank"></select></label>
     <label id="nav-db-wrap" hidden>Profile <select id="nav-db" aria-label="Profile"></select></label>
   </nav>
   <span class="profile-name" id="nav-profile"></span>

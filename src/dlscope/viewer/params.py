@@ -17,6 +17,9 @@ from dlscope.viewer.tables import TableSpec
 
 PAGE_SIZES = (10, 25, 50, 100)
 MAX_PAGE = 10_000_000
+#: SQLite integers are 64-bit: a whole number outside this range cannot be bound, so it is a bad parameter.
+INT64 = (-(2**63), 2**63 - 1)
+_INT = re.compile(r"^\s*[+-]?[0-9]+\s*$")
 UNITS_NS = {"": 1, "ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
             "min": 60_000_000_000}
 _NUM = re.compile(r"^\s*(>=|<=|>|<|=|!=)?\s*(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*([a-zµ]*)\s*$", re.I)
@@ -46,13 +49,19 @@ class TableRequest:
 
 
 def parse_int(name: str, raw: str, lo: int | None = None, hi: int | None = None) -> int:
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        raise BadParameter(name, f"{raw!r} is not a whole number") from None
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
+    """A whole number in ASCII digits within [lo, hi] (default: SQLite's 64-bit range), else BadParameter."""
+    if not isinstance(raw, str) or len(raw) > 40 or not _INT.match(raw):
+        raise BadParameter(name, f"{_short(raw)!r} is not a whole number")
+    value = int(raw)
+    lo = INT64[0] if lo is None else lo
+    hi = INT64[1] if hi is None else hi
+    if value < lo or value > hi:
         raise BadParameter(name, f"{value} is out of range [{lo}, {hi}]")
     return value
+
+
+def _short(raw, limit: int = 60):
+    return raw if not isinstance(raw, str) or len(raw) <= limit else raw[:limit] + "…"
 
 
 def parse_number(name: str, raw: str, kind: str) -> tuple[str, Any]:
@@ -79,6 +88,11 @@ def _unit(name: str, unit: str, scale_ok: bool) -> int:
     return UNITS_NS.get(unit, 1)
 
 
+def parse_id_list(name: str, raw: str) -> set[int]:
+    """A comma-separated list of whole numbers (the Group Ops tree's open/closed rows)."""
+    return {parse_int(name, x) for x in raw.split(",") if x.strip()}
+
+
 def parse_filter(name: str, raw: str, kind: str) -> tuple[str, Any] | None:
     raw = raw.strip()
     if raw == "":
@@ -101,8 +115,11 @@ def parse_scope(name: str, raw: str, kind: str) -> Any:
             value = json.loads(raw)
         except ValueError:
             value = None
-        if not isinstance(value, list) or not all(isinstance(v, (int, str)) for v in value):
+        if not isinstance(value, list) or not all(isinstance(v, (int, str)) and not isinstance(v, bool)
+                                                  for v in value):
             raise BadParameter(name, "must be a JSON list of numbers or names")
+        if any(isinstance(v, int) and not INT64[0] <= v <= INT64[1] for v in value):
+            raise BadParameter(name, f"a number in the list is out of range [{INT64[0]}, {INT64[1]}]")
         return value
     return raw
 

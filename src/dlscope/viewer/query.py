@@ -64,17 +64,25 @@ def where_clause(req: TableRequest, db: ProfileDB | None = None,
                 terms.append(scope.sql)
         elif f":{scope.name}" in spec.source:
             params[scope.name] = None
+    narrowed = any(sc.narrows and sc.name in req.scope for sc in spec.scopes)
     for i, (name, (op, value)) in enumerate(sorted(req.filters.items())):
         col = spec.column(name)
+        assert col is not None  # parse_table_request admitted only the spec's columns
         p = f"f{i}"
         if op == "contains" and db is not None and spec.huge and col.lookup:
             values, share = matching(db, col.lookup, value)
+            if not values:
+                terms.append("0")  # no name contains it: nothing to scan
+                continue
             term = col.in_sql.replace(":p", f":{p}")
             if not counting and share > WALK_SORT_INDEX_SHARE:
                 term = "+" + term  # unary + keeps SQLite off the name index: walk the sort index instead
             terms.append(term)
             params[p] = json.dumps(values)
             continue
+        if op == "contains" and spec.huge and not narrowed and db is not None and table_rows(db, spec) > BIG_TABLE_ROWS:
+            raise BadParameter(f"f.{name}", f"searching {col.label!r} over all {table_rows(db, spec):,} {spec.name} "
+                                            "reads every row; select an iteration first or search a name column")
         if col.join:
             joins.add(col.join)
         if op == "contains":
@@ -87,21 +95,30 @@ def where_clause(req: TableRequest, db: ProfileDB | None = None,
             terms.append(f"{col.sql} {op} :{p}")
             params[p] = value
     if req.q:
-        text_cols = [c for c in spec.columns if c.kind == "text"]
         ors = []
-        for j, c in enumerate(text_cols):
+        for j, c in enumerate(searched_columns(spec)):
             if db is not None and spec.huge and c.lookup:
-                ors.append(c.in_sql.replace(":p", f":q{j}"))
-                params[f"q{j}"] = json.dumps(matching(db, c.lookup, req.q)[0])
+                found, share = matching(db, c.lookup, req.q)
+                if found:
+                    term = c.in_sql.replace(":p", f":q{j}")
+                    ors.append(("+" + term) if not counting and share > WALK_SORT_INDEX_SHARE else term)
+                    params[f"q{j}"] = json.dumps(found)
                 continue
             if c.join:
                 joins.add(c.join)
             ors.append(f"{c.sql} LIKE :q ESCAPE '\\'")
-        if ors:
-            terms.append("(" + " OR ".join(ors) + ")")
-            if any("LIKE :q " in o for o in ors):
-                params["q"] = _like(req.q)
+        terms.append("(" + " OR ".join(ors) + ")" if ors else "0")
+        if any("LIKE :q " in o for o in ors):
+            params["q"] = _like(req.q)
     return terms, params, joins
+
+
+def searched_columns(spec: TableSpec) -> list:
+    """The columns the global search looks in: every text column, but on a table of raw events (millions of
+    rows) only the name columns, which are matched against their distinct names (a bounded cost), never a
+    LIKE scan over computed text such as grid and block."""
+    text = [c for c in spec.columns if c.kind == "text"]
+    return [c for c in text if c.lookup] if spec.huge else text
 
 
 def order_clause(req: TableRequest) -> tuple[str, set[str]]:

@@ -25,6 +25,8 @@ ROOFLINE_OPS = TableSpec(
      Column("tensor_cores", "Tensor Cores", "tensor_cores", "bool"),
      Column("bound", "Bound", "bound", "text"),
      Column("pct_of_roof", "% of Roof", "pct_of_roof", "pct"),
+     Column("above_roof", "Above Roof", "above_roof", "bool"),
+     Column("above_roof_reason", "Why Above the Roof", "above_roof_reason", "text", hidden=True),
      Column("est_saving_ns", "Est. Saving", "est_saving_ns", "ns"),
      Column("arithmetic_intensity", "AI (FLOP/B)", "arithmetic_intensity", "float"),
      Column("achieved_tflops", "Achieved TFLOP/s", "achieved_tflops", "float"),
@@ -61,7 +63,8 @@ SPECS = {s.name: s for s in (ROOFLINE_OPS, ROOFLINE_KERNELS)}
 PAGE_PARAMS = ()
 #: The chart's point fields (the tables carry the rest).
 OP_POINT = ("node_id", "op_name", "op_type", "precision", "tensor_cores", "arithmetic_intensity",
-            "achieved_flops_per_s", "gpu_time_ns", "bound", "pct_of_ceiling", "ceiling", "calls")
+            "achieved_flops_per_s", "gpu_time_ns", "bound", "pct_of_ceiling", "ceiling", "calls", "above_roof",
+            "above_roof_reason")
 KERNEL_POINT = ("kernel_name", "precision", "ai_l1", "ai_l2", "ai_dram", "achieved_flops_per_s", "time_ns",
                 "limiting_level", "pct_of_ceiling", "ceiling")
 

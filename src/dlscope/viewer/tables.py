@@ -211,23 +211,6 @@ ITERATION_OPS = TableSpec(
     scopes=(Scope("iteration", "1", required=True), Scope("rank", "1")),
     requires=("op_instances", "op_nodes", "kernels"))
 
-GPUS = TableSpec(
-    "gpus", "GPUs",
-    "gpus g LEFT JOIN agg_gpus a ON a.agg_id = :agg AND a.rank = g.rank AND a.device = g.device",
-    (Column("rank", "Rank", "g.rank", desc_first=False),
-     Column("device", "Device", "g.device", desc_first=False),
-     Column("name", "Name", "g.name", "text"),
-     Column("compute_capability", "Compute Capability", "g.cc_major || '.' || g.cc_minor", "text"),
-     Column("sm_count", "SM Count", "g.sm_count"),
-     Column("memory_bytes", "Memory", "g.memory_bytes", "bytes"),
-     Column("utilization", "GPU Utilization", "a.utilization", "pct"),
-     Column("busy_ns", "Busy Time", "a.busy_ns", "ns"),
-     Column("kernel_count", "Kernels", "a.kernel_count"),
-     Column("kernel_time_ns", "Kernel GPU Time", "a.kernel_time_ns", "ns"),
-     Column("tc_kernel_time_ns", "TC Kernel GPU Time", "a.tc_kernel_time_ns", "ns"),
-     Column("memory_ns", "Memory Time", "a.memory_ns", "ns")),
-    "rank", default_desc=False, scopes=(Scope("agg", "1", required=True),), requires=("gpus", "agg_gpus"))
-
 GROUP_COLUMNS = (
     Column("is_group", "Group or Op", "is_group", "bool"),
     Column("name", "Name", "name", "text"),
@@ -252,7 +235,7 @@ GROUPS = TableSpec("groups", "Group Ops", "agg_groups", GROUP_COLUMNS, "tree", d
                    key="group_id", scopes=(AGG,), requires=("agg_groups",))
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (OP_TYPES, OPS, OP_KERNELS, KERNEL_SUMMARY, ITERATIONS, KERNELS,
-                                                      ITERATION_OPS, GPUS, GROUPS)}
+                                                      ITERATION_OPS, GROUPS)}
 
 
 def column_meta(spec: TableSpec) -> list[dict]:

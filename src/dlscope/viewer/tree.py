@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from dlscope.viewer.params import BadParameter, TableRequest
+from dlscope.viewer.params import BadParameter, TableRequest, parse_id_list
 from dlscope.viewer.profile_db import ProfileDB
 from dlscope.viewer.tables import GROUPS
 
@@ -54,8 +54,8 @@ def _matches(node: dict, req: TableRequest) -> bool:
 
 def _ids(name: str, raw: str) -> set[int]:
     try:
-        return {int(x) for x in raw.split(",") if x.strip()}
-    except ValueError:
+        return parse_id_list(name, raw)
+    except BadParameter:
         raise BadParameter(name, "use a comma-separated list of group ids") from None
 
 

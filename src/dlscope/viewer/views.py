@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from dlscope.viewer import compare_view, dashboard, roofline_view
+from dlscope.viewer import compare_view, dashboard, job_view, roofline_view
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB
 from dlscope.viewer.query import fetch_page
@@ -35,8 +35,11 @@ class View:
     data: Callable | None = None    # data(viewer, db, scope, params) -> its JSON, derived tables included
 
 
+#: The job's stored tables (ranks, collective calls) are served like every other table.
+TABLES.update(job_view.TABLES)
+
 VIEWS = {v.slug: v for v in (
-    View("dashboard", "Dashboard"),
+    View("dashboard", "Dashboard", (ViewTable("ranks", "ranks"),)),
     View("op-types", "Op Type Summary", (ViewTable("types", "op_types"),)),
     View("group-ops", "Group Ops", (ViewTable("groups", "groups"),)),
     View("ops-kernels", "Ops and Kernels", (ViewTable("ops", "ops"), ViewTable("kernels", "op_kernels", ("node",)))),
@@ -46,6 +49,10 @@ VIEWS = {v.slug: v for v in (
          (ViewTable("iters", "iterations"), ViewTable("ops", "iteration_ops", ("iteration",)),
           ViewTable("kernels", "kernels", ("iteration", "node")))),
     View("iterations", "Iterations", (ViewTable("iters", "iterations"),)),
+    View("ranks", "Ranks", (ViewTable("ranks", "ranks"),)),
+    View("collectives", "Collectives", (ViewTable("calls", "collective_calls"),
+                                        ViewTable("ranks", "collective_ranks", ("call",))),
+         params=job_view.PAGE_PARAMS),
     View("gpus", "GPUs", (ViewTable("gpus", "gpus"),)),
     View("kernels", "All Kernels", (ViewTable("kernels", "kernels"),)),
     View("roofline", "Roofline", (ViewTable("ops", "roofline_ops"), ViewTable("kernels", "roofline_kernels")),
@@ -58,10 +65,11 @@ VIEWS = {v.slug: v for v in (
           ViewTable("iters", "iterations", ("iterations",))), in_menu=False),
 )}
 
-PAGE_PARAMS = {"db", "agg", "rank", "iteration", "node", "finding", "open", "closed", "_format", "details"}
+PAGE_PARAMS = {"db", "agg", "rank", "iteration", "node", "finding", "open", "closed", "_format", "details", "title"}
 
 #: Tables computed in Python (not stored): name -> (spec, source(viewer, db, scope, params) -> DerivedDB).
-DERIVED = {**{n: (s, roofline_view.table_source) for n, s in roofline_view.SPECS.items()},
+DERIVED = {**{n: (s, job_view.gpus_source) for n, s in job_view.SPECS.items()},
+           **{n: (s, roofline_view.table_source) for n, s in roofline_view.SPECS.items()},
            **{n: (s, compare_view.table_source) for n, s in compare_view.SPECS.items()}}
 
 
@@ -80,6 +88,9 @@ def page_scope(db: ProfileDB, params: Mapping[str, str]) -> dict:
     for name in ("rank", "iteration", "node", "finding"):
         if params.get(name):
             scope[name] = parse_int(name, params[name])
+    call = job_view.check_call(params)
+    if call is not None:
+        scope.update(call)
     if "finding" in scope and "agg" in scope:
         row = db.execute_one("SELECT evidence_json FROM findings WHERE agg_id = ? AND finding_id = ?",
                              (scope["agg"], scope["finding"])) if db.has("findings") else None
@@ -122,10 +133,13 @@ def view_data(db: ProfileDB, view: View, params: Mapping[str, str], viewer=None)
                  "tables": {}}
     if view.slug == "dashboard":
         out["dashboard"] = dashboard.dashboard_data(db, scope.get("agg"))
+        out["dashboard"]["job"] = job_view.job_data(db, scope.get("agg"))
     if view.slug == "iterations" and "agg" in scope:
         out["chart"] = dashboard.iteration_series(db, scope["agg"], scope.get("rank"))
     if view.data is not None:
         out.update(view.data(viewer, db, scope, params))
+    if view.slug == "gpus":
+        out["gpus"] = job_view.gpu_rows(db, scope.get("agg"))
     for vt in view.tables:
         if vt.table in TABLES and all(n in scope for n in vt.needs):
             out["tables"][vt.prefix] = table_page(db, vt.table, params, scope, vt.prefix + ".")

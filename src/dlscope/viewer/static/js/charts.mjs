@@ -1,7 +1,7 @@
 // Apache ECharts helpers: DLProf's colours, donuts with exact values on hover, and time axes in readable units.
 
 import * as echarts from "/static/vendor/echarts.esm.min.mjs";
-import { ns, exactNs, pct, nsUnit } from "./format.mjs";
+import { ns, exactNs, pct, nsUnit, el } from "./format.mjs";
 
 export { echarts };
 
@@ -12,17 +12,27 @@ export const COLORS = {
 
 const charts = new Set();
 window.addEventListener("resize", () => charts.forEach((c) => c.resize()));
+// A chart follows its box, not only the window: opening the Details pane or a narrower grid column resizes it.
+const resizer = typeof ResizeObserver === "undefined" ? null
+  : new ResizeObserver((entries) => entries.forEach((e) => { if (e.target.chart) e.target.chart.resize(); }));
 
 export function chart(host) {
   const c = echarts.init(host, null, { renderer: "canvas" });
   charts.add(c);
+  host.chart = c;  // tests and the console read what is drawn from here
+  if (resizer) resizer.observe(host);
   return c;
 }
 
-/** A donut of [label, value, colour] slices; ``fmt`` renders a value (exact on hover via tooltip). */
-export function donut(host, slices, { fmt = ns, exact = exactNs, center = "" } = {}) {
-  const c = chart(host);
+/** A donut of [label, value, colour] slices; ``fmt`` renders a value (exact on hover via tooltip). With nothing to
+ * draw (no slice above zero) it says ``empty`` instead of drawing equal slices of nothing. */
+export function donut(host, slices, { fmt = ns, exact = exactNs, center = "", empty = "Nothing was measured." } = {}) {
   const total = slices.reduce((a, s) => a + (s[1] || 0), 0);
+  if (!(total > 0)) {
+    host.replaceWith(el("p", { class: "na chart-empty", "data-testid": "chart-empty", text: empty }));
+    return null;
+  }
+  const c = chart(host);
   c.setOption({
     animation: false,
     tooltip: { trigger: "item", formatter: (p) => `${esc(p.name)}<br/><b>${fmt(p.value)}</b> (${p.percent.toFixed(1)} %)<br/><span style="color:#888">${exact(p.value)}</span>` },

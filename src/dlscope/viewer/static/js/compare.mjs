@@ -4,7 +4,7 @@
 import { el, ns, int, pct, NA, exactNs } from "./format.mjs";
 import { chart, esc, timeAxis } from "./charts.mjs";
 import { dataTable } from "./table.mjs";
-import { params } from "./state.mjs";
+import { params, boot } from "./state.mjs";
 
 const KEYS = ["base", "new", "base_agg", "new_agg"];
 const BASE_COLOR = "#90a4ae", NEW_COLOR = "#76b900";
@@ -50,17 +50,59 @@ function statusTag(v, row) {
   return el("span", { class: `tag status-${v}`, title: v === "both" ? "in both runs" : v === "new" ? "only in the new run" : "only in the base run", text: label });
 }
 
-function runCard(side, d) {
+/** Open a database listed by GET /api/databases (the runs next to this one) and return its key. */
+async function openRun(path) {
+  const res = await fetch("/api/databases", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ path }) });
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error || `HTTP ${res.status}`);
+  return body.key;
+}
+
+/** A picker of the runs this one can be compared with: those open, and the databases in the same folders. */
+function runPicker(label, choices, onPick, testid) {
+  const sel = el("select", { "aria-label": label, "data-testid": testid },
+    el("option", { value: "", text: choices.length ? "choose a run…" : "no other dlscope database in this folder" }),
+    choices.map((c) => el("option", { value: c.key !== null && c.key !== undefined ? `key:${c.key}` : `path:${c.path}`, title: c.path, text: `${c.name} — ${c.path.split("/").pop()}` })));
+  const note = el("span", { class: "hint" });
+  sel.addEventListener("change", async () => {
+    if (!sel.value) return;
+    try {
+      const key = sel.value.startsWith("key:") ? sel.value.slice(4) : await openRun(sel.value.slice(5));
+      onPick(key);
+    } catch (err) { note.textContent = err.message; }
+  });
+  return el("label", { class: "run-picker" }, `${label} `, sel, note);
+}
+
+async function candidates() {
+  const res = await fetch("/api/databases");
+  return res.ok ? (await res.json()).databases : [];
+}
+
+function renderPicker(content, data) {
+  const me = boot.profiles.find((p) => p.key === boot.db) || boot.profiles[0];
+  content.append(el("div", { class: "view-head" }, el("h1", { text: "Compare Runs" }),
+    el("p", { class: "hint", text: `Pick the run to compare ${me.name} with: the dlscope databases in the same folder are listed (or start the viewer with two databases: dlscope view BASE.sqlite NEW.sqlite).` })));
+  const panel = el("section", { class: "panel compare-picker", "data-testid": "compare-picker" },
+    el("div", { class: "panel-head" }, el("h2", { text: "Second run" })),
+    runPicker(`Compare ${me.name} (base) with`, data.choices || [], (key) => { location.href = `/compare?base=${encodeURIComponent(me.key)}&new=${encodeURIComponent(key)}`; }, "pick-new"));
+  content.append(panel);
+  document.body.dataset.ready = "1";
+}
+
+function runCard(side, d, choices) {
   const r = d[side];
   const aggs = r.aggregations || [];
   const iters = r.iterations_profiled ? `iterations ${r.iter_start}–${r.iter_stop} (${r.iterations_profiled})` : "whole profile";
   const gpus = [...new Set(r.gpus || [])].join(", ");
   const sel = aggs.length > 1 ? el("select", { "aria-label": `${side} aggregation`, onchange: (e) => go({ [`${side}_agg`]: e.target.value }) },
     aggs.map((a) => el("option", { value: a.agg_id, selected: a.agg_id === r.agg_id, text: `agg ${a.agg_id}: ${a.iter_start ?? "all"}–${a.iter_stop ?? ""}` }))) : null;
+  const other = choices.filter((c) => String(c.key) !== String(r.key));
   return el("div", { class: `run-card run-${side}`, "data-testid": `run-${side}` },
     el("span", { class: "run-role", text: side === "base" ? "Base (before)" : "New (after)" }),
     el("b", { class: "run-name", title: r.path, text: r.profile_name }),
-    el("span", { class: "hint", text: `${iters}${gpus ? ` · ${gpus}` : ""}` }), sel);
+    el("span", { class: "hint", text: `${iters}${gpus ? ` · ${gpus}` : ""}` }), sel,
+    runPicker("Another run:", other, (key) => go({ [side]: key, [`${side}_agg`]: null }), `pick-${side}`));
 }
 
 function verdictPanel(d) {
@@ -134,11 +176,13 @@ const FORMAT = {
 };
 const rowClass = (row) => (row.status === "both" ? "" : `row-${row.status}`);
 
-export function renderCompare(content, data) {
+export async function renderCompare(content, data) {
   const d = data.compare;
+  if (!d) { renderPicker(content, data); return; }
+  const choices = await candidates();
   content.append(el("div", { class: "view-head compare-head" }, el("h1", { text: "Compare Runs" }),
-    el("div", { class: "runs" }, runCard("base", d), el("button", { class: "btn swap", type: "button", title: "Swap base and new", text: "⇄ Swap",
-      onclick: () => go({ base: d.new.key, new: d.base.key, base_agg: null, new_agg: null }) }), runCard("new", d))));
+    el("div", { class: "runs" }, runCard("base", d, choices), el("button", { class: "btn swap", type: "button", title: "Swap base and new", text: "⇄ Swap",
+      onclick: () => go({ base: d.new.key, new: d.base.key, base_agg: null, new_agg: null }) }), runCard("new", d, choices))));
   const [breakdown, drawBreakdown] = breakdownPanel(d);
   content.append(verdictPanel(d), el("div", { class: "compare-grid" }, metricsPanel(d), breakdown));
   const counts = (c) => Object.entries(c || {}).filter(([k]) => ["new", "vanished", "both"].includes(k)).map(([k, v]) => `${int(v)} ${k === "both" ? "in both" : k}`).join(", ");

@@ -4,6 +4,7 @@ import { el, ns, nsSpan, int, pct, boolMark, NA, exactNs } from "./format.mjs";
 import { donut, COLORS } from "./charts.mjs";
 import { iterationChart } from "./iterchart.mjs";
 import { viewUrl, update, get } from "./state.mjs";
+import { ranksTable } from "./job.mjs";
 
 const TIPS = {
   wall: "Time from the start of the first op of the start iteration on the CPU to the end of the last CPU op or GPU activity of the stop iteration, whichever is later.",
@@ -55,8 +56,16 @@ export function kernelDetails(k) {
       el("button", { class: "close", type: "button", title: "Close the details pane", "aria-label": "Close", text: "✕",
         onclick: () => { update({ details: null }); document.getElementById("details").hidden = true; } })),
     el("table", { class: "grid" }, el("thead", {}, el("tr", {}, el("th", { text: "" }), el("th", { text: "Total GPU Time" }), el("th", { text: "Total Count" }))),
-      el("tbody", {}, row("All Kernels", k.all), row("Kernels Using TC", k.tc), row("Memory Kernels", k.memory), row("All Other Kernels", k.other))),
+      el("tbody", {}, row("All Kernels", k.all), row("Kernels Using TC", k.tc), row("Memory Kernels", k.memory), row("All Other Kernels", k.other),
+        row("Total (kernels and memory)", gpuTotal(k)))),
     el("p", { class: "hint", text: "TC stands for Tensor Cores. GPU Time is the cumulative time executing GPU kernels (memory: memcpy/memset)." }));
+}
+
+/** [time, count] of all GPU work in the Total Kernel GPU Time donut: its three slices (TC, memory, other) added. */
+export function gpuTotal(k) {
+  const parts = [k.tc, k.memory, k.other];
+  if (parts.some((x) => x[0] === null || x[0] === undefined)) return [null, null];
+  return [parts.reduce((a, x) => a + x[0], 0), parts.reduce((a, x) => a + (x[1] || 0), 0)];
 }
 
 export function showDetails(k) {
@@ -64,6 +73,32 @@ export function showDetails(k) {
   pane.replaceChildren(kernelDetails(k));
   pane.hidden = false;
   update({ details: "kernels" });
+}
+
+/** The job as one thing (the summary JSON's ``job``): wall clock, mean GPU utilization over every GPU, ranks. */
+function jobPanels(grid, job, a) {
+  const ms = (v) => (v === null || v === undefined ? null : el("span", { title: exactNs(v), text: (v / 1e6).toFixed(3) }));
+  const gc = job.gpu_counts || {};
+  const span = job.wall_clock_method === "span" ? "from the earliest rank's start to the latest rank's end"
+    : "the longest rank's: the ranks' clocks do not line up";
+  grid.append(panel(`Job of ${job.ranks} ranks`, "p-job", el("div", { class: "job-grid" },
+    kv([
+      ["Job Wall Clock (ms)", ms(job.wall_clock_ns), `The job's wall clock, ${span}.`],
+      ["GPU Utilization, all GPUs (%)", job.gpu_utilization === null ? null : el("span", { title: `${(job.gpu_utilization * 100).toFixed(4)} % = mean of ${job.gpu_count} GPUs`, text: (job.gpu_utilization * 100).toFixed(1) }),
+        "Mean over every GPU that ran GPU work of its busy time over its rank's wall clock. Each GPU: More…"],
+      ["GPUs", `${int(gc.active)} used${gc.idle ? `, ${int(gc.idle)} idle` : ""}`, "Each physical GPU (host and device) once."],
+      ["Ranks", job.ranks], ["Hosts", job.hosts === null ? el("span", { class: "na", text: "not recorded in the traces" }) : job.hosts],
+      ["Collective Calls", job.collective_calls],
+    ]),
+    el("div", { class: "job-links" },
+      el("a", { class: "more", href: viewUrl("gpus"), text: "More… (each GPU)" }),
+      el("a", { class: "more", href: viewUrl("ranks"), text: "Ranks →" }),
+      el("a", { class: "more", href: viewUrl("collectives"), text: "Collectives →" })))));
+  ranksTable(grid, { title: `Ranks (${job.ranks})`, hint: "Click a rank to see its dashboard; the straggler score says which rank the others wait for.", selected: a.rank })
+    .section.classList.add("p-ranks");
+  grid.append(el("section", { class: "panel p-rank-head", "data-testid": "rank-head" },
+    el("h2", { text: `Rank ${a.rank}` }),
+    el("p", { class: "hint", text: `The panels below are rank ${a.rank}'s (aggregation ${a.agg_id}). Pick another rank in the Ranks table or the Rank menu.` })));
 }
 
 export function renderDashboard(content, data) {
@@ -77,6 +112,9 @@ export function renderDashboard(content, data) {
   }
   const grid = el("div", { class: "dashboard" });
   content.append(grid);
+  const job = d.job && d.job.ranks > 1 ? d.job : null;
+  const of = job ? ` · rank ${a.rank}` : "";   // every per-rank panel says whose figures it shows
+  if (job) jobPanels(grid, job, a);
 
   const charts = [];
   const chartBox = () => el("div", { class: "chart small" });
@@ -85,13 +123,13 @@ export function renderDashboard(content, data) {
   const util = a.gpu_utilization;
   const utilBox = chartBox();
   const more = d.gpus.length > 1 ? el("a", { class: "more", href: viewUrl("gpus"), text: "More… (all GPUs)" }) : null;
-  grid.append(panel("GPU Utilization", "p-util", utilBox, util === null ? el("p", { class: "na", text: "GPU utilization was not measured (no GPU activity)." }) : null, more));
+  grid.append(panel(`GPU Utilization${of}`, "p-util", utilBox, util === null ? el("p", { class: "na", text: "GPU utilization was not measured (no GPU activity)." }) : null, more));
   if (util !== null) charts.push(() => donut(utilBox, [["Using GPU", util, COLORS.busy], ["Idle GPU", 1 - util, COLORS.idle]],
     { fmt: (v) => pct(v), exact: (v) => `${(v * 100).toFixed(4)} %`, center: pct(util) }));
 
   // Resource usage breakdown
   const brBox = chartBox();
-  grid.append(panel("Resource Usage Breakdown", "p-breakdown", brBox));
+  grid.append(panel(`Resource Usage Breakdown${of}`, "p-breakdown", brBox));
   const keys = ["tensor_core_ns", "non_tensor_core_ns", "memory_ns", "dataloader_ns", "io_ns", "cpu_ns", "other_ns"];
   charts.push(() => donut(brBox, d.breakdown.map(([label, v], i) => [label, v, COLORS[keys[i]]])));
 
@@ -99,16 +137,18 @@ export function renderDashboard(content, data) {
   const kBox = chartBox();
   const k = d.kernels;
   const detailsBtn = el("button", { class: "icon-btn", type: "button", title: "Show Kernel Details", "aria-label": "Show Kernel Details", text: "☰ Details", onclick: () => showDetails(k) });
-  const kPanel = panel("Total Kernel GPU Time", "p-kernels", kBox);
+  const total = gpuTotal(k);
+  const kPanel = panel(`Total Kernel GPU Time${of}`, "p-kernels", kBox,
+    total[0] ? el("p", { class: "hint", "data-testid": "kernel-total-parts", text: `${ns(total[0])} = kernels ${ns(k.all[0])} + memory operations ${ns(k.memory[0])}` }) : null);
   kPanel.querySelector(".panel-head").append(detailsBtn);
   grid.append(kPanel);
   charts.push(() => donut(kBox, [["Using Tensor Cores", k.tc[0], COLORS.tensor_core_ns], ["Memory Kernels", k.memory[0], COLORS.memory_ns],
-    ["All Other Kernels", k.other[0], COLORS.non_tensor_core_ns]], { center: ns(k.all[0]) }));
+    ["All Other Kernels", k.other[0], COLORS.non_tensor_core_ns]], { center: ns(total[0]), empty: "No GPU kernels or memory operations ran in this aggregation." }));
 
   // Tensor Core kernel efficiency
   const eff = a.tc_kernel_efficiency;
   const eBox = chartBox();
-  grid.append(panel("Tensor Core Kernel Efficiency", "p-tce", eBox,
+  grid.append(panel(`Tensor Core Kernel Efficiency${of}`, "p-tce", eBox,
     eff === null ? el("p", { class: "na", text: "No Tensor Core eligible ops ran kernels: efficiency cannot be computed." }) : null));
   if (eff !== null) charts.push(() => donut(eBox, [["Tensor Core kernels", eff, COLORS.tensor_core_ns], ["Other kernels of eligible ops", 1 - eff, COLORS.idle]],
     { fmt: (v) => pct(v), exact: (v) => `${(v * 100).toFixed(4)} %`, center: pct(eff) }));
@@ -116,7 +156,7 @@ export function renderDashboard(content, data) {
   // Performance summary
   const secs = (v) => (v === null || v === undefined ? null : el("span", { title: exactNs(v), text: (v / 1e9).toFixed(3) }));
   const ms = (v) => (v === null || v === undefined ? null : el("span", { title: exactNs(v), text: (v / 1e6).toFixed(3) }));
-  grid.append(panel("Performance Summary", "p-summary", kv([
+  grid.append(panel(`Performance Summary${of}`, "p-summary", kv([
     ["Wall Clock Time (s)", secs(a.wall_clock_ns), TIPS.wall],
     ["Tensor Core Kernel Efficiency (%)", eff === null ? null : (eff * 100).toFixed(1), TIPS.tce],
     ["GPU Utilization (%)", util === null ? null : (util * 100).toFixed(1), TIPS.util],
@@ -129,7 +169,7 @@ export function renderDashboard(content, data) {
 
   // Model summary (seed 000: DLProf's op nodes and Tensor Core eligibility)
   const share = a.tc_eligible_gpu_time_pct;
-  grid.append(panel("Model Summary", "p-model", kv([
+  grid.append(panel(`Model Summary${of}`, "p-model", kv([
     ["Op Nodes", a.op_nodes, TIPS.op_nodes],
     ["TC Eligible Op Nodes", a.tc_eligible_op_nodes, TIPS.tc_eligible_op_nodes],
     ["Op Nodes Using TC", a.op_nodes_using_tc, TIPS.op_nodes_using_tc],
@@ -138,7 +178,7 @@ export function renderDashboard(content, data) {
 
   // Iteration summary
   const itBox = el("div", { class: "chart wide" });
-  grid.append(panel("Iteration Summary", "p-iters wide", itBox, el("a", { class: "more", href: viewUrl("iterations"), text: "Open the Iterations view →" })));
+  grid.append(panel(`Iteration Summary${of}`, "p-iters wide", itBox, el("a", { class: "more", href: viewUrl("iterations"), text: "Open the Iterations view →" })));
   if (d.iterations.rows.length) charts.push(() => iterationChart(itBox, d.iterations, { interactive: false }));
   else itBox.replaceWith(el("p", { class: "na", text: "No iterations were found in this profile." }));
 
@@ -151,7 +191,7 @@ export function renderDashboard(content, data) {
       el("td", {}, el("span", { class: "rule", text: f.rule || "" }), el("div", { text: f.problem || "" }), saving),
       el("td", {}, linkify(f.recommendation)));
   });
-  grid.append(panel("Expert Systems", "p-experts wide", d.findings.length
+  grid.append(panel(`Expert Systems${of}`, "p-experts wide", d.findings.length
     ? el("table", { class: "grid experts" }, el("thead", {}, el("tr", {}, el("th", { text: "" }), el("th", { text: "Problem" }), el("th", { text: "Recommendation" }))), el("tbody", {}, rows))
     : el("p", { class: "ok", text: "No issues were detected in this aggregation." })));
 
@@ -165,7 +205,7 @@ export function renderDashboard(content, data) {
       hasDir ? el("td", { text: o.direction || "" }) : null,
       el("td", { text: o.op_type || "" }), el("td", { class: "num", text: int(o.calls) }),
       el("td", {}, boolMark(o.tc_eligible)), el("td", {}, boolMark(o.using_tc))))));
-  grid.append(panel("Top 10 GPU Ops", "p-top wide", d.top_ops.length ? top : el("p", { class: "na", text: "No ops ran on the GPU." })));
+  grid.append(panel(`Top 10 GPU Ops${of}`, "p-top wide", d.top_ops.length ? top : el("p", { class: "na", text: "No ops ran on the GPU." })));
 
   // System configuration
   grid.append(panel("System Configuration", "p-system", kv(d.system.map(([k2, v]) => [k2, v]))));

@@ -1,6 +1,6 @@
 // Boot: navigation bar (view, aggregation, profile), banners, and the router drawing the current view.
 
-import { boot, params, update, viewUrl, getJSON } from "./state.mjs";
+import { boot, params, update, viewUrl, getJSON, shownAggregation, rankTitle } from "./state.mjs";
 import { el } from "./format.mjs";
 import { resumeJob } from "./jobs.mjs";
 
@@ -13,6 +13,8 @@ const RENDER = {
   "kernels-by-op": async (c, d, r) => (await import("./views.mjs")).renderKernelsByOp(c, r),
   "iterations": async (c, d, r) => (await import("./iterations.mjs")).renderIterations(c, d, r),
   "gpus": async (c, d) => (await import("./views.mjs")).renderGpus(c, d),
+  "ranks": async (c, d, r) => (await import("./job.mjs")).renderRanks(c, d, r),
+  "collectives": async (c, d, r) => (await import("./job.mjs")).renderCollectives(c, d, r),
   "kernels": async (c) => (await import("./views.mjs")).renderAllKernels(c),
   "finding": async (c, d) => (await import("./views.mjs")).renderFinding(c, d),
   "roofline": async (c, d) => (await import("./roofline.mjs")).renderRoofline(c, d),
@@ -21,7 +23,14 @@ const RENDER = {
 
 function aggLabel(a) {
   const range = a.iter_start === null || a.iter_start === undefined ? "all iterations" : `${a.iter_start} to ${a.iter_stop}`;
-  return `${range}${a.rank !== null && a.rank !== undefined ? ` · rank ${a.rank}` : ""}`;
+  return `${range}${a.key_node ? ` · key node ${a.key_node}` : ""}`;
+}
+
+function go(agg) {
+  const p = new URLSearchParams();
+  if (params().get("db")) p.set("db", params().get("db"));
+  p.set("agg", agg);
+  location.href = `${location.pathname}?${p}`;
 }
 
 function navbar() {
@@ -29,12 +38,27 @@ function navbar() {
   for (const v of boot.views) if (v.menu || v.slug === boot.view) viewSel.append(el("option", { value: v.slug, selected: v.slug === boot.view, text: v.title }));
   viewSel.addEventListener("change", () => { location.href = viewUrl(viewSel.value); });
   const aggs = boot.aggregations || [];
-  const current = boot.initial && boot.initial.scope ? boot.initial.scope.agg : null;
-  if (aggs.length > 1) {
+  const shown = shownAggregation();
+  // One entry per aggregation run (each run holds one aggregation per rank); the Rank menu picks the rank.
+  const runKey = (a) => (a.run_id === null || a.run_id === undefined ? a.agg_id : a.run_id);
+  const runs = new Map();
+  for (const a of aggs) if (!runs.has(runKey(a))) runs.set(runKey(a), []);
+  for (const a of aggs) runs.get(runKey(a)).push(a);
+  if (runs.size > 1) {
     const sel = document.getElementById("nav-agg");
-    for (const a of aggs) sel.append(el("option", { value: a.agg_id, selected: a.agg_id === current, title: `Key node: ${a.key_node || "(default)"} · created ${a.created_at || ""}`, text: aggLabel(a) }));
-    sel.addEventListener("change", () => { const p = new URLSearchParams(); if (params().get("db")) p.set("db", params().get("db")); p.set("agg", sel.value); location.href = `${location.pathname}?${p}`; });
+    for (const [key, members] of runs) {
+      const pick = members.find((m) => shown && m.rank === shown.rank) || members[0];
+      sel.append(el("option", { value: pick.agg_id, selected: shown && runKey(shown) === key, title: `created ${pick.created_at || ""}`, text: aggLabel(pick) }));
+    }
+    sel.addEventListener("change", () => go(sel.value));
     document.getElementById("nav-agg-wrap").hidden = false;
+  }
+  const run = boot.run || [];
+  if (run.length > 1) {
+    const sel = document.getElementById("nav-rank");
+    for (const r of run) sel.append(el("option", { value: r.agg_id, selected: shown && shown.agg_id === r.agg_id, text: `rank ${r.rank}` }));
+    sel.addEventListener("change", () => go(sel.value));
+    document.getElementById("nav-rank-wrap").hidden = false;
   }
   if (boot.profiles.length > 1) {
     const sel = document.getElementById("nav-db");
@@ -42,7 +66,10 @@ function navbar() {
     sel.addEventListener("change", () => { location.href = `${location.pathname}?db=${encodeURIComponent(sel.value)}`; });
     document.getElementById("nav-db-wrap").hidden = false;
   }
-  document.getElementById("nav-profile").textContent = boot.profile_name;
+  const title = rankTitle();
+  document.getElementById("nav-profile").textContent = boot.profile_name + (title ? ` · ${title}` : "");
+  document.getElementById("nav-profile").title = boot.profile_name + (title ? ` · ${title}` : "");
+  if (title) document.title = `${document.title} · ${title}`;
   if (boot.notice) document.getElementById("banners").append(el("div", { class: "banner notice", role: "note" }, el("b", { text: "Note: " }), boot.notice));
 }
 
@@ -61,7 +88,7 @@ async function render() {
   content.replaceChildren();
   document.body.dataset.ready = "";
   await RENDER[boot.view](content, data, render);
-  if (!["dashboard", "iterations", "roofline", "compare"].includes(boot.view)) document.body.dataset.ready = "1";
+  if (!["dashboard", "iterations", "roofline", "compare", "gpus"].includes(boot.view)) document.body.dataset.ready = "1";
   window.scrollTo(0, scroll);
 }
 

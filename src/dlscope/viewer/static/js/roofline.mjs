@@ -74,7 +74,8 @@ function shareOf(v, whole) {
 function summaryPanel(r) {
   const s = r.summary, c = r.ceilings, g = r.gpu;
   const gpuName = g && g.name ? g.name : g && g.cc ? `compute capability ${g.cc}` : null;
-  const roofsFrom = c ? `${c.name} (matched by ${c.matched_by}${c.note ? `; ${c.note}` : ""})` : null;
+  // the cell names the roofs; how they were matched (a sentence or two) goes below the table
+  const roofsFrom = c ? el("span", { title: c.note || `matched by ${c.matched_by}`, text: c.name }) : null;
   const modelled = s.modelled_gpu_time_ns;
   return el("section", { class: "panel p-roof-summary", "data-testid": "roofline-summary" },
     el("div", { class: "panel-head" }, el("h2", { text: "Summary" })),
@@ -85,7 +86,9 @@ function summaryPanel(r) {
       ["Op GPU time on the chart", shareOf(modelled, s.op_gpu_time_ns), "modelled"],
       ["Op GPU time without a FLOP model", shareOf(s.unmodelled_gpu_time_ns, s.op_gpu_time_ns)],
       ["Ops on the chart", int(s.modelled_op_nodes), "op-count"],
-      ["Kernels with counters (Nsight Compute)", int(r.kernels.length), "kernel-count"]]),
+      ["Kernels with counters (Nsight Compute)", int(r.kernels.length), "kernel-count"],
+      ["Ops above their roof", int(s.above_roof_op_nodes || 0), "above-count"]]),
+    c && c.note ? el("p", { class: "hint roofs-note", "data-testid": "roofs-note", text: `Roofs: ${c.note}` }) : null,
     el("p", { class: "hint", text: "Bound: an op at or above the ridge point (peak FLOP/s of its precision ÷ DRAM bandwidth) is math bound, below it memory bound. % of roof = achieved ÷ the roof at its intensity." }));
 }
 
@@ -140,6 +143,10 @@ function drawChart(box, r) {
     const data = opPts.filter((o) => (o.bound || "none") === bound).map((o) => ({ value: [o.arithmetic_intensity, o.achieved_flops_per_s], op: o, symbolSize: size(o.gpu_time_ns) }));
     if (data.length) series.push({ name, type: "scatter", data, z: 5, itemStyle: { color, opacity: 0.75, borderColor: "#fff", borderWidth: 1 }, emphasis: { focus: "self", itemStyle: { opacity: 1 } } });
   }
+  const above = opPts.filter((o) => o.above_roof);
+  if (above.length) series.push({ name: "Above their roof (see the note)", type: "scatter", symbol: "circle", z: 7,
+    data: above.map((o) => ({ value: [o.arithmetic_intensity, o.achieved_flops_per_s], op: o, symbolSize: size(o.gpu_time_ns) + 4 })),
+    itemStyle: { color: "rgba(0,0,0,0)", borderColor: "#d32f2f", borderWidth: 2 } });
   for (const lvl of Object.keys(LEVELS)) {
     const data = kPts.filter(([l]) => l === lvl).map(([l, k]) => ({ value: [k[`ai_${l}`], k.achieved_flops_per_s], kernel: k, level: l, symbolSize: size(k.time_ns) }));
     if (data.length) series.push({ name: `Kernels at ${LEVELS[lvl][0]} intensity`, type: "scatter", symbol: KERNEL_SYMBOL[lvl], data, z: 6,
@@ -152,7 +159,8 @@ function drawChart(box, r) {
       return [`<b>${esc(o.op_name)}</b>`, `<span style="color:#888">${esc(o.op_type || "")} · ${esc(o.precision || "?")}${o.tensor_cores ? " · Tensor Cores" : ""} · ${int(o.calls)} calls</span>`,
         `Arithmetic intensity: <b>${num(o.arithmetic_intensity, 2)}</b> FLOP/B`, `Achieved: <b>${flops(o.achieved_flops_per_s)}</b>`,
         `GPU time: <b>${ns(o.gpu_time_ns)}</b> <span style="color:#888">${int(o.gpu_time_ns)} ns</span>`,
-        o.bound ? `${esc(o.bound)} bound · <b>${pctText(o.pct_of_ceiling)}</b> of its roof (${esc(precisionLabel(o.ceiling || ""))})` : "no roof: GPU unknown"].join("<br/>");
+        o.bound ? `${esc(o.bound)} bound · <b>${pctText(o.pct_of_ceiling)}</b> of its roof (${esc(precisionLabel(o.ceiling || ""))})` : "no roof: GPU unknown",
+        o.above_roof ? `<span style="color:#d32f2f">Above its roof: ${esc(o.above_roof_reason || "")}</span>` : ""].filter(Boolean).join("<br/>");
     }
     if (d.kernel) {
       const k = d.kernel;
@@ -197,6 +205,13 @@ export function renderRoofline(content, data) {
   const chartPanel = el("section", { class: "panel p-roof-chart" }, el("div", { class: "panel-head" }, el("h2", { text: "Roofline Chart" }),
     el("p", { class: "hint", text: r.ceilings ? `${r.ceilings.name}: dark roofs are the precisions these ops use` : "ops placed without roofs" })), box);
   const off = r.ops.filter((o) => !(o.arithmetic_intensity > 0 && o.achieved_flops_per_s > 0));
+  const above = r.ops.filter((o) => o.above_roof);
+  if (above.length) {
+    const reasons = [...new Set(above.map((o) => o.above_roof_reason))];
+    chartPanel.append(el("div", { class: "above-roof", role: "note", "data-testid": "above-roof" },
+      el("b", { text: `${above.length} op${above.length > 1 ? "s" : ""} above ${above.length > 1 ? "their" : "its"} roof (red rings, up to ${Math.max(...above.map((o) => o.pct_of_ceiling)).toFixed(0)} %): ` }),
+      reasons.join(" Or: ")));
+  }
   if (off.length) chartPanel.append(el("p", { class: "hint", "data-testid": "off-chart", text: `${off.length} op${off.length > 1 ? "s" : ""} without FLOPs (pure data movement, e.g. ${off[0].op_name}) cannot sit on a log scale: see the table.` }));
   if (!hasPoints) {
     chartPanel.append(el("p", { class: "na", "data-testid": "roofline-empty", text: r.summary.op_gpu_time_ns

@@ -20,7 +20,7 @@ export function update(changes, push = false) {
 export function pageScope(extra = {}) {
   const p = params();
   const out = {};
-  for (const k of ["db", "agg", "rank", "iteration", "node", "finding"]) if (p.get(k) !== null) out[k] = p.get(k);
+  for (const k of ["db", "agg", "rank", "iteration", "node", "finding", "call"]) if (p.get(k) !== null) out[k] = p.get(k);
   return { ...out, ...extra };
 }
 
@@ -45,3 +45,18 @@ export function query(obj) {
   for (const [k, v] of Object.entries(obj)) if (v !== null && v !== undefined && v !== "") p.set(k, String(v));
   return p.toString();
 }
+
+/** The aggregation shown (from the view's scope) and the run it belongs to (one aggregation per rank). */
+export function shownAggregation() {
+  const aggs = boot.aggregations || [];
+  const current = boot.initial && boot.initial.scope ? boot.initial.scope.agg : null;
+  return aggs.find((a) => a.agg_id === current) || null;
+}
+
+/** "job of 8 ranks · rank 3" for a job, "" for one rank. */
+export function rankTitle() {
+  const run = boot.run || [];
+  const a = shownAggregation();
+  return run.length > 1 ? `job of ${run.length} ranks${a ? ` · rank ${a.rank}` : ""}` : "";
+}
+

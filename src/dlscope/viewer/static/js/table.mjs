@@ -28,14 +28,17 @@ export function dataTable(host, opts) {
   let lastResp = null;
   let lastQuery = {};
 
-  const search = el("input", { type: "search", class: "global-search", placeholder: "Search all text columns", value: q0, "aria-label": `Search ${opts.title}` });
+  const searched = (meta.searched || []).join(", ");
+  const search = el("input", { type: "search", class: "global-search", value: q0, "aria-label": `Search ${opts.title}`,
+    placeholder: meta.huge ? `Search ${searched || "names"}` : "Search all text columns",
+    title: searched ? `Searches ${searched}${meta.huge ? " (the names of millions of events are matched through their distinct names; other text columns are searched with their own column filter within an iteration)" : ""}` : "" });
   const counterNote = el("span", { class: "count-note" });
   const exportLink = (fmt, label) => el("a", { class: "btn", href: "#", "data-export": fmt, text: label,
     onclick: (e) => { e.currentTarget.href = exportUrl(fmt); } });
   const copyBtn = el("button", { class: "btn", type: "button", text: "Clipboard", onclick: () => copyAll() });
   const colMenu = el("details", { class: "columns-menu" }, el("summary", { class: "btn", text: "Columns" }));
   const toolbar = el("div", { class: "toolbar" },
-    el("span", { class: "export" }, "Export to: ", exportLink("xlsx", "Excel"), exportLink("csv", "CSV"),
+    el("span", { class: "export" }, "Export to: ", exportLink("xlsx", "Excel"), exportLink("pdf", "PDF"), exportLink("csv", "CSV"),
       exportLink("json", "JSON"), copyBtn),
     colMenu, el("span", { class: "spacer" }), el("label", { class: "search-label" }, "Search: ", search));
   const tableHost = el("div", { class: "table-host" });
@@ -85,13 +88,15 @@ export function dataTable(host, opts) {
     return out;
   }
 
+  /** Exports carry the profile name in their header (CSV, TSV and so the clipboard: a first title line). */
   function exportUrl(fmt) {
-    return `/api/table/${opts.table}/export.${fmt}?${query(lastQuery)}`;
+    const extra = fmt === "csv" || fmt === "tsv" ? { title: 1 } : {};
+    return `/api/table/${opts.table}/export.${fmt}?${query({ ...lastQuery, ...extra })}`;
   }
 
   async function copyAll() {
     const total = lastResp ? lastResp.total : null;
-    if (total === null || total > CLIPBOARD_MAX) {
+    if (total === null || total > CLIPBOARD_MAX) {  // the clipboard gets the table with its title line
       flash(`Too many rows for the clipboard (${total === null ? "unknown count" : int(total)}); use CSV or Excel.`);
       return;
     }

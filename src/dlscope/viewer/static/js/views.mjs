@@ -2,7 +2,7 @@
 // Kernels and an expert-system finding's drill-down. Selections go into the URL so every state is shareable.
 
 import { dataTable } from "./table.mjs";
-import { el, shareBar, int, nsSpan } from "./format.mjs";
+import { el, shareBar, int, nsSpan, pct, ns as nsText } from "./format.mjs";
 import { pageScope, update, get, params, viewUrl, query } from "./state.mjs";
 import { chart, COLORS, esc } from "./charts.mjs";
 
@@ -127,21 +127,36 @@ export function renderGroups(content, rerender) {
 }
 
 export function renderGpus(content, data) {
-  heading(content, "GPUs", "Utilization and properties of every GPU of every rank.");
-  const box = el("div", { class: "chart medium" });
-  const panelEl = el("section", { class: "panel" }, el("div", { class: "panel-head" }, el("h2", { text: "GPU Utilization" })), box);
+  const rows = data.gpus || [];
+  const active = rows.filter((r) => r.state === "active");
+  const idle = rows.length - active.length;
+  heading(content, "GPUs", `Each physical GPU (host and device) once, with the rank that used it and its utilization in that rank's aggregation window${idle ? `; ${idle} present but idle (no GPU activity)` : ""}.`);
+  const box = el("div", { class: "chart medium", "data-testid": "gpu-chart" });
+  const panelEl = el("section", { class: "panel" }, el("div", { class: "panel-head" }, el("h2", { text: "GPU Utilization" }),
+    el("p", { class: "hint", text: active.length ? `mean of ${active.length} GPUs: ${pct(mean(active.map((r) => r.utilization)))}` : "no GPU ran GPU activity" })), box);
   content.append(panelEl);
-  dataTable(content, { table: "gpus", prefix: "gpus", title: "GPUs", scope: () => pageScope(), rowKey: "device" });
-  fetch(`/api/table/gpus?${query({ ...pageScope(), size: 100 })}`).then((r) => r.json()).then((d) => {
-    const rows = d.rows || [];
-    if (rows.length < 2) { panelEl.querySelector(".panel-head").append(el("span", { class: "hint", text: " (one GPU: see the table)" })); }
+  dataTable(content, { table: "gpus", prefix: "gpus", title: "GPUs", scope: () => pageScope(), rowKey: "row",
+    format: { ranks: (v) => (v === "" ? el("span", { class: "na", text: "idle" }) : el("span", { text: `rank ${v}` })),
+      host: (v) => (v ? el("span", { text: v }) : el("span", { class: "na", text: "not recorded" })) } });
+  const label = (r) => `${r.host ? `${r.host} ` : ""}GPU ${r.device} · rank ${r.ranks}`;
+  requestAnimationFrame(() => {
+    if (!active.length) { box.replaceWith(el("p", { class: "na", text: "No GPU ran kernels, memcpy or memset." })); document.body.dataset.ready = "1"; return; }
     const c = chart(box);
-    c.setOption({ animation: false, grid: { left: 60, right: 20, top: 20, bottom: 60 },
-      tooltip: { trigger: "axis", formatter: (it) => `${esc(it[0].name)}<br/>${esc(rows[it[0].dataIndex].name || "")}<br/><b>${it[0].value === null ? "n/a" : it[0].value.toFixed(2) + " %"}</b>` },
-      xAxis: { type: "category", data: rows.map((r) => `rank ${r.rank} · GPU ${r.device}`), axisLabel: { rotate: rows.length > 8 ? 45 : 0 } },
+    c.setOption({ animation: false, grid: { left: 60, right: 20, top: 20, bottom: active.length > 8 ? 80 : 40 },
+      tooltip: { trigger: "axis", formatter: (items) => {
+        const r = active[items[0].dataIndex];
+        return `${esc(label(r))}<br/>${esc(r.name || "")}<br/><b>${pct(r.utilization)}</b> busy: ${esc(nsText(r.busy_ns))}`;
+      } },
+      xAxis: { type: "category", data: active.map(label), axisLabel: { rotate: active.length > 8 ? 45 : 0, interval: 0 } },
       yAxis: { type: "value", max: 100, name: "Utilization (%)" },
-      series: [{ type: "bar", barMaxWidth: 40, itemStyle: { color: COLORS.busy }, data: rows.map((r) => (r.utilization === null ? null : r.utilization * 100)) }] });
+      series: [{ type: "bar", barMaxWidth: 40, itemStyle: { color: COLORS.busy }, data: active.map((r) => (r.utilization === null ? 0 : r.utilization * 100)) }] });
+    document.body.dataset.ready = "1";
   });
+}
+
+function mean(xs) {
+  const v = xs.filter((x) => x !== null && x !== undefined);
+  return v.length ? v.reduce((a, b) => a + b, 0) / v.length : null;
 }
 
 export function renderFinding(content, data) {
