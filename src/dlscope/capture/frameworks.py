@@ -160,6 +160,13 @@ class JaxSession(FrameworkSession):
     def _hook_steps(self) -> None:
         self._undo.append(watch_jit(self._jax, lambda: self.step(explicit=False)))
 
+    def facts(self) -> dict[str, Any]:
+        """A call of the step function starts a step, so the program ran one step more than the boundaries."""
+        facts = super().facts()
+        if not self.explicit_steps and self.step_num:
+            facts["steps_seen"] = self.step_num + 1
+        return facts
+
     def _profiler_start(self) -> None:
         self._jax.profiler.start_trace(str(self.trace_dir))
 
