@@ -165,3 +165,28 @@ def test_tf_trace_imports_end_to_end_with_report(tmp_path):
     report = _cli("report", db, "-o", tmp_path / "reports", "--formats", "csv,md")
     assert report.returncode == 0, report.stderr
     assert any((tmp_path / "reports").iterdir())
+
+
+def test_tf_profile_gets_tensorflow_advice_not_pytorch(tmp_path):
+    """The TF run's FP32 convolutions (cuDNN winograd, sgemm: no Tensor Core kernel) get TF's AMP API."""
+    db = tmp_path / "tf.sqlite"
+    assert _cli("import", data_file(*TF), "-o", db).returncode == 0
+    findings = {f["rule"]: f for f in json.loads(_cli("summary", db, "--json").stdout)["findings"]}
+    amp = findings["amp_not_enabled"]
+    assert amp["est_saving_ns"] > 0
+    assert "tf.keras.mixed_precision" in amp["recommendation"] and "torch" not in amp["recommendation"]
+
+
+def test_framework_detection_reads_what_the_importers_wrote():
+    import pandas as pd
+
+    from dlscope.experts.frameworks import advice, detect
+
+    none = pd.DataFrame({"name": pd.Series([], dtype=object)})
+    ops = pd.DataFrame({"op_type": ["PjitFunction", "dot"]})
+    ranges = pd.DataFrame({"domain": ["step"]})
+    assert detect(ops, ranges, none) == "jax"
+    assert detect(pd.DataFrame({"op_type": ["matmul"]}), pd.DataFrame({"domain": ["paddle_phase"]}), none) == "paddle"
+    assert detect(pd.DataFrame({"op_type": ["aten::mm"]}), ranges, none) == "torch"
+    assert "jax.jit" in advice("launch_bound", "jax", "training", "torch words")
+    assert advice("launch_bound", "torch", "training", "torch words") == "torch words"
