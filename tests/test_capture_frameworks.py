@@ -31,13 +31,13 @@ def profile(tmp_path: Path, framework: str, script: Path, *args: str) -> tuple[P
     result = subprocess.run([sys.executable, "-m", "dlscope", "profile", "--framework", framework, "-o", db,
                              "--wait", str(WAIT), "--warmup", str(WARMUP), "--steps", str(ACTIVE),
                              "--", sys.executable, script, *args],
-                            capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                            check=False, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     return db, result
 
 
 def summary(db: Path) -> dict:
-    out = subprocess.run([sys.executable, "-m", "dlscope", "summary", db, "--json"], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "dlscope", "summary", db, "--json"], check=False, capture_output=True,
                          text=True, timeout=300)
     return json.loads(out.stdout)
 

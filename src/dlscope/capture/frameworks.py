@@ -24,8 +24,9 @@ import platform
 import threading
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import session as _session
 from .schedule import RECORD, RECORD_AND_SAVE, WARMUP, CaptureWindow
@@ -68,7 +69,7 @@ class FrameworkSession:
     def _close_marker(self, marker: Any) -> None: ...
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    def start(self) -> "FrameworkSession":
+    def start(self) -> FrameworkSession:
         if _session._ACTIVE is not None:
             raise RuntimeError("a dlscope capture is already running in this process")
         self.trace_dir.mkdir(parents=True, exist_ok=True)

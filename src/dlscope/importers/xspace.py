@@ -33,7 +33,12 @@ def looks_like_xspace(head: bytes) -> bool:
 @lru_cache(maxsize=1)
 def xspace_class() -> Any:
     """The ``tensorflow.profiler.XSpace`` message class (raises ImportError without protobuf)."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+    from google.protobuf import (
+        descriptor_pb2,
+        descriptor_pool,
+        json_format,
+        message_factory,
+    )
 
     text = resources.files("dlscope.data").joinpath("xplane_descriptor.json").read_text()
     proto = json_format.Parse(text, descriptor_pb2.FileDescriptorProto())

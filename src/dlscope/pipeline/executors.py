@@ -44,7 +44,6 @@ def import_file(path: str, max_memory: int | None = None, progress=None) -> Prof
         load_nsys_stats_csv,
         looks_like_nsys_stats_csv,
     )
-
     from .nonempty import require_events
 
     if looks_like_nsys_stats_csv(path):
