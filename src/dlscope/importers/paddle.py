@@ -96,7 +96,7 @@ def load_paddle(path: str | Path) -> Profile:
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
         cat = str(ev.get("cat", ""))
         start, end = _rel_ns(args.get("start_time")), _rel_ns(args.get("end_time"))
         if start is None or end is None:
@@ -152,7 +152,7 @@ def load_paddle(path: str | Path) -> Profile:
         if not table_rows:
             tables[name] = Profile().table(name)
             continue
-        cols = {k: [r.get(k, -1) for r in table_rows] for k in dict.fromkeys(k for r in table_rows for k in r)}
+        cols: dict[str, Any] = {k: [r.get(k, -1) for r in table_rows] for k in dict.fromkeys(k for r in table_rows for k in r)}
         for col in ("start", "end"):
             cols[col] = np.asarray(cols[col], dtype=np.int64) + base
         id_col = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
