@@ -32,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--nvtx", action="store_true", help="run under nsys: NVTX ranges instead of torch.profiler")
+    p.add_argument("--framework", default="torch", choices=["torch", "jax", "tf", "paddle"],
+                   help="whose profiler records: torch.profiler, or JAX's, TensorFlow's or Paddle's own")
     p.add_argument("--module", default=None, help="run a module like python -m")
     p.add_argument("--code", default=None, help="run code like python -c")
     return p
@@ -91,8 +93,13 @@ def main(argv: list[str] | None = None) -> None:
         active = DEFAULT_ACTIVE
     window = CaptureWindow(wait=opts.wait, warmup=opts.warmup, active=active,
                            delay_s=opts.delay, duration_s=opts.duration)
-    session = CaptureSession(opts.trace_dir, window=window, backend="nvtx" if opts.nvtx else "torch",
-                             batch_size=opts.batch_size)
+    if opts.framework != "torch":
+        from .frameworks import SESSIONS
+
+        session = SESSIONS[opts.framework](opts.trace_dir, window=window, batch_size=opts.batch_size)
+    else:
+        session = CaptureSession(opts.trace_dir, window=window, backend="nvtx" if opts.nvtx else "torch",
+                                 batch_size=opts.batch_size)
     _write_sidecar(opts.sidecar, {"started": True})
     # A SIGTERM (e.g. a job scheduler's) becomes an exception so the open window is written out;
     # the program's own handler, if it installs one, replaces this.

@@ -15,6 +15,7 @@ Examples:
   dlscope profile -o mlp.sqlite -- python examples/mlp.py
   dlscope profile --steps 20 --batch-size 64 -- python -m mypkg.train --epochs 1
   dlscope profile --backend nsys -o run.sqlite -- python train.py
+  dlscope profile --framework jax -o jax.sqlite -- python examples/jax_mlp.py
 
 Steps are counted at each optimizer.step() (or dlscope.step() in loops without an optimizer):
 the first --wait steps are skipped, --warmup more run with the profiler warming up, then --steps
@@ -28,6 +29,10 @@ are recorded and the program runs on without the profiler.
               type=click.Path(dir_okay=False, path_type=Path), help="Profile database to write.")
 @click.option("--backend", type=click.Choice(["torch", "nsys"]), default="torch", show_default=True,
               help="torch: torch.profiler inside the program (no GPU needed); nsys: Nsight Systems + NVTX.")
+@click.option("--framework", type=click.Choice(["torch", "jax", "tf", "paddle"]), default="torch",
+              show_default=True,
+              help="Whose profiler records: torch.profiler, or JAX's, TensorFlow's or PaddlePaddle's own "
+                   "(steps: dlscope.step(), else the jitted step function / Keras fit / optimizer.step()).")
 @click.option("--delay", type=click.FloatRange(min=0), default=None,
               help="Seconds to let the program run before capturing (checked at step boundaries).")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -48,7 +53,7 @@ are recorded and the program runs on without the profiler.
 @click.option("--force", is_flag=True, help="Overwrite the output database.")
 @click.option("--keep-trace", is_flag=True, help="Keep the raw trace next to the database.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def profile_command(output, backend, delay, duration, steps, wait, warmup, iter_start, iter_stop, key_node,
+def profile_command(output, backend, framework, delay, duration, steps, wait, warmup, iter_start, iter_stop, key_node,
                     profile_name, batch_size, view, force, keep_trace, command):
     """Run COMMAND as if run directly, capture it, import it into a profile database and print the summary.
 
@@ -59,7 +64,7 @@ def profile_command(output, backend, delay, duration, steps, wait, warmup, iter_
     command = list(command)
     if command and command[0] == "--":
         command = command[1:]
-    request = ProfileRequest(command=command, output=output, backend=backend, delay=delay, duration=duration,
+    request = ProfileRequest(command=command, output=output, backend=backend, framework=framework, delay=delay, duration=duration,
                              steps=steps, wait=wait, warmup=warmup, iter_start=iter_start, iter_stop=iter_stop,
                              key_node=key_node, profile_name=profile_name, batch_size=batch_size,
                              force=force, keep_trace=keep_trace)

@@ -30,6 +30,7 @@ class ProfileRequest:
     command: list[str]
     output: Path
     backend: str = "torch"
+    framework: str = "torch"
     delay: float | None = None
     duration: float | None = None
     steps: int | None = None
@@ -56,6 +57,8 @@ def _bootstrap_options(req: ProfileRequest, trace_dir: Path, sidecar: Path, nvtx
         opts += ["--steps", str(req.steps)]
     if req.batch_size is not None:
         opts += ["--batch-size", str(req.batch_size)]
+    if req.framework != "torch":
+        opts += ["--framework", req.framework]
     if nvtx:  # --delay/--duration go to nsys, which then times the window itself
         opts.append("--nvtx")
     else:
@@ -110,6 +113,9 @@ def run_profile(req: ProfileRequest) -> int:
         raise DlscopeError(f"{out.parent}: output folder does not exist")
     program = parse_python_command(req.command)
     nsys = find_nsys() if req.backend == "nsys" else None
+    if req.framework != "torch" and req.backend != "torch":
+        raise DlscopeError(f"--framework {req.framework} records with that framework's own profiler: "
+                           "leave --backend at its default")
     if program is None and req.backend == "torch":
         raise DlscopeError(f"cannot profile `{req.command[0]}` with the torch backend: it enters Python programs "
                            "(`python SCRIPT`, `python -m MODULE`, a .py file); use --backend nsys for others")
@@ -125,7 +131,8 @@ def run_profile(req: ProfileRequest) -> int:
     if nsys is not None:
         argv = nsys_argv(nsys, work / "report", argv, delay=req.delay, duration=req.duration,
                          step_window=program is not None)
-    say(f"profiling `{' '.join(req.command)}` ({req.backend} backend) into {out}")
+    how = f"{req.framework} profiler" if req.framework != "torch" else f"{req.backend} backend"
+    say(f"profiling `{' '.join(req.command)}` ({how}) into {out}")
     started = time.time()
     try:
         status = run_child(argv, _child_env(req))
@@ -149,6 +156,10 @@ def _traces(req: ProfileRequest, work: Path, trace_dir: Path) -> list[Path]:
     if req.backend == "nsys":
         report = exported_sqlite(work / "report")
         return [report] if report else []
+    if req.framework != "torch":
+        from .frameworks import TRACE_GLOBS
+
+        return sorted(trace_dir.glob(TRACE_GLOBS[req.framework])) if trace_dir.is_dir() else []
     return sorted(trace_dir.glob("*.pt.trace.json*")) if trace_dir.is_dir() else []
 
 
@@ -160,8 +171,10 @@ def _build(req: ProfileRequest, out: Path, traces: list[Path], facts: dict, work
                f"(wait {window.get('wait')}, warmup {window.get('warmup')} steps) began"
                if seen is not None else f"the program ended (exit status {status}) before anything was recorded")
         if seen == 0 and status == 0:
-            why = ("no training steps were seen: the window counts optimizer.step() calls; call dlscope.step() "
-                   "once per iteration in loops without an optimizer")
+            counted = {"jax": "calls of the jitted step function", "tf": "Keras fit batches"}.get(
+                req.framework, "optimizer.step() calls")
+            why = (f"no training steps were seen: the window counts {counted}; call dlscope.step() "
+                   "once per iteration in loops without one")
         say(f"nothing was captured: {why}")
         shutil.rmtree(work, ignore_errors=True)
         return None

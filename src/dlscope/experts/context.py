@@ -199,6 +199,19 @@ class Context:
         """True for a training run (see :attr:`training_evidence`), False for forward-only (inference)."""
         return bool(self.training_evidence)
 
+    @cached_property
+    def framework(self) -> str:
+        """"torch", "tf", "jax" or "paddle": whose words the recommendations use (:mod:`.frameworks`)."""
+        from .frameworks import detect
+
+        return detect(self._table("ops"), self._table("ranges"), self._table("kernels"))
+
+    def advice(self, rule: str, default: str) -> str:
+        """``default`` (PyTorch words) or the framework's own recommendation for ``rule``."""
+        from .frameworks import advice
+
+        return advice(rule, self.framework, self.run_kind, default)
+
     @property
     def run_kind(self) -> str:
         return "training" if self.is_training else "inference"
@@ -238,7 +251,10 @@ class Context:
         return 100.0 * ns / self.wall if self.wall else 0.0
 
     def link(self, rule_id: str) -> str:
-        return self.config[rule_id]["link"]
+        """The rule's reference; the framework's own page where ``data/framework_advice.json`` has one."""
+        from .frameworks import table
+
+        return table()["links"].get(rule_id, {}).get(self.framework) or self.config[rule_id]["link"]
 
 
 def _rows(frame: pd.DataFrame, mask: pd.Series) -> pd.DataFrame:

@@ -17,7 +17,8 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def sniff(path: Path) -> str:
-    """Return the format name of ``path``: "kineto", "nsys" or "ncu_csv" (or raise InputError)."""
+    """Return the format name of ``path``: "kineto", "nsys", "ncu_csv", "nsys_stats_csv", "tf_trace",
+    "paddle" or "xspace" (or raise InputError)."""
     with reading(path), open(path, "rb") as f:
         head = f.read(4096)
     if not head:
@@ -32,7 +33,13 @@ def sniff(path: Path) -> str:
             raise InputError(path, f"is not a readable gzip file ({e})") from None
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text[:1] in (b"{", b"["):
-        return "kineto"
+        from .frameworks import json_flavour
+
+        return json_flavour(text)
+    from .xspace import looks_like_xspace
+
+    if looks_like_xspace(head):
+        return "xspace"
     if b"==PROF==" in head or b'"Kernel Name"' in head or b"Metric Name" in head:
         return "ncu_csv"
     from .nsys_stats_csv import looks_like_nsys_stats_csv
@@ -40,7 +47,8 @@ def sniff(path: Path) -> str:
     if looks_like_nsys_stats_csv(path):
         return "nsys_stats_csv"
     raise InputError(path, "is not a recognised profile (expected a PyTorch/Kineto JSON trace, "
-                           "an Nsight Systems SQLite export or an Nsight Compute CSV)")
+                           "an Nsight Systems SQLite export, an Nsight Compute CSV, a TensorFlow/JAX "
+                           "profile (.xplane.pb, .trace.json.gz) or a PaddlePaddle profiler trace)")
 
 
 def load(path: str | Path) -> Profile:
@@ -55,6 +63,10 @@ def load(path: str | Path) -> Profile:
         from .nsys import load_nsys
 
         return load_nsys(path)
+    if kind in ("tf_trace", "xspace", "paddle"):
+        from .frameworks import load_framework
+
+        return load_framework(path, kind)
     if kind == "nsys_stats_csv":
         from .nsys_stats_csv import load_nsys_stats_csv
 

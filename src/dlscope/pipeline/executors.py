@@ -44,14 +44,15 @@ def import_file(path: str, max_memory: int | None = None, progress=None) -> Prof
         load_nsys_stats_csv,
         looks_like_nsys_stats_csv,
     )
+    from .nonempty import require_events
 
     if looks_like_nsys_stats_csv(path):
-        return load_nsys_stats_csv(path)
+        return require_events(load_nsys_stats_csv(path), path)
     if sniff(Path(path)) == "kineto":
         from ..importers.kineto import load_kineto
 
-        return load_kineto(Path(path), max_memory=max_memory, progress=progress)
-    return load(path)
+        return require_events(load_kineto(Path(path), max_memory=max_memory, progress=progress), path)
+    return require_events(load(path), path)
 
 
 def _frames(profile: Profile) -> dict[str, pd.DataFrame]:

@@ -302,7 +302,10 @@ def render_summary(summary: dict) -> str:
         (f"{units.singular} kernel efficiency", fmt_pct(a["tc_kernel_efficiency"])
          if a["tc_kernel_efficiency"] is not None else f"n/a (no kernels of {units.singular}-eligible ops)"),
         ("Kernels", f"{p['kernel_count']:,} in the profile ({fmt_ns(p['kernel_time_ns'])}); "
-                    f"{a['kernel_count']:,} in the aggregation ({fmt_ns(a['kernel_time_ns'])})"),
+                    f"{a['kernel_count']:,} in the aggregation ({fmt_ns(a['kernel_time_ns'])})"
+         if p["kernel_count"] or not p["op_count"] else
+         f"none: the profile has {p['op_count']:,} ops but no GPU kernels (a CPU run, or GPU tracing was "
+         "off), so every GPU figure is n/a"),
         ("Model", model),
         ("Ops", f"{p['op_count']:,} op calls (every level)"),
         *(() if title else (("GPUs", escape(gpu_list_text(p["gpus"]))),)),

@@ -129,9 +129,10 @@ def fusion_candidates(ctx, cfg):
         f"{len(chosen)} short kernel sequences repeat on the same stream; the most costly, {text}, occurs "
         f"{count / n_its:,.0f} times per iteration. Fusing the {len(chosen)} sequences would save about "
         f"{fmt_ns(saving)} of launches, gaps and repeated memory passes.",
-        "Fuse these elementwise/normalization chains: torch.compile the model (or the block), use fused "
-        "modules (e.g. fused bias+activation, fused layer norm), or write a Triton kernel for the hot chain. "
-        f"See {ctx.link('fusion_candidates')}",
+        ctx.advice("fusion_candidates",
+                   "Fuse these elementwise/normalization chains: torch.compile the model (or the block), use fused "
+                   "modules (e.g. fused bias+activation, fused layer norm), or write a Triton kernel for the hot "
+                   "chain.") + f" See {ctx.link('fusion_candidates')}",
         saving,
         {"node_ids": node_ids(ctx, ex_ops[ex_ops >= 0]), "kernels": [names[c] for c in pattern],
          "iterations": sorted(int(i) for i in k["iteration"].unique()),

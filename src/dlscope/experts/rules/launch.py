@@ -59,11 +59,12 @@ def launch_bound(ctx, cfg):
         f"{cfg['short_kernel_us']} µs and no longer than their CPU launch (median kernel "
         f"{fmt_ns(float(np.median(dur[short])))}, median launch {fmt_ns(float(np.median(launch_dur[short])))}); "
         f"the GPU waited {fmt_ns(saving)} for the host to launch them.",
-        "Cut per-kernel launch overhead: capture the step with CUDA graphs (torch.cuda.graphs or "
-        "torch.compile(mode='reduce-overhead'))"
-        + (", fuse small ops with torch.compile, and raise the batch size so each kernel does more work"
-           if ctx.is_training else " and fuse small ops with torch.compile")
-        + f". See {ctx.link('launch_bound')}",
+        ctx.advice("launch_bound",
+                   "Cut per-kernel launch overhead: capture the step with CUDA graphs (torch.cuda.graphs or "
+                   "torch.compile(mode='reduce-overhead'))"
+                   + (", fuse small ops with torch.compile, and raise the batch size so each kernel does more work."
+                      if ctx.is_training else " and fuse small ops with torch.compile."))
+        + f" See {ctx.link('launch_bound')}",
         saving,
         {"node_ids": node_ids(ctx, top_by(sk[sk["op_id"] >= 0], "op_id", "wait", n)),
          "kernels": top_by(sk, "name", "wait", n), "iterations": iterations_of(sk["iteration"]),

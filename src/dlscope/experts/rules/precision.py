@@ -116,7 +116,7 @@ def amp_not_enabled(ctx, cfg):
         f"{plural(n_ops, 'op')} {'was' if n_ops == 1 else 'were'} eligible for FP16/BF16 {units} but {none_or_few} "
         f"using FP16/BF16: their kernels ran {fmt_ns(single_time)} in FP32 ({100 * single_time / all_time:.1f}% of "
         f"all kernel time){how}: {', and '.join(parts)}.",
-        f"{AMP_ADVICE[ctx.run_kind]} See {ctx.link('amp_not_enabled')}",
+        f"{ctx.advice('amp_not_enabled', AMP_ADVICE[ctx.run_kind])} See {ctx.link('amp_not_enabled')}",
         saving,
         {"node_ids": top_by(single, "root_node", "dur", n), "kernels": top_by(single, "name", "dur", n),
          "iterations": iterations_of(single["iteration"]),
