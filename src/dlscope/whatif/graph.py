@@ -43,10 +43,10 @@ CATEGORIES = ("cpu_op", "cpu_other", "dataloader", "cuda_api", "sync", "kernel",
               "communication", "launch", "gpu_gap", "thread_wait", "stream_wait", "before_trace")
 CAT = {name: i for i, name in enumerate(CATEGORIES)}
 
-# cross edge kinds
-LAUNCH, SYNC, HANDOFF, STREAM_WAIT, ARRIVE, COLLECTIVE = range(6)
+# cross edge kinds (BYPASS: stream order around communication, used only when it overlaps)
+LAUNCH, SYNC, HANDOFF, STREAM_WAIT, ARRIVE, COLLECTIVE, BYPASS = range(7)
 CROSS_CATEGORY = np.array([CAT["launch"], CAT["sync"], CAT["thread_wait"], CAT["stream_wait"], CAT["communication"],
-                           CAT["communication"]], np.int8)
+                           CAT["communication"], CAT["gpu_gap"]], np.int8)
 
 #: calls that block the host until GPU work finishes (CUDA's "API synchronization behavior")
 SYNC_CALL = re.compile(r"^(cuda|cu|hip)(Device|Stream|Event|Ctx|Thread)Synchronize|^(cudaFree|cuMemFree|hipFree)"
@@ -85,6 +85,7 @@ class Graph:
     wx: np.ndarray
     xkind: np.ndarray
     xowner: np.ndarray         # op_id a cross edge's time belongs to
+    xoff: np.ndarray           # cross edges off unless a scenario turns them on (BYPASS)
     n_cpu: int                 # vertices [0, n_cpu) are on CPU chains
     t0: int
     offsets: dict[int, int]
@@ -391,10 +392,13 @@ class _Builder:
         self._gpu_latencies(wc, src, dst, w, xk)
         src, dst, w, xk, xo = self._stream_waits(wc, src, dst, w, xk, xo)
         wc, w = self._residuals(wc, src, dst, w)
+        bypass = self._bypass_edges()
+        xoff = np.r_[np.zeros(len(src), bool), np.ones(len(bypass[0]), bool)]
+        src, dst, w, xk, xo = (np.concatenate([a, b]) for a, b in zip((src, dst, w, xk, xo), bypass))
         order = np.argsort(dst, kind="stable")
-        src, dst, w, xk, xo = src[order], dst[order], w[order], xk[order], xo[order]
+        src, dst, w, xk, xo, xoff = src[order], dst[order], w[order], xk[order], xo[order], xoff[order]
         return Graph(t=t, chain=chain, first=first, kind=kind, ref=ref, rank=rank, wc=wc, cat=cat, owner=owner,
-                     act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, n_cpu=ncpu, t0=t0,
+                     act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, xoff=xoff, n_cpu=ncpu, t0=t0,
                      offsets=self.offsets, activities=act, chains=chains, iterations=its, blocking=self.blocking,
                      op_end_v=op_end_v, job=job, notes=self.notes, launch_latency=self.launch_latency, queue_gap=self.queue_gap)
 
@@ -737,6 +741,29 @@ class _Builder:
         ns, nd = evs[other[ok]], sv[cand[ok]]
         return (np.r_[src, ns], np.r_[dst, nd], np.r_[w, t[nd] - t[ns]], np.r_[xk, np.full(len(nd), STREAM_WAIT, np.int8)],
                 np.r_[xo, act["op_id"].to_numpy(np.int64)[cand[ok]]])
+
+    def _bypass_edges(self):
+        """For overlapped communication: the activity after a run of communication kernels on a stream follows
+        the last non-communication activity before that run (stream order without the communication)."""
+        act, t = self.act, self.t
+        empty = (np.zeros(0, np.int64),) * 3 + (np.zeros(0, np.int8), np.zeros(0, np.int64))
+        comm = act["is_comm"].to_numpy(bool)
+        if not comm.any():
+            return empty
+        chain = act["chain_local"].to_numpy(np.int64)
+        idx = np.arange(len(act))
+        last_compute = np.maximum.accumulate(np.where(~comm, idx, -1))
+        first = np.r_[True, chain[1:] != chain[:-1]]
+        chain_first = np.maximum.accumulate(np.where(first, idx, 0))
+        nxt = idx[:-1][comm[:-1] & ~comm[1:] & (chain[1:] == chain[:-1])] + 1
+        before = last_compute[nxt - 1]
+        ok = before >= chain_first[nxt]
+        nxt, before = nxt[ok], before[ok]
+        sv, ev = act["start_v"].to_numpy(np.int64)[nxt], act["end_v"].to_numpy(np.int64)[before]
+        gap = pd.MultiIndex.from_frame(act[["rank", "device"]].iloc[nxt]).map(self.queue_gap).to_numpy(np.int64) \
+            if len(nxt) else np.zeros(0, np.int64)
+        return (ev, sv, np.maximum(np.minimum(gap, t[sv] - t[ev]), 0), np.full(len(sv), BYPASS, np.int8),
+                act["op_id"].to_numpy(np.int64)[nxt])
 
     def _bounds(self, wc, src, dst, w) -> np.ndarray:
         """Per vertex, the latest of its incoming constraints at the measured times (no input: -inf)."""

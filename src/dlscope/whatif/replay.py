@@ -31,7 +31,7 @@ class Weights:
 
     @classmethod
     def measured(cls, g: Graph) -> Weights:
-        return cls(g.wc.copy(), g.wx.copy(), np.zeros(g.n, bool), np.zeros(len(g.src), bool))
+        return cls(g.wc.copy(), g.wx.copy(), np.zeros(g.n, bool), g.xoff.copy())
 
 
 @dataclass
@@ -59,12 +59,18 @@ def _segmented_cummax(y: np.ndarray, seg: np.ndarray, valid: np.ndarray) -> tupl
     return run + lo, run > 0
 
 
+#: heads settled together: blocks of about this many, in measured-time order
+BLOCK = 256
+
+
 def solve(g: Graph, w: Weights, max_rounds: int = 100_000) -> Result:
     """Replay the graph under ``w``: every vertex's time (sources keep their measured time).
 
     Only vertices with a cross input can start something new; the others follow their chain predecessor by a
-    fixed offset. So the chains are cut into segments at those vertices and the sweeps run over segment heads
-    (about one per GPU activity and per synchronization) instead of every vertex.
+    fixed offset. So the chains are cut into segments at those vertices (heads: about one per GPU activity
+    and per synchronization) and only heads are swept. Every edge points forward in measured time, whatever
+    the weights, so heads are settled in blocks of measured time, one block after another: a block's inputs
+    from earlier blocks are final, and sweeping it until nothing changes crosses its own few dependencies.
     """
     n = g.n
     seg_start = g.first | w.cut
@@ -77,48 +83,60 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000) -> Result:
     wc = np.where(seg_start, 0, w.wc)
     run = np.cumsum(wc)
     off = run - run[heads][hid]               # offset of a vertex after its segment's head
-    # compressed chains of heads: a head continues the previous segment unless its chain edge is cut/absent
+    # a head continues the previous head's segment (same chain) unless its chain edge is cut or absent
     cont = ~seg_start[heads]
     step = np.zeros(len(heads), np.int64)
     step[cont] = off[heads[cont] - 1] + wc[heads[cont]]
-    cseg = np.cumsum(~cont) - 1
-    C = np.cumsum(step)
-    C = C - C[np.flatnonzero(~cont)][cseg]    # running sum within each compressed chain
     has_cross = np.zeros(n, bool)
     has_cross[dst] = True
     base = np.where(seg_start[heads] & ~has_cross[heads], g.t[heads], NONE)
-    e_seg, e_off = hid[src], off[src] + wx
-    d_seg = hid[dst]
-    order = np.argsort(d_seg, kind="stable")
-    e_seg, e_off, d_seg = e_seg[order], e_off[order], d_seg[order]
-    n_cpu_heads = int(np.searchsorted(heads, g.n_cpu))
-    groups = []
-    for lo, hi in ((0, n_cpu_heads), (n_cpu_heads, len(heads))):
-        sel = (d_seg >= lo) & (d_seg < hi)
-        s_, o_, d_ = e_seg[sel], e_off[sel], d_seg[sel]
-        starts = np.r_[0, np.flatnonzero(d_[1:] != d_[:-1]) + 1] if len(d_) else np.zeros(0, np.int64)
-        groups.append((lo, hi, s_, o_, starts, d_[starts] - lo if len(d_) else starts))
+    e_seg, e_off, d_seg = hid[src], off[src] + wx, hid[dst]
+    # blocks of heads by measured time; inside a block, heads stay in chain order
+    th = g.t[heads]
+    nb = max(1, len(heads) // BLOCK)
+    bounds = np.unique(np.quantile(th, np.linspace(0, 1, nb + 1)[1:-1], method="lower")) if nb > 1 else []
+    block = np.searchsorted(bounds, th, side="right")
+    order = np.argsort(block, kind="stable")
+    b_lo = np.searchsorted(block[order], np.arange(block.max() + 2 if len(block) else 1))
+    e_block = block[d_seg]
+    e_order = np.lexsort((d_seg, e_block))
+    e_seg, e_off, d_seg, e_block = e_seg[e_order], e_off[e_order], d_seg[e_order], e_block[e_order]
+    eb_lo = np.searchsorted(e_block, np.arange(len(b_lo)))
     H = base.copy()
     rounds = 0
-    for rounds in range(1, max_rounds + 1):
-        changed = False
-        for lo, hi, s_, o_, starts, pos in groups:
-            if hi <= lo:
-                continue
-            x = base[lo:hi].copy()
+    for b in range(len(b_lo) - 1):
+        hs = order[b_lo[b]:b_lo[b + 1]]
+        if len(hs) == 0:
+            continue
+        # a local run continues inside the block; its first head carries in from its (final) predecessor
+        joined = np.r_[False, (hs[1:] == hs[:-1] + 1) & cont[hs[1:]]]
+        x0 = base[hs].copy()
+        carry = cont[hs] & ~joined
+        prev = H[hs[carry] - 1]
+        x0[carry] = np.maximum(x0[carry], np.where(prev > NONE, prev + step[hs[carry]], NONE))
+        local_step = np.where(joined, step[hs], 0)
+        seg = np.cumsum(~joined)
+        C = np.cumsum(local_step)
+        C = C - C[np.flatnonzero(~joined)][seg - 1]
+        lo, hi = eb_lo[b], eb_lo[b + 1]
+        s_, o_, d_ = e_seg[lo:hi], e_off[lo:hi], d_seg[lo:hi]
+        pos = np.searchsorted(hs, d_)        # hs is increasing (chain order)
+        starts = np.r_[0, np.flatnonzero(d_[1:] != d_[:-1]) + 1] if len(d_) else np.zeros(0, np.int64)
+        upos = pos[starts] if len(d_) else starts
+        for _ in range(max_rounds):
+            rounds += 1
+            x = x0.copy()
             if len(starts):
-                vals = H[s_] + o_
-                vals[H[s_] <= NONE] = NONE
-                x[pos] = np.maximum(x[pos], np.maximum.reduceat(vals, starts))
-            cum, reached = _segmented_cummax(x - C[lo:hi], cseg[lo:hi], x > NONE)
-            new = np.where(reached, C[lo:hi] + cum, NONE)
-            if not np.array_equal(new, H[lo:hi]):
-                changed = True
-                H[lo:hi] = new
-        if not changed:
-            break
-    else:
-        raise RuntimeError(f"the replay did not settle in {max_rounds} sweeps (a dependency cycle?)")
+                hv = H[s_]
+                vals = np.where(hv > NONE, hv + o_, NONE)
+                x[upos] = np.maximum(x[upos], np.maximum.reduceat(vals, starts))
+            cum, reached = _segmented_cummax(x - C, seg, x > NONE)
+            new = np.where(reached, C + cum, NONE)
+            if np.array_equal(new, H[hs]):
+                break
+            H[hs] = new
+        else:
+            raise RuntimeError(f"the replay did not settle in {max_rounds} sweeps (a dependency cycle?)")
     hv = H[hid]
     t = np.where(hv > NONE, hv + off, NONE)
     return Result(t, rounds, w)

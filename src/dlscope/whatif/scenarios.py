@@ -25,6 +25,7 @@ from ..experts.precision_names import kernel_precisions
 from ..roofline.ceilings import find_ceilings
 from .graph import (
     ARRIVE,
+    BYPASS,
     COLLECTIVE,
     GPU_START,
     SYNC,
@@ -217,6 +218,8 @@ def _overlap_comm(g: Graph, w: Weights) -> str:
     comm_v[sv[comm]] = True
     out = comm_v[g.src] & ~np.isin(g.xkind, [ARRIVE, COLLECTIVE])
     w.off |= out
+    bypass = g.xkind == BYPASS
+    w.off[bypass] = False
     return f"{int(comm.sum())} communication kernels no longer hold back compute or the host"
 
 
