@@ -6,6 +6,8 @@ weights, and the validation pair's prediction must stay within the error measure
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from conftest import DATA, data_file, requires_shared
@@ -55,7 +57,7 @@ def raw_windows(path) -> list[int]:
         if e.cat in KERNEL_CATS | MEMOP_CATS and e.correlation in calls and \
                 last.start <= calls[e.correlation].start < last.end:
             end = max(end, e.end)
-    return [b.start - a.start for a, b in zip(steps, steps[1:])] + [end - last.start]
+    return [b.start - a.start for a, b in pairwise(steps)] + [end - last.start]
 
 
 def _agg_ids(db) -> list[tuple[int, int]]:
