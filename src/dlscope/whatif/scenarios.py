@@ -336,23 +336,54 @@ def _amp(factor: float | None) -> Callable[[Graph, Weights], str]:
     return apply
 
 
+def _inside_spans(g: Graph, chain: np.ndarray, start: np.ndarray, span_chain: np.ndarray, span_start: np.ndarray,
+                  span_end: np.ndarray) -> np.ndarray:
+    """Whether each instant (chain, start) lies in one of the disjoint spans."""
+    if len(span_start) == 0 or len(start) == 0:
+        return np.zeros(len(start), bool)
+    big = np.int64(max(int(g.t.max()), int(span_end.max()), int(start.max())) + 1)
+    ks = span_chain * big + span_start
+    order = np.argsort(ks, kind="stable")
+    ks, ke = ks[order], (span_chain * big + span_end)[order]
+    x = chain * big + start
+    i = np.searchsorted(ks, x, side="right") - 1
+    return (chain >= 0) & (i >= 0) & (x < ke[np.maximum(i, 0)])
+
+
 def _scale(pattern: str, factor: float) -> Callable[[Graph, Weights], str]:
     rx = re.compile(pattern, re.IGNORECASE)
 
+    def hit(names: pd.Series) -> np.ndarray:
+        distinct = pd.unique(names)
+        verdict = dict(zip(distinct, [bool(rx.search(str(n))) for n in distinct]))
+        return names.map(verdict).to_numpy(bool) if len(names) else np.zeros(0, bool)
+
     def apply(g: Graph, w: Weights) -> str:
-        act, ops = g.activities, g.job.ops
-        hit_name = act["name"].map(lambda n: bool(rx.search(n))).to_numpy(bool) if len(act) else np.zeros(0, bool)
-        op_hit = ops["name"].map(lambda n: bool(rx.search(n))).to_numpy(bool) if len(ops) else np.zeros(0, bool)
+        act, ops, rg = g.activities, g.job.ops, g.job.ranges
+        by_name = hit(act["name"])
+        op_hit = hit(ops["name"])
         under = op_flags(ops, op_hit) if len(ops) else op_hit
         pos = positions(ops["op_id"].to_numpy(np.int64))
         arow = pos[act["op_id"].to_numpy(np.int64)]
         beneath = (arow >= 0) & (under[np.maximum(arow, 0)] if len(ops) else False)
-        rows = np.flatnonzero(hit_name | beneath)
+        # annotation ranges (record_function, NVTX) by name too: their CPU time and what was launched in them
+        rg_hit = rg[(rg["device"] < 0) & hit(rg["name"])]
+        cpu_frames = pd.concat([ops.loc[op_hit, ["rank", "pid", "tid", "start", "end"]],
+                                rg_hit[["rank", "pid", "tid", "start", "end"]]], ignore_index=True)
+        chain, s, e = _spans(g, cpu_frames)
+        api = g.job.api_calls.set_index("api_id")
+        calls = api.reindex(act["api_id"].to_numpy(np.int64))
+        has = calls["rank"].notna().to_numpy()
+        call_chain = np.full(len(act), -1, np.int64)
+        call_chain[has] = _cpu_chain_of(g, calls[has].astype({"rank": np.int64, "pid": np.int64, "tid": np.int64}))
+        call_t = np.zeros(len(act), np.int64)
+        call_t[has] = g.vertex_time(calls.loc[has, "start"].to_numpy(np.int64), calls.loc[has, "rank"].to_numpy(np.int64))
+        in_range = _inside_spans(g, call_chain, call_t, chain, s, e)
+        rows = np.flatnonzero(by_name | beneath | in_range)
         gpu = scale_activities(g, w, rows, factor)
-        chain, s, e = _spans(g, ops[op_hit])
         cpu = keep_cpu_spans(g, w, chain, s, e, factor)
-        return (f"{len(rows)} GPU activities and {int(op_hit.sum())} op calls matching /{pattern}/: "
-                f"{gpu} ns of GPU and {cpu} ns of CPU time removed")
+        return (f"{len(rows)} GPU activities, {int(op_hit.sum())} op calls and {len(rg_hit)} ranges matching "
+                f"/{pattern}/: {gpu} ns of GPU and {cpu} ns of CPU time removed")
     return apply
 
 
@@ -372,8 +403,8 @@ ASSUMES = {
                     "the iteration and other collectives",
     "no-straggler": "the rank that arrives last at collectives runs its CPU and non-communication GPU work at "
                     "the median rank's pace",
-    "scale": "kernels and ops whose name matches PATTERN (and the GPU work launched beneath those ops) take "
-             "FACTOR times their measured time",
+    "scale": "kernels, ops and annotation ranges whose name matches PATTERN (and the GPU work launched inside "
+             "those ops and ranges) take FACTOR times their measured time",
 }
 
 
