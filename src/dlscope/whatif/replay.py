@@ -94,7 +94,8 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000) -> Result:
     # blocks of heads by measured time; inside a block, heads stay in chain order
     th = g.t[heads]
     nb = max(1, len(heads) // BLOCK)
-    bounds = np.unique(np.quantile(th, np.linspace(0, 1, nb + 1)[1:-1], method="lower")) if nb > 1 else []
+    bounds = (np.unique(np.quantile(th, np.linspace(0, 1, nb + 1)[1:-1], method="lower")) if nb > 1
+              else np.zeros(0, np.int64))
     block = np.searchsorted(bounds, th, side="right")
     order = np.argsort(block, kind="stable")
     b_lo = np.searchsorted(block[order], np.arange(block.max() + 2 if len(block) else 1))
