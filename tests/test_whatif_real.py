@@ -185,9 +185,11 @@ def test_the_vectorized_replay_equals_plain_longest_paths_under_random_weights(n
 @requires_shared
 def test_predicting_four_workers_from_none_stays_within_its_measured_error(import_db):
     """ResNet-50 on a V100 with 0 and 4 DataLoader workers (177.59 -> 141.09 ms, measured). Removing the
-    data-loading wait from the first predicts 118.61 ms: 15.9% under the second, whose own step CPU time grew
-    by a fifth with four worker processes competing for the cores (docs/whatif.md). The test holds the
-    prediction to the error measured, 16% (and to its direction: the model cannot see contention)."""
+    data-loading wait from the first predicts 118.61 ms: 15.9% under the second, whose CPU work on the critical
+    path grew by a quarter (95 -> 119 ms a step) with four worker processes competing for the cores, and whose
+    steps 5 and 9 stalled (181.6 and 163.5 ms) for reasons no data-loading wait explains (docs/whatif.md).
+    The test holds the prediction to the error measured, 16%, and to its direction: the model cannot see
+    contention."""
     w0 = import_db(data_file("kineto", "tbplugin_resnet50_v100_workers0.pt.trace.json.gz"))
     w4 = import_db(data_file("kineto", "tbplugin_resnet50_v100_workers4.pt.trace.json.gz"))
     measured = whatif(w4, [])["baseline_iteration_ns"]

@@ -58,7 +58,7 @@ SYNC_COPY = re.compile(r"^(cuda|hip)Mem(cpy|set)([23]D)?(ToSymbol|FromSymbol|Pee
 #: a thread idle this long before resuming (or after stopping) may be waiting for another thread
 HANDOFF_MIN_GAP_NS = 100_000
 #: ...when the other thread stopped (or resumed) at most this long before
-HANDOFF_MAX_LATENCY_NS = 500_000
+HANDOFF_MAX_LATENCY_NS = 2_000_000
 #: an activity that started this much later than its own stream and launch allow, right after an activity on
 #: another stream ended, waited for that one
 STREAM_WAIT_MAX_LATENCY_NS = 20_000

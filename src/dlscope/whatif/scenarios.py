@@ -178,9 +178,10 @@ def _cuda_graphs(g: Graph, w: Weights) -> str:
                      launches=roots["kernel_count"].to_numpy(np.int64) > 0)
     r = r.sort_values(["rank", "pid", "tid", "start"], kind="stable")
     thread = pd.factorize(pd.MultiIndex.from_frame(r[["rank", "pid", "tid"]]))[0]
-    # a run: consecutive roots of a thread with no breaking root between them, from its first launching root
-    # to its last
-    new_run = np.r_[True, thread[1:] != thread[:-1]] | r["breaks"].to_numpy(bool)
+    # a run: consecutive roots of a thread in one iteration (a graph is replayed once a step) with no breaking
+    # root between them, from its first launching root to its last
+    it = r["iteration"].to_numpy(np.int64)
+    new_run = np.r_[True, (thread[1:] != thread[:-1]) | (it[1:] != it[:-1])] | r["breaks"].to_numpy(bool)
     run = np.cumsum(new_run)
     cand = r[r["launches"].to_numpy(bool) & ~r["breaks"].to_numpy(bool)].assign(run=run[r["launches"].to_numpy(bool)
                                                                                          & ~r["breaks"].to_numpy(bool)])
@@ -396,9 +397,11 @@ ASSUMES = {
            "other kernels and the CPU are unchanged",
     "no-sync": "host synchronizations (device/stream/event synchronize, cudaFree, synchronous and pageable "
                "copies) no longer wait for the GPU and return after one launch call's time",
-    "cuda-graphs": "each run of GPU-launching op nodes between a synchronization or data loading and the next "
-                   "is one CUDA graph: its CPU time (framework and launch calls) becomes one launch call; GPU "
-                   "work, its order and the GPU's own gaps are unchanged",
+    "cuda-graphs": "in each iteration and thread, the run of op nodes from the first to the last that launches GPU "
+                   "work, cut at synchronizations and data loading, is one CUDA graph: its CPU time (framework, "
+                   "launch calls and the Python between them) becomes one launch call (an upper bound: whatever "
+                   "else that Python did is removed too); GPU work, its order and the GPU's own gaps are "
+                   "unchanged",
     "overlap-comm": "communication kernels overlap compute perfectly: nothing waits for them but the end of "
                     "the iteration and other collectives",
     "no-straggler": "the rank that arrives last at collectives runs its CPU and non-communication GPU work at "
