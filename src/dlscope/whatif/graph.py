@@ -55,6 +55,8 @@ SYNC_CALL = re.compile(r"^(cuda|cu|hip)(Device|Stream|Event|Ctx|Thread)Synchroni
 SYNC_COPY = re.compile(r"^(cuda|hip)Mem(cpy|set)([23]D)?(ToSymbol|FromSymbol|Peer)?(_v\d+)?$|"
                        r"^cuMemcpy([HD]to[HD]|Peer)?(_v\d+)?$|^cuMemsetD(8|16|32)(_v\d+)?$")
 
+#: calls that launch a whole CUDA graph
+GRAPH_LAUNCH = r"^(?:cuda|cu|hip)GraphLaunch"
 #: a thread idle this long before resuming (or after stopping) may be waiting for another thread
 HANDOFF_MIN_GAP_NS = 100_000
 #: ...when the other thread stopped (or resumed) at most this long before
@@ -86,6 +88,8 @@ class Graph:
     xkind: np.ndarray
     xowner: np.ndarray         # op_id a cross edge's time belongs to
     xoff: np.ndarray           # cross edges off unless a scenario turns them on (BYPASS)
+    rc: np.ndarray             # the part of each chain weight that is unexplained waiting (the residual)
+    rx: np.ndarray             # the same for cross edges
     n_cpu: int                 # vertices [0, n_cpu) are on CPU chains
     t0: int
     offsets: dict[int, int]
@@ -394,11 +398,14 @@ class _Builder:
         wc, w = self._residuals(wc, src, dst, w)
         bypass = self._bypass_edges()
         xoff = np.r_[np.zeros(len(src), bool), np.ones(len(bypass[0]), bool)]
+        rx = np.r_[self.rx, np.zeros(len(bypass[0]), np.int64)]
         src, dst, w, xk, xo = (np.concatenate([a, b]) for a, b in zip((src, dst, w, xk, xo), bypass))
         order = np.argsort(dst, kind="stable")
-        src, dst, w, xk, xo, xoff = src[order], dst[order], w[order], xk[order], xo[order], xoff[order]
+        src, dst, w, xk, xo, xoff, rx = (src[order], dst[order], w[order], xk[order], xo[order], xoff[order],
+                                         rx[order])
         return Graph(t=t, chain=chain, first=first, kind=kind, ref=ref, rank=rank, wc=wc, cat=cat, owner=owner,
-                     act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, xoff=xoff, n_cpu=ncpu, t0=t0,
+                     act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, xoff=xoff, rc=self.rc, rx=rx,
+                     n_cpu=ncpu, t0=t0,
                      offsets=self.offsets, activities=act, chains=chains, iterations=its, blocking=self.blocking,
                      op_end_v=op_end_v, job=job, notes=self.notes, launch_latency=self.launch_latency, queue_gap=self.queue_gap)
 
@@ -456,14 +463,34 @@ class _Builder:
     # ---------------------------------------------------------------- cross edges
 
     def _launch_edges(self):
-        act = self.act
+        """Launch call start -> activity start. Kernels replayed from a CUDA graph carry the correlation id of
+        their capture, not of the cudaGraphLaunch that ran them: an activity without a launch call of its own
+        follows the latest graph launch of its rank before it."""
+        act, t = self.act, self.t
         api_id = act["api_id"].to_numpy(np.int64)
         has = (api_id >= 0) & (api_id < len(self.api_start_v))
         srcv = np.full(len(act), -1, np.int64)
         srcv[has] = self.api_start_v[api_id[has]]
+        api = self.job.api_calls
+        graph_call = api["name"].str.contains(GRAPH_LAUNCH, regex=True).to_numpy(bool) if len(api) else \
+            np.zeros(0, bool)
+        orphan = np.flatnonzero(srcv < 0)
+        if graph_call.any() and len(orphan):
+            gv = self.api_start_v[api.loc[graph_call, "api_id"].to_numpy(np.int64)]
+            gv = gv[gv >= 0]
+            ranks = self.rank[gv]
+            big = np.int64(t.max() + 1)
+            key = ranks * big + t[gv]
+            order = np.argsort(key, kind="stable")
+            key, gv = key[order], gv[order]
+            sv = act["start_v"].to_numpy(np.int64)[orphan]
+            q = act["rank"].to_numpy(np.int64)[orphan] * big + t[sv]
+            p = np.searchsorted(key, q, side="right") - 1
+            ok = (p >= 0) & (key[np.maximum(p, 0)] // big == q // big)
+            srcv[orphan[ok]] = gv[p[ok]]
         dstv = act["start_v"].to_numpy(np.int64)
-        ok = (srcv >= 0) & (self.t[np.maximum(srcv, 0)] <= self.t[dstv])
-        return (srcv[ok], dstv[ok], self.t[dstv[ok]] - self.t[srcv[ok]], np.full(ok.sum(), LAUNCH, np.int8),
+        ok = (srcv >= 0) & (t[np.maximum(srcv, 0)] <= t[dstv])
+        return (srcv[ok], dstv[ok], t[dstv[ok]] - t[srcv[ok]], np.full(ok.sum(), LAUNCH, np.int8),
                 act["op_id"].to_numpy(np.int64)[ok])
 
     def _blocking_calls(self) -> pd.DataFrame:
@@ -796,7 +823,9 @@ class _Builder:
             raise AssertionError(f"{bad} vertices with an edge heavier than the measured slack")
         # binding: the chain edge on ties (the thread or stream itself), else the first cross edge at the max
         chain_binds = has_input & (chain_term >= cross_term)
-        wc = wc + np.where(chain_binds, resid, 0)
+        w_before = w.copy()
+        self.rc = np.where(chain_binds, resid, 0)
+        wc = wc + self.rc
         cross_v = np.flatnonzero(has_input & ~chain_binds & (resid > 0))
         if len(cross_v):
             at_max = vals == cross_term[dst]
@@ -809,6 +838,7 @@ class _Builder:
             pick = e_idx[np.isin(e_dst, cross_v)]
             w = w.copy()
             w[pick] += resid[dst[pick]]
+        self.rx = w - w_before
         return wc, w
 
 

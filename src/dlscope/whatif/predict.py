@@ -90,7 +90,7 @@ def path_of(g: Graph, win: Windows, result: Result) -> pd.DataFrame:
         frame = path_table(g, critical_path(g, result, b, int(end_v), int(lo)))
         frames.append(frame.assign(iteration=int(it)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["category", "op_id", "act", "ns", "iteration"])
+        columns=["category", "op_id", "act", "ns", "unexplained", "iteration"])
 
 
 def summarize_path(g: Graph, path: pd.DataFrame, wall: int, top: int = 10) -> list[dict]:
@@ -165,6 +165,8 @@ def predict(g: Graph, win: Windows, scenarios: list[Scenario], baseline_ns: int 
         "replay": {"iterations": [{"iteration": int(r_.iteration), "measured_ns": int(r_.measured_ns),
                                    "replayed_ns": int(r_.replayed_ns)} for r_ in errors.itertuples()],
                    "max_abs_error_pct": float(np.abs(errors["error_pct"]).max()) if len(errors) else 0.0,
+                   # time on the critical path the model kept as measured waiting rather than work
+                   "unexplained_wait_ns": int(path["unexplained"].sum()),
                    "sweeps": base.rounds, "notes": list(g.notes)},
         "assumptions": GENERAL_ASSUMPTIONS + [f"{sc.name}: {sc.assumes}" for sc in scenarios],
     }
