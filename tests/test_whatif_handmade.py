@@ -230,3 +230,16 @@ def test_a_bad_scenario_is_one_line_and_exit_code_2(tmp_path, bad):
 
     db = _db(tmp_path, _sync_trace())
     assert main(["whatif", str(db), bad]) == 2
+
+
+def test_expert_findings_are_priced_by_the_replay(tmp_path):
+    r = whatif(_db(tmp_path, _loader_trace()), [])
+    priced = {f["rule"]: f for f in r["expert_findings"]["findings"]}
+    # data loading: the replay without it ends at 250 µs instead of 350 (see the no-dataloader test)
+    assert priced["dataloader_bottleneck"]["scenario"] == "no-dataloader"
+    assert priced["dataloader_bottleneck"]["simulated_saving_ns"] == 100 * US
+    assert r["expert_findings"]["combined_saving_ns"] >= 100 * US
+    r = whatif(_db(tmp_path, _sync_trace(), "s.json"), [])
+    priced = {f["rule"]: f for f in r["expert_findings"]["findings"]}
+    # the synchronizes: 200 µs of replay become 150 (see the no-sync test)
+    assert priced["sync_api"]["simulated_saving_ns"] == 50 * US

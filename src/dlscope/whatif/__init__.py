@@ -18,7 +18,7 @@ def whatif(database: str | Path, scenarios: list[str], agg_id: int | None = None
     from ..store import reader
     from .graph import build
     from .job import from_database
-    from .predict import parse_all, predict, windows
+    from .predict import parse_all, predict, price_findings, windows
 
     parsed = parse_all(scenarios)  # a bad scenario fails before the database is read
     conn = reader.connect(database)
@@ -27,14 +27,17 @@ def whatif(database: str | Path, scenarios: list[str], agg_id: int | None = None
         row = conn.execute("SELECT rank, iter_start, iter_stop, avg_iteration_ns, iteration_method FROM aggregations "
                            "WHERE agg_id = ?", (agg_id,)).fetchone()
         job = from_database(conn)
+        findings = conn.execute("SELECT rule, est_saving_ns FROM findings WHERE agg_id = ? ORDER BY finding_id",
+                                (agg_id,)).fetchall()
     finally:
         conn.close()
     rank, iter_start, iter_stop, avg_ns, method = row
     if not len(job.ops) and not len(job.kernels) and not len(job.api_calls):
         raise DlscopeError(f"{database}: no CPU or GPU events to replay")
     g = build(job)
-    out = predict(g, windows(g, int(rank), int(iter_start), int(iter_stop)), parsed,
-                  baseline_ns=None if avg_ns is None else round(avg_ns), top=top)
+    win = windows(g, int(rank), int(iter_start), int(iter_stop))
+    out = predict(g, win, parsed, baseline_ns=None if avg_ns is None else round(avg_ns), top=top)
+    out["expert_findings"] = price_findings(g, win, findings)
     if method == "whole_profile":
         out["assumptions"].insert(0, "No iterations were found: the whole profile is one window.")
     return {"agg_id": int(agg_id), **out}

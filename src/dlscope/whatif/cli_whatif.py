@@ -53,6 +53,12 @@ def render(r: dict) -> str:
         c = r["combined"]
         lines.append(f"  {'all together':<24} {fmt_ns(c['predicted_iteration_ns']):>12}   saves "
                      f"{fmt_ns(c['saving_ns'])}")
+    priced = r.get("expert_findings", {}).get("findings", [])
+    if priced:
+        lines.append("Expert findings priced by replay (saving over the aggregation: the rule's estimate → replayed):")
+        lines += [f"  {f['rule']:<24} {fmt_ns(f['est_saving_ns']):>12} → {fmt_ns(f['simulated_saving_ns']):>12}   "
+                  f"({f['scenario']})" for f in priced]
+        lines.append(f"  {'all together':<24} {'':>12}   {fmt_ns(r['expert_findings']['combined_saving_ns']):>12}")
     lines.append("Critical path (time on it over the aggregation):")
     for kind in ("category", "op", "kernel"):
         rows = [x for x in r["critical_path"] if x["kind"] == kind]

@@ -15,7 +15,7 @@ import pandas as pd
 
 from .graph import CATEGORIES, Graph
 from .replay import Result, Weights, binding, critical_path, path_table, solve
-from .scenarios import Scenario, parse
+from .scenarios import Scenario, for_rule, parse
 
 GENERAL_ASSUMPTIONS = [
     ("The replay keeps every measured duration and the order of work on each CPU thread and GPU stream; an "
@@ -175,3 +175,23 @@ def predict(g: Graph, win: Windows, scenarios: list[Scenario], baseline_ns: int 
 def parse_all(names: list[str]) -> list[Scenario]:
     return [parse(n) for n in names]
 
+
+
+def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]]) -> dict:
+    """Each expert finding whose advice a scenario models, priced by replay (its saving over the aggregation,
+    as findings count theirs), and all of them together (overlaps counted once)."""
+    base = win.wall(solve(g, Weights.measured(g)).t)
+    rows, combined, used = [], Weights.measured(g), set()
+    for rule, estimate in findings:
+        sc = for_rule(rule)
+        if sc is None:
+            continue
+        w = Weights.measured(g)
+        sc.apply(g, w)
+        if sc.name not in used:  # the same change twice (sync_memcpy and pageable_memcpy) is one change
+            sc.apply(g, combined)
+            used.add(sc.name)
+        rows.append({"rule": rule, "scenario": sc.name, "est_saving_ns": estimate,
+                     "simulated_saving_ns": base - win.wall(solve(g, w).t)})
+    together = base - win.wall(solve(g, combined).t) if rows else None
+    return {"findings": rows, "combined_saving_ns": together}

@@ -143,16 +143,25 @@ def _no_dataloader(g: Graph, w: Weights) -> str:
     return f"{len(s)} data-loading spans, {removed} ns of CPU time removed"
 
 
-def _no_sync(g: Graph, w: Weights) -> str:
-    sync = g.xkind == SYNC
-    w.off |= sync
-    b = g.blocking
-    b = b[b["waited_v"] >= 0]
-    cost = _launch_cost(g)
-    ev = b["end_v"].to_numpy(np.int64)
-    cap = b["rank"].map(cost).fillna(0).to_numpy(np.int64)
-    w.wc[ev] = np.minimum(w.wc[ev], cap)
-    return f"{len(b)} blocking calls return at once (each costs one launch call)"
+def _no_sync_of(how: str | None) -> Callable[[Graph, Weights], str]:
+    """Blocking calls (``how``: only synchronizations 'sync', or only copies 'copy'; None: all) stop waiting."""
+    def apply(g: Graph, w: Weights) -> str:
+        b = g.blocking[g.blocking["waited_v"] >= 0]
+        if how:
+            # a copy op (tensor.to) that blocks also synchronizes its stream: both go with non_blocking=True
+            op = g.job.api_calls.set_index("api_id")["op_id"].reindex(b["api_id"].to_numpy()).to_numpy()
+            copy_ops = set(op[(b["how"] == "copy").to_numpy() & (op >= 0)].tolist())
+            same_op = np.isin(op, list(copy_ops)) if how == "copy" else np.zeros(len(b), bool)
+            b = b[(b["how"] == how).to_numpy() | same_op]
+        ev = b["end_v"].to_numpy(np.int64)
+        w.off |= (g.xkind == SYNC) & np.isin(g.dst, ev)
+        cap = b["rank"].map(_launch_cost(g)).fillna(0).to_numpy(np.int64)
+        w.wc[ev] = np.minimum(w.wc[ev], cap)
+        return f"{len(b)} blocking calls return at once (each costs one launch call)"
+    return apply
+
+
+_no_sync = _no_sync_of(None)
 
 
 def _cuda_graphs(g: Graph, w: Weights) -> str:
@@ -409,6 +418,23 @@ ASSUMES = {
     "scale": "kernels, ops and annotation ranges whose name matches PATTERN (and the GPU work launched inside "
              "those ops and ranges) take FACTOR times their measured time",
 }
+
+
+#: the expert rules whose finding a scenario prices: rule -> the scenario (a rule's own subset of it)
+RULE_SCENARIOS = {"dataloader_bottleneck": "no-dataloader", "sync_api": "no-sync", "sync_memcpy": "no-sync",
+                  "pageable_memcpy": "no-sync", "launch_bound": "cuda-graphs", "amp_not_enabled": "amp"}
+
+
+def for_rule(rule: str) -> Scenario | None:
+    """The scenario that prices an expert finding: what the rule's advice would change, and only that."""
+    if rule in ("sync_memcpy", "pageable_memcpy"):
+        return Scenario("no-sync (copies)", "synchronous and pageable copies (and the synchronize of the op that "
+                        "made them) no longer block the host",
+                        _no_sync_of("copy"))
+    if rule == "sync_api":
+        return Scenario("no-sync (synchronizations)", "synchronize calls no longer block the host",
+                        _no_sync_of("sync"))
+    return parse(RULE_SCENARIOS[rule]) if rule in RULE_SCENARIOS else None
 
 
 def parse(text: str) -> Scenario:
