@@ -209,6 +209,10 @@ def test_a_straggler_holds_back_every_rank_and_bringing_it_to_the_median_helps_a
         # rank 0 arrives last (60 vs 30). Its compute (50 µs) goes to the ranks' median (35): it arrives at
         # 45 and both ranks end at 45 + 30 = 75
         assert r["scenarios"][0]["predicted_iteration_ns"] == 75 * US, r["rank"]
+        # the cross-rank critical path: on both ranks the step ends with the collective's 30 µs transfer on
+        # the rank itself, after rank 0 arrived at 60 µs (its launch latency 10 + compute 50)
+        by_rank = _cp(r, "rank")
+        assert by_rank == ({"rank 0": 90 * US} if r["rank"] == 0 else {"rank 0": 60 * US, "rank 1": 30 * US})
 
 
 def test_the_command_prints_json_with_integer_times(tmp_path):

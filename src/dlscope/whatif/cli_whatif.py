@@ -60,7 +60,7 @@ def render(r: dict) -> str:
                   f"({f['scenario']})" for f in priced]
         lines.append(f"  {'all together':<24} {'':>12}   {fmt_ns(r['expert_findings']['combined_saving_ns']):>12}")
     lines.append("Critical path (time on it over the aggregation):")
-    for kind in ("category", "op", "kernel"):
+    for kind in ("category", "rank", "op", "kernel"):
         rows = [x for x in r["critical_path"] if x["kind"] == kind]
         if rows:
             lines.append(f"  by {kind}:")

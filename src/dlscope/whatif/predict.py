@@ -90,7 +90,7 @@ def path_of(g: Graph, win: Windows, result: Result) -> pd.DataFrame:
         frame = path_table(g, critical_path(g, result, b, int(end_v), int(lo)))
         frames.append(frame.assign(iteration=int(it)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["category", "op_id", "act", "ns", "unexplained", "iteration"])
+        columns=["category", "op_id", "act", "rank", "ns", "unexplained", "iteration"])
 
 
 def summarize_path(g: Graph, path: pd.DataFrame, wall: int, top: int = 10) -> list[dict]:
@@ -103,6 +103,10 @@ def summarize_path(g: Graph, path: pd.DataFrame, wall: int, top: int = 10) -> li
 
     by_cat = path.groupby("category")["ns"].sum().sort_values(ascending=False)
     out += [row("category", CATEGORIES[int(c)], v) for c, v in by_cat.items()]
+    ranked = path[path["rank"] >= 0]
+    if len(g.job.ranks) > 1:  # a job: which ranks' work holds this one back (collectives cross ranks)
+        by_rank = ranked.groupby("rank")["ns"].sum().sort_values(ascending=False)
+        out += [row("rank", f"rank {int(r)}", v, rank=int(r)) for r, v in by_rank.items()]
     ops = g.job.ops.set_index("op_id")
     owned = path[path["op_id"] >= 0]
     if len(owned):

@@ -228,6 +228,7 @@ def path_table(g: Graph, path: Path) -> pd.DataFrame:
         "category": np.r_[g.cat[cv], CROSS_CATEGORY[g.xkind[xe]], [CATEGORIES.index("before_trace")]],
         "op_id": np.r_[g.owner[cv], g.xowner[xe], [-1]],
         "act": np.r_[np.where(np.isin(g.cat[cv], _RUN_CATS), g.act[cv], -1), np.full(len(xe), -1), [-1]],
+        "rank": np.r_[g.rank[cv], g.rank[g.dst[xe]], [-1]],
         "ns": np.r_[path.chain_ns, path.cross_ns, [path.untracked_ns]],
         # waiting the model could not tie to work: the residual it kept on the edge (fixed in a what-if)
         "unexplained": np.r_[np.minimum(path.chain_ns, g.rc[cv]), np.minimum(path.cross_ns, g.rx[xe]),
