@@ -457,7 +457,6 @@ class _Builder:
         owner = np.full(n, -1, np.int64)
         cat[1:ncpu] = cat_after[:-1]
         owner[1:ncpu] = owner_after[:-1]
-        self.api_state_after = api_state
         return cat, owner
 
     # ---------------------------------------------------------------- cross edges

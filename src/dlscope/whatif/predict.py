@@ -13,6 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from ..errors import DlscopeError
 from .graph import CATEGORIES, Graph
 from .replay import Result, Weights, binding, critical_path, path_table, solve
 from .scenarios import Scenario, for_rule, parse
@@ -58,7 +59,8 @@ def windows(g: Graph, rank: int, iter_start: int | None = None, iter_stop: int |
     hi = its["iteration"].max() if iter_stop is None else iter_stop
     its = its[(its["iteration"] >= lo) & (its["iteration"] <= hi)]
     if its.empty:
-        raise ValueError(f"no iterations {lo}..{hi} of rank {rank}")
+        raise DlscopeError(f"no iterations {lo}..{hi} of rank {rank} in the database's iterations (an aggregation "
+                           f"made before a re-split with another key node? replay the newest one)")
     last = int(its["iteration"].iloc[-1])
     ops = g.job.ops
     op_ids = ops.loc[(ops["rank"] == rank) & (ops["iteration"] == last), "op_id"].to_numpy(np.int64)
@@ -123,13 +125,6 @@ def summarize_path(g: Graph, path: pd.DataFrame, wall: int, top: int = 10) -> li
         by_k = pd.Series(runs["ns"].to_numpy(), index=names).groupby(level=0).sum().sort_values(ascending=False)
         out += [row("kernel", str(name), v) for name, v in by_k.head(top).items()]
     return out
-
-
-def on_critical_path(g: Graph, path: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(op_ids, kernel ids) with time on the critical path."""
-    ops = np.unique(path.loc[path["op_id"] >= 0, "op_id"].to_numpy(np.int64))
-    act = g.activities.iloc[np.unique(path.loc[path["act"] >= 0, "act"].to_numpy(np.int64))]
-    return ops, act.loc[act["table"] == "kernel", "id"].to_numpy(np.int64)
 
 
 def avg(wall: int, n: int) -> int:
