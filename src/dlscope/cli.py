@@ -141,11 +141,13 @@ def _register_commands() -> None:
     from .capture.cli_profile import profile_command
     from .compare.cli_compare import check_command, diff_command
     from .viewer.cli_view import view_command
+    from .whatif.cli_whatif import whatif_command
 
     cli.add_command(profile_command, "profile")
     cli.add_command(diff_command, "diff")
     cli.add_command(check_command, "check")
     cli.add_command(view_command, "view")
+    cli.add_command(whatif_command, "whatif")
 
 
 _register_commands()

@@ -1,0 +1,862 @@
+"""The dependency graph of a job's iterations, built so that replaying it unchanged gives the measured times.
+
+Vertices are instants: the start and end of every op, CUDA API call and GPU activity (kernel, memcpy,
+memset), the start and CPU end of every iteration, and one barrier per cross-rank collective. They lie on
+*chains*: each CPU thread and each GPU stream is a chain whose consecutive vertices are joined by a chain
+edge. *Cross edges* join chains:
+
+- launch: a launch call's start -> its GPU activity's start (correlation id);
+- sync: the GPU activity a blocking call waited for -> the call's end (device/stream/event synchronize,
+  cudaFree, synchronous and pageable copies);
+- thread handoff: one thread going idle -> another resuming (the autograd thread starting when the main
+  thread calls backward, the main thread resuming when it finishes);
+- stream wait: an activity on another stream of the device that ended just before an activity started
+  later than its own stream and launch allow (what cudaStreamWaitEvent does; inferred from the times);
+- collective: every rank's start of a collective -> its barrier (the last arrival) -> each rank's end.
+
+A vertex happens at the latest of (predecessor + edge weight) over its incoming edges. Weights are the
+*intrinsic* costs measured in the trace: CPU work between two instants of a thread, GPU durations, and for
+edges that wait (launch latency, the gap between queued kernels) the typical latency of this GPU, never the
+time spent waiting. Whatever a vertex waited beyond its constraints (the residual) is added to its binding
+edge, so every vertex has a tight incoming edge and the unchanged replay equals the measured times exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..analyze.categories import matches
+from ..analyze.intervals import merge
+from ..distributed.figures import collective_type, is_nccl_kernel
+from .job import Job
+
+# vertex kinds
+OP_START, OP_END, API_START, API_END, RANGE_START, RANGE_END, IT_START, IT_END, GPU_START, GPU_END, BARRIER = \
+    range(11)
+
+#: what the time of an edge on the critical path is (chain edges by their vertex, cross edges by kind)
+CATEGORIES = ("cpu_op", "cpu_other", "dataloader", "cuda_api", "sync", "kernel", "memcpy", "memset",
+              "communication", "launch", "gpu_gap", "thread_wait", "stream_wait", "before_trace")
+CAT = {name: i for i, name in enumerate(CATEGORIES)}
+
+# cross edge kinds (BYPASS: stream order around communication, used only when it overlaps)
+LAUNCH, SYNC, HANDOFF, STREAM_WAIT, ARRIVE, COLLECTIVE, BYPASS = range(7)
+CROSS_CATEGORY = np.array([CAT["launch"], CAT["sync"], CAT["thread_wait"], CAT["stream_wait"], CAT["communication"],
+                           CAT["communication"], CAT["gpu_gap"]], np.int8)
+
+#: calls that block the host until GPU work finishes (CUDA's "API synchronization behavior")
+SYNC_CALL = re.compile(r"^(cuda|cu|hip)(Device|Stream|Event|Ctx|Thread)Synchronize|^(cudaFree|cuMemFree|hipFree)"
+                       r"(_v\d+)?$")
+#: copy and memset calls that return only when done (the non-Async forms)
+SYNC_COPY = re.compile(r"^(cuda|hip)Mem(cpy|set)([23]D)?(ToSymbol|FromSymbol|Peer)?(_v\d+)?$|"
+                       r"^cuMemcpy([HD]to[HD]|Peer)?(_v\d+)?$|^cuMemsetD(8|16|32)(_v\d+)?$")
+
+#: calls that launch a whole CUDA graph
+GRAPH_LAUNCH = r"^(?:cuda|cu|hip)GraphLaunch"
+#: a thread idle this long before resuming (or after stopping) may be waiting for another thread
+HANDOFF_MIN_GAP_NS = 100_000
+#: ...when the other thread stopped (or resumed) at most this long before
+HANDOFF_MAX_LATENCY_NS = 2_000_000
+#: an activity that started this much later than its own stream and launch allow, right after an activity on
+#: another stream ended, waited for that one
+STREAM_WAIT_MAX_LATENCY_NS = 20_000
+
+
+@dataclass
+class Graph:
+    """The job's dependency graph. Vertices of a chain are contiguous and in time order; CPU chains come
+    before GPU chains (the replay sweeps threads, then streams). Times are relative to ``t0`` on the
+    aligned clock (each rank's clock shifted by ``offsets[rank]`` so collectives end together)."""
+
+    t: np.ndarray              # measured vertex times (int64, relative)
+    chain: np.ndarray          # chain of each vertex
+    first: np.ndarray          # first vertex of its chain
+    kind: np.ndarray           # vertex kind (OP_START ...)
+    ref: np.ndarray            # row in its table: op_id, api_id, activity row, range_id, iteration row
+    rank: np.ndarray
+    wc: np.ndarray             # weight of the chain edge into each vertex (0 for the first of a chain)
+    cat: np.ndarray            # category of the chain edge into each vertex
+    owner: np.ndarray          # op_id the chain edge's time belongs to (-1: none)
+    act: np.ndarray            # activity row of GPU vertices (-1 elsewhere)
+    src: np.ndarray            # cross edges, sorted by dst
+    dst: np.ndarray
+    wx: np.ndarray
+    xkind: np.ndarray
+    xowner: np.ndarray         # op_id a cross edge's time belongs to
+    xoff: np.ndarray           # cross edges off unless a scenario turns them on (BYPASS)
+    rc: np.ndarray             # the part of each chain weight that is unexplained waiting (the residual)
+    rx: np.ndarray             # the same for cross edges
+    n_cpu: int                 # vertices [0, n_cpu) are on CPU chains
+    t0: int
+    offsets: dict[int, int]
+    activities: pd.DataFrame   # kernels and memops: table ('kernel'/'memop'), id, name, rank, device, stream,
+    #                            start, end (effective), op_id, root_op_id, iteration, is_comm, start_v, end_v
+    chains: pd.DataFrame       # chain, rank, pid, tid, device, stream, is_gpu
+    iterations: pd.DataFrame   # the job's iterations with start_v, cpu_end_v
+    blocking: pd.DataFrame     # blocking calls: api_id, how ('sync'/'copy'), end_v, waited_v, waited_comm
+    op_end_v: np.ndarray       # end vertex of each op, indexed by op_id (the last slot: none)
+    job: Job
+    notes: list[str] = field(default_factory=list)
+    launch_latency: dict = field(default_factory=dict)   # (rank, device) -> ns
+    queue_gap: dict = field(default_factory=dict)        # (rank, device) -> ns
+
+    @property
+    def n(self) -> int:
+        return len(self.t)
+
+    def vertex_time(self, absolute_ns: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        """Absolute trace times of ``rank`` on this graph's relative, aligned clock."""
+        off = pd.Series(self.offsets).reindex(np.asarray(rank)).fillna(0).to_numpy(np.int64)
+        return np.asarray(absolute_ns, np.int64) - off - self.t0
+
+    def absolute(self, t: np.ndarray, rank: int) -> np.ndarray:
+        return np.asarray(t, np.int64) + self.t0 + self.offsets.get(rank, 0)
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def _ffill(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
+    """Each position's latest defined value (``defined`` must hold at every chain's first vertex)."""
+    idx = np.where(defined, np.arange(len(values)), 0)
+    return values[np.maximum.accumulate(idx)] if len(values) else values
+
+
+def op_flags(ops: pd.DataFrame, own: np.ndarray) -> np.ndarray:
+    """Per op row: it or an enclosing op has the flag (propagated down the op tree level by level)."""
+    flag = np.asarray(own, bool).copy()
+    pos = positions(ops["op_id"].to_numpy(np.int64))
+    parent = ops["parent_id"].to_numpy(np.int64)
+    depth = ops["depth"].to_numpy(np.int64)
+    for d in np.unique(depth[depth > 0]):
+        rows = np.flatnonzero((depth == d) & (parent >= 0))
+        prow = pos[parent[rows]]
+        ok = prow >= 0
+        flag[rows[ok]] |= flag[prow[ok]]
+    return flag
+
+
+def positions(ids: np.ndarray) -> np.ndarray:
+    """An array indexed by id giving the row holding it (-1 where no row does); ids are unique, >= -1."""
+    ids = np.asarray(ids, np.int64)
+    out = np.full(int(ids.max()) + 2 if len(ids) else 1, -1, np.int64)
+    ok = ids >= 0
+    out[ids[ok]] = np.flatnonzero(ok)
+    out[-1] = -1  # id -1 looks up "none"
+    return out
+
+
+# ----------------------------------------------------------------------------------------- clock alignment
+
+
+def _collectives(job: Job) -> pd.DataFrame:
+    """NCCL kernels matched across ranks by type and occurrence (only when every rank of the job is here)."""
+    k = job.kernels
+    nccl = is_nccl_kernel(k["name"]) if len(k) else np.zeros(0, bool)
+    rows = k[nccl][["kernel_id", "rank", "start", "end", "name"]].copy()
+    ranks = job.ranks
+    worlds = {job.world_sizes.get(r, 1) for r in ranks}
+    if rows.empty or len(ranks) < 2 or worlds != {len(ranks)}:
+        return rows.iloc[0:0].assign(collective="", call_index=0)
+    rows["collective"] = rows["name"].map(collective_type)
+    rows = rows.sort_values(["rank", "start"], kind="stable")
+    rows["call_index"] = rows.groupby(["rank", "collective"]).cumcount()
+    counts = rows.groupby(["collective", "rank"]).size().unstack(fill_value=0)
+    complete = counts.index[(counts.min(axis=1) == counts.max(axis=1)) & (counts.shape[1] == len(ranks))]
+    return rows[rows["collective"].isin(complete)].reset_index(drop=True)
+
+
+def _offsets(job: Job, coll: pd.DataFrame) -> dict[int, int]:
+    """Per rank, its clock minus the first rank's: the median difference of the ends of the same collectives
+    (a collective ends at about the same moment everywhere); 0 without collectives."""
+    offsets = {r: 0 for r in job.ranks}
+    if coll.empty:
+        return offsets
+    ends = coll.pivot_table(index=["collective", "call_index"], columns="rank", values="end", aggfunc="first")
+    ref = ends.columns[0]
+    for r in ends.columns:
+        offsets[int(r)] = int(np.round(np.nanmedian((ends[r] - ends[ref]).to_numpy(np.float64))))
+    return offsets
+
+
+# ----------------------------------------------------------------------------------------------- building
+
+
+def build(job: Job) -> Graph:
+    """The dependency graph of every iteration of every rank in ``job``."""
+    coll = _collectives(job)
+    offsets = _offsets(job, coll)
+    return _Builder(job, coll, offsets).graph()
+
+
+class _Builder:
+    def __init__(self, job: Job, coll: pd.DataFrame, offsets: dict[int, int]):
+        self.job, self.coll, self.offsets = job, coll, offsets
+        self.notes: list[str] = []
+
+    def _aligned(self, frame: pd.DataFrame, col: str) -> np.ndarray:
+        off = frame["rank"].map(self.offsets).fillna(0).to_numpy(np.int64)
+        return frame[col].to_numpy(np.int64) - off
+
+    # ---------------------------------------------------------------- CPU points
+
+    def _iteration_threads(self) -> pd.DataFrame:
+        """Each iteration with the thread its start lies on (an op or range starting there, else the rank's
+        busiest thread)."""
+        job = self.job
+        its = job.iterations.sort_values(["rank", "start"], kind="stable").reset_index(drop=True)
+        cpu = pd.concat([job.ops[["rank", "pid", "tid", "start"]],
+                         job.ranges.loc[job.ranges["device"] < 0, ["rank", "pid", "tid", "start"]]],
+                        ignore_index=True).drop_duplicates(["rank", "start"])
+        hit = its[["rank", "start"]].merge(cpu, on=["rank", "start"], how="left")
+        busiest = (pd.concat([job.ops[["rank", "pid", "tid"]], job.api_calls[["rank", "pid", "tid"]]])
+                   .value_counts().reset_index().drop_duplicates("rank").set_index("rank"))
+        for col in ("pid", "tid"):
+            fallback = its["rank"].map(busiest[col]) if len(busiest) else pd.Series(-1, index=its.index)
+            its[col] = hit[col].fillna(fallback).fillna(-1).to_numpy(np.int64)
+        return its
+
+    def _cpu_points(self) -> pd.DataFrame:
+        job = self.job
+        ops, api = job.ops, job.api_calls
+        rg = job.ranges[(job.ranges["device"] < 0) & job.ranges["category"].isin(["step", "dataloader"])]
+        its = self._iteration_threads()
+        self.its = its
+        parts = []
+
+        def add(frame, time, kind, ref, other):
+            n = len(frame)
+            parts.append(pd.DataFrame({
+                "rank": frame["rank"].to_numpy(np.int64), "pid": frame["pid"].to_numpy(np.int64),
+                "tid": frame["tid"].to_numpy(np.int64), "time": time, "kind": np.full(n, kind, np.int8),
+                "ref": np.asarray(ref, np.int64), "other": other}))
+
+        for frame, start_kind, end_kind, ref in ((ops, OP_START, OP_END, ops["op_id"]),
+                                                 (api, API_START, API_END, api["api_id"]),
+                                                 (rg, RANGE_START, RANGE_END, rg["range_id"])):
+            s, e = self._aligned(frame, "start"), self._aligned(frame, "end")
+            e = np.maximum(e, s)
+            add(frame, s, start_kind, ref, e)
+            add(frame, e, end_kind, ref, s)
+        s = self._aligned(its, "start")
+        add(its, s, IT_START, np.arange(len(its)), s)
+        add(its, np.maximum(self._aligned(its, "cpu_end"), s), IT_END, np.arange(len(its)), s)
+        pts = pd.concat(parts, ignore_index=True)
+        # same instant: ends of earlier items (inner first), marks, starts (outer first), ends of empty items
+        kind = pts["kind"].to_numpy()
+        is_start = np.isin(kind, [OP_START, API_START, RANGE_START])
+        is_mark = np.isin(kind, [IT_START, IT_END])
+        empty = pts["time"].to_numpy() == pts["other"].to_numpy()
+        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(empty, 3, 0)))
+        sub = -pts["other"].to_numpy(np.int64)
+        chain = pd.MultiIndex.from_frame(pts[["rank", "pid", "tid"]])
+        codes, uniques = pd.factorize(chain, sort=True)
+        pts["chain"] = codes
+        idx = np.lexsort((sub, order, pts["time"].to_numpy(), codes))
+        pts = pts.iloc[idx].reset_index(drop=True)
+        self.cpu_chains = pd.DataFrame(list(uniques), columns=["rank", "pid", "tid"]) if len(uniques) else \
+            pd.DataFrame(columns=["rank", "pid", "tid"])
+        return pts
+
+    # ---------------------------------------------------------------- GPU activities
+
+    def _activities(self) -> pd.DataFrame:
+        job = self.job
+        k, m = job.kernels, job.memops
+        frames = [pd.DataFrame({"table": "kernel", "id": k["kernel_id"].to_numpy(np.int64), "name": k["name"].to_numpy(object),
+                                "kind": "kernel", "rank": k["rank"], "device": k["device"], "stream": k["stream"],
+                                "start": self._aligned(k, "start"), "end": self._aligned(k, "end"),
+                                "api_id": k["api_id"], "launch": self._aligned(k, "launch_ts"),
+                                "op_id": k["op_id"], "root_op_id": k["root_op_id"], "iteration": k["iteration"],
+                                "is_comm": is_nccl_kernel(k["name"]) if len(k) else np.zeros(0, bool),
+                                "pageable": False}),
+                  pd.DataFrame({"table": "memop", "id": m["memop_id"].to_numpy(np.int64), "name": m["name"].to_numpy(object),
+                                "kind": m["kind"].to_numpy(object), "rank": m["rank"], "device": m["device"],
+                                "stream": m["stream"], "start": self._aligned(m, "start"),
+                                "end": self._aligned(m, "end"), "api_id": m["api_id"],
+                                "launch": self._aligned(m, "launch_ts"), "op_id": m["op_id"],
+                                "root_op_id": m["root_op_id"], "iteration": m["iteration"], "is_comm": False,
+                                "pageable": ((m["src_mem"] == "pageable") | (m["dst_mem"] == "pageable")).to_numpy()})]
+        act = pd.concat(frames, ignore_index=True)
+        act["launch"] = np.where(act["api_id"].to_numpy() >= 0, act["launch"].to_numpy(), act["start"].to_numpy())
+        act = act.sort_values(["rank", "device", "stream", "start", "end"], kind="stable").reset_index(drop=True)
+        # one stream runs one activity at a time: overlaps from clock rounding are serialised
+        key = pd.MultiIndex.from_frame(act[["rank", "device", "stream"]])
+        codes, uniques = pd.factorize(key, sort=True)
+        act["chain_local"] = codes
+        s, e = act["start"].to_numpy(np.int64), act["end"].to_numpy(np.int64)
+        e = np.maximum(e, s)
+        firsts = np.r_[True, codes[1:] != codes[:-1]] if len(codes) else np.zeros(0, bool)
+        run = _segment_cummax(e, firsts)
+        prev = np.r_[np.iinfo(np.int64).min, run[:-1]] if len(run) else run
+        prev[firsts] = np.iinfo(np.int64).min
+        act["start"] = np.maximum(s, prev)
+        act["end"] = np.maximum(e, act["start"].to_numpy())
+        self.gpu_chains = pd.DataFrame(list(uniques), columns=["rank", "device", "stream"]) if len(uniques) else \
+            pd.DataFrame(columns=["rank", "device", "stream"])
+        return act
+
+    # ---------------------------------------------------------------- assembly
+
+    def graph(self) -> Graph:
+        job = self.job
+        pts = self._cpu_points()
+        act = self._activities()
+        ncpu = len(pts)
+        nact = len(act)
+        coll_rows = self._collective_rows(act)
+        nbar = len(coll_rows[1]) if coll_rows is not None else 0
+        n = ncpu + 2 * nact + nbar
+        t = np.empty(n, np.int64)
+        kind = np.empty(n, np.int8)
+        ref = np.full(n, -1, np.int64)
+        rank = np.empty(n, np.int64)
+        chain = np.empty(n, np.int64)
+        actv = np.full(n, -1, np.int64)
+        # CPU
+        t[:ncpu] = pts["time"].to_numpy(np.int64)
+        kind[:ncpu] = pts["kind"].to_numpy()
+        ref[:ncpu] = pts["ref"].to_numpy()
+        rank[:ncpu] = pts["rank"].to_numpy()
+        chain[:ncpu] = pts["chain"].to_numpy()
+        n_cpu_chains = len(self.cpu_chains)
+        # GPU: start, end per activity
+        g = slice(ncpu, ncpu + 2 * nact)
+        t[g] = np.column_stack([act["start"].to_numpy(np.int64), act["end"].to_numpy(np.int64)]).ravel()
+        kind[g] = np.tile(np.array([GPU_START, GPU_END], np.int8), nact)
+        actv[g] = np.repeat(np.arange(nact), 2)
+        ref[g] = actv[g]
+        rank[g] = np.repeat(act["rank"].to_numpy(np.int64), 2)
+        chain[g] = n_cpu_chains + np.repeat(act["chain_local"].to_numpy(np.int64), 2)
+        act["start_v"] = ncpu + 2 * np.arange(nact)
+        act["end_v"] = act["start_v"] + 1
+        # barriers: one chain each
+        n_gpu_chains = len(self.gpu_chains)
+        if nbar:
+            inst = coll_rows[1]
+            b = slice(ncpu + 2 * nact, n)
+            t[b] = inst["arrival"].to_numpy(np.int64)
+            kind[b] = BARRIER
+            ref[b] = np.arange(nbar)
+            rank[b] = -1
+            chain[b] = n_cpu_chains + n_gpu_chains + np.arange(nbar)
+        t0 = int(t.min()) if n else 0
+        t -= t0
+        first = np.r_[True, chain[1:] != chain[:-1]] if n else np.zeros(0, bool)
+
+        chains = pd.concat([self.cpu_chains.assign(device=-1, stream=-1, is_gpu=False),
+                            self.gpu_chains.assign(pid=-1, tid=-1, is_gpu=True),
+                            pd.DataFrame({"rank": np.full(nbar, -1), "pid": -1, "tid": -1, "device": -1, "stream": -1,
+                                          "is_gpu": True})], ignore_index=True)
+        chains["chain"] = np.arange(len(chains))
+
+        # lookups: op, api and iteration rows to vertices
+        size = int(job.api_calls["api_id"].max()) + 2 if len(job.api_calls) else 1
+        api_start_v = np.full(size, -1, np.int64)   # indexed by api_id (-1 -> the last slot, none)
+        api_end_v = np.full(size, -1, np.int64)
+        cpu_idx = np.arange(ncpu)
+        kind_cpu = kind[:ncpu]
+        for k_, arr in ((API_START, api_start_v), (API_END, api_end_v)):
+            sel = kind_cpu == k_
+            arr[ref[:ncpu][sel]] = cpu_idx[sel]
+        self.api_start_v, self.api_end_v = api_start_v, api_end_v
+        op_end_v = np.full(int(job.ops["op_id"].max()) + 2 if len(job.ops) else 1, -1, np.int64)
+        sel = kind_cpu == OP_END
+        op_end_v[ref[:ncpu][sel]] = cpu_idx[sel]
+        its = self.its
+        its["start_v"] = -1
+        its["cpu_end_v"] = -1
+        its.loc[ref[:ncpu][kind_cpu == IT_START], "start_v"] = cpu_idx[kind_cpu == IT_START]
+        its.loc[ref[:ncpu][kind_cpu == IT_END], "cpu_end_v"] = cpu_idx[kind_cpu == IT_END]
+
+        # chain edges: CPU work as measured, GPU durations; attribution of each edge
+        wc = np.zeros(n, np.int64)
+        wc[1:] = t[1:] - t[:-1]
+        wc[first] = 0
+        cat, owner = self._cpu_attribution(pts, ncpu, n)
+        gk = act["kind"].to_numpy(object)
+        run_cat = np.where(act["is_comm"].to_numpy(bool), CAT["communication"],
+                           np.where(gk == "memcpy", CAT["memcpy"], np.where(gk == "memset", CAT["memset"],
+                                                                            CAT["kernel"])))
+        cat[g] = np.column_stack([np.full(nact, CAT["gpu_gap"]), run_cat]).ravel()
+        owner[g] = np.repeat(act["op_id"].to_numpy(np.int64), 2)
+        if nbar:
+            cat[ncpu + 2 * nact:] = CAT["communication"]
+
+        self.t, self.first, self.act, self.kind, self.ref = t, first, act, kind, ref
+        self.ncpu, self.rank = ncpu, rank
+        edges = [self._launch_edges(), self._sync_edges(wc), self._handoff_edges(pts, wc)]
+        if nbar:
+            edges.append(self._collective_edges(coll_rows, wc))
+        src, dst, w, xk, xo = (np.concatenate([e[i] for e in edges]) for i in range(5))
+        self._gpu_latencies(wc, src, dst, w, xk)
+        src, dst, w, xk, xo = self._stream_waits(wc, src, dst, w, xk, xo)
+        wc, w = self._residuals(wc, src, dst, w)
+        bypass = self._bypass_edges()
+        xoff = np.r_[np.zeros(len(src), bool), np.ones(len(bypass[0]), bool)]
+        rx = np.r_[self.rx, np.zeros(len(bypass[0]), np.int64)]
+        src, dst, w, xk, xo = (np.concatenate([a, b]) for a, b in zip((src, dst, w, xk, xo), bypass))
+        order = np.argsort(dst, kind="stable")
+        src, dst, w, xk, xo, xoff, rx = (src[order], dst[order], w[order], xk[order], xo[order], xoff[order],
+                                         rx[order])
+        return Graph(t=t, chain=chain, first=first, kind=kind, ref=ref, rank=rank, wc=wc, cat=cat, owner=owner,
+                     act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, xoff=xoff, rc=self.rc, rx=rx,
+                     n_cpu=ncpu, t0=t0,
+                     offsets=self.offsets, activities=act, chains=chains, iterations=its, blocking=self.blocking,
+                     op_end_v=op_end_v, job=job, notes=self.notes, launch_latency=self.launch_latency, queue_gap=self.queue_gap)
+
+    # ---------------------------------------------------------------- attribution of CPU time
+
+    def _cpu_attribution(self, pts: pd.DataFrame, ncpu: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Category and owner op of each CPU chain edge: the state of its thread after the edge's first
+        vertex (inside which op, inside which API call, inside data loading)."""
+        job = self.job
+        ops, api = job.ops, job.api_calls
+        kind = pts["kind"].to_numpy()
+        ref = pts["ref"].to_numpy(np.int64)
+        chain = pts["chain"].to_numpy(np.int64)
+        firsts = np.r_[True, chain[1:] != chain[:-1]] if ncpu else np.zeros(0, bool)
+        op_pos = positions(ops["op_id"].to_numpy(np.int64))
+        api_pos = positions(api["api_id"].to_numpy(np.int64))
+        parent = ops["parent_id"].to_numpy(np.int64)
+        api_op = api["op_id"].to_numpy(np.int64)
+        op_state = np.full(ncpu, -1, np.int64)
+        api_state = np.full(ncpu, -1, np.int64)
+        defined = firsts.copy()
+        s = kind == OP_START
+        op_state[s] = ref[s]
+        e = kind == OP_END
+        op_state[e] = np.where(op_pos[ref[e]] >= 0, parent[op_pos[ref[e]]], -1)
+        a = kind == API_START
+        api_state[a] = ref[a]
+        ae = kind == API_END
+        op_state[a | ae] = api_op[api_pos[ref[a | ae]]]
+        defined |= s | e | a | ae
+        op_state = _ffill(op_state, defined)
+        api_state = _ffill(api_state, defined | a | ae)
+        # data loading: an op named like it (or one enclosing it), or inside a dataloader range
+        dl_op = op_flags(ops, matches(ops["name"], "dataloader") if len(ops) else np.zeros(0, bool))
+        rg = job.ranges
+        rg_dl = np.zeros(int(rg["range_id"].max()) + 2 if len(rg) else 1, bool)
+        rg_dl[rg.loc[rg["category"] == "dataloader", "range_id"].to_numpy(np.int64)] = True
+        is_range = np.isin(kind, [RANGE_START, RANGE_END])
+        dl_range = np.zeros(ncpu, bool)
+        dl_range[is_range] = rg_dl[ref[is_range]]
+        delta = np.where(dl_range, np.where(kind == RANGE_START, 1, -1), 0)
+        open_dl = _segment_cumsum(delta, firsts)
+        op_row = op_pos[op_state]  # op_state -1 looks up the "none" slot
+        in_dl = (open_dl > 0) | ((op_row >= 0) & dl_op[np.maximum(op_row, 0)] if len(ops) else False)
+        cat_after = np.where(api_state >= 0, CAT["cuda_api"], np.where(
+            in_dl, CAT["dataloader"], np.where(op_state >= 0, CAT["cpu_op"], CAT["cpu_other"])))
+        owner_after = op_state
+        cat = np.zeros(n, np.int8)
+        owner = np.full(n, -1, np.int64)
+        cat[1:ncpu] = cat_after[:-1]
+        owner[1:ncpu] = owner_after[:-1]
+        return cat, owner
+
+    # ---------------------------------------------------------------- cross edges
+
+    def _launch_edges(self):
+        """Launch call start -> activity start. Kernels replayed from a CUDA graph carry the correlation id of
+        their capture, not of the cudaGraphLaunch that ran them: an activity without a launch call of its own
+        follows the latest graph launch of its rank before it."""
+        act, t = self.act, self.t
+        api_id = act["api_id"].to_numpy(np.int64)
+        has = (api_id >= 0) & (api_id < len(self.api_start_v))
+        srcv = np.full(len(act), -1, np.int64)
+        srcv[has] = self.api_start_v[api_id[has]]
+        api = self.job.api_calls
+        graph_call = api["name"].str.contains(GRAPH_LAUNCH, regex=True).to_numpy(bool) if len(api) else \
+            np.zeros(0, bool)
+        orphan = np.flatnonzero(srcv < 0)
+        if graph_call.any() and len(orphan):
+            gv = self.api_start_v[api.loc[graph_call, "api_id"].to_numpy(np.int64)]
+            gv = gv[gv >= 0]
+            ranks = self.rank[gv]
+            big = np.int64(t.max() + 1)
+            key = ranks * big + t[gv]
+            order = np.argsort(key, kind="stable")
+            key, gv = key[order], gv[order]
+            sv = act["start_v"].to_numpy(np.int64)[orphan]
+            q = act["rank"].to_numpy(np.int64)[orphan] * big + t[sv]
+            p = np.searchsorted(key, q, side="right") - 1
+            ok = (p >= 0) & (key[np.maximum(p, 0)] // big == q // big)
+            srcv[orphan[ok]] = gv[p[ok]]
+        dstv = act["start_v"].to_numpy(np.int64)
+        ok = (srcv >= 0) & (t[np.maximum(srcv, 0)] <= t[dstv])
+        return (srcv[ok], dstv[ok], t[dstv[ok]] - t[srcv[ok]], np.full(ok.sum(), LAUNCH, np.int8),
+                act["op_id"].to_numpy(np.int64)[ok])
+
+    def _blocking_calls(self) -> pd.DataFrame:
+        """The calls that block the host, how (waiting for prior GPU work, or for their own copy), and the
+        stream a stream synchronize names."""
+        job = self.job
+        api = job.api_calls
+        names = api["name"]
+        sync_name = (np.array([bool(SYNC_CALL.search(x)) for x in pd.unique(names)], bool)[pd.factorize(names)[0]]
+                     if len(api) else np.zeros(0, bool))
+        copy_name = (np.array([bool(SYNC_COPY.search(x)) for x in pd.unique(names)], bool)[pd.factorize(names)[0]]
+                     if len(api) else np.zeros(0, bool))
+        # synchronizations the trace recorded (linked by launch call or by correlation)
+        sy = job.syncs[job.syncs["kind"] != "stream_wait_event"]
+        linked = sy[sy["api_id"] >= 0][["api_id", "stream", "kind"]]
+        by_corr = sy[sy["api_id"] < 0].merge(api[["rank", "correlation", "api_id"]], on=["rank", "correlation"],
+                                             suffixes=("_s", ""))[["api_id", "stream", "kind"]]
+        recorded = pd.concat([linked, by_corr]).drop_duplicates("api_id").set_index("api_id")
+        api_pos = positions(api["api_id"].to_numpy(np.int64))
+        is_sync = sync_name.copy()
+        rec_rows = api_pos[recorded.index.to_numpy(np.int64)]
+        ok = rec_rows >= 0
+        is_sync[rec_rows[ok]] = True
+        stream = np.full(len(api), -1, np.int64)
+        rec_stream = np.where(recorded["kind"].to_numpy(object) == "stream", recorded["stream"].to_numpy(np.int64), -1)
+        stream[rec_rows[ok]] = rec_stream[ok]
+        # copies: a non-Async copy/memset call, or any copy touching pageable host memory
+        act = self.act
+        own = act[act["api_id"] >= 0]
+        own_rows = api_pos[own["api_id"].to_numpy(np.int64)]
+        is_copy = np.zeros(len(api), bool)
+        copy_act = np.full(len(api), -1, np.int64)
+        sel = (own_rows >= 0) & (copy_name[np.maximum(own_rows, 0)] | own["pageable"].to_numpy(bool)) & \
+            (own["table"].to_numpy(object) == "memop")
+        is_copy[own_rows[sel]] = True
+        copy_act[own_rows[sel]] = own.index.to_numpy()[sel]
+        rows = np.flatnonzero(is_sync | is_copy)
+        return pd.DataFrame({"api_row": rows, "api_id": api["api_id"].to_numpy(np.int64)[rows],
+                             "how": np.where(is_copy[rows], "copy", "sync"), "stream": stream[rows],
+                             "copy_act": copy_act[rows], "rank": api["rank"].to_numpy(np.int64)[rows],
+                             "start": self._aligned(api, "start")[rows], "end": self._aligned(api, "end")[rows]})
+
+    def _waited(self, calls: pd.DataFrame, acts: pd.DataFrame) -> np.ndarray:
+        """Per call, the activity row (of ``acts``) it waited for: the latest to end by the call's end among
+        those launched before the call started (-1: none)."""
+        out = np.full(len(calls), -1, np.int64)
+        if acts.empty or calls.empty:
+            return out
+        for (rank, stream), grp in calls.groupby(["rank", "stream"]):
+            a = acts[acts["rank"] == rank]
+            if stream >= 0:
+                a = a[a["stream"] == stream]
+            if a.empty:
+                continue
+            a = a.sort_values("end", kind="stable")
+            ends, launches, rows = (a["end"].to_numpy(np.int64), a["launch"].to_numpy(np.int64),
+                                    a.index.to_numpy(np.int64))
+            cs, ce = grp["start"].to_numpy(np.int64), grp["end"].to_numpy(np.int64)
+            p = np.searchsorted(ends, ce, side="right") - 1
+            for _ in range(64):  # step back over activities launched after the call (few)
+                bad = (p >= 0) & (launches[np.maximum(p, 0)] >= cs)
+                if not bad.any():
+                    break
+                p[bad] -= 1
+            found = (p >= 0) & (launches[np.maximum(p, 0)] < cs)
+            hit = np.where(found, rows[np.maximum(p, 0)], -1)
+            out[np.flatnonzero(calls.index.isin(grp.index))] = hit
+        return out
+
+    def _sync_edges(self, wc: np.ndarray):
+        """A blocking call ends at max(its previous instant, the instant of the GPU work it waited for) plus its
+        own cost after that (measured): end' = max(prev', g') + (end - max(prev, g))."""
+        calls = self._blocking_calls().reset_index(drop=True)
+        act = self.act
+        t = self.t
+        if act.empty:
+            calls = calls.iloc[0:0]
+        end_v = self.api_end_v[calls["api_id"].to_numpy(np.int64)]
+        calls["end_v"] = end_v
+        syn = calls["how"].to_numpy(object) == "sync"
+        waited = np.full(len(calls), -1, np.int64)
+        waited_nc = np.full(len(calls), -1, np.int64)
+        acts = act[["rank", "stream", "start", "end", "launch", "is_comm"]]
+        waited[syn] = self._waited(calls[syn], acts)
+        if act["is_comm"].any():
+            waited_nc[syn] = self._waited(calls[syn], acts[~acts["is_comm"]])
+        # copies wait for their own copy: its end when it ended before the call returned, else its start
+        cp = np.flatnonzero(~syn)
+        ca = calls["copy_act"].to_numpy(np.int64)[cp]
+        ends_ok = act["end"].to_numpy(np.int64)[ca] <= calls["end"].to_numpy(np.int64)[cp]
+        starts_ok = act["start"].to_numpy(np.int64)[ca] <= calls["end"].to_numpy(np.int64)[cp]
+        copy_v = np.where(ends_ok, act["end_v"].to_numpy(np.int64)[ca],
+                          np.where(starts_ok, act["start_v"].to_numpy(np.int64)[ca], -1))
+        gv = np.full(len(calls), -1, np.int64)
+        gv[syn] = np.where(waited[syn] >= 0, act["end_v"].to_numpy(np.int64)[np.maximum(waited[syn], 0)], -1)
+        gv[cp] = copy_v
+        gv_nc = np.where(waited_nc >= 0, act["end_v"].to_numpy(np.int64)[np.maximum(waited_nc, 0)], -1)
+        ok = (gv >= 0) & (end_v >= 0)
+        ok[ok] &= ~self.first[end_v[ok]]
+        ev, g = end_v[ok], gv[ok]
+        prev = t[ev - 1]
+        post = t[ev] - np.maximum(prev, t[g])
+        ok_post = post >= 0
+        ev, g, post = ev[ok_post], g[ok_post], post[ok_post]
+        wc[ev] = post
+        calls["waited_v"] = -1
+        calls["waited_comm"] = False
+        idx = np.flatnonzero(ok)[ok_post]
+        calls.loc[idx, "waited_v"] = g
+        is_comm_v = np.zeros(len(t), bool)
+        is_comm_v[act["end_v"].to_numpy(np.int64)[act["is_comm"].to_numpy(bool)]] = True
+        calls.loc[idx, "waited_comm"] = is_comm_v[g]
+        self.blocking = calls
+        owner = self.job.api_calls["op_id"].to_numpy(np.int64)[calls["api_row"].to_numpy(np.int64)[idx]]
+        src, dst, w = [g], [ev], [post]
+        kinds, owners = [np.full(len(g), SYNC, np.int8)], [owner]
+        # the same call also waited for the latest non-communication work (what remains when comm overlaps)
+        alt = gv_nc[idx]
+        keep = (alt >= 0) & (alt != g)
+        if keep.any():
+            alt_ev, alt_g = ev[keep], alt[keep]
+            src.append(alt_g)
+            dst.append(alt_ev)
+            w.append(np.minimum(post[keep], t[alt_ev] - t[alt_g]))
+            kinds.append(np.full(len(alt_g), SYNC, np.int8))
+            owners.append(owner[keep])
+        return (np.concatenate(src), np.concatenate(dst), np.concatenate(w), np.concatenate(kinds),
+                np.concatenate(owners))
+
+    def _handoff_edges(self, pts: pd.DataFrame, wc: np.ndarray):
+        """Thread handoffs inside a process: a thread that resumes after a long idle gap right after another
+        thread stopped before one (fork: the autograd thread starting backward when the main thread calls it;
+        join: the main thread resuming when backward is done). The resuming thread's idle gap then costs
+        nothing of its own; the handoff edge carries the measured latency."""
+        empty = (np.zeros(0, np.int64),) * 3 + (np.zeros(0, np.int8), np.zeros(0, np.int64))
+        ncpu = self.ncpu
+        if len(self.cpu_chains) < 2 or ncpu == 0:
+            return empty
+        t = self.t[:ncpu]
+        chain = pts["chain"].to_numpy(np.int64)
+        kind = pts["kind"].to_numpy()
+        busy = np.isin(kind, [OP_START, API_START])
+        ends = pts["other"].to_numpy(np.int64)  # a start point's own end (aligned, absolute)
+        if not busy.any():
+            return empty
+        big = np.int64(t.max() + 1)
+        # busy intervals of each thread (ops and API calls), merged, on a per-chain axis
+        bs = chain[busy] * big + t[busy]
+        be = bs + (ends[busy] - pts["time"].to_numpy(np.int64)[busy])
+        ms, me = merge(bs, be)
+        mc = ms // big
+        gap_before = np.r_[np.iinfo(np.int64).max, ms[1:] - me[:-1]]
+        gap_before[np.r_[True, mc[1:] != mc[:-1]]] = np.iinfo(np.int64).max
+        gap_after = np.r_[gap_before[1:], np.iinfo(np.int64).max]
+        resume = gap_before >= HANDOFF_MIN_GAP_NS
+        stop = gap_after >= HANDOFF_MIN_GAP_NS
+        key = chain * big + t  # vertices are sorted on this axis
+        resume_v = np.searchsorted(key, ms[resume], side="left")
+        stop_v = np.searchsorted(key, me[stop], side="right") - 1
+        # the process of each thread; a resume matches the latest stop on another thread of it
+        proc = pd.factorize(pd.MultiIndex.from_frame(self.cpu_chains[["rank", "pid"]]))[0].astype(np.int64)
+        r_chain, s_chain = mc[resume], mc[stop]
+        r_t, s_t = t[resume_v], t[stop_v]
+        s_key = proc[s_chain] * big + s_t
+        order = np.argsort(s_key, kind="stable")
+        s_key, s_chain, s_v, s_t = s_key[order], s_chain[order], stop_v[order], s_t[order]
+        p = np.searchsorted(s_key, proc[r_chain] * big + r_t, side="right") - 1
+        src = np.full(len(resume_v), -1, np.int64)
+        for _ in range(4):  # step over stops of the resuming thread itself
+            live = (p >= 0) & (src < 0)
+            live[live] &= proc[s_chain[p[live]]] == proc[r_chain[live]]
+            own = live.copy()
+            own[live] = s_chain[p[live]] == r_chain[live]
+            take = live & ~own
+            src[take] = s_v[p[take]]
+            p = np.where(own, p - 1, -1)
+        ok = src >= 0
+        ok[ok] &= (r_t[ok] - t[src[ok]]) <= HANDOFF_MAX_LATENCY_NS
+        dst, src = resume_v[ok], src[ok]
+        notfirst = ~self.first[dst]
+        wc[dst[notfirst]] = 0
+        return (src, dst, t[dst] - t[src], np.full(len(dst), HANDOFF, np.int8), np.full(len(dst), -1, np.int64))
+
+    def _collective_rows(self, act: pd.DataFrame):
+        coll = self.coll
+        if coll.empty:
+            return None
+        rows = act[act["table"] == "kernel"][["id"]].reset_index().rename(columns={"index": "act_row"})
+        m = coll.merge(rows, left_on="kernel_id", right_on="id", how="inner")
+        a_start = act["start"].to_numpy(np.int64)[m["act_row"].to_numpy()]
+        m["a_start"] = a_start
+        inst = m.groupby(["collective", "call_index"], sort=True)["a_start"].max().rename("arrival").reset_index()
+        inst["barrier"] = np.arange(len(inst))
+        m = m.merge(inst, on=["collective", "call_index"])
+        return m, inst
+
+    def _collective_edges(self, coll_rows, wc: np.ndarray):
+        """Every rank's start of a collective -> its barrier (the last arrival) -> every rank's end: a
+        collective ends its measured transfer time after the last rank arrived (no earlier than it began
+        plus that time)."""
+        m, inst = coll_rows
+        act, t = self.act, self.t
+        bar_v = self.ncpu + 2 * len(act) + m["barrier"].to_numpy(np.int64)
+        rows = m["act_row"].to_numpy(np.int64)
+        sv, ev = act["start_v"].to_numpy(np.int64)[rows], act["end_v"].to_numpy(np.int64)[rows]
+        owner = act["op_id"].to_numpy(np.int64)[rows]
+        arrive = (sv, bar_v, np.zeros(len(sv), np.int64), np.full(len(sv), ARRIVE, np.int8), owner)
+        ok = t[ev] >= t[bar_v]
+        transfer = t[ev] - np.maximum(t[sv], t[bar_v])
+        wc[ev[ok]] = transfer[ok]   # its own run: the transfer after everyone arrived
+        self.notes.append(f"{len(inst)} collectives matched across {len(self.job.ranks)} ranks")
+        return (np.concatenate([arrive[0], bar_v[ok]]), np.concatenate([arrive[1], ev[ok]]),
+                np.concatenate([arrive[2], transfer[ok]]),
+                np.concatenate([arrive[3], np.full(ok.sum(), COLLECTIVE, np.int8)]),
+                np.concatenate([arrive[4], owner[ok]]))
+
+    # ---------------------------------------------------------------- waiting edges: intrinsic weights
+
+    def _gpu_latencies(self, wc, src, dst, w, xk) -> None:
+        """Per device, the typical launch latency (launch call start -> start, on an idle stream) and the gap
+        between queued activities (previous end -> start, launched well before): the medians measured."""
+        act, t = self.act, self.t
+        sv = act["start_v"].to_numpy(np.int64)
+        prev_end = np.where(self.first[sv], np.iinfo(np.int64).min // 2, t[sv - 1])
+        launch = np.full(len(act), np.iinfo(np.int64).min // 2, np.int64)
+        lk = xk == LAUNCH
+        pos = np.searchsorted(sv, dst[lk])  # start vertices are increasing with the activity row
+        launch[pos] = t[src[lk]]
+        has_launch = launch > np.iinfo(np.int64).min // 2
+        idle = has_launch & (prev_end <= launch)
+        queued = has_launch & (launch < prev_end)
+        lat = t[sv] - launch
+        gap = t[sv] - prev_end
+        self.launch_latency, self.queue_gap = {}, {}
+        keys = act[["rank", "device"]].to_numpy(np.int64)
+        frame = pd.DataFrame({"rank": keys[:, 0], "device": keys[:, 1], "lat": np.where(idle, lat, np.nan),
+                              "gap": np.where(queued, gap, np.nan)})
+        med = frame.groupby(["rank", "device"])[["lat", "gap"]].median()
+        for (r, d), row in med.iterrows():
+            self.launch_latency[(int(r), int(d))] = int(row["lat"]) if np.isfinite(row["lat"]) else 0
+            self.queue_gap[(int(r), int(d))] = int(row["gap"]) if np.isfinite(row["gap"]) else 0
+        lat_cap = pd.MultiIndex.from_arrays([keys[:, 0], keys[:, 1]]).map(self.launch_latency).to_numpy(np.int64) \
+            if len(act) else np.zeros(0, np.int64)
+        gap_cap = pd.MultiIndex.from_arrays([keys[:, 0], keys[:, 1]]).map(self.queue_gap).to_numpy(np.int64) \
+            if len(act) else np.zeros(0, np.int64)
+        # intrinsic: the measured slack, never more than the typical latency
+        notfirst = ~self.first[sv]
+        wc[sv[notfirst]] = np.minimum(wc[sv[notfirst]], gap_cap[notfirst])
+        w[lk] = np.minimum(w[lk], lat_cap[pos])
+
+    def _stream_waits(self, wc, src, dst, w, xk, xo):
+        """An activity that started later than its own stream and launch allow, shortly after an activity on
+        another stream of its device ended, waited for it (an event wait)."""
+        act, t = self.act, self.t
+        if act.empty or act.groupby(["rank", "device"])["stream"].nunique().max() < 2:
+            return src, dst, w, xk, xo
+        sv, evs = act["start_v"].to_numpy(np.int64), act["end_v"].to_numpy(np.int64)
+        m = self._bounds(wc, src, dst, w)[sv]
+        resid = t[sv] - m
+        cand = np.flatnonzero(resid > 0)
+        if len(cand) == 0:
+            return src, dst, w, xk, xo
+        dev = pd.factorize(pd.MultiIndex.from_frame(act[["rank", "device"]]))[0].astype(np.int64)
+        big = np.int64(t.max() + 1)
+        key_end = dev * big + t[evs]
+        order = np.argsort(key_end, kind="stable")
+        ke = key_end[order]
+        p = np.searchsorted(ke, dev[cand] * big + t[sv[cand]], side="left") - 1  # strictly before the start
+        ok = p >= 0
+        other = order[np.maximum(p, 0)]
+        ok &= dev[other] == dev[cand]
+        ok &= act["stream"].to_numpy(np.int64)[other] != act["stream"].to_numpy(np.int64)[cand]
+        x = t[evs[other]]
+        ok &= (x >= m[cand]) & (t[sv[cand]] - x <= STREAM_WAIT_MAX_LATENCY_NS)
+        ns, nd = evs[other[ok]], sv[cand[ok]]
+        return (np.r_[src, ns], np.r_[dst, nd], np.r_[w, t[nd] - t[ns]], np.r_[xk, np.full(len(nd), STREAM_WAIT, np.int8)],
+                np.r_[xo, act["op_id"].to_numpy(np.int64)[cand[ok]]])
+
+    def _bypass_edges(self):
+        """For overlapped communication: the activity after a run of communication kernels on a stream follows
+        the last non-communication activity before that run (stream order without the communication)."""
+        act, t = self.act, self.t
+        empty = (np.zeros(0, np.int64),) * 3 + (np.zeros(0, np.int8), np.zeros(0, np.int64))
+        comm = act["is_comm"].to_numpy(bool)
+        if not comm.any():
+            return empty
+        chain = act["chain_local"].to_numpy(np.int64)
+        idx = np.arange(len(act))
+        last_compute = np.maximum.accumulate(np.where(~comm, idx, -1))
+        first = np.r_[True, chain[1:] != chain[:-1]]
+        chain_first = np.maximum.accumulate(np.where(first, idx, 0))
+        nxt = idx[:-1][comm[:-1] & ~comm[1:] & (chain[1:] == chain[:-1])] + 1
+        before = last_compute[nxt - 1]
+        ok = before >= chain_first[nxt]
+        nxt, before = nxt[ok], before[ok]
+        sv, ev = act["start_v"].to_numpy(np.int64)[nxt], act["end_v"].to_numpy(np.int64)[before]
+        gap = pd.MultiIndex.from_frame(act[["rank", "device"]].iloc[nxt]).map(self.queue_gap).to_numpy(np.int64) \
+            if len(nxt) else np.zeros(0, np.int64)
+        return (ev, sv, np.maximum(np.minimum(gap, t[sv] - t[ev]), 0), np.full(len(sv), BYPASS, np.int8),
+                act["op_id"].to_numpy(np.int64)[nxt])
+
+    def _bounds(self, wc, src, dst, w) -> np.ndarray:
+        """Per vertex, the latest of its incoming constraints at the measured times (no input: -inf)."""
+        t = self.t
+        low = np.iinfo(np.int64).min // 2
+        m = np.full(len(t), low, np.int64)
+        notfirst = ~self.first
+        m[notfirst] = t[np.flatnonzero(notfirst) - 1] + wc[notfirst]
+        if len(dst):
+            np.maximum.at(m, dst, t[src] + w)
+        return m
+
+    def _residuals(self, wc, src, dst, w):
+        """Add what each vertex waited beyond its constraints to its binding edge, so the unchanged replay
+        reproduces every measured time."""
+        t = self.t
+        low = np.iinfo(np.int64).min // 2
+        chain_term = np.full(len(t), low, np.int64)
+        notfirst = ~self.first
+        chain_term[notfirst] = t[np.flatnonzero(notfirst) - 1] + wc[notfirst]
+        cross_term = np.full(len(t), low, np.int64)
+        vals = t[src] + w
+        if len(dst):
+            np.maximum.at(cross_term, dst, vals)
+        has_input = notfirst | (cross_term > low)
+        m = np.maximum(chain_term, cross_term)
+        resid = np.where(has_input, t - m, 0)
+        if (resid < 0).any():
+            bad = int((resid < 0).sum())
+            raise AssertionError(f"{bad} vertices with an edge heavier than the measured slack")
+        # binding: the chain edge on ties (the thread or stream itself), else the first cross edge at the max
+        chain_binds = has_input & (chain_term >= cross_term)
+        w_before = w.copy()
+        self.rc = np.where(chain_binds, resid, 0)
+        wc = wc + self.rc
+        cross_v = np.flatnonzero(has_input & ~chain_binds & (resid > 0))
+        if len(cross_v):
+            at_max = vals == cross_term[dst]
+            e_idx = np.flatnonzero(at_max)
+            e_dst = dst[e_idx]
+            order = np.lexsort((e_idx, e_dst))
+            e_idx, e_dst = e_idx[order], e_dst[order]
+            firsts = np.r_[True, e_dst[1:] != e_dst[:-1]]
+            e_idx, e_dst = e_idx[firsts], e_dst[firsts]
+            pick = e_idx[np.isin(e_dst, cross_v)]
+            w = w.copy()
+            w[pick] += resid[dst[pick]]
+        self.rx = w - w_before
+        return wc, w
+
+
+def _segment_cumsum(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """Running sum restarted at each ``firsts`` position."""
+    total = np.cumsum(values)
+    starts = np.flatnonzero(firsts)
+    base = np.repeat(total[starts] - values[starts], np.diff(np.r_[starts, len(values)]))
+    return total - base
+
+
+def _segment_cummax(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """Running maximum restarted at each ``firsts`` position."""
+    if len(values) == 0:
+        return values
+    seg = np.cumsum(firsts) - 1
+    lo = values.min()
+    span = np.int64(values.max() - lo + 1)
+    if span > 0 and int(seg[-1]) * int(span) < 2 ** 62:
+        z = np.maximum.accumulate((values - lo) + seg * span)
+        return z - seg * span + lo
+    return pd.Series(values).groupby(seg).cummax().to_numpy(np.int64)

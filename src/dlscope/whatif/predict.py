@@ -1,0 +1,196 @@
+"""Replayed iteration times, the critical path of an aggregation and the what-if predictions, as one dict.
+
+Iteration windows are the aggregation's (docs/metrics.md): iteration i runs from its start to the next
+iteration's start, the last one to the end of its own activity. Replayed, each boundary is the replayed time
+of the same instant, so the replayed windows add up to the replayed wall clock as the measured ones do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from ..errors import DlscopeError
+from .graph import CATEGORIES, Graph
+from .replay import Result, Weights, binding, critical_path, path_table, solve
+from .scenarios import Scenario, for_rule, parse
+
+GENERAL_ASSUMPTIONS = [
+    ("The replay keeps every measured duration and the order of work on each CPU thread and GPU stream; an "
+     "unchanged replay reproduces the measured times exactly."),
+    ("Waiting is not work: launch latency and the gap between queued kernels are this GPU's typical values "
+     "(medians measured in the trace); any longer wait stays attached to what the event waited for."),
+    ("Host synchronizations wait for the last GPU work launched before them; an activity on another stream "
+     "that ended just before a late start is taken as what it waited for; thread handoffs are inferred from "
+     "one thread going idle as another resumes."),
+    ("Changed durations do not change other durations: no CPU contention, clock, cache or memory-bandwidth "
+     "effects are modelled."),
+]
+
+
+@dataclass
+class Windows:
+    """The aggregation's iterations on the graph: their start vertices and the vertices that can end the last."""
+
+    rank: int
+    iterations: np.ndarray     # iteration numbers, in time order
+    start_v: np.ndarray
+    last_end_v: np.ndarray     # the last iteration's own activity: its ops, GPU work and CPU end
+
+    def bounds(self, t: np.ndarray) -> tuple[np.ndarray, int]:
+        """(start of each window, index of the vertex ending the last) under replayed times ``t``."""
+        return t[self.start_v], int(self.last_end_v[np.argmax(t[self.last_end_v])])
+
+    def durations(self, t: np.ndarray) -> np.ndarray:
+        starts, end_v = self.bounds(t)
+        return np.diff(np.r_[starts, t[end_v]])
+
+    def wall(self, t: np.ndarray) -> int:
+        starts, end_v = self.bounds(t)
+        return int(t[end_v] - starts[0])
+
+
+def windows(g: Graph, rank: int, iter_start: int | None = None, iter_stop: int | None = None) -> Windows:
+    its = g.iterations[g.iterations["rank"] == rank].sort_values("start", kind="stable")
+    lo = its["iteration"].min() if iter_start is None else iter_start
+    hi = its["iteration"].max() if iter_stop is None else iter_stop
+    its = its[(its["iteration"] >= lo) & (its["iteration"] <= hi)]
+    if its.empty:
+        raise DlscopeError(f"no iterations {lo}..{hi} of rank {rank} in the database's iterations (an aggregation "
+                           f"made before a re-split with another key node? replay the newest one)")
+    last = int(its["iteration"].iloc[-1])
+    ops = g.job.ops
+    op_ids = ops.loc[(ops["rank"] == rank) & (ops["iteration"] == last), "op_id"].to_numpy(np.int64)
+    act = g.activities
+    mine = (act["rank"].to_numpy() == rank) & (act["iteration"].to_numpy() == last)
+    ends = np.r_[g.op_end_v[op_ids], act["end_v"].to_numpy(np.int64)[mine], its["cpu_end_v"].to_numpy(np.int64)[-1:]]
+    return Windows(rank, its["iteration"].to_numpy(np.int64), its["start_v"].to_numpy(np.int64), ends[ends >= 0])
+
+
+def replay_errors(g: Graph, win: Windows, result: Result) -> pd.DataFrame:
+    """Per iteration: its measured window, its replayed window and the error in percent."""
+    measured = win.durations(g.t)
+    replayed = win.durations(result.t)
+    err = np.where(measured > 0, 100.0 * (replayed - measured) / np.where(measured > 0, measured, 1), 0.0)
+    return pd.DataFrame({"iteration": win.iterations, "measured_ns": measured, "replayed_ns": replayed,
+                         "error_pct": err})
+
+
+def path_of(g: Graph, win: Windows, result: Result) -> pd.DataFrame:
+    """The critical path of every window (the edges that set its end, walked back to its start): one row
+    per edge with its category, owner op, activity and time inside the window; per window they add up to its
+    replayed duration."""
+    t = result.t
+    b = binding(g, result)
+    starts, last_end = win.bounds(t)
+    ends = np.r_[win.start_v[1:], last_end]
+    frames = []
+    for it, lo, end_v in zip(win.iterations, starts, ends):
+        frame = path_table(g, critical_path(g, result, b, int(end_v), int(lo)))
+        frames.append(frame.assign(iteration=int(it)))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["category", "op_id", "act", "rank", "ns", "unexplained", "iteration"])
+
+
+def summarize_path(g: Graph, path: pd.DataFrame, wall: int, top: int = 10) -> list[dict]:
+    """Time on the critical path by category, op node and kernel name (integers; shares of the wall clock)."""
+    out = []
+
+    def row(kind: str, name: str, ns: int, **extra) -> dict:
+        return {"kind": kind, "name": name, "time_ns": int(ns), "share": round(ns / wall, 4) if wall else None,
+                **extra}
+
+    by_cat = path.groupby("category")["ns"].sum().sort_values(ascending=False)
+    out += [row("category", CATEGORIES[int(c)], v) for c, v in by_cat.items()]
+    ranked = path[path["rank"] >= 0]
+    if len(g.job.ranks) > 1:  # a job: which ranks' work holds this one back (collectives cross ranks)
+        by_rank = ranked.groupby("rank")["ns"].sum().sort_values(ascending=False)
+        out += [row("rank", f"rank {int(r)}", v, rank=int(r)) for r, v in by_rank.items()]
+    ops = g.job.ops.set_index("op_id")
+    owned = path[path["op_id"] >= 0]
+    if len(owned):
+        root = ops["root_id"].reindex(owned["op_id"].to_numpy()).to_numpy()
+        root = np.where(pd.isna(root), owned["op_id"].to_numpy(), root).astype(np.int64)
+        names = ops["name"].reindex(root).fillna("").to_numpy(object)
+        nodes = ops["node_id"].reindex(root).fillna(-1).to_numpy(np.int64)
+        by_op = (pd.DataFrame({"node_id": nodes, "name": names, "ns": owned["ns"].to_numpy()})
+                 .groupby(["node_id", "name"], sort=False)["ns"].sum().sort_values(ascending=False).head(top))
+        out += [row("op", name, v, node_id=int(node)) for (node, name), v in by_op.items()]
+    runs = path[path["act"] >= 0]
+    if len(runs):
+        names = g.activities["name"].to_numpy(object)[runs["act"].to_numpy(np.int64)]
+        by_k = pd.Series(runs["ns"].to_numpy(), index=names).groupby(level=0).sum().sort_values(ascending=False)
+        out += [row("kernel", str(name), v) for name, v in by_k.head(top).items()]
+    return out
+
+
+def avg(wall: int, n: int) -> int:
+    """The mean iteration time as the aggregation rounds it (nearest ns, ties to even)."""
+    return round(Fraction(int(wall), int(n)))
+
+
+def predict(g: Graph, win: Windows, scenarios: list[Scenario], baseline_ns: int | None = None,
+            top: int = 10) -> dict:
+    """The replay of the aggregation, each scenario's prediction, all of them together, and the critical
+    path. Savings are against the unchanged replay (which equals the measured time)."""
+    n = len(win.iterations)
+    base = solve(g, Weights.measured(g))
+    replay_wall = win.wall(base.t)
+    replay_avg = avg(replay_wall, n)
+    errors = replay_errors(g, win, base)
+    out_scen = []
+    combined = Weights.measured(g)
+    for sc in scenarios:
+        w = Weights.measured(g)
+        changed = sc.apply(g, w)
+        sc.apply(g, combined)
+        r = solve(g, w)
+        pred = avg(win.wall(r.t), n)
+        out_scen.append({"name": sc.name, "predicted_iteration_ns": pred, "saving_ns": replay_avg - pred,
+                         "changed": changed})
+    r = solve(g, combined) if scenarios else base
+    comb = avg(win.wall(r.t), n)
+    path = path_of(g, win, base)
+    return {
+        "rank": win.rank, "iterations": n,
+        "baseline_iteration_ns": int(baseline_ns) if baseline_ns is not None else avg(win.wall(g.t), n),
+        "replay_iteration_ns": replay_avg,
+        "scenarios": out_scen,
+        "combined": {"predicted_iteration_ns": comb, "saving_ns": replay_avg - comb},
+        "critical_path": summarize_path(g, path, replay_wall, top),
+        "replay": {"iterations": [{"iteration": int(r_.iteration), "measured_ns": int(r_.measured_ns),
+                                   "replayed_ns": int(r_.replayed_ns)} for r_ in errors.itertuples()],
+                   "max_abs_error_pct": float(np.abs(errors["error_pct"]).max()) if len(errors) else 0.0,
+                   # time on the critical path the model kept as measured waiting rather than work
+                   "unexplained_wait_ns": int(path["unexplained"].sum()),
+                   "sweeps": base.rounds, "notes": list(g.notes)},
+        "assumptions": GENERAL_ASSUMPTIONS + [f"{sc.name}: {sc.assumes}" for sc in scenarios],
+    }
+
+
+def parse_all(names: list[str]) -> list[Scenario]:
+    return [parse(n) for n in names]
+
+
+
+def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]]) -> dict:
+    """Each expert finding whose advice a scenario models, priced by replay (its saving over the aggregation,
+    as findings count theirs), and all of them together (overlaps counted once)."""
+    base = win.wall(solve(g, Weights.measured(g)).t)
+    rows, combined, used = [], Weights.measured(g), set()
+    for rule, estimate in findings:
+        sc = for_rule(rule)
+        if sc is None:
+            continue
+        w = Weights.measured(g)
+        sc.apply(g, w)
+        if sc.name not in used:  # the same change twice (sync_memcpy and pageable_memcpy) is one change
+            sc.apply(g, combined)
+            used.add(sc.name)
+        rows.append({"rule": rule, "scenario": sc.name, "est_saving_ns": estimate,
+                     "simulated_saving_ns": base - win.wall(solve(g, w).t)})
+    together = base - win.wall(solve(g, combined).t) if rows else None
+    return {"findings": rows, "combined_saving_ns": together}

@@ -1,0 +1,239 @@
+"""Replay: the time of every vertex as the latest of (predecessor + weight), and the critical path.
+
+The graph is a set of chains (threads, streams) joined by cross edges. Along one chain with known cross
+inputs ``x`` the recurrence t_i = max(t_{i-1} + w_i, x_i) has the closed form t_i = W_i + max_{j<=i}(x_j - W_j)
+(W: the running sum of chain weights), one vectorized running maximum. The replay alternates sweeps over
+the CPU chains and the GPU chains, feeding each with the other's latest times, until nothing changes (a
+fixed point: the longest paths); each sweep crosses one more synchronization, so the number of sweeps is
+about the number of host-GPU round trips, not the number of events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .graph import CATEGORIES, CROSS_CATEGORY, Graph
+
+NONE = np.iinfo(np.int64).min // 4
+
+
+@dataclass
+class Weights:
+    """The edge weights and switches of one replay (the measured ones, or a scenario's)."""
+
+    wc: np.ndarray          # chain edge into each vertex
+    wx: np.ndarray          # cross edges
+    cut: np.ndarray         # chain edge into the vertex removed
+    off: np.ndarray         # cross edge removed
+
+    @classmethod
+    def measured(cls, g: Graph) -> Weights:
+        return cls(g.wc.copy(), g.wx.copy(), np.zeros(g.n, bool), g.xoff.copy())
+
+
+@dataclass
+class Result:
+    t: np.ndarray           # replayed vertex times (relative, aligned clock)
+    rounds: int
+    weights: Weights
+
+
+def _segmented_cummax(y: np.ndarray, seg: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Running maximum of ``y`` restarted where ``seg`` changes; (values, reached) where reached says some
+    valid entry came before (segments are contiguous and numbered in order)."""
+    if len(y) == 0:
+        return y, valid
+    if not valid.any():
+        return y, valid
+    lo = int(y[valid].min()) - 1
+    z = np.where(valid, y - lo, 0)
+    span = int(z.max()) + 1
+    if int(seg[-1] - seg[0]) * span < 2 ** 62:
+        off = (seg - seg[0]) * np.int64(span)
+        run = np.maximum.accumulate(z + off) - off
+    else:  # too many chains for one axis
+        run = pd.Series(z).groupby(seg).cummax().to_numpy(np.int64)
+    return run + lo, run > 0
+
+
+#: heads settled together: blocks of about this many, in measured-time order
+BLOCK = 256
+
+
+def solve(g: Graph, w: Weights, max_rounds: int = 100_000) -> Result:
+    """Replay the graph under ``w``: every vertex's time (sources keep their measured time).
+
+    Only vertices with a cross input can start something new; the others follow their chain predecessor by a
+    fixed offset. So the chains are cut into segments at those vertices (heads: about one per GPU activity
+    and per synchronization) and only heads are swept. Every edge points forward in measured time, whatever
+    the weights, so heads are settled in blocks of measured time, one block after another: a block's inputs
+    from earlier blocks are final, and sweeping it until nothing changes crosses its own few dependencies.
+    """
+    n = g.n
+    seg_start = g.first | w.cut
+    on = ~w.off
+    src, dst, wx = g.src[on], g.dst[on], w.wx[on]
+    head = seg_start.copy()
+    head[dst] = True
+    hid = np.cumsum(head) - 1                 # segment of each vertex
+    heads = np.flatnonzero(head)
+    wc = np.where(seg_start, 0, w.wc)
+    run = np.cumsum(wc)
+    off = run - run[heads][hid]               # offset of a vertex after its segment's head
+    # a head continues the previous head's segment (same chain) unless its chain edge is cut or absent
+    cont = ~seg_start[heads]
+    step = np.zeros(len(heads), np.int64)
+    step[cont] = off[heads[cont] - 1] + wc[heads[cont]]
+    has_cross = np.zeros(n, bool)
+    has_cross[dst] = True
+    base = np.where(seg_start[heads] & ~has_cross[heads], g.t[heads], NONE)
+    e_seg, e_off, d_seg = hid[src], off[src] + wx, hid[dst]
+    # blocks of heads by measured time; inside a block, heads stay in chain order
+    th = g.t[heads]
+    nb = max(1, len(heads) // BLOCK)
+    bounds = (np.unique(np.quantile(th, np.linspace(0, 1, nb + 1)[1:-1], method="lower")) if nb > 1
+              else np.zeros(0, np.int64))
+    block = np.searchsorted(bounds, th, side="right")
+    order = np.argsort(block, kind="stable")
+    b_lo = np.searchsorted(block[order], np.arange(block.max() + 2 if len(block) else 1))
+    e_block = block[d_seg]
+    e_order = np.lexsort((d_seg, e_block))
+    e_seg, e_off, d_seg, e_block = e_seg[e_order], e_off[e_order], d_seg[e_order], e_block[e_order]
+    eb_lo = np.searchsorted(e_block, np.arange(len(b_lo)))
+    H = base.copy()
+    rounds = 0
+    for b in range(len(b_lo) - 1):
+        hs = order[b_lo[b]:b_lo[b + 1]]
+        if len(hs) == 0:
+            continue
+        # a local run continues inside the block; its first head carries in from its (final) predecessor
+        joined = np.r_[False, (hs[1:] == hs[:-1] + 1) & cont[hs[1:]]]
+        x0 = base[hs].copy()
+        carry = cont[hs] & ~joined
+        prev = H[hs[carry] - 1]
+        x0[carry] = np.maximum(x0[carry], np.where(prev > NONE, prev + step[hs[carry]], NONE))
+        local_step = np.where(joined, step[hs], 0)
+        seg = np.cumsum(~joined)
+        C = np.cumsum(local_step)
+        C = C - C[np.flatnonzero(~joined)][seg - 1]
+        lo, hi = eb_lo[b], eb_lo[b + 1]
+        s_, o_, d_ = e_seg[lo:hi], e_off[lo:hi], d_seg[lo:hi]
+        pos = np.searchsorted(hs, d_)        # hs is increasing (chain order)
+        starts = np.r_[0, np.flatnonzero(d_[1:] != d_[:-1]) + 1] if len(d_) else np.zeros(0, np.int64)
+        upos = pos[starts] if len(d_) else starts
+        for _ in range(max_rounds):
+            rounds += 1
+            x = x0.copy()
+            if len(starts):
+                hv = H[s_]
+                vals = np.where(hv > NONE, hv + o_, NONE)
+                x[upos] = np.maximum(x[upos], np.maximum.reduceat(vals, starts))
+            cum, reached = _segmented_cummax(x - C, seg, x > NONE)
+            new = np.where(reached, C + cum, NONE)
+            if np.array_equal(new, H[hs]):
+                break
+            H[hs] = new
+        else:
+            raise RuntimeError(f"the replay did not settle in {max_rounds} sweeps (a dependency cycle?)")
+    hv = H[hid]
+    t = np.where(hv > NONE, hv + off, NONE)
+    return Result(t, rounds, w)
+
+
+# ------------------------------------------------------------------------------------------ critical path
+
+
+@dataclass
+class Binding:
+    """For each vertex, the edge that set its time in a replay: the chain edge, a cross edge, or none."""
+
+    by_chain: np.ndarray    # the chain edge is binding
+    edge: np.ndarray        # index of the binding cross edge (-1: none)
+    run_start: np.ndarray   # first vertex of the run of chain-bound vertices ending at each vertex
+
+
+def binding(g: Graph, r: Result) -> Binding:
+    t, w = r.t, r.weights
+    n = g.n
+    seg_start = g.first | w.cut
+    idx = np.arange(n)
+    by_chain = np.zeros(n, bool)
+    nf = ~seg_start
+    by_chain[nf] = (t[idx[nf] - 1] > NONE) & (t[idx[nf] - 1] + w.wc[nf] == t[nf])
+    on = ~w.off
+    tight = on & (t[g.src] > NONE) & (t[g.src] + w.wx == t[g.dst])
+    edge = np.full(n, -1, np.int64)
+    e = np.flatnonzero(tight)
+    # edges are sorted by dst: the first tight one of each vertex
+    if len(e):
+        d = g.dst[e]
+        firsts = np.r_[True, d[1:] != d[:-1]]
+        edge[d[firsts]] = e[firsts]
+    # a cross edge explains a vertex better than its own chain (a wait, not work): prefer it
+    by_chain &= edge < 0
+    mark = np.where(by_chain, -1, idx)
+    run_start = np.maximum.accumulate(mark) if n else mark
+    return Binding(by_chain, edge, run_start)
+
+
+@dataclass
+class Path:
+    """The critical path of one window: its chain edges (vertex v: the edge into v) and cross edges, each
+    with the part of its time inside the window."""
+
+    chain_v: np.ndarray
+    chain_ns: np.ndarray
+    cross_e: np.ndarray
+    cross_ns: np.ndarray
+    untracked_ns: int       # time before the first event the path reaches (a source inside the window)
+
+
+def critical_path(g: Graph, r: Result, b: Binding, end_v: int, lo: int) -> Path:
+    """Walk back from ``end_v`` along binding edges to time ``lo``; the parts inside [lo, t[end_v]] add up to
+    t[end_v] - lo exactly."""
+    t = r.t
+    hi = int(t[end_v])
+    runs, crosses = [], []
+    v = int(end_v)
+    untracked = 0
+    for _ in range(g.n + 1):  # a walk back visits each vertex at most once
+        j = int(b.run_start[v])
+        runs.append((j, v))
+        if t[j] <= lo:
+            break
+        e = int(b.edge[j])
+        if e < 0:  # a source (or an unreached vertex) inside the window
+            untracked = int(t[j]) - lo
+            break
+        crosses.append(e)
+        v = int(g.src[e])
+        if t[v] <= lo:
+            break
+    chain_v = np.concatenate([np.arange(j + 1, v_ + 1) for j, v_ in runs]) if runs else np.zeros(0, np.int64)
+    cs = np.maximum(t[chain_v - 1], lo) if len(chain_v) else chain_v
+    ce = np.minimum(t[chain_v], hi) if len(chain_v) else chain_v
+    cross_e = np.asarray(crosses, np.int64)
+    xs = np.maximum(t[g.src[cross_e]], lo)
+    xe = np.minimum(t[g.dst[cross_e]], hi)
+    return Path(chain_v, np.maximum(ce - cs, 0), cross_e, np.maximum(xe - xs, 0), untracked)
+
+
+def path_table(g: Graph, path: Path) -> pd.DataFrame:
+    """The path's time by category, owner op and GPU activity (one row per edge)."""
+    cv, xe = path.chain_v, path.cross_e
+    frame = pd.DataFrame({
+        "category": np.r_[g.cat[cv], CROSS_CATEGORY[g.xkind[xe]], [CATEGORIES.index("before_trace")]],
+        "op_id": np.r_[g.owner[cv], g.xowner[xe], [-1]],
+        "act": np.r_[np.where(np.isin(g.cat[cv], _RUN_CATS), g.act[cv], -1), np.full(len(xe), -1), [-1]],
+        "rank": np.r_[g.rank[cv], g.rank[g.dst[xe]], [-1]],
+        "ns": np.r_[path.chain_ns, path.cross_ns, [path.untracked_ns]],
+        # waiting the model could not tie to work: the residual it kept on the edge (fixed in a what-if)
+        "unexplained": np.r_[np.minimum(path.chain_ns, g.rc[cv]), np.minimum(path.cross_ns, g.rx[xe]),
+                             [path.untracked_ns]]})
+    return frame[frame["ns"] > 0]
+
+
+_RUN_CATS = [CATEGORIES.index(c) for c in ("kernel", "memcpy", "memset", "communication")]
