@@ -99,7 +99,9 @@ def _numbers(values: pd.Series) -> pd.Series:
 
 def _read_table(path: Path) -> pd.DataFrame:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        from dlscope.importers.streams import source
+
+        text = source(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
     lines = text.splitlines()
