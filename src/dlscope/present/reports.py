@@ -19,6 +19,7 @@ import pandas as pd
 from ..errors import DlscopeError
 from ..nanoseconds import round_ns_column
 from ..store import reader
+from .cells import markdown_text, write_csv
 from .summary import fmt_ns, fmt_pct, summary_dict
 
 #: report name -> (table, ORDER BY) read for one aggregation.
@@ -64,7 +65,7 @@ def report_frame(conn: sqlite3.Connection, name: str, agg_id: int) -> pd.DataFra
 
 def _write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
     if fmt == "csv":
-        frame.to_csv(path, index=False)
+        write_csv(frame, path)
     elif fmt == "json":
         path.write_text(frame.to_json(orient="records", indent=1))
     else:
@@ -122,14 +123,13 @@ def _si(value: float, unit: str) -> str:
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
-    """A Markdown table; cell text is escaped so names with pipes stay in their cell."""
+    """A Markdown table; every cell goes through :func:`~.cells.markdown_text`, so a name stays in its cell,
+    reads as the trace wrote it, and never runs as HTML."""
     if not len(frame.columns):
         return "_No rows._\n"
-    def cell(v) -> str:
-        return str(v).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-    head = "| " + " | ".join(cell(c) for c in frame.columns) + " |"
+    head = "| " + " | ".join(markdown_text(c) for c in frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    body = ["| " + " | ".join(markdown_text(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([head, rule, *body]) + "\n"
 
 

@@ -16,6 +16,7 @@ from typing import Iterator
 import orjson
 import xlsxwriter
 
+from dlscope.present.cells import spreadsheet_text
 from dlscope.viewer.params import TableRequest
 from dlscope.viewer.profile_db import ProfileDB
 from dlscope.viewer.query import select_sql
@@ -50,7 +51,7 @@ def csv_chunks(db: ProfileDB, req: TableRequest, delimiter: str = ",") -> Iterat
     writer = csv.writer(buf, delimiter=delimiter)
     writer.writerow([c.label + (" (ns)" if c.kind == "ns" else "") for c in req.spec.columns])
     for i, row in enumerate(iter_rows(db, req), 1):
-        writer.writerow(row)
+        writer.writerow([spreadsheet_text(v) for v in row])  # names cannot run as formulas
         if i % BATCH == 0:
             yield buf.getvalue().encode()
             buf.seek(0)
@@ -93,7 +94,7 @@ def write_xlsx(db: ProfileDB, req: TableRequest) -> str:
             if isinstance(v, (int, float)):
                 sheet.write_number(r, j, v)
             else:
-                sheet.write_string(r, j, str(v))
+                sheet.write_string(r, j, spreadsheet_text(str(v)))
     book.close()
     return path
 
