@@ -11,7 +11,6 @@ from html.parser import HTMLParser
 
 import pytest
 from markdown_it import MarkdownIt
-
 from test_cli_errors import run_cli
 from trace_builder import KinetoTrace
 
