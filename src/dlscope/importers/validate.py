@@ -60,6 +60,7 @@ def validated(profile: Profile, path: str | Path) -> Profile:
         if not keep.all():
             setattr(profile, name, _renumbered(frame[keep], name))
     _drop_comm_args_of_dropped(profile)
+    _check_span(profile, path)
     if not any(len(profile.table(name)) for name in EVENT_TABLES):
         total = sum(n for reasons in dropped.values() for n in reasons.values())
         raise InputError(path, "holds no events to import" + (f" (all {total} were dropped: {describe(dropped)})"
@@ -93,6 +94,27 @@ def _check_gpus(profile: Profile, path: str | Path) -> None:
                                "a trace must list each GPU once")
 
 
+def _check_span(profile: Profile, path: str | Path) -> None:
+    """Every figure is a difference or a sum of times in int64 ns: the events' span, and each table's total
+    duration, must fit (an event 146 years long, or clocks 2^63 ns apart, cannot be measured)."""
+    firsts, lasts = [], []
+    for name in TIMED_TABLES:
+        frame = profile.table(name)
+        if len(frame):
+            firsts.append(int(frame["start"].min()))
+            lasts.append(int(frame["end"].max()))
+            # in float64: a duration or their sum may not fit int64 (the refusal below is the point)
+            total = float((frame["end"].to_numpy(np.float64) - frame["start"].to_numpy(np.float64)).sum())
+            if total > _INT64_MAX:
+                raise InputError(path, f"holds {name} whose durations add up to more than int64 nanoseconds hold")
+    if len(profile.memory):
+        firsts.append(int(profile.memory["ts"].min()))
+        lasts.append(int(profile.memory["ts"].max()))
+    if firsts and max(lasts) - min(firsts) > _INT64_MAX:
+        raise InputError(path, f"has events from {min(firsts)} ns to {max(lasts)} ns, further apart than int64 "
+                               "nanoseconds can measure")
+
+
 def _huge_step_numbers(names: pd.Series) -> np.ndarray:
     """ProfilerStep#N ranges whose N no int64 iteration number can hold (tested once per distinct name)."""
     codes, distinct = pd.factorize(names)
@@ -120,4 +142,4 @@ def _drop_comm_args_of_dropped(profile: Profile) -> None:
     if comm is not None and len(comm):
         ok = comm["end"].to_numpy() >= comm["start"].to_numpy()
         if not ok.all():
-            setattr(profile, "comm_args", comm[ok].reset_index(drop=True))
+            profile.comm_args = comm[ok].reset_index(drop=True)  # type: ignore[attr-defined]

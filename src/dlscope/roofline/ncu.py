@@ -92,9 +92,11 @@ def _unit_scale(unit: str) -> float:
 
 
 def _numbers(values: pd.Series) -> pd.Series:
-    """'12,345.6' -> 12345.6; 'n/a' and text -> NaN."""
+    """'12,345.6' -> 12345.6; 'n/a', text, and what no counter can be (negative, infinite) -> NaN, i.e.
+    not measured: the one check of the counters' values, where they enter."""
     text = values.astype("string").str.replace(",", "", regex=False).str.strip()
-    return pd.to_numeric(text, errors="coerce").astype("float64")
+    numbers = pd.to_numeric(text, errors="coerce").astype("float64")
+    return numbers.where(np.isfinite(numbers) & (numbers >= 0))
 
 
 def _read_table(path: Path) -> pd.DataFrame:

@@ -5,9 +5,10 @@ order, each starting where the one before ended: the header, closed with ``]}``,
 so the array opens at the top level; and a piece that starts between two events and decodes alone as a
 JSON array is balanced and leaves no string open, so it also ends between two events. A piece that does
 not decode is merged with the next one (the guessed cut between them is dropped) and tried again, so a
-name holding the pattern costs one larger piece, never a wrong event. Only a piece that still fails at the
-end of the file means a bad file or a layout pieces cannot cut (:class:`~.events.Unsplittable`; the caller
-reads it with ijson, which also names the problem).
+name holding the pattern costs one larger piece, never a wrong event. A piece that still fails at the end
+of the file or after ``MAX_MERGES`` merges means a bad file or a layout pieces cannot cut
+(:class:`~.events.Unsplittable`; the caller reads it with ijson, which also names the problem), so a bad
+byte early in a large file costs a few failed pieces, not a decode of the rest per piece.
 
 In memory, a large file's second half is decoded meanwhile by a forked child
 (:class:`dlscope.processes.ForkedCall`) from its first guessed cut; its result is used only when this
@@ -43,6 +44,9 @@ BETWEEN_OBJECTS = re.compile(rb"\}\s*,\s*\{")
 OBJECT_START = re.compile(rb"\s*\{")
 #: Kineto writes its metadata first: the array must open in the first MiB for pieces to be cut
 HEADER_WINDOW = 2**20
+
+#: merges of one piece with the next before the file is left to ijson (a piece spans at most this many + 1)
+MAX_MERGES = 8
 
 #: ``progress(bytes_read, events_decoded)``; bytes are of the file as stored (compressed when gzip).
 Progress = Callable[[int, int], None]
@@ -126,8 +130,8 @@ def _decode(text: Text, cuts: list[int], lo: int, hi: int, progress: Progress | 
                     batch, trailer.traceEvents = trailer.traceEvents or [], None
                 break
             except Unsplittable:
-                if j >= len(cuts):
-                    raise  # the end of the file and still no valid piece: a bad file or layout
+                if j >= len(cuts) or j - i > MAX_MERGES:
+                    raise  # still no valid piece: a bad file or layout
                 j += 1  # the guessed cut at j-1 is dropped: merge with the next piece
         if j > hi:
             hi = len(cuts)
@@ -168,7 +172,7 @@ def streamed(path: Path, piece_bytes: int, block_bytes: int, progress: Progress 
             return None
         header, text = head
         tables, events = Tables(), 0
-        guess = 0  # the last guessed cut; text starts at a proven one
+        guess, merges = 0, 0  # the last guessed cut (text starts at a proven one); merges since
 
         def more() -> bool:
             nonlocal text
@@ -188,9 +192,12 @@ def streamed(path: Path, piece_bytes: int, block_bytes: int, progress: Progress 
             try:
                 batch: list[Event] = decode_piece(BATCH_DECODER, b"[" + text[:text.rfind(b"}", 0, cut) + 1] + b"]")
             except Unsplittable:
+                merges += 1
+                if merges > MAX_MERGES:
+                    raise
                 guess = cut  # merge with the next piece
                 continue
-            text, guess = text[cut:], 0
+            text, guess, merges = text[cut:], 0, 0
             events += len(batch)
             tables.add(batch)
             del batch
