@@ -72,11 +72,12 @@ def _first_content(head: bytes, stream: Any) -> bytes:
 
 
 def load(path: str | Path, *, max_memory: int | None = None, progress: Callable[[int, int], None] | None = None,
-         reading: Any = None) -> Profile:
+         reading: Any = None, json_limit: int | None = None) -> Profile:
     """Import one file of any supported format into the normalized model, validated.
 
     ``max_memory`` and ``progress`` reach the Kineto reader (streamed under a budget; ``progress(bytes,
-    events)``), ``reading`` names its reader (a :class:`.kineto.Reading`; default: chosen by it).
+    events)``), ``reading`` names its reader (a :class:`.kineto.Reading`; default: chosen by it), and
+    ``json_limit`` is the most JSON text it may read (a trace that inflates further is refused).
     """
     from .validate import validated
 
@@ -85,7 +86,7 @@ def load(path: str | Path, *, max_memory: int | None = None, progress: Callable[
     if kind == "kineto":
         from .kineto import load_kineto
 
-        profile = load_kineto(path, max_memory=max_memory, progress=progress, reading=reading)
+        profile = load_kineto(path, max_memory=max_memory, progress=progress, reading=reading, json_limit=json_limit)
     elif kind == "nsys":
         from .nsys import load_nsys
 

@@ -13,10 +13,11 @@ import gc
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,7 +27,7 @@ from ..errors import DlscopeError, InputError
 from ..importers.streams import source
 from ..model import TABLES, Profile
 from ..processes import can_fork, owned_name, remove_dead, stop_pool, worker_pool
-from .budget import check_analysis_fits, parse_size
+from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
 
 EXTRA_TABLES = ("comm_args",)  # importer extension tables carried next to the model's tables
@@ -42,10 +43,12 @@ def _noop(*_a: Any, **_k: Any) -> None:
 
 
 def import_file(path: str, max_memory: int | None = None, progress=None, reading=None) -> Profile:
-    """Import one file of any supported format, validated (:func:`dlscope.importers.load`)."""
+    """Import one file of any supported format, validated (:func:`dlscope.importers.load`); under
+    ``max_memory`` a trace may not inflate past what that budget can analyse (:func:`.budget.most_json_bytes`)."""
     from ..importers import load
 
-    return load(path, max_memory=max_memory, progress=progress, reading=reading)
+    return load(path, max_memory=max_memory, progress=progress, reading=reading,
+                json_limit=most_json_bytes(max_memory) if max_memory else None)
 
 
 def _frames(profile: Profile) -> dict[str, pd.DataFrame]:
@@ -180,7 +183,7 @@ def _serial(paths, sizes, budget, step, reading) -> list[Profile]:
     return [import_with_progress(path, size, budget, files, reading) for path, size in zip(paths, sizes)]
 
 
-def import_with_progress(path: Path, size: int, budget: int | None, files: "FileProgress", reading=None) -> Profile:
+def import_with_progress(path: Path, size: int, budget: int | None, files: FileProgress, reading=None) -> Profile:
     """Import one file in this process, reporting its bytes and events as they are read."""
     seen = [0]
 

@@ -38,9 +38,11 @@ from .stream import ijson_tables
 from .text import (
     CountingReader,
     TooLarge,
+    TooMuchText,
     estimated_json_size,
     json_text,
     stream_errors,
+    text_limit,
 )
 
 __all__ = ["COMM_COLUMNS", "IN_MEMORY_PEAK_FACTOR", "PARALLEL_MIN_BYTES", "Reading", "estimated_json_size",
@@ -83,20 +85,25 @@ class Reading:
 
 
 def load_kineto(path: Path, *, max_memory: int | None = None, progress: Progress | None = None,
-                reading: Reading | None = None) -> Profile:
+                reading: Reading | None = None, json_limit: int | None = None) -> Profile:
     """Import one Kineto trace file; raise :class:`InputError` when it is not a readable trace.
 
     With ``max_memory`` (bytes), a file whose in-memory import would not fit is streamed, and so is one
-    whose text turns out larger than its estimate while it is inflated.
+    whose text turns out larger than its estimate while it is inflated. ``json_limit``: the most JSON text
+    to read (counted as it is inflated); a file with more is refused.
     """
     path = Path(path)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of small containers would trigger repeated, useless full collections
     try:
-        header, tables, event_count = _read(path, max_memory, progress, reading or Reading())
+        with text_limit(json_limit):
+            header, tables, event_count = _read(path, max_memory, progress, reading or Reading())
         profile = tables.profile(rank_of(header), header.deviceProperties)
     except TimeOutOfRange as e:
         raise InputError(path, f"has an event whose {e}") from None
+    except TooMuchText as e:
+        raise InputError(path, f"holds more than {e.limit / 1e9:.1f} GB of JSON text, more than --max-memory "
+                               "leaves room to analyse; raise --max-memory") from None
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -44,6 +44,32 @@ class TooLarge(Exception):
     """The JSON text is larger than the caller's limit (the caller streams the file instead)."""
 
 
+class TooMuchText(Exception):
+    """More JSON text than the import may read at all (:func:`text_limit`)."""
+
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
+
+
+_LIMIT: list[int | None] = [None]
+
+
+@contextmanager
+def text_limit(limit: int | None) -> Iterator[None]:
+    """The most JSON text any reader of the enclosed import may inflate or read (None: no limit)."""
+    saved, _LIMIT[0] = _LIMIT[0], limit
+    try:
+        yield
+    finally:
+        _LIMIT[0] = saved
+
+
+def _count(total: int) -> None:
+    if _LIMIT[0] is not None and total > _LIMIT[0]:
+        raise TooMuchText(_LIMIT[0])
+
+
 LOST_MESSAGE = "changed while it was read (it was truncated or rewritten in place); import a copy no program writes to"
 #: exit status of a forked helper that lost its mapped file (its parent reports it)
 LOST_EXIT = 2
@@ -93,6 +119,7 @@ def json_text(path: Path, limit: int) -> Iterator[Text]:
         else:
             f.seek(0)
             size = os.fstat(f.fileno()).st_size
+            _count(size)
             if size > limit:
                 raise TooLarge
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size and _can_guard() else None
@@ -138,6 +165,7 @@ def _gunzip(f, limit: int) -> bytearray:
                 break
             in_member = True
             out += inflate.decompress(data, _INFLATE_STEP)
+            _count(len(out))
             if len(out) > limit:
                 raise TooLarge
             data = inflate.unconsumed_tail
@@ -160,9 +188,12 @@ class CountingReader:
         self.file.seek(0)
         self.stream = gzip.GzipFile(fileobj=self.file, mode="rb") if gz else self.file
         self.tail = b""
+        self.text_bytes = 0
 
     def read(self, n: int = -1) -> bytes:
         data = self.stream.read(n)
+        self.text_bytes += len(data)
+        _count(self.text_bytes)
         self.tail = (self.tail + data)[-STREAM_TAIL_BYTES:] if len(data) < STREAM_TAIL_BYTES else \
             data[-STREAM_TAIL_BYTES:]
         return data
