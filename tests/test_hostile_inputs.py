@@ -211,7 +211,7 @@ def test_a_pipe_is_read_once_as_a_stream(tmp_path):
     writer.start()
     out = tmp_path / "o.sqlite"
     result = subprocess.run([sys.executable, "-m", "dlscope", "import", f"/dev/fd/{read}", "-o", str(out), "-q"],
-                            pass_fds=(read,), capture_output=True, text=True, timeout=300)
+                            pass_fds=(read,), capture_output=True, text=True, timeout=300, check=False)
     writer.join()
     os.close(read)
     assert result.returncode == 0, result.stderr
@@ -235,7 +235,7 @@ def test_a_fifo_is_read_once_and_its_copy_removed(tmp_path):
     scratch.mkdir()
     out = tmp_path / "o.sqlite"
     result = subprocess.run([sys.executable, "-m", "dlscope", "import", str(fifo), "-o", str(out), "-q"],
-                            env={**os.environ, "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=300)
+                            env={**os.environ, "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=300, check=False)
     writer.join()
     assert result.returncode == 0, result.stderr
     assert _summary(out)["profile"]["kernel_count"] == len(_kernels_of(_doc()))
@@ -306,14 +306,14 @@ def test_an_unwritable_output_folder_is_one_line_naming_the_output():
         locked.mkdir(mode=0o555)
         kw = {"preexec_fn": _as_nobody} if root_run else {}
         try:
-            probe = subprocess.run([sys.executable, "-c", "import dlscope"], capture_output=True, **kw).returncode
+            probe = subprocess.run([sys.executable, "-c", "import dlscope"], capture_output=True, **kw, check=False).returncode
         except PermissionError:
             probe = -1
         if probe != 0:
             pytest.skip("this interpreter or dlscope cannot run as the user nobody here (as root, permissions "
                         "would not apply)")
         result = subprocess.run([sys.executable, "-m", "dlscope", "import", str(trace), "-o",
-                                 str(locked / "o.sqlite")], capture_output=True, text=True, timeout=300, **kw)
+                                 str(locked / "o.sqlite")], capture_output=True, text=True, timeout=300, **kw, check=False)
         assert_one_line_error(result, str(locked / "o.sqlite"))
         assert "not writable" in result.stderr and list(locked.iterdir()) == []
 
@@ -331,7 +331,7 @@ def test_a_disk_that_fills_during_the_last_writes_is_one_line_and_leaves_nothing
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     result = subprocess.run([sys.executable, "-m", "dlscope", "import", str(trace), "-o", str(out), "-q"],
-                            preexec_fn=small_disk, capture_output=True, text=True, timeout=300)
+                            preexec_fn=small_disk, capture_output=True, text=True, timeout=300, check=False)
     assert_one_line_error(result, str(out))
     assert "writing the database failed" in result.stderr
     assert list(out.parent.iterdir()) == []
@@ -362,7 +362,7 @@ def test_a_gzip_bomb_under_max_memory_stays_under_it(tmp_path):
                "print(r.returncode); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
                "sys.stderr.write(r.stderr)")
     result = subprocess.run([sys.executable, "-c", measure, sys.executable, "-m", "dlscope", "import", str(bomb),
-                             "-o", str(out), "--max-memory", "1GB"], capture_output=True, text=True, timeout=600)
+                             "-o", str(out), "--max-memory", "1GB"], capture_output=True, text=True, timeout=600, check=False)
     code, peak_kib = (int(x) for x in result.stdout.split())
     assert peak_kib * 1024 < 10**9, f"peak {peak_kib / 1024:.0f} MiB under --max-memory 1GB"
     assert code == 2 and len(result.stderr.strip().splitlines()) == 1 and str(bomb) in result.stderr, result.stderr
