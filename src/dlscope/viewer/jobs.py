@@ -8,13 +8,13 @@ that opens the database for writing; viewing connections stay read-only and are 
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import threading
 import time
 import traceback
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Callable
 
+from dlscope.processes import worker_pool
 from dlscope.viewer.profile_db import ProfileDB
 
 
@@ -37,8 +37,8 @@ class Reaggregator:
 
     def _pool(self) -> Executor:
         if self._executor is None:
-            self._executor = (ThreadPoolExecutor(1) if self._custom else
-                              ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")))
+            # a spawned worker (the viewer has threads) that dies with the viewer (dlscope.processes)
+            self._executor = ThreadPoolExecutor(1) if self._custom else worker_pool(1, "spawn")
         return self._executor
 
     def running(self, db: ProfileDB) -> dict | None:
