@@ -10,6 +10,7 @@ when SQLite's rollback journal exists.
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import shutil
 import signal
@@ -241,3 +242,48 @@ def test_kill_9_during_aggregate_leaves_the_old_aggregations_or_all_the_new_ones
         assert state in (before, after), f"a half aggregation after a kill at {delay}: {state}"
         assert not journal.exists()  # rolled back, or removed when it held nothing yet
     assert caught_in_transaction >= 1, "no kill landed inside the transaction"
+
+
+@pytest.mark.parametrize("how", ["sigterm_after", "sigterm_during", "kill_during"])
+def test_the_viewer_s_reaggregation_worker_ends_with_the_viewer(job_db, tmp_path, how):
+    """The re-aggregation worker (spawned) and multiprocessing's resource tracker went on after the viewer:
+    stopped (SIGTERM) after or during a re-aggregation, or killed during one, the viewer leaves no process."""
+    import socket
+    import urllib.request
+
+    db = tmp_path / "view.sqlite"
+    shutil.copyfile(job_db, db)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    viewer = subprocess.Popen([sys.executable, "-m", "dlscope", "view", str(db), "-p", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/meta", timeout=2).read()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and viewer.poll() is None, "the viewer did not start"
+                time.sleep(0.2)
+        request = urllib.request.Request(f"{base}/api/aggregate", data=b'{"iter_start": 10, "iter_stop": 10}',
+                                         method="POST")
+        job = json.loads(urllib.request.urlopen(request, timeout=30).read())
+        while how == "sigterm_after" and job["state"] == "underway":
+            assert time.monotonic() < deadline + 240, "the re-aggregation did not finish"
+            time.sleep(0.2)
+            job = json.loads(urllib.request.urlopen(f"{base}/api/jobs/{job['id']}", timeout=10).read())
+        helpers = descendants(viewer.pid)
+        while how != "sigterm_after" and len(helpers) < 2:  # the worker and the resource tracker are up
+            helpers |= descendants(viewer.pid)
+            time.sleep(0.01)
+        assert job["state"] == ("success" if how == "sigterm_after" else "underway"), job
+        assert helpers, "no worker process was seen"
+        viewer.send_signal(signal.SIGKILL if how == "kill_during" else signal.SIGTERM)
+        viewer.wait(120)
+        assert wait_gone(sorted(helpers)) == [], "the worker or the resource tracker outlived the viewer"
+    finally:
+        viewer.kill()
+        viewer.wait()
