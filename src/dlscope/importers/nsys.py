@@ -452,7 +452,8 @@ def _emit_nvtx_op(text: str) -> _NvtxOp | None:
         return None
     name, rest = m["name"], m["fields"] or ""
     seq = _SEQ.search(rest)
-    return _NvtxOp(name=name, op_type=name, seq=int(seq[1]) if seq else -1,
+    number = int(seq[1]) if seq else -1
+    return _NvtxOp(name=name, op_type=name, seq=number if -(2**63) <= number < 2**63 else -1,
                    direction="bwd" if _BACKWARD.search(name) else "", input_shapes=_sizes(rest))
 
 

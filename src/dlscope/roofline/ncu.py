@@ -223,7 +223,8 @@ def read_ncu_csv(path: str | Path) -> pd.DataFrame:
         raise InputError(path, "ncu CSV has no metric values")
     numeric = numeric.reindex(identity.index)
     out = pd.DataFrame(index=identity.index)
-    out["kernel_id"] = pd.to_numeric(identity.index.to_series().str.replace(",", ""), errors="coerce")
+    ids = pd.to_numeric(identity.index.to_series().str.replace(",", ""), errors="coerce").astype("float64")
+    out["kernel_id"] = ids.where((ids % 1 == 0) & (ids.abs() < 2**53))  # an ID that is no integer says nothing
     out["process_id"] = (pd.to_numeric(identity["Process ID"], errors="coerce")
                          if "Process ID" in identity else np.nan)
     out["kernel_name"] = identity["Kernel Name"].astype(str)

@@ -215,6 +215,9 @@ def stream_errors(path: Path, reader: CountingReader) -> Iterator[None]:
     except (ijson.JSONError, ijson.IncompleteJSONError) as e:
         problem = " ".join(str(e).split())
         raise InputError(path, f"is not valid JSON: {problem}") from None
+    except UnicodeDecodeError as e:  # ijson decodes what yajl passed (a lone UTF-16 surrogate, for one)
+        problem = " ".join(str(e).split())
+        raise InputError(path, f"is not valid JSON: not UTF-8 text ({problem})") from None
     except (OSError, EOFError, zlib.error):
         raise InputError(path, "is a truncated or corrupt gzip file") from None
     finally:
