@@ -175,11 +175,25 @@ class ForkedCall:
         os.close(write)
         self.pid: int | None = pid
         self.pipe = os.fdopen(read, "rb")
+        # the result is read as the child writes it, beside the caller's own work (a large result would
+        # otherwise wait in the full pipe until result() is called, and travel only then)
+        self._chunks: list[bytes] = []
+        self._reader = threading.Thread(target=self._read_result, name="dlscope-forked-result", daemon=True)
+        self._reader.start()
+
+    def _read_result(self) -> None:
+        try:
+            while chunk := self.pipe.read1(2**20):
+                self._chunks.append(chunk)
+        except (OSError, ValueError):  # the pipe was closed by kill()
+            pass
 
     def result(self) -> Any:
         """The child's return value; its exception re-raised here."""
         try:
-            payload = self.pipe.read()  # before waiting: a large result fills the pipe until it is read
+            self._reader.join()
+            payload = b"".join(self._chunks)
+            self._chunks.clear()
         finally:
             self.pipe.close()
             status = self._reap()
@@ -198,7 +212,9 @@ class ForkedCall:
             except ProcessLookupError:
                 pass
             self._reap()
+        self._reader.join()  # the pipe ends with the child
         self.pipe.close()
+        self._chunks.clear()
 
     def _reap(self) -> int:
         if self.pid is None:
