@@ -138,16 +138,18 @@ def test_bad_gpu_spec_fails_before_any_report_is_written(tmp_path):
 
 
 @pytest.mark.parametrize("forked", [True, False])
-def test_a_failure_in_the_background_writer_is_one_line_and_leaves_no_file(tmp_path, monkeypatch, forked):
+def test_a_failure_in_the_background_writer_is_one_line_and_leaves_no_file(tmp_path, forked):
+    from contextlib import nullcontext
+
     import pandas as pd
 
     from dlscope.errors import DlscopeError
+    from dlscope.processes import embedded
     from dlscope.store import writer
 
-    monkeypatch.setattr(writer, "_can_fork", lambda: forked)
     out = tmp_path / "run.sqlite"
     bad = pd.DataFrame({"kernel_id": [0], "name": [{"not": "a string"}]})  # Arrow cannot store a dict as TEXT
-    with pytest.raises(DlscopeError) as info:
+    with pytest.raises(DlscopeError) as info, nullcontext() if forked else embedded():
         with writer.atomic_database(out, force=False) as db:
             db.write_raw({"kernels": bad})
             db.connect()
@@ -156,14 +158,14 @@ def test_a_failure_in_the_background_writer_is_one_line_and_leaves_no_file(tmp_p
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_the_thread_writer_builds_the_same_database_as_the_forked_one(tmp_path, monkeypatch):
+def test_the_thread_writer_builds_the_same_database_as_the_forked_one(tmp_path):
     from dlscope.pipeline import build_database
-    from dlscope.store import writer
+    from dlscope.processes import embedded
 
     trace = data_file("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz")
     forked = build_database([trace], tmp_path / "forked.sqlite", progress=False)
-    monkeypatch.setattr(writer, "_can_fork", lambda: False)
-    threaded = build_database([trace], tmp_path / "threaded.sqlite", progress=False)
+    with embedded():  # as inside dlscope.profile(): no fork, the writer is a thread
+        threaded = build_database([trace], tmp_path / "threaded.sqlite", progress=False)
     tables = {}
     for db in (forked, threaded):
         conn = sqlite3.connect(db)

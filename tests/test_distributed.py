@@ -44,10 +44,10 @@ def job(folder: str) -> Path:
 def build_job(tmp_path):
     """build_database on a job's files, serially, on worker processes or on a Dask cluster."""
 
-    def build(paths, name="job.sqlite", workers=1, scheduler=None, max_memory=None) -> Path:
+    def build(paths, name="job.sqlite", workers=1, scheduler=None, max_memory=None, reading=None) -> Path:
         out = tmp_path / name
         pipeline.build_database(paths, out, progress=False, workers=workers, scheduler=scheduler,
-                                max_memory=max_memory)
+                                max_memory=max_memory, reading=reading)
         return out
 
     return build
@@ -413,17 +413,14 @@ def test_streaming_import_builds_identical_tables(name):
     assert all(np.diff([b for b, _ in seen]) >= 0)
 
 
-@pytest.mark.parametrize("reader", ["pieces", "ijson"])
-def test_streamed_and_in_memory_imports_give_the_same_summary(build_job, monkeypatch, reader):
+@pytest.mark.parametrize("reader", ["streamed", "ijson"])
+def test_streamed_and_in_memory_imports_give_the_same_summary(build_job, reader):
     """ijson's row ids follow its decoding batches; every figure computed from the rows must not."""
-    import dlscope.importers.kineto as kineto
+    from dlscope.importers.kineto import Reading
 
     path = data_file("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz")
     whole = build_job([path], "whole.sqlite")
-    monkeypatch.setattr(kineto, "should_stream", lambda path, budget: True)
-    if reader == "ijson":
-        monkeypatch.setattr(kineto, "_streamed_piece_tables", lambda path, progress: None)
-    streamed = build_job([path], "streamed.sqlite", max_memory="8GB")
+    streamed = build_job([path], "streamed.sqlite", max_memory="8GB", reading=Reading(method=reader))
     assert _summary(streamed) == _summary(whole)
 
 

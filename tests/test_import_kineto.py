@@ -20,7 +20,7 @@ from trace_builder import KinetoTrace
 from conftest import DATA, assert_same_rows, data_file, data_files
 from dlscope.errors import InputError
 from dlscope.importers import load
-from dlscope.importers.kineto import load_kineto
+from dlscope.importers.kineto import Reading, load_kineto
 from dlscope.model import TABLES, Profile
 
 KINETO_FILES = data_files("kineto", "**/*.json.gz")
@@ -322,53 +322,45 @@ def test_odd_numeric_values_become_missing_instead_of_failing(tmp_path):
     assert np.int64(memop["start"]) == 10_000
 
 
-def _load_whole_document(kineto, path, monkeypatch):
-    with monkeypatch.context() as m:
-        m.setattr(kineto, "_cut_events", lambda data: None)
-        return kineto.load_kineto(path)
+def _load_event_by_event(path):
+    """The reference reader: ijson, event by event, whatever the layout (no cuts to get wrong)."""
+    return load_kineto(path, reading=Reading(method="ijson"))
 
 
-@pytest.mark.parametrize("path_kind", ["pieces", "raw_slices"])
-def test_two_process_parse_gives_the_same_tables_as_one(monkeypatch, path_kind):
+@pytest.mark.parametrize("piece_bytes", [2**20, 3 * 2**20])
+def test_two_process_parse_gives_the_same_tables_as_one(piece_bytes):
     """Large files are decoded in two halves on two processes; the tables must not depend on it."""
-    import dlscope.importers.kineto as kineto
     from dlscope.model import TABLES
 
     path = data_file("kineto", "hta_v100_rank1of2_5steps.json.gz")  # 216k events, 47 MB of JSON
-    if path_kind == "raw_slices":
-        monkeypatch.setattr(kineto, "_cut_events", lambda data: None)
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 2**20)
-    monkeypatch.setattr(kineto, "PARALLEL_MIN_EVENTS", 10**12)
-    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 10**12)
-    serial = kineto.load_kineto(path)
-    monkeypatch.setattr(kineto, "PARALLEL_MIN_EVENTS", 2 * kineto.BATCH_EVENTS)
-    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 0)
-    monkeypatch.setattr(kineto.os, "cpu_count", lambda: 2)
-    parallel = kineto.load_kineto(path)
+    serial = load_kineto(path, reading=Reading(processes=1, piece_bytes=piece_bytes))
+    parallel = load_kineto(path, reading=Reading(processes=2, piece_bytes=piece_bytes, fallback=False))
     for name in [*TABLES, "comm_args"]:
         pd.testing.assert_frame_equal(getattr(parallel, name), getattr(serial, name), obj=name)
     assert parallel.meta == serial.meta
 
 
-def test_pieces_hold_the_same_events_as_the_whole_document_on_a_real_trace(monkeypatch):
-    import dlscope.importers.kineto as kineto
+def test_pieces_hold_the_same_events_as_the_whole_document_on_a_real_trace():
     from dlscope.model import TABLES
 
     path = data_file("kineto", "tracelens_mi300x_xdit_sd35_infer.json.gz")  # multi-line, with_stack
-    whole = _load_whole_document(kineto, path, monkeypatch)
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 4096)
-    pieces = kineto.load_kineto(path)
+    whole = _load_event_by_event(path)
+    pieces = load_kineto(path, reading=Reading(piece_bytes=4096, fallback=False))
     for name in [*TABLES, "comm_args"]:
         assert_same_rows(getattr(pieces, name), getattr(whole, name), name)
     assert pieces.meta == whole.meta
 
 
-def _tricky_trace(tmp_path, hostile: bool) -> Path:
-    """Keys after the event array; with ``hostile``, the cut pattern inside a name and nested objects."""
+HOSTILE_NAME = 'x}, {"ph": "X", "name": "y'
+
+
+def _tricky_trace(tmp_path, hostile: bool, events: int = 40, every: int = 7) -> Path:
+    """Keys after the event array; with ``hostile``, the cut pattern inside a name (every ``every``-th op)
+    and nested objects."""
     t = KinetoTrace()
     t.step(1, 0, 100)
-    for i in range(40):
-        name = 'x}, {"ph": "X", "name": "y' if hostile and i % 7 == 0 else f"aten::op{i % 5}"
+    for i in range(events):
+        name = HOSTILE_NAME if hostile and i % every == 0 else f"aten::op{i % 5}"
         extra = {"nested": [{"ph": "X"}, {"ph": "i"}]} if hostile and i % 5 == 0 else {}
         t.op(name, 1 + 2 * i, 2 + 2 * i, **extra)
         t.launch(1.2 + 2 * i, 1.5 + 2 * i, f"kernel_{i % 3}", 3 + 2 * i, 3.5 + 2 * i)
@@ -379,42 +371,69 @@ def _tricky_trace(tmp_path, hostile: bool) -> Path:
     return path
 
 
+def _guessed_cuts_inside_strings(path: Path, piece_bytes: int) -> int:
+    """How many of the importer's guessed cuts fall inside a JSON string (the oracle: a scan of the text)."""
+    from dlscope.importers.kineto.pieces import cut_events
+
+    text = path.read_bytes()
+    inside, in_string, escaped = set(), False, False
+    for i, byte in enumerate(text):
+        if in_string:
+            inside.add(i)
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+    return sum(cut in inside for cut in cut_events(text, piece_bytes))
+
+
 @pytest.mark.parametrize("hostile", [False, True])
-def test_a_cut_that_is_not_between_events_falls_back_to_the_whole_document(tmp_path, monkeypatch, hostile):
-    """Pieces are cut by byte pattern; a cut inside a string or nested object must never change the result."""
-    import dlscope.importers.kineto as kineto
+def test_a_cut_that_is_not_between_events_is_merged_away(tmp_path, hostile):
+    """Pieces are cut by byte pattern; a cut inside a string or nested object must never change the result:
+    the pieces around it are merged, with no fallback to another reader."""
     from dlscope.model import TABLES
 
     path = _tricky_trace(tmp_path, hostile)
-    whole = _load_whole_document(kineto, path, monkeypatch)
-    fallbacks = []
-    real = kineto._raw_slice_tables
-    monkeypatch.setattr(kineto, "_raw_slice_tables", lambda *a: fallbacks.append(1) or real(*a))
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 1)  # a cut at every "}, {"
-    pieces = kineto.load_kineto(path)
-    assert fallbacks == ([1] if hostile else [])
+    assert (_guessed_cuts_inside_strings(path, 1) > 0) == hostile  # the test's premise
+    whole = _load_event_by_event(path)
+    pieces = load_kineto(path, reading=Reading(method="in_memory", piece_bytes=1, fallback=False))
     for name in [*TABLES, "comm_args"]:
         assert_same_rows(getattr(pieces, name), getattr(whole, name), name)
     assert pieces.meta["trace_name"] == whole.meta["trace_name"] == "the-trace"
     assert pieces.meta["base_time_ns"] == 1_700_000_000_000_000_000
     assert len(pieces.ops) == 40 and len(pieces.kernels) == 40
-    assert (pieces.ops["name"] == 'x}, {"ph": "X", "name": "y').sum() == (6 if hostile else 0)
+    assert (pieces.ops["name"] == HOSTILE_NAME).sum() == (6 if hostile else 0)
+
+
+@pytest.mark.parametrize("events", [60, 61, 62, 63])
+def test_a_wrong_guess_where_the_second_process_starts_gives_the_same_tables(tmp_path, events):
+    """Every op name holds the cut pattern, so about every other guessed cut is inside a string, the one
+    where the forked half starts too for some of these sizes: its result must then be dropped."""
+    from dlscope.model import TABLES
+
+    path = _tricky_trace(tmp_path, True, events=events, every=1)
+    whole = _load_event_by_event(path)
+    two = load_kineto(path, reading=Reading(method="in_memory", processes=2, piece_bytes=1, fallback=False))
+    for name in [*TABLES, "comm_args"]:
+        assert_same_rows(getattr(two, name), getattr(whole, name), name)
+    assert (two.ops["name"] == HOSTILE_NAME).sum() == events
 
 
 @pytest.mark.parametrize("name", ["tracelens_mi300x_xdit_sd35_infer.json.gz", "hta_a100_nccl_rank0of2_3steps.json.gz"])
-def test_streamed_pieces_are_the_in_memory_pieces(monkeypatch, name):
+def test_streamed_pieces_are_the_in_memory_pieces(name):
     """Under a memory budget the file is read in blocks and cut as in memory: identical tables, ids too,
     with block boundaries falling inside events, between "}" and ", {", and inside the cut pattern."""
-    import dlscope.importers.kineto as kineto
     from dlscope.model import TABLES
 
     path = data_file("kineto", name)
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 50_000)
-    in_memory = kineto.load_kineto(path)
-    monkeypatch.setattr(kineto, "STREAM_BLOCK_BYTES", 7_919)  # a prime: blocks end everywhere
-    monkeypatch.setattr(kineto, "_stream_events", lambda *a: pytest.fail("fell back to ijson"))
+    in_memory = load_kineto(path, reading=Reading(method="in_memory", piece_bytes=50_000, fallback=False))
     seen = []
-    streamed = kineto.load_kineto(path, max_memory=1, progress=lambda b, e: seen.append((b, e)))
+    streamed = load_kineto(path, max_memory=1, progress=lambda b, e: seen.append((b, e)),
+                           reading=Reading(method="streamed", piece_bytes=50_000, block_bytes=7_919, fallback=False))
     for table in [*TABLES, "comm_args"]:
         pd.testing.assert_frame_equal(getattr(streamed, table), getattr(in_memory, table), obj=table)
     assert streamed.meta == in_memory.meta
@@ -423,32 +442,26 @@ def test_streamed_pieces_are_the_in_memory_pieces(monkeypatch, name):
 
 
 @pytest.mark.parametrize("hostile", [False, True])
-def test_a_streamed_cut_inside_a_string_falls_back_to_ijson(tmp_path, monkeypatch, hostile):
-    import dlscope.importers.kineto as kineto
+def test_a_streamed_cut_inside_a_string_is_merged_away(tmp_path, hostile):
     from dlscope.model import TABLES
 
     path = _tricky_trace(tmp_path, hostile)
-    whole = _load_whole_document(kineto, path, monkeypatch)
-    fallbacks = []
-    real = kineto._stream_events
-    monkeypatch.setattr(kineto, "_stream_events", lambda *a: fallbacks.append(1) or real(*a))
-    monkeypatch.setattr(kineto, "PIECE_BYTES", 1)
-    monkeypatch.setattr(kineto, "STREAM_BLOCK_BYTES", 97)
-    streamed = kineto.load_kineto(path, max_memory=1)
-    assert fallbacks == ([1] if hostile else [])
+    whole = _load_event_by_event(path)
+    streamed = load_kineto(path, max_memory=1,
+                           reading=Reading(method="streamed", piece_bytes=1, block_bytes=97, fallback=False))
     for name in [*TABLES, "comm_args"]:
         assert_same_rows(getattr(streamed, name), getattr(whole, name), name)
     assert streamed.meta["trace_name"] == "the-trace" and len(streamed.ops) == 40
 
 
-def test_a_bare_event_list_is_streamed_by_ijson(tmp_path, monkeypatch):
-    import dlscope.importers.kineto as kineto
-
+def test_a_bare_event_list_is_read_by_ijson(tmp_path):
     path = _tricky_trace(tmp_path, False)
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps(json.loads(path.read_text())["traceEvents"]))
-    whole = kineto.load_kineto(bare)
-    streamed = kineto.load_kineto(bare, max_memory=1)
+    with pytest.raises(InputError, match="cannot be cut into pieces"):
+        load_kineto(bare, reading=Reading(fallback=False))
+    whole = load_kineto(bare)
+    streamed = load_kineto(bare, max_memory=1)
     assert_same_rows(streamed.kernels, whole.kernels, "kernels")
     assert len(streamed.ops) == 40
 
@@ -488,28 +501,23 @@ def test_the_ns_trace_is_one_that_floats_get_wrong():
     assert len(starts) == 4350 and sum(d > 0 for d in off) > 4000 and max(off) > 100
 
 
-READING_PATHS = {  # module attributes set for each way the importer can read a file
-    "pieces_in_two_processes": {"PARALLEL_MIN_BYTES": 0, "PIECE_BYTES": 2**20},
-    "whole_document_in_two_processes": {"_cut_events": lambda data: None, "PARALLEL_MIN_EVENTS": 2**15},
-    "streamed_pieces": {"should_stream": lambda path, budget: True, "STREAM_BLOCK_BYTES": 65_521,
-                        "PIECE_BYTES": 2**20},
-    "streamed_by_ijson": {"should_stream": lambda path, budget: True,
-                          "_streamed_piece_tables": lambda path, progress: None},
+READING_PATHS = {  # each way the importer can read a file
+    "pieces_in_one_process": Reading(method="in_memory", processes=1, piece_bytes=2**20, fallback=False),
+    "pieces_in_two_processes": Reading(method="in_memory", processes=2, piece_bytes=2**20, fallback=False),
+    "streamed_pieces": Reading(method="streamed", block_bytes=65_521, piece_bytes=2**20, fallback=False),
+    "ijson": Reading(method="ijson"),
 }
 
 
 @pytest.mark.parametrize("reading", list(READING_PATHS))
-def test_database_times_are_the_exact_ns_of_the_json_text(tmp_path, monkeypatch, reading):
+def test_database_times_are_the_exact_ns_of_the_json_text(tmp_path, reading):
     """Every kernel, op and API call start/end in the database equals the JSON text's µs × 1000, exactly,
     whichever way the file was read."""
-    from dlscope.importers import kineto
     from dlscope.pipeline import build_database
 
     path = data_file("kineto", NS_TRACE)
-    monkeypatch.setattr(kineto.os, "cpu_count", lambda: 2)
-    for name, value in READING_PATHS[reading].items():
-        monkeypatch.setattr(kineto, name, value)
-    db = build_database([path], tmp_path / "ns.sqlite", progress=False, max_memory="64GB")
+    db = build_database([path], tmp_path / "ns.sqlite", progress=False, max_memory="64GB",
+                        reading=READING_PATHS[reading])
     raw = raw_start_end(path)
     with sqlite3.connect(db) as conn:
         stored = {table: Counter(conn.execute(f'SELECT start, "end" FROM {table}').fetchall())
@@ -549,15 +557,12 @@ EXTREMES = {
 
 @pytest.mark.parametrize("piece_bytes", [1, 2**20])  # a piece per event, or one column of mixed values
 @pytest.mark.parametrize("reading", [None, *READING_PATHS])
-def test_extreme_hand_made_times_convert_exactly_on_every_path(tmp_path, monkeypatch, reading, piece_bytes):
-    from dlscope.importers import kineto
+def test_extreme_hand_made_times_convert_exactly_on_every_path(tmp_path, reading, piece_bytes):
+    from dataclasses import replace
 
-    monkeypatch.setattr(kineto.os, "cpu_count", lambda: 2)
-    for name, value in READING_PATHS.get(reading, {}).items():
-        monkeypatch.setattr(kineto, name, value)
-    monkeypatch.setattr(kineto, "PIECE_BYTES", piece_bytes)
+    chosen = replace(READING_PATHS.get(reading, Reading()), piece_bytes=piece_bytes)
     path = _literal_trace(tmp_path, [_kernel(ts, dur, i) for i, (ts, dur) in enumerate(EXTREMES)])
-    kernels = kineto.load_kineto(path, max_memory=2**40).kernels.sort_values("correlation")
+    kernels = load_kineto(path, max_memory=2**40, reading=chosen).kernels.sort_values("correlation")
     assert list(zip(kernels["start"], kernels["end"])) == list(EXTREMES.values())
 
 

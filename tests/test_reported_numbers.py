@@ -6,6 +6,7 @@ and a hand-made trace whose means are worked out by hand.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import sqlite3
@@ -140,7 +141,9 @@ def markdown_tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
 
 
 def _cells(line: str) -> list[str]:
-    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+    """The cells as a CommonMark renderer shows them: backslash escapes and entities undone."""
+    return [html.unescape(re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", c.strip()))
+            for c in re.split(r"(?<!\\)\|", line)[1:-1]]
 
 
 @pytest.fixture(scope="module")

@@ -153,8 +153,19 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _terminate(signum, frame) -> None:
+    """SIGTERM unwinds like Ctrl-C, so temporary files are removed and helpers stopped on the way out."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: user errors become one line on stderr and exit code 2."""
+    import signal
+    import threading
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         code = cli.main(args=argv, prog_name="dlscope", standalone_mode=False)
     except DlscopeError as e:
@@ -171,11 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("dlscope: interrupted", err=True)
         return 130
+    except MemoryError:
+        click.echo("dlscope: error: out of memory; give the import a budget with --max-memory (e.g. 4GB) so "
+                   "large traces are streamed", err=True)
+        return 2
     except Exception as e:  # noqa: BLE001 - a bug must still not dump a traceback on the user
         if os.environ.get("DLSCOPE_DEBUG"):
             raise
         click.echo(f"dlscope: internal error: {type(e).__name__}: {e} (set DLSCOPE_DEBUG=1 for details)", err=True)
         return INTERNAL_ERROR
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return code if isinstance(code, int) else 0
 
 

@@ -144,9 +144,11 @@ class profile:  # noqa: A001 - reads as dlscope.profile(...)
 
     def _write_database(self) -> None:
         from ..pipeline import build_database
+        from ..processes import embedded
 
-        build_database(self.trace_paths, self.db_path, extra_meta={"capture": self.facts}, progress=False,
-                       **self._build)
+        with embedded():  # the user's (multi-threaded) process: never forked
+            build_database(self.trace_paths, self.db_path, extra_meta={"capture": self.facts}, progress=False,
+                           **self._build)
         if self._own_trace_dir:
             for path in self.trace_paths:
                 path.unlink(missing_ok=True)
@@ -179,8 +181,10 @@ def trace_handler(dir_name: str | Path, *, worker_name: str | None = None, use_g
         handler.paths.append(path)
         if db_path is not None:
             from ..pipeline import build_database
+            from ..processes import embedded
 
-            build_database([path], db_path, **{"force": True, "progress": False, **build_options})
+            with embedded():  # the user's (multi-threaded) process: never forked
+                build_database([path], db_path, **{"force": True, "progress": False, **build_options})
         return path
 
     handler.paths = []  # type: ignore[attr-defined]

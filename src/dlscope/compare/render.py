@@ -6,7 +6,6 @@ Markdown cells.
 
 from __future__ import annotations
 
-import html
 import json
 from io import StringIO
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DlscopeError
-from ..format import fmt_ns, fmt_pct, markdown_table
+from ..format import fmt_ns, fmt_pct, markdown_table, write_csv
 
 FORMATS = ("md", "csv", "json")
 #: rows per table on the terminal and in Markdown
@@ -194,8 +193,8 @@ def _md_text(text) -> str:
 
 
 def _md_cell(text) -> str:
-    """A table cell's text: HTML-escaped so a name like <script> shows as text (the table escapes pipes)."""
-    return html.escape("" if text is None else str(text), quote=False)
+    """A table cell's text (``markdown_table`` escapes it, so a name like <script> shows as text)."""
+    return "" if text is None else str(text)
 
 
 def _md_code(text) -> str:
@@ -227,6 +226,6 @@ def write_diff(d: dict, out_dir: Path, formats: list[str]) -> list[Path]:
             frames.update({stem: pd.DataFrame(d[key]) for key, _, stem in ROW_TABLES})
             for stem, frame in frames.items():
                 path = out_dir / f"{stem}.csv"
-                frame.to_csv(path, index=False)
+                write_csv(frame, path)
                 written.append(path)
     return written

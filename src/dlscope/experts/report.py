@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DlscopeError
-from ..format import fmt_ns
+from ..format import fmt_ns, write_csv
 
 FORMATS = ("csv", "json", "md")
 COLUMNS = ["rule", "severity", "problem", "recommendation", "est_saving_ns", "est_saving_pct", "evidence"]
@@ -49,7 +49,7 @@ def write_expert_report(conn: sqlite3.Connection, agg_id: int, out_dir: str | Pa
     for fmt in formats:
         path = out_dir / f"expert_systems.{fmt}"
         if fmt == "csv":
-            frame.to_csv(path, index=False)
+            write_csv(frame, path)
         elif fmt == "json":
             records = [{**r, "evidence": json.loads(r["evidence"] or "{}")}
                        for r in frame.astype(object).where(frame.notna(), None).to_dict("records")]

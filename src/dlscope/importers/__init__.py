@@ -1,41 +1,54 @@
 """Importers: real profile files in, one normalized :class:`~dlscope.model.Profile` out.
 
-The format is detected from the file's content, never from its name.
+The format is detected from the file's content, never from its name. :func:`load` is the boundary every
+import goes through (serial, worker processes, Dask, rank by rank): it picks the importer and passes its
+result through :func:`.validate.validated`, the one place that checks the values.
 """
 
 from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from ..errors import InputError, reading
+from ..errors import InputError
+from ..errors import reading as os_errors_as_input_errors
 from ..model import Profile
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
+_HEAD_BYTES = 4096
+#: leading whitespace read past while looking for the first byte of a JSON document
+_MAX_LEADING_BLANK = 64 * 2**20
+_BLANK = b"\xef\xbb\xbf \t\r\n"
 
 
 def sniff(path: Path) -> str:
     """Return the format name of ``path``: "kineto", "nsys", "ncu_csv", "nsys_stats_csv", "tf_trace",
     "paddle" or "xspace" (or raise InputError)."""
-    with reading(path), open(path, "rb") as f:
-        head = f.read(4096)
-    if not head:
-        raise InputError(path, "is empty")
-    if head.startswith(SQLITE_MAGIC):
-        return "nsys"
-    if head.startswith(GZIP_MAGIC):
-        try:
-            with gzip.open(path, "rb") as g:
-                head = g.read(4096)
-        except (OSError, EOFError, zlib.error) as e:
-            raise InputError(path, f"is not a readable gzip file ({e})") from None
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if text[:1] in (b"{", b"["):
+    from .streams import source
+
+    with os_errors_as_input_errors(path), open(source(path), "rb") as f:
+        head = f.read(_HEAD_BYTES)
+        if not head:
+            raise InputError(path, "is empty")
+        if head.startswith(SQLITE_MAGIC):
+            return "nsys"
+        if head.startswith(GZIP_MAGIC):
+            try:
+                with gzip.open(source(path), "rb") as g:
+                    head = g.read(_HEAD_BYTES)
+                    first = _first_content(head, g)
+            except (OSError, EOFError, zlib.error) as e:
+                raise InputError(path, f"is not a readable gzip file ({e})") from None
+        else:
+            first = _first_content(head, f)
+    if first in (b"{", b"["):
         from .frameworks import json_flavour
 
-        return json_flavour(text)
+        return json_flavour(head.lstrip(_BLANK))
     from .xspace import looks_like_xspace
 
     if looks_like_xspace(head):
@@ -46,30 +59,55 @@ def sniff(path: Path) -> str:
 
     if looks_like_nsys_stats_csv(path):
         return "nsys_stats_csv"
+    if not first:
+        raise InputError(path, "holds only whitespace")
     raise InputError(path, "is not a recognised profile (expected a PyTorch/Kineto JSON trace, "
                            "an Nsight Systems SQLite export, an Nsight Compute CSV, a TensorFlow/JAX "
                            "profile (.xplane.pb, .trace.json.gz) or a PaddlePaddle profiler trace)")
 
 
-def load(path: str | Path) -> Profile:
-    """Import one file into the normalized model."""
+def _first_content(head: bytes, stream: Any) -> bytes:
+    """The first byte that is not a BOM or whitespace, reading on past a long blank start (b"" if none)."""
+    text, read = head.lstrip(_BLANK), len(head)
+    while not text and read < _MAX_LEADING_BLANK:
+        more = stream.read(2**20)
+        if not more:
+            break
+        read += len(more)
+        text = more.lstrip(_BLANK)
+    return text[:1]
+
+
+def load(path: str | Path, *, max_memory: int | None = None, progress: Callable[[int, int], None] | None = None,
+         reading: Any = None, json_limit: int | None = None) -> Profile:
+    """Import one file of any supported format into the normalized model, validated.
+
+    ``max_memory`` and ``progress`` reach the Kineto reader (streamed under a budget; ``progress(bytes,
+    events)``), ``reading`` names its reader (a :class:`.kineto.Reading`; default: chosen by it), and
+    ``json_limit`` is the most JSON text it may read (a trace that inflates further is refused).
+    """
+    from .validate import validated
+
     path = Path(path)
     kind = sniff(path)
     if kind == "kineto":
         from .kineto import load_kineto
 
-        return load_kineto(path)
-    if kind == "nsys":
+        profile = load_kineto(path, max_memory=max_memory, progress=progress, reading=reading, json_limit=json_limit)
+    elif kind == "nsys":
         from .nsys import load_nsys
 
-        return load_nsys(path)
-    if kind in ("tf_trace", "xspace", "paddle"):
+        profile = load_nsys(path)
+    elif kind in ("tf_trace", "xspace", "paddle"):
         from .frameworks import load_framework
+        from .streams import source
 
-        return load_framework(path, kind)
-    if kind == "nsys_stats_csv":
+        profile = load_framework(source(path), kind)  # a pipe's copy; the copy's name is only in messages
+    elif kind == "nsys_stats_csv":
         from .nsys_stats_csv import load_nsys_stats_csv
 
-        return load_nsys_stats_csv(path)
-    raise InputError(path, f"{kind} files carry no timeline; import them next to a trace "
-                           "(roofline counters)")
+        profile = load_nsys_stats_csv(path)
+    else:
+        raise InputError(path, f"{kind} files carry no timeline; import them next to a trace "
+                               "(roofline counters)")
+    return validated(profile, path)

@@ -27,6 +27,7 @@ import pandas as pd
 
 from ..errors import InputError
 from ..model import Profile, make_table
+from .streams import source
 
 _ID_MASK = 0xFFFFFF
 
@@ -100,7 +101,7 @@ def load_nsys(path: Path) -> Profile:
 
 def _connect(path: Path) -> sqlite3.Connection:
     """Open read-only through a URI (quoted, so '?' or '#' in a path stay part of the name)."""
-    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+    conn = sqlite3.connect(f"file:{quote(str(source(path).resolve()))}?mode=ro", uri=True)
     conn.text_factory = _lenient_utf8
     return conn
 
@@ -122,6 +123,8 @@ class _Export:
         self.tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         self._columns: dict[str, set[str]] = {}
         self._strings: tuple[pd.Index, np.ndarray] | None = None
+        #: model table -> reason -> rows left out (see :meth:`read`)
+        self.dropped: dict[str, dict[str, int]] = {}
 
     def is_nsys(self) -> bool:
         return _NVTX in self.tables or any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in self.tables)
@@ -133,12 +136,15 @@ class _Export:
         return self._columns[table]
 
     def read(self, table: str, ints: dict[str, str | tuple[str, ...]],
-             texts: dict[str, tuple[str, ...]] | None = None, where: str = "") -> pd.DataFrame:
+             texts: dict[str, tuple[str, ...]] | None = None, where: str = "",
+             events_of: str | None = None) -> pd.DataFrame:
         """Read ``table`` in one query into int64 / object columns that are never NULL (-1 / '').
 
         ``ints`` maps an output name to a column, or to columns of which the first non-NULL wins; ``texts``
         maps an output name to text columns, :class:`_Ref` columns resolved through StringIds, first
-        non-NULL wins. Absent columns are skipped and an absent table gives zero rows.
+        non-NULL wins. Absent columns are skipped and an absent table gives zero rows. ``events_of``: the
+        model table these rows become; rows whose ``start`` or ``end`` is not an integer (NULL, text) are
+        left out and counted in :attr:`dropped` under it.
         """
         have = self.columns(table)
         int_sql = [_integer([c for c in _as_tuple(cols) if c in have]) for cols in ints.values()]
@@ -148,6 +154,14 @@ class _Export:
         all_ints = all(isinstance(c, _Ref) for c in flat)
         rows = []
         if table in self.tables:
+            if events_of is not None:
+                timed = "typeof(t.start) = 'integer' AND typeof(t.\"end\") = 'integer'"
+                bad = self.conn.execute(f'SELECT COUNT(*) FROM "{table}" AS t WHERE NOT ({timed})'
+                                        + (f" AND {where}" if where else "")).fetchone()[0]
+                if bad:
+                    reasons = self.dropped.setdefault(events_of, {})
+                    reasons["no_integer_time"] = reasons.get("no_integer_time", 0) + bad
+                where = f"({where}) AND {timed}" if where else timed
             sql = f'SELECT {", ".join(int_sql + text_sql)} FROM "{table}" AS t'
             rows = self.conn.execute(sql + (f" WHERE {where}" if where else "")).fetchall()
         width = len(int_sql) + len(text_sql)
@@ -176,10 +190,19 @@ class _Export:
         return {}
 
     def enum(self, table: str) -> dict[int, str]:
-        """Enum value -> name (e.g. 'CUDA_MEMCPY_KIND_HTOD'), from the export's ENUM table or the defaults."""
+        """Enum value -> name (e.g. 'CUDA_MEMCPY_KIND_HTOD'), from the export's ENUM table or the defaults.
+        Rows whose id is not an integer say nothing and are skipped."""
         if {"id", "name"} <= self.columns(table):
-            return {int(i): str(n) for i, n in self.conn.execute(f'SELECT id, name FROM "{table}"')}
+            return {int(i): str(n) for i, n in self.conn.execute(
+                f"SELECT id, name FROM \"{table}\" WHERE typeof(id) = 'integer'")}
         return dict(enumerate(_DEFAULT_ENUMS.get(table, [])))
+
+    def require_times(self, path: Path, *tables: str) -> None:
+        """A table of events without its ``start`` or ``end`` column cannot be imported: one line naming it."""
+        for table in tables:
+            missing = [c for c in ("start", "end") if c not in self.columns(table)]
+            if missing and table in self.tables and self.conn.execute(f'SELECT 1 FROM "{table}" LIMIT 1').fetchone():
+                raise InputError(path, f"has a {table} table without its {' and '.join(missing)} column")
 
 
 def _first_present(candidates: list[np.ndarray], n: int) -> np.ndarray:
@@ -228,6 +251,7 @@ def _by_start(*frames: pd.DataFrame) -> pd.DataFrame:
 
 
 def _profile(db: _Export, path: Path) -> Profile:
+    db.require_times(path, _KERNEL, _RUNTIME, _DRIVER, _MEMCPY, _MEMSET, _SYNC, _NVTX)
     kernels = _kernels(db)
     api_calls = _api_calls(db)
     ops, ranges = _nvtx(db)
@@ -243,7 +267,7 @@ def _kernels(db: _Export) -> pd.DataFrame:
         "correlation": "correlationId", "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ",
         "block_x": "blockX", "block_y": "blockY", "block_z": "blockZ", "registers": "registersPerThread",
         "static_smem": "staticSharedMemory", "dynamic_smem": "dynamicSharedMemory",
-    }, {"name": (_Ref("demangledName"), _Ref("shortName"))}))
+    }, {"name": (_Ref("demangledName"), _Ref("shortName"))}, events_of="kernels"))
     smem = np.where((k.static_smem >= 0) & (k.dynamic_smem >= 0), k.static_smem + k.dynamic_smem, -1)
     columns = {c: k[c].to_numpy() for c in (
         "start", "end", "device", "stream", "correlation", "name", "grid_x", "grid_y", "grid_z",
@@ -257,7 +281,7 @@ def _api_calls(db: _Export) -> pd.DataFrame:
     for table, kind in ((_RUNTIME, "runtime"), (_DRIVER, "driver")):
         calls = db.read(table, {"start": "start", "end": "end", "gtid": "globalTid",
                                 "correlation": "correlationId", "event_class": "eventClass"},
-                        {"name": ("name", _Ref("nameId"))})
+                        {"name": ("name", _Ref("nameId"))}, events_of="api_calls")
         calls = calls[~calls.event_class.isin(_BACKTRACE_CLASSES)]
         frames.append(calls.assign(kind=np.where(calls.event_class.isin(_DRIVER_CLASSES), "driver", kind)))
     calls = _by_start(*frames)
@@ -282,8 +306,8 @@ def _memops(db: _Export) -> pd.DataFrame:
     mem_labels = {v: (k or "unknown").replace("_", " ").title() for v, k in mem_kinds.items()}
     common = {"start": "start", "end": "end", "gpid": "globalPid", "device": "deviceId", "stream": "streamId",
               "correlation": "correlationId", "bytes": "bytes"}
-    copies = db.read(_MEMCPY, {**common, "copy": "copyKind", "src": "srcKind", "dst": "dstKind"})
-    sets = db.read(_MEMSET, {**common, "dst": "memKind"})
+    copies = db.read(_MEMCPY, {**common, "copy": "copyKind", "src": "srcKind", "dst": "dstKind"}, events_of="memops")
+    sets = db.read(_MEMSET, {**common, "dst": "memKind"}, events_of="memops")
     copy_kind = _lookup(copies["copy"], copy_kinds)
     src_label = _lookup(copies.src, mem_labels, "Unknown")
     dst_label = _lookup(copies.dst, mem_labels, "Unknown")
@@ -319,7 +343,7 @@ def _syncs(db: _Export, api_calls: pd.DataFrame) -> pd.DataFrame:
     """Synchronizations, with thread and kind taken from the API call of the same process and correlation."""
     syncs = _by_start(db.read(_SYNC, {"start": "start", "end": "end", "gpid": "globalPid",
                                       "device": "deviceId", "stream": "streamId",
-                                      "correlation": "correlationId"}))
+                                      "correlation": "correlationId"}, events_of="syncs"))
     syncs["pid"] = _pid(syncs.gpid.to_numpy())
     calls = api_calls[["pid", "correlation", "tid", "name"]].drop_duplicates(["pid", "correlation"])
     syncs = syncs.merge(calls, on=["pid", "correlation"], how="left")
@@ -351,7 +375,8 @@ def _nvtx(db: _Export) -> tuple[pd.DataFrame, pd.DataFrame]:
     """NVTX ranges split into ops (PyTorch emit_nvtx / DLProf op ranges) and all other ranges."""
     events = db.read(_NVTX, {"start": "start", "end": "end", "gtid": "globalTid"},
                      {"text": ("text", _Ref("textId"))},
-                     where=f't.eventType IN {_NVTX_RANGE_TYPES} AND t."end" > t.start')
+                     where=f"t.eventType IN {_NVTX_RANGE_TYPES}", events_of="ranges")
+    events = events[events.end != events.start]  # a range of no length is a point (marks are filtered above)
     events = events.sort_values(["start", "end"], ascending=[True, False], kind="stable", ignore_index=True)
     codes, texts = pd.factorize(events.text)
     parsed = [_classify(text) for text in texts]
@@ -427,7 +452,8 @@ def _emit_nvtx_op(text: str) -> _NvtxOp | None:
         return None
     name, rest = m["name"], m["fields"] or ""
     seq = _SEQ.search(rest)
-    return _NvtxOp(name=name, op_type=name, seq=int(seq[1]) if seq else -1,
+    number = int(seq[1]) if seq else -1
+    return _NvtxOp(name=name, op_type=name, seq=number if -(2**63) <= number < 2**63 else -1,
                    direction="bwd" if _BACKWARD.search(name) else "", input_shapes=_sizes(rest))
 
 
@@ -508,6 +534,7 @@ def _meta(db: _Export, path: Path, profile: Profile) -> dict:
         "hostname": db.key_values("TARGET_INFO_SYSTEM_ENV").get("Hostname", ""),
         "process_names": _process_names(db, profile.kernels.pid.unique()),
         "trace_start_ns": _trace_start(profile),
+        **({"dropped_events": db.dropped} if db.dropped else {}),
     }
 
 

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from ..errors import InputError
 from ..model import Profile, make_table
+from .streams import source
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -33,6 +34,7 @@ INTEGER_COLUMNS = ("Start (ns)", "End (ns)", "PID", "TID")
 
 
 def _open(path: Path) -> IO[bytes]:
+    path = source(path)
     with open(path, "rb") as f:
         magic = f.read(6)
     if magic.startswith(XZ_MAGIC):

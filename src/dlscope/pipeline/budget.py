@@ -4,8 +4,8 @@ the refusals made before anything is written (at once from the files' sizes, exa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import DlscopeError
 from ..model import TABLES, Profile
@@ -77,6 +77,13 @@ def check_traces_could_fit(paths: Sequence[Path], budget: int, one_at_a_time: bo
         raise DlscopeError(f"{what}: analysing at least {_size_text(json_bytes)} of trace JSON needs at least about "
                            f"{_size_text(least)} of memory, more than --max-memory {_size_text(budget)}; "
                            "raise --max-memory")
+
+
+def most_json_bytes(budget: int) -> int:
+    """The most JSON text an import under ``budget`` can read: past this, even the leanest tables seen per
+    byte of JSON would not leave room for their analysis (so a trace that inflates further, a gzip bomb
+    among them, is refused while it is read, not after it filled the memory)."""
+    return max(0, int((budget - ANALYSIS_FIXED_BYTES) / (ANALYSIS_PEAK_FACTOR * LEAST_TABLE_BYTES_PER_JSON_BYTE)))
 
 
 def _analysis_memory_of_json(json_bytes: int, table_bytes_per_json_byte: float) -> int:

@@ -34,7 +34,7 @@ from .executors import (
     import_with_progress,
     load_profiles_parallel,
 )
-from .inputs import expand_inputs
+from .inputs import prepare_inputs
 from .per_rank import aggregate_ranks
 from .rank_by_rank import IdOffsets, by_rank, identity_after_import, job_identities
 
@@ -83,7 +83,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                    iter_start: int | None = None, iter_stop: int | None = None, key_node: str | None = None,
                    force: bool = False, extra_meta: dict | None = None, progress: bool = True,
                    rules_config: str | Path | None = None, workers: int | None = None,
-                   scheduler: str | None = None, max_memory: str | int | None = None) -> Path:
+                   scheduler: str | None = None, max_memory: str | int | None = None, reading=None) -> Path:
     """Import traces (and Nsight Compute CSVs) into a new profile database with one aggregation per rank.
 
     Folders expand to the traces inside; several files are the ranks of one job, imported by ``workers``
@@ -91,13 +91,10 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
     are streamed and a job of Kineto traces too large to analyse at once is imported one rank at a time
     (same database).
     Returns the database path. Counter CSVs alone give a database holding only their kernels' counters.
+    ``reading`` names the Kineto reader (:class:`dlscope.importers.kineto.Reading`; default: chosen per file).
     """
-    paths = expand_inputs(trace_paths)
-    if not paths:
-        raise DlscopeError("no trace files given")
     db_path = Path(db_path)
-    if db_path.exists() and not force:
-        raise DlscopeError(f"{db_path}: already exists (use --force to overwrite)")
+    paths = prepare_inputs(trace_paths, db_path, force)
     kinds = {p: sniff(p) for p in paths}
     counters = [p for p in paths if kinds[p] == "ncu_csv"]
     traces = [p for p in paths if p not in counters]
@@ -112,12 +109,12 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             return _build_rank_by_rank(traces, who, counters, db_path, budget, force=force, progress=progress,
                                        name=profile_name or _default_name(paths), extra_meta=extra_meta,
                                        key_node=key_node, iter_start=iter_start, iter_stop=iter_stop,
-                                       rules_config=rules_config)
+                                       rules_config=rules_config, reading=reading)
     with _progress(progress) as step, _gc_paused():
         ncu = [(p, read_ncu_csv(p)) for p in counters]
         an = None
         if traces:
-            profile = load_profiles_parallel(traces, workers, scheduler, max_memory, step)
+            profile = load_profiles_parallel(traces, workers, scheduler, max_memory, step, reading)
             step("analysing")
             an = analyse(profile, key_node)
             for rank in an.ranks:  # a bad --iter-start/--iter-stop fails here, before any file is made
@@ -156,7 +153,7 @@ def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, 
 
 def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_path: Path, budget: int, *,
                         force: bool, progress: bool, name: str, extra_meta: dict | None, key_node: str | None,
-                        iter_start: int | None, iter_stop: int | None, rules_config) -> Path:
+                        iter_start: int | None, iter_stop: int | None, rules_config, reading=None) -> Path:
     """:func:`build_database` of a job one rank at a time (see :mod:`.distributed.rank_by_rank`)."""
     offsets, iterations, methods, candidates, sources = IdOffsets(), [], {}, {}, []
     per_rank, parts, collective_rows = [], [], []
@@ -166,7 +163,7 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
         step(f"reading {len(traces)} file(s), one rank at a time", advance=0, total=sum(sizes) + 1)
         files = FileProgress(step, len(traces))
         for i, (path, identity, size) in enumerate(zip(traces, who, sizes)):
-            profile = import_with_progress(path, size, budget, files)
+            profile = import_with_progress(path, size, budget, files, reading)
             apply_identity(profile, identity_after_import(identity, profile.meta, path), path)
             check_analysis_fits(profile, budget, [path])
             an = analyse(profile, key_node)

@@ -11,18 +11,23 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import tempfile
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..errors import DlscopeError
+from ..errors import DlscopeError, InputError
+from ..importers.streams import source
 from ..model import TABLES, Profile
-from .budget import check_analysis_fits, parse_size
+from ..processes import can_fork, owned_name, remove_dead, stop_pool, worker_pool
+from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
 
 EXTRA_TABLES = ("comm_args",)  # importer extension tables carried next to the model's tables
@@ -37,22 +42,13 @@ def _noop(*_a: Any, **_k: Any) -> None:
 # ------------------------------------------------------------------------------------- one file
 
 
-def import_file(path: str, max_memory: int | None = None, progress=None) -> Profile:
-    """Import one file of any supported format (the nsys stats NVTX CSV too)."""
-    from ..importers import load, sniff
-    from ..importers.nsys_stats_csv import (
-        load_nsys_stats_csv,
-        looks_like_nsys_stats_csv,
-    )
-    from .nonempty import require_events
+def import_file(path: str, max_memory: int | None = None, progress=None, reading=None) -> Profile:
+    """Import one file of any supported format, validated (:func:`dlscope.importers.load`); under
+    ``max_memory`` a trace may not inflate past what that budget can analyse (:func:`.budget.most_json_bytes`)."""
+    from ..importers import load
 
-    if looks_like_nsys_stats_csv(path):
-        return require_events(load_nsys_stats_csv(path), path)
-    if sniff(Path(path)) == "kineto":
-        from ..importers.kineto import load_kineto
-
-        return require_events(load_kineto(Path(path), max_memory=max_memory, progress=progress), path)
-    return require_events(load(path), path)
+    return load(path, max_memory=max_memory, progress=progress, reading=reading,
+                json_limit=most_json_bytes(max_memory) if max_memory else None)
 
 
 def _frames(profile: Profile) -> dict[str, pd.DataFrame]:
@@ -83,10 +79,10 @@ def _dtypes(frame: pd.DataFrame) -> dict[str, str]:
     return {col: str(t) for col, t in frame.dtypes.items()}
 
 
-def import_to_files(path: str, max_memory: int | None, folder: str) -> tuple[dict, dict]:
+def import_to_files(path: str, max_memory: int | None, folder: str, reading=None) -> tuple[dict, dict]:
     """Process-pool task: import, write each table to ``folder`` as an Arrow IPC file; return paths."""
     gc.disable()
-    profile = import_file(path, max_memory)
+    profile = import_file(path, max_memory, reading=reading)
     files = {}
     for name, frame in _frames(profile).items():
         fd, out = tempfile.mkstemp(prefix=f"{name}.", suffix=".arrow", dir=folder)
@@ -96,9 +92,9 @@ def import_to_files(path: str, max_memory: int | None, folder: str) -> tuple[dic
     return profile.meta, files
 
 
-def import_to_bytes(path: str, max_memory: int | None) -> tuple[dict, dict]:
+def import_to_bytes(path: str, max_memory: int | None, reading=None) -> tuple[dict, dict]:
     """Dask task: import, return each table as Arrow IPC bytes (the worker may be another machine)."""
-    profile = import_file(path, max_memory)
+    profile = import_file(path, max_memory, reading=reading)
     out = {}
     for name, frame in _frames(profile).items():
         sink = pa.BufferOutputStream()
@@ -109,13 +105,13 @@ def import_to_bytes(path: str, max_memory: int | None) -> tuple[dict, dict]:
 
 def _profile_from(meta: dict, tables: dict[str, tuple[Any, dict]]) -> Profile:
     profile = Profile()
-    for name, (source, dtypes) in tables.items():
-        if isinstance(source, str):
-            with pa.memory_map(source) as mm:
+    for name, (where, dtypes) in tables.items():
+        if isinstance(where, str):
+            with pa.memory_map(where) as mm:
                 frame = _from_ipc(mm, dtypes)
-            os.unlink(source)
+            os.unlink(where)
         else:
-            frame = _from_ipc(pa.BufferReader(source), dtypes)
+            frame = _from_ipc(pa.BufferReader(where), dtypes)
         setattr(profile, name, frame)
     profile.meta = meta
     return profile
@@ -125,7 +121,7 @@ def _profile_from(meta: dict, tables: dict[str, tuple[Any, dict]]) -> Profile:
 
 
 def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = None, scheduler: str | None = None,
-                           max_memory: int | str | None = None, step: Step = _noop) -> Profile:
+                           max_memory: int | str | None = None, step: Step = _noop, reading=None) -> Profile:
     """Import every file of a job and merge them into one profile, one rank per file.
 
     ``workers``: local worker processes (default: the machine's cores for jobs of 64 MiB or more, else 1;
@@ -133,6 +129,7 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     ``scheduler``: a Dask scheduler address (``tcp://host:8786``); the files must be readable there.
     ``max_memory``: the budget shared by the concurrent imports; a file whose in-memory import would
     not fit its share is streamed. Progress goes to ``step(description, advance=bytes, total=bytes)``.
+    ``reading``: the Kineto reader to use (a :class:`dlscope.importers.kineto.Reading`; default: chosen).
     """
     paths = [Path(p) for p in paths]
     if not paths:
@@ -141,11 +138,12 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     sizes = [file_size(p) for p in paths]
     step(f"reading {len(paths)} file(s)", advance=0, total=sum(sizes) + 3)
     if scheduler:
-        profiles = _on_dask(paths, sizes, scheduler, budget, step)
+        profiles = _on_dask(paths, sizes, scheduler, budget, step, reading)
     else:
-        n = max(1, min(workers or _default_workers(sizes), len(paths)))
+        n = max(1, min(workers or _default_workers(sizes), len(paths))) if can_fork() else 1
         share = budget // n if budget else None
-        profiles = _serial(paths, sizes, share, step) if n == 1 else _on_processes(paths, sizes, n, share, step)
+        profiles = _serial(paths, sizes, share, step, reading) if n == 1 else \
+            _on_processes(paths, sizes, n, share, step, reading)
     profile = merge(profiles, paths)
     if budget:
         check_analysis_fits(profile, budget, paths)
@@ -163,7 +161,7 @@ def _default_workers(sizes: list[int]) -> int:
 
 def file_size(path: Path) -> int:
     try:
-        return path.stat().st_size
+        return source(path).stat().st_size
     except OSError:
         return 0
 
@@ -180,12 +178,12 @@ class FileProgress:
         self.step(f"read {self.done}/{self.files} files, {self.events:,} events", advance=size)
 
 
-def _serial(paths, sizes, budget, step) -> list[Profile]:
+def _serial(paths, sizes, budget, step, reading) -> list[Profile]:
     files = FileProgress(step, len(paths))
-    return [import_with_progress(path, size, budget, files) for path, size in zip(paths, sizes)]
+    return [import_with_progress(path, size, budget, files, reading) for path, size in zip(paths, sizes)]
 
 
-def import_with_progress(path: Path, size: int, budget: int | None, files: "FileProgress") -> Profile:
+def import_with_progress(path: Path, size: int, budget: int | None, files: FileProgress, reading=None) -> Profile:
     """Import one file in this process, reporting its bytes and events as they are read."""
     seen = [0]
 
@@ -196,7 +194,7 @@ def import_with_progress(path: Path, size: int, budget: int | None, files: "File
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        profile = import_file(str(path), budget, progress)
+        profile = import_file(str(path), budget, progress, reading)
     finally:
         if gc_was:
             gc.enable()
@@ -204,23 +202,36 @@ def import_with_progress(path: Path, size: int, budget: int | None, files: "File
     return profile
 
 
-def _on_processes(paths, sizes, workers, budget, step) -> list[Profile]:
+def _on_processes(paths, sizes, workers, budget, step, reading) -> list[Profile]:
+    """Each file imported by a worker of a forked pool (:func:`dlscope.processes.worker_pool`); the tables
+    come back through Arrow files in a folder named for this run, so a later run removes it if this one
+    is killed."""
     counter = FileProgress(step, len(paths))
     results: list[Profile | None] = [None] * len(paths)
-    with tempfile.TemporaryDirectory(prefix="dlscope-import-") as folder, \
-            ProcessPoolExecutor(max_workers=workers) as pool:
-        pending = {pool.submit(import_to_files, str(p), budget, folder): i for i, p in enumerate(paths)}
+    remove_dead(tempfile.gettempdir(), "dlscope-import.")
+    folder = tempfile.mkdtemp(prefix=owned_name("dlscope-import") + "-")
+    pool = worker_pool(workers, "fork")
+    try:
+        pending = {pool.submit(import_to_files, str(p), budget, folder, reading): i for i, p in enumerate(paths)}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 i = pending.pop(future)
-                meta, files = future.result()  # an importer's InputError is re-raised here as itself
+                try:
+                    meta, files = future.result()  # an importer's InputError is re-raised here as itself
+                except BrokenProcessPool:
+                    raise InputError(paths[i], "the worker importing it ended abruptly (out of memory, killed, "
+                                               "or the file changed while it was read)") from None
                 results[i] = _profile_from(meta, files)
                 counter.finished(meta, sizes[i])
+        pool.shutdown()
+    finally:
+        stop_pool(pool)  # on a failure or an interrupt: the other workers are killed, not awaited
+        shutil.rmtree(folder, ignore_errors=True)
     return results  # type: ignore[return-value]
 
 
-def _on_dask(paths, sizes, scheduler, budget, step) -> list[Profile]:
+def _on_dask(paths, sizes, scheduler, budget, step, reading) -> list[Profile]:
     try:
         from distributed import Client
     except ImportError:
@@ -233,7 +244,8 @@ def _on_dask(paths, sizes, scheduler, budget, step) -> list[Profile]:
     results: list[Profile | None] = [None] * len(paths)
     try:
         # absolute (the workers' folder may differ) but not resolved: the path is recorded as the user gave it
-        futures = client.map(import_to_bytes, [os.path.abspath(p) for p in paths], max_memory=budget, pure=False)
+        futures = client.map(import_to_bytes, [os.path.abspath(source(p)) for p in paths], max_memory=budget, reading=reading,
+                             pure=False)
         for i, future in enumerate(futures):  # in input order; the cluster runs them all meanwhile
             meta, tables = future.result()
             future.release()

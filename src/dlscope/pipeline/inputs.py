@@ -15,13 +15,14 @@ cycle's first), so neither joining them into one rank nor numbering them as rank
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..distributed.tables import cycle_patterns, host_patterns, rank_patterns, table
-from ..errors import InputError
+from ..errors import DlscopeError, InputError
 
 
 def natural_key(path: Path) -> list:
@@ -44,6 +45,36 @@ def expand_inputs(args: Iterable[str | Path]) -> list[Path]:
         else:
             out.append(path)
     return out
+
+
+def prepare_inputs(args: Iterable[str | Path], output: str | Path, force: bool) -> list[Path]:
+    """The files of an import, checked against its output before anything is read.
+
+    Folders are expanded (:func:`expand_inputs`); the output must be a database file or a free name
+    (:func:`dlscope.store.writer.check_output`: never a folder, FIFO, device or socket, even with
+    ``--force``) and never one of the inputs; pipes and FIFOs are read once into a copy
+    (:func:`dlscope.importers.streams.copy_streams`).
+    """
+    from ..importers.streams import copy_streams
+    from ..store.writer import check_output
+
+    paths = expand_inputs(args)
+    if not paths:
+        raise DlscopeError("no trace files given")
+    output = Path(output)
+    check_output(output, force)
+    for path in paths:
+        if _same_file(path, output):
+            raise DlscopeError(f"{output}: is also an input ({path}); the output must be a new file")
+    copy_streams(paths)
+    return paths
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,12 @@ so the database is the same however many workers ran.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor
 
 from ..analyze.aggregation import Aggregation, aggregate
 from ..analyze.analysis import Analysed
 from ..experts import evaluate
-from ..store.writer import release_free_memory
+from ..processes import can_fork, release_free_memory, stop_pool, worker_pool
 
 #: below this many ranks, forking workers costs more than it saves
 MIN_RANKS = 8
@@ -37,15 +35,18 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
     release_free_memory()
     global _FORKED
     _FORKED = (an, iter_start, iter_stop, rules_config)
+    pool = worker_pool(n, "fork")
     try:
-        with ProcessPoolExecutor(n, mp_context=mp.get_context("fork")) as pool:
-            return list(pool.map(_forked_rank, ranks, chunksize=max(1, len(ranks) // (4 * n))))
+        results = list(pool.map(_forked_rank, ranks, chunksize=max(1, len(ranks) // (4 * n))))
+        pool.shutdown()
+        return results
     finally:
+        stop_pool(pool)  # on a failure or an interrupt: the workers are killed, not awaited
         _FORKED = None
 
 
 def _worker_count(ranks: int, workers: int | None) -> int:
-    if "fork" not in mp.get_all_start_methods():
+    if not can_fork():
         return 1
     if workers is None:
         workers = (os.cpu_count() or 1) if ranks >= MIN_RANKS else 1

@@ -17,7 +17,7 @@ import pandas as pd
 from ..errors import DlscopeError
 from ..nanoseconds import round_ns_column
 from ..store import reader
-from ..format import markdown_table, readable
+from ..format import markdown_table, readable, write_csv
 from .summary import summary_dict
 
 #: report name -> (table, ORDER BY) read for one aggregation.
@@ -55,7 +55,7 @@ def report_frame(conn: sqlite3.Connection, name: str, agg_id: int) -> pd.DataFra
 
 def _write_frame(frame: pd.DataFrame, path: Path, fmt: str) -> None:
     if fmt == "csv":
-        frame.to_csv(path, index=False)
+        write_csv(frame, path)
     elif fmt == "json":
         path.write_text(frame.to_json(orient="records", indent=1))
     else:

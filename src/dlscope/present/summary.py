@@ -38,7 +38,19 @@ def _profile_section(conn: sqlite3.Connection, methods: dict) -> dict:
         "ranks": _one(conn, "SELECT COUNT(DISTINCT rank) FROM sources") or 1,
         "gpu_count": counts["active"], "idle_gpu_count": counts["idle"],
         "gpus": gpus,
+        "dropped_events": dropped_events(conn),
     }
+
+
+def dropped_events(conn: sqlite3.Connection) -> list[dict]:
+    """The events the importers dropped because they cannot be true (``importers.validate``), per rank, table
+    and reason: ``[{"rank", "table", "reason", "count"}]``, empty when none were."""
+    out = []
+    for rank, meta_json in conn.execute("SELECT rank, meta_json FROM sources ORDER BY rank, source_id"):
+        dropped = json.loads(meta_json or "{}").get("dropped_events") or {}
+        out += [{"rank": rank, "table": table, "reason": reason, "count": int(n)}
+                for table, reasons in dropped.items() for reason, n in reasons.items()]
+    return out
 
 
 def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict) -> dict:
@@ -255,6 +267,20 @@ def _render_roofline(console, roofline: dict | None, escape, counters_only: bool
                              f"{op.get('bound')} ceiling, {fmt_ns(op.get('gpu_time_ns'))} GPU time"))
 
 
+def _render_dropped(console, dropped: list[dict]) -> None:
+    """One line saying how many events of the input were dropped, and why (never silently)."""
+    if not dropped:
+        return
+    from ..importers.validate import REASONS
+
+    total: dict[tuple[str, str], int] = {}
+    for d in dropped:
+        total[(d["table"], d["reason"])] = total.get((d["table"], d["reason"]), 0) + d["count"]
+    said = "; ".join(f"{n:,} {table} {REASONS.get(reason, reason)}" for (table, reason), n in total.items())
+    console.print(f"Dropped {sum(total.values()):,} events the input got wrong ({said}); the figures leave them out.",
+                  markup=False)
+
+
 def render_summary(summary: dict) -> str:
     """The terminal summary: key metrics, GPUs, breakdown, top 10 GPU ops, findings."""
     from io import StringIO
@@ -312,6 +338,7 @@ def render_summary(summary: dict) -> str:
     ):
         key.add_row(f"[bold]{label}[/bold]", value)
     console.print(key)
+    _render_dropped(console, p.get("dropped_events") or [])
     wall = a["wall_clock_ns"] or 0
     bd = Table(title="Resource usage breakdown", title_justify="left")
     bd.add_column("Category")

@@ -33,7 +33,9 @@ def write_roofline(report: dict, output_dir: str | Path, formats: tuple[str, ...
         for name, frame in roofline_tables(report).items():
             path = out / f"{name}.{fmt}"
             if fmt == "csv":
-                frame.to_csv(path, index=False)
+                from dlscope.format import write_csv
+
+                write_csv(frame, path)
             else:
                 from dlscope.format import markdown_table, readable
 

@@ -82,14 +82,18 @@ def _unit_scale(unit: str) -> float:
 
 
 def _numbers(values: pd.Series) -> pd.Series:
-    """'12,345.6' -> 12345.6; 'n/a' and text -> NaN."""
+    """'12,345.6' -> 12345.6; 'n/a', text, and what no counter can be (negative, infinite) -> NaN, i.e.
+    not measured: the one check of the counters' values, where they enter."""
     text = values.astype("string").str.replace(",", "", regex=False).str.strip()
-    return pd.to_numeric(text, errors="coerce").astype("float64")
+    numbers = pd.to_numeric(text, errors="coerce").astype("float64")
+    return numbers.where(np.isfinite(numbers) & (numbers >= 0))
 
 
 def _read_table(path: Path) -> pd.DataFrame:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        from dlscope.importers.streams import source
+
+        text = source(path).read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise InputError(path, f"cannot read: {exc.strerror or exc}") from exc
     lines = text.splitlines()
@@ -209,7 +213,8 @@ def read_ncu_csv(path: str | Path) -> pd.DataFrame:
         raise InputError(path, "ncu CSV has no metric values")
     numeric = numeric.reindex(identity.index)
     out = pd.DataFrame(index=identity.index)
-    out["kernel_id"] = pd.to_numeric(identity.index.to_series().str.replace(",", ""), errors="coerce")
+    ids = pd.to_numeric(identity.index.to_series().str.replace(",", ""), errors="coerce").astype("float64")
+    out["kernel_id"] = ids.where((ids % 1 == 0) & (ids.abs() < 2**53))  # an ID that is no integer says nothing
     out["process_id"] = (pd.to_numeric(identity["Process ID"], errors="coerce")
                          if "Process ID" in identity else np.nan)
     out["kernel_name"] = identity["Kernel Name"].astype(str)

@@ -3,6 +3,7 @@ DataFrames."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def inspect(path: str | Path) -> tuple[dict[str, str], set[str], int]:
         raise InputError(path, "no such profile database (create one with `dlscope import TRACE -o run.sqlite`)")
     if path.is_dir():
         raise InputError(path, "is a directory, not a profile database")
+    _roll_back_a_killed_write(path)
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
@@ -52,6 +54,33 @@ def inspect(path: str | Path) -> tuple[dict[str, str], set[str], int]:
         why = NOT_MIGRATABLE.get(version, "no migration to this dlscope's schema exists; import the trace again")
         raise InputError(path, f"has the older schema {version}: {why}")
     return meta, tables, version
+
+
+def _roll_back_a_killed_write(path: Path) -> None:
+    """A writer killed mid-transaction (``dlscope aggregate``) leaves a hot rollback journal, which a
+    read-only connection cannot roll back ("attempt to write a readonly database"): open the file for writing
+    once so SQLite restores the last committed state, and remove a journal left before it held anything. A
+    journal of a writer still running is not hot (its lock says so) and is left alone."""
+    journal = Path(f"{path}-journal")
+    try:
+        if journal.stat().st_size == 0 or not os.access(path, os.W_OK):
+            return
+    except OSError:
+        return
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True, timeout=0.1, isolation_level=None)
+        try:
+            conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # rolls a hot journal back
+            if journal.exists():  # not hot (the writer died before its header was valid): stale, remove it
+                conn.execute("BEGIN IMMEDIATE")  # no other writer can be using it while this lock is held
+                try:
+                    journal.unlink(missing_ok=True)
+                finally:
+                    conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+    except (sqlite3.Error, OSError):
+        pass  # busy or not a database: the read-only open below says what is wrong, if anything
 
 
 def connect(path: str | Path, *, readonly: bool = True) -> sqlite3.Connection:

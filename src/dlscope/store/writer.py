@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import datetime as dt
-import functools
+import errno
 import itertools
 import json
 import os
 import sqlite3
-import sys
-import tempfile
-import threading
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -24,6 +20,7 @@ import pyarrow as pa
 from ..version import __version__
 from ..errors import DlscopeError
 from ..nanoseconds import round_ns
+from ..processes import ForkedCall, ThreadCall, in_background, owned_name, remove_dead
 from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION
 
 
@@ -88,109 +85,12 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
             conn.close()
 
 
-def release_free_memory() -> None:
-    """Hand the allocators' free pages back to the system before a fork.
-
-    A forked child shares the parent's pages copy-on-write, free ones included: when the parent then
-    reuses a free page, it gets a private copy and the child keeps the old one, so every free page at the
-    fork could end up counted twice. glibc's ``malloc_trim`` releases them (hundreds of MB after a large
-    analysis); elsewhere this does nothing.
-    """
-    pa.default_memory_pool().release_unused()
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.lru_cache(maxsize=1)
-def _malloc_trim():
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
-class ForkedRawWriter:
-    """:func:`write_raw_file` in a forked process, beside the caller's work (aggregations, rules).
-
-    The child sees the tables copy-on-write, so nothing is copied or pickled, and unlike a thread it never
-    waits for the GIL: on a 1M-event trace the writing took 1.4 s this way against 1.8 s in a thread,
-    and the caller's work ran 25% faster (bench/README.md). The child runs only this function and leaves
-    with ``os._exit``; a failure comes back as one line through a pipe.
-    """
-
-    def __init__(self, path: str, tables: dict[str, pd.DataFrame], label: str, **how: bool):
-        self.label = label
-        release_free_memory()
-        read, write = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # the child
-            os.close(read)
-            code = 1
-            try:
-                write_raw_file(path, tables, **how)
-                code = 0
-            except BaseException as e:  # noqa: BLE001 - reported to the parent
-                os.write(write, _one_line(e).encode()[:2000])
-            finally:
-                os._exit(code)
-        os.close(write)
-        self.pipe = read
-
-    def wait(self) -> None:
-        if self.pid is None:
-            return
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = None
-        message = os.read(self.pipe, 4096).decode(errors="replace")
-        os.close(self.pipe)
-        code = os.waitstatus_to_exitcode(status)
-        if code != 0:
-            raise _write_failed(self.label, message or f"exit status {code}")
-
-
-class ThreadRawWriter(threading.Thread):
-    """:func:`write_raw_file` in a thread, where processes cannot be forked.
-
-    The ingest takes the GIL back briefly many times (once per Arrow batch); with Python's default 5 ms
-    switch interval each of those waits for the busy main thread, which doubled the ingest time, so the
-    interval is 0.5 ms while this thread runs.
-    """
-
-    SWITCH_INTERVAL_S = 0.0005
-
-    def __init__(self, path: str, tables: dict[str, pd.DataFrame], label: str, **how: bool):
-        super().__init__(name="dlscope-raw-writer", daemon=True)
-        self.path, self.tables, self.label, self.how, self.error = path, tables, label, how, None
-        self.saved_interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(self.saved_interval, self.SWITCH_INTERVAL_S))
-        self.start()
-
-    def run(self) -> None:
-        try:
-            write_raw_file(self.path, self.tables, **self.how)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by wait()
-            self.error = e
-        finally:
-            self.tables = None
-
-    def wait(self) -> None:
-        self.join()
-        sys.setswitchinterval(self.saved_interval)
-        if self.error is not None:
-            raise _write_failed(self.label, _one_line(self.error)) from self.error
-
-
 def _one_line(error: BaseException) -> str:
     return " ".join(f"{type(error).__name__}: {error}".split())
 
 
 def _write_failed(label: str, problem: str) -> DlscopeError:
     return DlscopeError(f"{label}: writing the database failed ({problem})")
-
-
-def _can_fork() -> bool:
-    return hasattr(os, "fork") and hasattr(os, "waitstatus_to_exitcode")
 
 
 class NewDatabase:
@@ -200,24 +100,35 @@ class NewDatabase:
     """
 
     def __init__(self, path: str, label: str):
-        self.path, self.label, self.conn, self.raw_writer = path, label, None, None
+        self.path, self.label = path, label
+        self.conn: sqlite3.Connection | None = None
+        self.raw_writer: ForkedCall | ThreadCall | None = None
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True) -> None:
-        """Write raw tables in the background: the ``first`` part creates the file, the ``last`` builds the
-        indexes (a whole import is one part; a job imported rank by rank, one part per rank and a last one).
-        A part waits for the one before: one writer at a time."""
-        if self.raw_writer is not None:
-            self.raw_writer.wait()
-        writer = ForkedRawWriter if _can_fork() else ThreadRawWriter
-        self.raw_writer = writer(self.path, tables, self.label, create=first, indexes=last)
+        """Write raw tables in the background (:func:`dlscope.processes.in_background`: a forked child
+        that reads the tables copy-on-write, or a thread where this process must not fork): the ``first``
+        part creates the file, the ``last`` builds the indexes (a whole import is one part; a job imported
+        rank by rank, one part per rank and a last one). A part waits for the one before: one writer at a
+        time."""
+        self._wait_raw()
+        self.raw_writer = in_background(write_raw_file, self.path, tables, first, last)
 
-    def wait_quietly(self) -> None:
-        """Wait for the background writer without raising (the caller is already failing)."""
+    def _wait_raw(self) -> None:
+        writer, self.raw_writer = self.raw_writer, None
+        if writer is None:
+            return
         try:
-            if self.raw_writer is not None:
-                self.raw_writer.wait()
-        except BaseException:  # noqa: BLE001
-            pass
+            writer.result()
+        except (DlscopeError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - one line naming the database
+            raise _write_failed(self.label, _one_line(e)) from e
+
+    def abandon(self) -> None:
+        """Stop the background writer now (the caller is failing): a forked one is killed, not awaited."""
+        writer, self.raw_writer = self.raw_writer, None
+        if writer is not None:
+            writer.kill()
 
     def connect(self) -> sqlite3.Connection:
         """Wait for the raw tables and indexes, then open the file for the remaining (small) writes."""
@@ -225,7 +136,7 @@ class NewDatabase:
             if self.raw_writer is None:
                 write_raw_file(self.path, {})
             else:
-                self.raw_writer.wait()
+                self._wait_raw()
             self.conn = sqlite3.connect(self.path)
             self.conn.execute("PRAGMA journal_mode=OFF")  # the file is renamed into place only when complete
             self.conn.execute("PRAGMA synchronous=OFF")
@@ -233,32 +144,90 @@ class NewDatabase:
         return self.conn
 
 
-@contextmanager
-def atomic_database(path: Path, force: bool) -> Iterator[NewDatabase]:
-    """A fresh database at a temporary path next to ``path``, renamed into place only on success."""
+def check_output(path: Path, force: bool) -> None:
+    """Refuse an output that is not a regular database file or a free name, before anything is read:
+    an existing file without ``force``, a folder, a FIFO, a device or a socket (``--force`` replaces a file,
+    never one of those), a folder that does not exist."""
     path = Path(path)
-    if path.exists() and not force:
-        raise DlscopeError(f"{path}: already exists (use --force to overwrite)")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise DlscopeError(f"{path}: cannot be used as the output ({e.strerror or e})") from None
+    if mode is not None:
+        if not stat.S_ISREG(mode):
+            raise DlscopeError(f"{path}: is {_file_kind(mode)}, not a database file; name a new or existing "
+                               "database file with -o")
+        if not force:
+            raise DlscopeError(f"{path}: already exists (use --force to overwrite)")
     if not path.parent.exists():
         raise DlscopeError(f"{path}: folder {path.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    os.unlink(tmp)
+    if not path.parent.is_dir():
+        raise DlscopeError(f"{path}: {path.parent} is not a folder")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise DlscopeError(f"{path}: folder {path.parent} is not writable")
+
+
+def _file_kind(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+#: errors that, while the database is being written, can only be about the output (full disk, quota,
+#: file size limit, read-only or vanished folder): reported as one line naming it
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM}
+
+
+@contextmanager
+def atomic_database(path: Path, force: bool) -> Iterator[NewDatabase]:
+    """A fresh database at a temporary path next to ``path``, renamed into place only on success.
+
+    The temporary file is named for this run (:func:`dlscope.processes.owned_name`); those of runs that
+    died (killed, machine crash) are removed here first. Whatever fails, the background writer is stopped
+    and the temporary file removed; SQLite and file-system failures become one line naming ``path``.
+    """
+    path = Path(path)
+    check_output(path, force)
+    remove_dead(path.parent, ".")
+    tmp = str(path.parent / owned_name(f".{path.name}", ".tmp"))
     db = NewDatabase(tmp, str(path))
     try:
-        yield db
-        conn = db.connect()
-        conn.commit()
-        conn.close()
-        os.replace(tmp, path)
+        try:
+            yield db
+            conn = db.connect()
+            conn.commit()
+            conn.close()
+            db.conn = None
+            check_output(path, force)  # still a file or free: nothing replaced it meanwhile
+            os.replace(tmp, path)
+        except sqlite3.Error as e:
+            raise _write_failed(str(path), _sqlite_text(e)) from None
+        except OSError as e:
+            if e.errno not in _OUTPUT_ERRNOS:
+                raise
+            raise _write_failed(str(path), e.strerror or str(e)) from None
     except BaseException:
-        db.wait_quietly()
+        db.abandon()
         if db.conn is not None:
             db.conn.close()
         for leftover in (tmp, tmp + "-journal", tmp + "-wal", tmp + "-shm"):
-            if os.path.exists(leftover):
+            try:
                 os.unlink(leftover)
+            except OSError:
+                pass
         raise
+
+
+def _sqlite_text(error: sqlite3.Error) -> str:
+    text = " ".join(str(error).split())
+    if "disk is full" in text or "disk I/O error" in text:
+        return f"{text}: is the disk full?"
+    return text
 
 
 def write_meta(conn: sqlite3.Connection, profile_name: str, extra: dict) -> None:

@@ -19,6 +19,7 @@ from typing import Iterator
 import orjson
 import xlsxwriter
 
+from dlscope.format import spreadsheet_text
 from dlscope.viewer.params import TableRequest
 from dlscope.viewer.profile_db import ProfileDB
 from dlscope.viewer.query import select_sql
@@ -60,7 +61,7 @@ def csv_chunks(db: ProfileDB, req: TableRequest, delimiter: str = ",", title: st
         writer.writerow([title])
     writer.writerow([c.label + (" (ns)" if c.kind == "ns" else "") for c in req.spec.columns])
     for i, row in enumerate(iter_rows(db, req), 1):
-        writer.writerow(row)
+        writer.writerow([spreadsheet_text(v) for v in row])  # names cannot run as formulas
         if i % BATCH == 0:
             yield buf.getvalue().encode()
             buf.seek(0)
@@ -103,7 +104,7 @@ def write_xlsx(db: ProfileDB, req: TableRequest) -> str:
             if isinstance(v, (int, float)):
                 sheet.write_number(r, j, v)
             else:
-                sheet.write_string(r, j, str(v))
+                sheet.write_string(r, j, spreadsheet_text(str(v)))
     book.close()
     return path
 

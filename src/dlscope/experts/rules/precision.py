@@ -92,7 +92,7 @@ def amp_not_enabled(ctx, cfg):
     cuda_core, tf32 = single[~single_tc], single[single_tc]
     half_time = int(elig.loc[elig["precision"].isin(HALF), "dur"].sum())
     single_time, all_time = int(single["dur"].sum()), int(kf["dur"].sum())
-    if single.empty or single_time < cfg["min_eligible_share"] * all_time:
+    if single.empty or not all_time or single_time < cfg["min_eligible_share"] * all_time:
         return None
     if half_time > cfg["max_half_share"] * int(elig["dur"].sum()):
         return None

@@ -1,0 +1,513 @@
+"""The tables of a Kineto trace, built batch by batch from typed events.
+
+Each batch of :class:`~.events.Event` s (a piece of the file, or a batch of the stream) becomes column
+chunks per table, and is dropped; the chunks are joined into the model's DataFrames once at the end, so at
+most one batch of Python objects is alive at a time, whatever the trace size. Row ids are row numbers in
+batch order. Also here: what the trace's header says (rank, GPUs, metadata).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import Counter, defaultdict
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from ...model import Profile, make_table
+from ..exact_ns import TimeOutOfRange, checked_end, us_to_ns
+from .events import Args, Event, Trace
+
+OP_CATS = ("cpu_op", "Operator")
+KERNEL_CATS = ("kernel", "Kernel")
+MEMCPY_CATS = ("gpu_memcpy", "Memcpy")
+MEMSET_CATS = ("gpu_memset", "Memset")
+RUNTIME_CATS = ("cuda_runtime", "Runtime")
+DRIVER_CATS = ("cuda_driver",)
+CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (ROCm builds report HIP devices as CUDA too)
+
+# ---------------------------------------------------------------------------------------- assembly
+
+
+class Tables:
+    """Column chunks of every table, added batch by batch and joined into DataFrames once at the end."""
+
+    def __init__(self) -> None:
+        self.chunks: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        self.names: dict[str, str] = {}  # names repeat: one string object per distinct name, not per event
+        self.rows: Counter[str] = Counter()
+        self.unmapped: Counter[str] = Counter()
+        self.dropped_python_functions = 0
+
+    def state(self) -> dict:
+        """Plain, picklable contents (to send from a worker process)."""
+        return {"chunks": {t: dict(cols) for t, cols in self.chunks.items()}, "rows": dict(self.rows),
+                "unmapped": dict(self.unmapped), "dropped_python_functions": self.dropped_python_functions}
+
+    def absorb(self, later: dict) -> None:
+        """Append the tables of the events after ours (a worker's :meth:`state`)."""
+        for table, cols in later["chunks"].items():
+            for col, chunks in cols.items():
+                self.chunks[table][col].extend(chunks)
+        self.rows.update(later["rows"])
+        self.unmapped.update(later["unmapped"])
+        self.dropped_python_functions += later["dropped_python_functions"]
+
+    def add(self, events: list[Event]) -> None:
+        by_cat, memory_events = _group(events)
+        ops, steps = _split_profiler_steps(_take(by_cat, OP_CATS))
+        python_functions = by_cat.pop("python_function", [])
+        data_loading = _data_loading(python_functions)
+        self.dropped_python_functions += len(python_functions) - len(data_loading)
+        self._add("ops", _op_columns(ops))
+        self._add("comm_args", _comm_columns(ops, "op"))
+        self._add("ranges", _range_columns(by_cat.pop("user_annotation", []) + steps,
+                                           by_cat.pop("gpu_user_annotation", []), data_loading))
+        self._add("api_calls", _api_columns(_take(by_cat, RUNTIME_CATS), _take(by_cat, DRIVER_CATS)))
+        kernels = _take(by_cat, KERNEL_CATS)
+        self._add("kernels", _kernel_columns(kernels))
+        self._add("comm_args", _comm_columns(kernels, "kernel"))
+        self._add("memops", _memop_columns(_take(by_cat, MEMCPY_CATS), _take(by_cat, MEMSET_CATS)))
+        self._add("syncs", _sync_columns(by_cat.pop("cuda_sync", [])))
+        self._add("memory", _memory_columns(memory_events))
+        self.unmapped.update({cat: len(evs) for cat, evs in by_cat.items() if cat})
+
+    def _add(self, table: str, columns: dict[str, Any]) -> None:
+        n = len(next(iter(columns.values())))
+        if n:
+            if "name" in columns:
+                columns["name"] = [self.names.setdefault(name, name) for name in columns["name"]]
+            for col, values in columns.items():
+                self.chunks[table][col].append(values)
+            self.rows[table] += n
+
+    def profile(self, rank: int, device_properties: Any) -> Profile:
+        tables = {name: self._frame(name, rank) for name in
+                  ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")}
+        tables["gpus"] = gpus_frame(device_properties, tables["kernels"]["device"], rank)
+        profile = Profile(**tables)
+        profile.comm_args = self._comm_frame(rank)  # extension table, see COMM_COLUMNS
+        profile.meta = {
+            "trace_start_ns": first_start(profile),
+            "dropped_python_functions": self.dropped_python_functions,
+            "unmapped_categories": dict(self.unmapped),
+        }
+        return profile
+
+    def _comm_frame(self, rank: int) -> pd.DataFrame:
+        chunks = self.chunks.pop("comm_args", {})
+        n = self.rows["comm_args"]
+        data = {}
+        for col, dtype in COMM_COLUMNS.items():
+            values = _concat(chunks[col]) if col in chunks else np.full(n, rank)
+            data[col] = np.asarray(values, dtype=np.int64) if dtype == "int64" else _objects(values, n)
+        return pd.DataFrame(data)
+
+    def _frame(self, table: str, rank: int) -> pd.DataFrame:
+        n = self.rows[table]
+        columns = {col: _concat(chunks) for col, chunks in self.chunks.pop(table, {}).items()}
+        columns["rank"] = np.full(n, rank, dtype=np.int64)
+        if table == "ops" and n:
+            columns["op_type"] = columns["name"]  # until op types are classified
+        if table != "memory":
+            columns[_ID_COLUMNS[table]] = np.arange(n, dtype=np.int64)
+        return make_table(table, columns, n)
+
+
+def _objects(values: Any, n: int) -> np.ndarray:
+    out = np.empty(n, dtype=object)  # object, not pandas' inferred string dtype, like make_table
+    out[:] = values
+    return out
+
+
+_ID_COLUMNS = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
+               "memops": "memop_id", "syncs": "sync_id"}
+
+
+def _concat(chunks: list) -> np.ndarray | list:
+    if isinstance(chunks[0], np.ndarray):
+        return np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+    return list(itertools.chain.from_iterable(chunks))
+
+
+def _group(events: list[Event]) -> tuple[dict[str, list[Event]], list[Event]]:
+    """One pass: complete ("X") events by category, plus the allocator ``[memory]`` instant events."""
+    by_cat: dict[str, list[Event]] = defaultdict(list)
+    memory: list[Event] = []
+    for e in events:
+        if e.ph == "X":
+            by_cat[e.cat].append(e)
+        elif e.ph == "i" and e.name == "[memory]":
+            memory.append(e)
+    return by_cat, memory
+
+
+def _take(by_cat: dict[str, list[Event]], cats: tuple[str, ...]) -> list[Event]:
+    """Remove and concatenate the events of the given (old and new spelling) categories."""
+    out: list[Event] = []
+    for cat in cats:
+        out += by_cat.pop(cat, [])
+    return out
+
+
+def _split_profiler_steps(ops: list[Event]) -> tuple[list[Event], list[Event]]:
+    """ProfilerStep#N is recorded as an op in some versions; it is an iteration range, not an op."""
+    steps = [e for e in ops if e.name.startswith("ProfilerStep#")]
+    if not steps:
+        return ops, steps
+    return [e for e in ops if not e.name.startswith("ProfilerStep#")], steps
+
+
+def _data_loading(python_functions: list[Event]) -> list[Event]:
+    """The python_function frames that show data loading; the rest (often 100k+) are not kept.
+
+    Frames repeat with every call, so the name test runs once per distinct name.
+    """
+    names = {e.name for e in python_functions}
+    keep = {n for n in names if "__next__" in n or "dataloader" in n.lower()}
+    return [e for e in python_functions if e.name in keep] if keep else []
+
+
+def rank_of(header: Trace) -> int:
+    rank = _as_int(_get(header.distributedInfo, "rank", 0))
+    return max(rank, 0)
+
+
+def identity(header: Trace) -> dict[str, Any]:
+    """What the job's rank numbering reads from a trace (see ``distributed.inputs.identities``)."""
+    return {"rank": rank_of(header), "world_size": max(_as_int(_get(header.distributedInfo, "world_size", 1)), 1),
+            "rank_in_trace": _as_int(_get(header.distributedInfo, "rank", -1)) >= 0}
+
+
+def meta(path: Path, header: Trace, event_count: int) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "source_format": "kineto",
+        "source_path": str(path),
+        **identity(header),
+        "trace_name": header.traceName if isinstance(header.traceName, str) else "",
+        "schema_version": header.schemaVersion,
+        "event_count": event_count,
+    }
+    hostname = header.host_name or header.hostname
+    if hostname:
+        meta["hostname"] = str(hostname)
+    if header.record_shapes is not None:
+        meta["record_shapes"] = header.record_shapes
+    if header.baseTimeNanoseconds is not None:
+        meta["base_time_ns"] = _as_int(header.baseTimeNanoseconds)
+    return meta
+
+
+def first_start(profile: Profile) -> int:
+    """The earliest timestamp of any mapped event, in ns (-1 for a trace with none)."""
+    starts = [t["start"].min() for t in (profile.ops, profile.ranges, profile.api_calls, profile.kernels,
+                                         profile.memops, profile.syncs) if len(t)]
+    return int(min(starts)) if starts else -1
+
+
+# ------------------------------------------------------------------------ per-batch table columns
+
+
+def _op_columns(evs: list[Event]) -> dict[str, Any]:
+    names = [e.name for e in evs]
+    args = [e.args for e in evs]
+    start, end = _times(evs)
+    return {
+        "pid": _ints([e.pid for e in evs]),
+        "tid": _ints([e.tid for e in evs]),
+        "name": names,
+        "start": start,
+        "end": end,
+        "external_id": _external_ids(args),
+        "seq": _ints([a.seq for a in args]),
+        "direction": _directions(names),
+        "input_shapes": _json_strings([a.input_dims for a in args]),
+        "input_dtypes": _json_strings([a.input_types for a in args]),
+        "concrete_inputs": _json_strings([a.concrete_inputs for a in args]),
+    }
+
+
+#: Columns of ``Profile.comm_args``: the collective metadata of record_param_comms ops and of NCCL kernels
+#: that carry it, keyed to their op by (rank, pid, tid, start, name) or kernel by (rank, device, stream, start).
+COMM_COLUMNS = {"rank": "int64", "kind": "object", "pid": "int64", "tid": "int64", "device": "int64",
+                "stream": "int64", "name": "object", "start": "int64", "end": "int64", "collective": "object",
+                "in_nelems": "int64", "out_nelems": "int64", "group_size": "int64", "dtype": "object",
+                "pg_name": "object", "pg_ranks": "object"}
+
+
+def _comm_columns(evs: list[Event], kind: str) -> dict[str, Any]:
+    """Events that carry collective metadata (or are record_param_comms, whose sizes may come later)."""
+    evs = [e for e in evs if e.name == "record_param_comms" or e.args.collective or e.args.in_nelems != -1]
+    args = [e.args for e in evs]
+    start, end = _times(evs)
+    return {
+        "kind": [kind] * len(evs),
+        "pid": _ints([e.pid for e in evs]),
+        "tid": _ints([e.tid for e in evs]) if kind == "op" else np.full(len(evs), -1, np.int64),
+        "device": _ints([a.device for a in args]),
+        "stream": _ints([a.stream for a in args]),
+        "name": [e.name for e in evs],
+        "start": start,
+        "end": end,
+        "collective": [str(a.collective or "") for a in args],
+        "in_nelems": _ints([a.in_nelems for a in args]),
+        "out_nelems": _ints([a.out_nelems for a in args]),
+        "group_size": _ints([a.group_size for a in args]),
+        "dtype": [str(a.comm_dtype or "") for a in args],
+        "pg_name": [str(a.pg_name or "") for a in args],
+        "pg_ranks": [str(a.pg_ranks or "") for a in args],
+    }
+
+
+def _directions(names: list[str]) -> list[str]:
+    """Mark autograd backward ops "bwd" and the rest "", testing each distinct name once."""
+    bwd = {n for n in set(names) if "Backward" in n or n.startswith("autograd::engine::evaluate_function")}
+    return ["bwd" if n in bwd else "" for n in names]
+
+
+def _range_columns(cpu: list[Event], gpu: list[Event], python: list[Event]) -> dict[str, Any]:
+    """CPU annotations keep their pid/tid; GPU ones sit on a device lane (pid -1, tid = stream lane)."""
+    evs = cpu + gpu + python
+    n_cpu, n_gpu = len(cpu), len(gpu)
+    pid = _ints([e.pid for e in evs])
+    pid[n_cpu:n_cpu + n_gpu] = -1
+    device = np.full(len(evs), -1, dtype=np.int64)
+    device[n_cpu:n_cpu + n_gpu] = _gpu_lane_devices(gpu)
+    start, end = _times(evs)
+    return {
+        "pid": pid,
+        "tid": _ints([e.tid for e in evs]),
+        "device": device,
+        "name": [e.name for e in evs],
+        "domain": (["user_annotation"] * n_cpu + ["gpu_user_annotation"] * n_gpu
+                   + ["python_function"] * len(python)),
+        "start": start,
+        "end": end,
+    }
+
+
+def _gpu_lane_devices(evs: list[Event]) -> np.ndarray:
+    """``args.device`` when present, else the pid, which Kineto sets to the device index on GPU lanes."""
+    device = _ints([e.args.device for e in evs])
+    return np.where(device >= 0, device, _ints([e.pid for e in evs]))
+
+
+def _api_columns(runtime: list[Event], driver: list[Event]) -> dict[str, Any]:
+    evs = runtime + driver
+    start, end = _times(evs)
+    return {
+        "pid": _ints([e.pid for e in evs]),
+        "tid": _ints([e.tid for e in evs]),
+        "name": [e.name for e in evs],
+        "kind": ["runtime"] * len(runtime) + ["driver"] * len(driver),
+        "start": start,
+        "end": end,
+        "correlation": _ints([e.args.correlation for e in evs]),
+    }
+
+
+def _kernel_columns(evs: list[Event]) -> dict[str, Any]:
+    args = [e.args for e in evs]
+    grid = _triples([a.grid for a in args])
+    block = _triples([a.block for a in args])
+    start, end = _times(evs)
+    return {
+        "device": _ints([a.device for a in args]),
+        "stream": _ints([a.stream for a in args]),
+        "name": [e.name for e in evs],
+        "start": start,
+        "end": end,
+        "correlation": _ints([a.correlation for a in args]),
+        "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
+        "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
+        "registers": _ints([a.registers for a in args]),
+        "shared_mem": _ints([a.shared_mem for a in args]),
+    }
+
+
+def _memop_columns(memcpy: list[Event], memset: list[Event]) -> dict[str, Any]:
+    evs = memcpy + memset
+    names = [e.name for e in evs]
+    parsed = [_parse_memop_name(n) for n in names]
+    args = [e.args for e in evs]
+    start, end = _times(evs)
+    return {
+        "device": _ints([a.device for a in args]),
+        "stream": _ints([a.stream for a in args]),
+        "kind": ["memcpy"] * len(memcpy) + ["memset"] * len(memset),
+        "name": names,
+        "copy_kind": [p[0] for p in parsed],
+        "src_mem": [p[1] for p in parsed],
+        "dst_mem": [p[2] for p in parsed],
+        "start": start,
+        "end": end,
+        "bytes": _ints([a.bytes for a in args]),
+        "correlation": _ints([a.correlation for a in args]),
+    }
+
+
+_MEMCPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*\(\s*(\w+)\s*->\s*(\w+)\s*\)")
+_MEMSET_NAME = re.compile(r"Memset\s*\(\s*(\w+)\s*\)")
+
+
+@lru_cache(maxsize=256)
+def _parse_memop_name(name: str) -> tuple[str, str, str]:
+    """("HtoD", "pageable", "device") from "Memcpy HtoD (Pageable -> Device)"; a memset only has a dst."""
+    m = _MEMCPY_NAME.search(name)
+    if m:
+        return m.group(1), m.group(2).lower(), m.group(3).lower()
+    m = _MEMSET_NAME.search(name)
+    return ("", "", m.group(1).lower()) if m else ("", "", "")
+
+
+def _sync_columns(evs: list[Event]) -> dict[str, Any]:
+    args = [e.args for e in evs]
+    stream = _ints([a.stream for a in args])
+    stream[stream >= 0xFFFFFFFF] = -1  # CUPTI writes "no stream" as -1 or as uint32 -1
+    start, end = _times(evs)
+    return {
+        "device": _ints([a.device for a in args]),
+        "stream": stream,
+        "kind": [_sync_kind(str(a.sync_kind or e.name)) for a, e in zip(args, evs)],
+        "start": start,
+        "end": end,
+        "correlation": _ints([a.correlation for a in args]),
+    }
+
+
+@lru_cache(maxsize=64)
+def _sync_kind(label: str) -> str:
+    """CUPTI's sync type ("Stream Sync", "Event Sync", "Stream Wait Event", "Context Sync") to ours."""
+    label = label.lower()
+    if "wait" in label:
+        return "stream_wait_event"
+    if "event" in label:
+        return "event"
+    if "stream" in label:
+        return "stream"
+    if "context" in label or "device" in label:
+        return "device"  # cudaDeviceSynchronize is recorded as a context sync
+    return "unknown"
+
+
+def _memory_columns(evs: list[Event]) -> dict[str, Any]:
+    """Allocator samples on CUDA devices; CPU allocator samples are dropped."""
+    args = [e.args for e in evs]
+    keep = _ints([a.device_type for a in args]) == CUDA_DEVICE_TYPE
+    return {
+        "device": _ints([a.device_id for a in args])[keep],
+        "ts": us_to_ns([e.ts for e in evs], "ts")[keep],
+        "bytes_delta": _ints([a.bytes_delta for a in args])[keep],
+        "total_allocated": _ints([a.total_allocated for a in args])[keep],
+        "total_reserved": _ints([a.total_reserved for a in args])[keep],
+    }
+
+
+def gpus_frame(device_properties: Any, kernel_devices: pd.Series, rank: int) -> pd.DataFrame:
+    """One row per ``deviceProperties`` entry, plus a blank row for any kernel device it lacks."""
+    listed = device_properties if isinstance(device_properties, list) else []  # any other value says nothing
+    props = [p for p in listed if isinstance(p, dict)]
+    devices = [_as_int(p.get("id", -1)) for p in props]
+    missing = sorted(set(np.unique(kernel_devices).tolist()) - set(devices) - {-1})
+    return make_table("gpus", {
+        "rank": [rank] * (len(props) + len(missing)),
+        "device": devices + missing,
+        "name": [str(p.get("name", "")) for p in props] + [""] * len(missing),
+        "sm_count": [_as_int(p.get("numSms", -1)) for p in props] + [-1] * len(missing),
+        "memory_bytes": [_as_int(p.get("totalGlobalMem", -1)) for p in props] + [-1] * len(missing),
+        "cc_major": [_as_int(p.get("computeMajor", -1)) for p in props] + [-1] * len(missing),
+        "cc_minor": [_as_int(p.get("computeMinor", -1)) for p in props] + [-1] * len(missing),
+    })
+
+
+# ----------------------------------------------------------------------------------- column helpers
+
+
+def _times(evs: list[Event]) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end in exact int ns, each from the JSON text of ``ts`` and ``dur``; a value that is not a
+    number or does not fit int64 ns is a :class:`TimeOutOfRange` naming its event."""
+    try:
+        start = us_to_ns([e.ts for e in evs], "ts")
+        return start, checked_end(start, us_to_ns([e.dur for e in evs], "dur"))
+    except TimeOutOfRange as e:
+        raise TimeOutOfRange(f"{e} ({_culprit(evs)})") from None
+
+
+def _culprit(evs: list[Event]) -> str:
+    """The first event whose times do not convert, described for the error message."""
+    for e in evs:
+        try:
+            start = us_to_ns([e.ts], "ts")
+            checked_end(start, us_to_ns([e.dur], "dur"))
+        except TimeOutOfRange:
+            return f"the {e.cat or 'uncategorised'} event {e.name[:80]!r}"
+    return "an event"
+
+
+def _ints(values: list) -> np.ndarray:
+    """An int64 column; the fast path covers clean ints, the slow one maps junk to -1."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([_as_int(v) for v in values], dtype=np.int64)
+
+
+def _as_int(value: Any) -> int:
+    """int for ints, floats and numeric strings ("7", "7.0": untyped floats arrive as text); -1 for anything
+    else (e.g. "stream 7", None)."""
+    try:
+        out = int(value)
+    except ValueError:
+        try:
+            out = int(float(value))
+        except (TypeError, ValueError, OverflowError):
+            return -1
+    except (TypeError, OverflowError):
+        return -1
+    return out if -(2**63) <= out < 2**63 else -1
+
+
+def _triples(values: list) -> np.ndarray:
+    """An (n, 3) int64 array from [x, y, z] lists (grid / block), -1 where one is missing or odd."""
+    try:
+        out = np.array(values, dtype=np.int64)
+        if out.shape == (len(values), 3):
+            return out
+    except (TypeError, ValueError, OverflowError):
+        pass
+    out = np.full((len(values), 3), -1, dtype=np.int64)
+    for i, v in enumerate(values):
+        if isinstance(v, list):
+            for j, x in enumerate(v[:3]):
+                out[i, j] = _as_int(x)
+    return out
+
+
+def _external_ids(args: list[Args]) -> np.ndarray:
+    new, legacy = _ints([a.external_id for a in args]), _ints([a.legacy_external_id for a in args])
+    return np.where(new != -1, new, legacy)
+
+
+def _json_strings(values: list[msgspec.Raw]) -> list[str]:
+    """Compact JSON text per value ("" when absent or null), so equal shapes compare equal as strings.
+
+    Shapes and dtypes repeat across ops, so each distinct text is compacted once and its string shared.
+    """
+    cache: dict[bytes, str] = {b"": "", b"null": ""}
+    out = []
+    for raw in values:
+        text = bytes(raw)
+        compact = cache.get(text)
+        if compact is None:
+            compact = cache[text] = msgspec.json.encode(msgspec.json.decode(text)).decode()
+        out.append(compact)
+    return out
+
+
+def _get(obj: Any, key: str, default: Any) -> Any:
+    return obj.get(key, default) if isinstance(obj, dict) else default

@@ -1,0 +1,229 @@
+"""The fast readers: the ``traceEvents`` array cut by byte pattern into pieces, each decoded on its own.
+
+A cut is only a guess (``}, {`` may sit inside a string or a nested object). Pieces are decoded in file
+order, each starting where the one before ended: the header, closed with ``]}``, must decode as an object,
+so the array opens at the top level; and a piece that starts between two events and decodes alone as a
+JSON array is balanced and leaves no string open, so it also ends between two events. A piece that does
+not decode is merged with the next one (the guessed cut between them is dropped) and tried again, so a
+name holding the pattern costs one larger piece, never a wrong event. A piece that still fails at the end
+of the file or after ``MAX_MERGES`` merges means a bad file or a layout pieces cannot cut
+(:class:`~.events.Unsplittable`; the caller reads it with ijson, which also names the problem), so a bad
+byte early in a large file costs a few failed pieces, not a decode of the rest per piece.
+
+In memory, a large file's second half is decoded meanwhile by a forked child
+(:class:`dlscope.processes.ForkedCall`) from its first guessed cut; its result is used only when this
+process's pieces prove that cut, else it is killed and this process decodes on. Streamed, the file is read
+in blocks and cut by the same rule as in memory, so the pieces, and the tables, are identical.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from ... import processes
+from ...errors import InputError
+from ..streams import source
+from .columns import Tables
+from .events import (
+    BATCH_DECODER,
+    HEADER_DECODER,
+    TRAILER_DECODER,
+    Event,
+    Trace,
+    Unsplittable,
+    decode_piece,
+)
+from .text import LOST_EXIT, LOST_MESSAGE, UTF8_BOM, CountingReader, Text, stream_errors
+
+EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+BETWEEN_OBJECTS = re.compile(rb"\}\s*,\s*\{")
+OBJECT_START = re.compile(rb"\s*\{")
+#: Kineto writes its metadata first: the array must open in the first MiB for pieces to be cut
+HEADER_WINDOW = 2**20
+
+#: merges of one piece with the next before the file is left to ijson (a piece spans at most this many + 1)
+MAX_MERGES = 8
+
+#: ``progress(bytes_read, events_decoded)``; bytes are of the file as stored (compressed when gzip).
+Progress = Callable[[int, int], None]
+Result = tuple[Trace, Tables, int]
+
+
+def cut_events(text: Text, piece_bytes: int) -> list[int] | None:
+    """Guessed cuts of the traceEvents array: ``[events_start, piece2_start, ...]``, each the ``{`` of the
+    first ``}, {`` at least ``piece_bytes`` past the guess before; None when the document is not an object
+    whose ``traceEvents`` array opens in its first MiB."""
+    if not OBJECT_START.match(text):
+        return None
+    key = EVENTS_KEY.search(text, 0, HEADER_WINDOW)
+    if key is None:
+        return None
+    cuts = [key.end()]
+    while True:
+        gap = BETWEEN_OBJECTS.search(text, cuts[-1] + piece_bytes)
+        if gap is None:
+            return cuts
+        cuts.append(gap.end() - 1)  # the next piece starts at the "{"
+
+
+def in_memory(path: Path, text: Text, piece_bytes: int, processes_wanted: int, progress: Progress | None
+              ) -> Result:
+    """Tables of the text's pieces; with ``processes_wanted`` 2, the second half decoded by a forked child."""
+    cuts = cut_events(text, piece_bytes)
+    if cuts is None:
+        raise Unsplittable
+    header = decode_piece(HEADER_DECODER, bytes(text[:cuts[0]]) + b"]}")
+    if progress:  # offsets in the JSON text, reported as bytes of the file as stored
+        stored, report, size = os.path.getsize(source(path)), progress, len(text)
+        progress = lambda done, events: report(stored * done // size, events)
+    if processes_wanted < 2 or len(cuts) < 4:
+        tables, events, trailer, _ = _decode(text, cuts, 0, len(cuts), progress)
+        return with_trailer(header, trailer), tables, events
+    half = len(cuts) // 2
+    child = processes.ForkedCall(_decode_later_half, text, cuts, half)
+    try:
+        tables, events, trailer, stopped = _decode(text, cuts, 0, half, progress)
+        if stopped != half:  # a merge crossed the child's first cut: its guess was wrong, this process went on
+            child.kill()
+            return with_trailer(header, trailer), tables, events
+        try:
+            later, more_events, trailer = child.result()
+        except processes.ChildFailed as e:
+            if e.exit_code == LOST_EXIT:
+                raise InputError(path, LOST_MESSAGE) from None
+            raise
+    except BaseException:
+        child.kill()
+        raise
+    tables.absorb(later)
+    return with_trailer(header, trailer), tables, events + more_events
+
+
+def _decode_later_half(text: Text, cuts: list[int], half: int) -> tuple[dict, int, Trace | None]:
+    """In the forked child: pieces [half, end) as plain data (its parent proves or drops the first cut)."""
+    gc.disable()
+    tables, events, trailer, _ = _decode(text, cuts, half, len(cuts), None)
+    return tables.state(), events, trailer
+
+
+def _decode(text: Text, cuts: list[int], lo: int, hi: int, progress: Progress | None
+            ) -> tuple[Tables, int, Trace | None, int]:
+    """Pieces from ``cuts[lo]`` (taken as proven) up to ``cuts[hi]``, merging a piece that does not decode
+    with the next; past ``hi`` when a merge crosses it (then to the end). The last piece also gives the keys
+    after the array. Returns the tables, events, trailer (None unless the end was reached) and the index of
+    the cut where decoding stopped."""
+    tables, events, trailer = Tables(), 0, None
+    i = lo
+    while i < hi:
+        j = i + 1
+        while True:
+            try:
+                if j < len(cuts):  # "{...}, ..., {...}" up to the "}" before the cut's ", {"
+                    end = text.rfind(b"}", cuts[i], cuts[j]) + 1
+                    batch = decode_piece(BATCH_DECODER, b"[" + text[cuts[i]:end] + b"]")
+                else:
+                    trailer = decode_piece(TRAILER_DECODER, b'{"traceEvents":[' + text[cuts[i]:])
+                    batch, trailer.traceEvents = trailer.traceEvents or [], None
+                break
+            except Unsplittable:
+                if j >= len(cuts) or j - i > MAX_MERGES:
+                    raise  # still no valid piece: a bad file or layout
+                j += 1  # the guessed cut at j-1 is dropped: merge with the next piece
+        if j > hi:
+            hi = len(cuts)
+        events += len(batch)
+        tables.add(batch)
+        del batch
+        if progress:
+            progress(cuts[j] if j < len(cuts) else len(text), events)
+        i = j
+    return tables, events, trailer, i
+
+
+def with_trailer(header: Trace, trailer: Trace | None) -> Trace:
+    """The header's keys completed by those written after the event array (traceName, ...)."""
+    for name in header.__struct_fields__ if trailer is not None else ():
+        if getattr(header, name) is None:
+            setattr(header, name, getattr(trailer, name))
+    header.traceEvents = None
+    return header
+
+
+# ------------------------------------------------------------------------------------------ streamed
+
+
+#: a streamed piece that grows past this without decoding (no cut, or merges) is left to ijson
+MAX_STREAMED_PIECE = 64 * 2**20
+
+
+def streamed(path: Path, piece_bytes: int, block_bytes: int, progress: Progress | None) -> Result | None:
+    """The pieces of :func:`cut_events`, cut and decoded while the file is read block by block: memory holds
+    about a block and a piece of text, not the file. None when the file does not start like a Kineto
+    object; :class:`Unsplittable` when it cannot be cut (a bad file, or a piece larger than
+    ``MAX_STREAMED_PIECE``)."""
+    reader = CountingReader(path)
+    with stream_errors(path, reader):
+        head = read_header(reader, block_bytes)
+        if head is None:
+            return None
+        header, text = head
+        tables, events = Tables(), 0
+        guess, merges = 0, 0  # the last guessed cut (text starts at a proven one); merges since
+
+        def more() -> bool:
+            nonlocal text
+            if len(text) > MAX_STREAMED_PIECE + piece_bytes:
+                raise Unsplittable
+            block = reader.read(block_bytes)
+            text += block
+            return bool(block)
+
+        while True:
+            gap = BETWEEN_OBJECTS.search(text, guess + piece_bytes)
+            if gap is None:
+                if more():
+                    continue
+                break
+            cut = gap.end() - 1
+            try:
+                batch: list[Event] = decode_piece(BATCH_DECODER, b"[" + text[:text.rfind(b"}", 0, cut) + 1] + b"]")
+            except Unsplittable:
+                merges += 1
+                if merges > MAX_MERGES:
+                    raise
+                guess = cut  # merge with the next piece
+                continue
+            text, guess, merges = text[cut:], 0, 0
+            events += len(batch)
+            tables.add(batch)
+            del batch
+            if progress:
+                progress(reader.stored_bytes(), events)
+        trailer = decode_piece(TRAILER_DECODER, b'{"traceEvents":[' + text)
+        batch, trailer.traceEvents = trailer.traceEvents or [], None
+        events += len(batch)
+        tables.add(batch)
+        if progress:
+            progress(reader.stored_bytes(), events)
+    return with_trailer(header, trailer), tables, events
+
+
+def read_header(reader: CountingReader, block_bytes: int) -> tuple[Trace, bytes] | None:
+    """The keys before the event array (Kineto writes its metadata first) and the text read after them;
+    None when the file does not start like an object with ``traceEvents`` in its first MiB."""
+    text = b""
+    while EVENTS_KEY.search(text, 0, HEADER_WINDOW) is None and len(text) < HEADER_WINDOW:
+        block = reader.read(block_bytes)
+        if not block:
+            break
+        text += block
+    if text[:len(UTF8_BOM)] == UTF8_BOM:
+        text = text[len(UTF8_BOM):]
+    key = EVENTS_KEY.search(text, 0, HEADER_WINDOW) if OBJECT_START.match(text) else None
+    if key is None:
+        return None
+    return decode_piece(HEADER_DECODER, text[:key.end()] + b"]}"), text[key.end():]

@@ -1,0 +1,381 @@
+"""Child processes: the one place dlscope forks, spawns and pools workers, and names the files a run owns.
+
+Three promises hold for every child made here (the forked piece decoder, the forked database writer, the
+per-rank workers, the import worker pools, the viewer's re-aggregation worker):
+
+* **It dies with its parent.** A child forked from the main thread asks the kernel for SIGKILL when its
+  parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``); every child also watches its parent id from a daemon
+  thread, which covers pools started from other threads (the death signal follows the *thread* that forked)
+  and systems without prctl. A ``kill -9`` of dlscope leaves no orphan behind.
+* **It never outlives a failure.** A parent that gives up (an error, Ctrl-C, SIGTERM) kills its forked
+  children instead of waiting for them.
+* **Its files can be told from a live run's.** Temporary files carry the run's tag (pid and the process's
+  start time, so a reused pid does not pass for the dead run): :func:`remove_dead` deletes those of runs
+  that are gone, and every import calls it where it writes.
+
+Inside somebody else's process (``dlscope.profile()`` and ``dlscope.trace_handler()`` run in a user's
+multi-threaded training process) dlscope must never fork it: :func:`embedded` turns every fork here into
+work in this process (a thread for the writer, serially for the rest).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import multiprocessing as mp
+import os
+import pickle
+import re
+import secrets
+import shutil
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+#: how often a child looks whether its parent is still there (the watcher's latency)
+WATCH_INTERVAL_S = 0.2
+
+_embedded_depth = 0
+_is_child = False
+
+
+# ----------------------------------------------------------------------------------- may we fork?
+
+
+@contextmanager
+def embedded() -> Iterator[None]:
+    """Run the enclosed dlscope work as a guest in this process: no fork, no process pool, no signal
+    handler that ends the process. For the capture API, which runs in the user's training process."""
+    global _embedded_depth
+    _embedded_depth += 1
+    try:
+        yield
+    finally:
+        _embedded_depth -= 1
+
+
+def is_embedded() -> bool:
+    return _embedded_depth > 0
+
+
+def can_fork() -> bool:
+    """Whether dlscope may fork this process (never inside a user's process; only where fork exists)."""
+    return not is_embedded() and hasattr(os, "fork") and "fork" in mp.get_all_start_methods()
+
+
+def fork_pays(cores_needed: int = 2) -> bool:
+    """Whether a second process can run beside this one (a fork may happen and the cores are there)."""
+    return can_fork() and (os.cpu_count() or 1) >= cores_needed
+
+
+# ----------------------------------------------------------------------------------- parent death
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def is_child() -> bool:
+    """Whether this process is a helper dlscope started (its parent reports what goes wrong)."""
+    return _is_child
+
+
+def die_with_parent(parent_pid: int, forked_from_main_thread: bool = False) -> None:
+    """In a new child: end it when ``parent_pid`` ends. Also the signals a child should not act on."""
+    global _is_child
+    _is_child = True
+    libc = _libc()
+    if forked_from_main_thread and sys.platform.startswith("linux") and libc is not None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # it died before the request was made
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="dlscope-parent-watch", daemon=True).start()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends its children
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    import time
+
+    while os.getppid() == parent_pid:
+        time.sleep(WATCH_INTERVAL_S)
+    os._exit(1)  # reparented: the parent is gone
+
+
+def _pool_child(parent_pid: int) -> None:
+    die_with_parent(parent_pid)
+
+
+# ----------------------------------------------------------------------------------- forked calls
+
+
+def release_free_memory() -> None:
+    """Hand the allocators' free pages back to the system before a fork.
+
+    A forked child shares the parent's pages copy-on-write, free ones included: when the parent then
+    reuses a free page, it gets a private copy and the child keeps the old one, so every free page at the
+    fork could end up counted twice. glibc's ``malloc_trim`` releases them (hundreds of MB after a large
+    analysis); elsewhere this does nothing.
+    """
+    if "pyarrow" in sys.modules:
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None) if libc is not None else None
+    if trim is not None:
+        trim(0)
+
+
+class ChildFailed(Exception):
+    """A forked call ended without a result (killed, or its result could not be sent back)."""
+
+    def __init__(self, problem: str, exit_code: int | None = None):
+        super().__init__(problem)
+        self.exit_code = exit_code
+
+
+class ForkedCall:
+    """``fn(*args)`` in a forked child, beside the caller's own work; :meth:`result` waits for it.
+
+    The child sees the caller's memory copy-on-write (nothing is pickled on the way in), runs only ``fn``
+    and leaves with ``os._exit``; its return value or exception comes back pickled through a pipe (an
+    exception that cannot be pickled comes back as one line). It dies with its parent.
+    """
+
+    def __init__(self, fn: Callable[..., Any], *args: Any):
+        release_free_memory()
+        read, write = os.pipe()
+        parent = os.getpid()
+        main = threading.current_thread() is threading.main_thread()
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 0
+            try:
+                os.close(read)
+                die_with_parent(parent, main)
+                payload = _pickled(True, fn(*args))
+            except BaseException as e:  # noqa: BLE001 - sent to the parent
+                payload = _pickled(False, e)
+            try:
+                with os.fdopen(write, "wb") as pipe:
+                    pipe.write(payload)
+            except BaseException:  # noqa: BLE001 - the parent is gone or gave up
+                code = 1
+            os._exit(code)
+        os.close(write)
+        self.pid: int | None = pid
+        self.pipe = os.fdopen(read, "rb")
+        # the result is read as the child writes it, beside the caller's own work (a large result would
+        # otherwise wait in the full pipe until result() is called, and travel only then)
+        self._chunks: list[bytes] = []
+        self._reader = threading.Thread(target=self._read_result, name="dlscope-forked-result", daemon=True)
+        self._reader.start()
+
+    def _read_result(self) -> None:
+        try:
+            while chunk := self.pipe.read1(2**20):
+                self._chunks.append(chunk)
+        except (OSError, ValueError):  # the pipe was closed by kill()
+            pass
+
+    def result(self) -> Any:
+        """The child's return value; its exception re-raised here."""
+        try:
+            self._reader.join()
+            payload = b"".join(self._chunks)
+            self._chunks.clear()
+        finally:
+            self.pipe.close()
+            status = self._reap()
+        if not payload:
+            raise ChildFailed(_status_text(status), os.waitstatus_to_exitcode(status))
+        ok, value = pickle.loads(payload)
+        if not ok:
+            raise value
+        return value
+
+    def kill(self) -> None:
+        """End the child now (the caller gave up on it) and reap it."""
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._reap()
+        self._reader.join()  # the pipe ends with the child
+        self.pipe.close()
+        self._chunks.clear()
+
+    def _reap(self) -> int:
+        if self.pid is None:
+            return 0
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = None
+        return status
+
+
+def _pickled(ok: bool, value: Any) -> bytes:
+    try:
+        return pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 - an unpicklable result or exception still comes back as text
+        what = value if not ok else e
+        return pickle.dumps((False, ChildFailed(" ".join(f"{type(what).__name__}: {what}".split()))))
+
+
+def _status_text(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return f"killed by signal {signal.Signals(-code).name}"
+    return f"exited with status {code} without a result"
+
+
+class ThreadCall(threading.Thread):
+    """:class:`ForkedCall`'s interface on a thread, where this process must not fork.
+
+    Work that takes the GIL back briefly many times (the database ingest, once per Arrow batch) would wait
+    for the busy main thread at each switch (Python's default interval is 5 ms), which doubled the ingest;
+    the interval is 0.5 ms while the thread runs.
+    """
+
+    SWITCH_INTERVAL_S = 0.0005
+
+    def __init__(self, fn: Callable[..., Any], *args: Any):
+        super().__init__(name="dlscope-background", daemon=True)
+        self.fn, self.args = fn, args
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.saved_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self.saved_interval, self.SWITCH_INTERVAL_S))
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn(*self.args)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by result()
+            self.error = e
+        finally:
+            self.args = ()
+
+    def result(self) -> Any:
+        self.join()
+        sys.setswitchinterval(self.saved_interval)
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def kill(self) -> None:
+        """A thread cannot be killed: wait for it (its result is dropped)."""
+        try:
+            self.result()
+        except BaseException:  # noqa: BLE001 - the caller is already failing
+            pass
+
+
+def in_background(fn: Callable[..., Any], *args: Any) -> ForkedCall | ThreadCall:
+    """``fn(*args)`` beside the caller: a forked child where dlscope may fork, else a thread."""
+    return ForkedCall(fn, *args) if can_fork() else ThreadCall(fn, *args)
+
+
+# ----------------------------------------------------------------------------------- worker pools
+
+
+def worker_pool(workers: int, start: str = "fork") -> ProcessPoolExecutor:
+    """A process pool whose workers die with this process (``start``: "fork" or "spawn").
+
+    A forked pool reads what the caller set up before it copy-on-write; a spawned one starts a fresh
+    interpreter (for a long-lived parent with threads, such as the viewer).
+    """
+    if start == "fork" and not can_fork():
+        raise RuntimeError("dlscope may not fork this process (embedded, or no fork on this system)")
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context(start), initializer=_pool_child,
+                               initargs=(os.getpid(),))
+
+
+def stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Shut a pool down now: pending work cancelled and running workers killed, not waited for."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+    for process in processes:
+        process.join(5)
+
+
+# ----------------------------------------------------------------------------------- run-owned files
+
+
+@functools.lru_cache(maxsize=1)
+def run_tag() -> str:
+    """``dlscope-<pid>-<start time>``: this run's mark in the names of its temporary files."""
+    return f"dlscope-{os.getpid()}-{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (Linux), so a reused pid reads as another run;
+    "0" where the system does not tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return "0"
+    fields = stat[stat.rfind(b")") + 2:].split()  # the name before ")" may hold spaces
+    return fields[19].decode() if len(fields) > 19 else "0"
+
+
+def owned_name(stem: str, suffix: str = "") -> str:
+    """A fresh file name that says which run owns it: ``<stem>.dlscope-<pid>-<start>-<random><suffix>``."""
+    return f"{stem}.{run_tag()}-{secrets.token_hex(4)}{suffix}"
+
+
+_TAG = re.compile(r"\.dlscope-(\d+)-(\d+)-[0-9a-f]+")
+
+
+def owner_alive(name: str) -> bool:
+    """Whether the run named in ``name`` (see :func:`owned_name`) is still running (True when unsure)."""
+    m = _TAG.search(name)
+    if m is None:
+        return True
+    pid, start = int(m.group(1)), m.group(2)
+    if pid == os.getpid():
+        return start == _start_time(pid) or start == "0"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's live process
+    now = _start_time(pid)
+    return now == start or now == "0" or start == "0"
+
+
+def remove_dead(folder: str | Path, stem_prefix: str = "") -> list[Path]:
+    """Delete the files and folders in ``folder`` that runs now dead left behind; returns what went."""
+    gone: list[Path] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return gone
+    for name in names:
+        if not name.startswith(stem_prefix) or _TAG.search(name) is None or owner_alive(name):
+            continue
+        path = Path(folder) / name
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            gone.append(path)
+        except OSError:
+            pass  # another cleaner got there first, or it is not ours to remove
+    return gone
