@@ -66,7 +66,7 @@ def test_device_properties_that_are_not_a_list_say_nothing(tmp_path):
     summary = _imported(_write(tmp_path / "t.json", doc), tmp_path / "o.sqlite")
     devices = sorted({e["args"]["device"] for e in _kernels_of(doc)})
     assert [g["device"] for g in summary["profile"]["gpus"]] == devices  # the kernels' GPUs, unnamed
-    assert all(g["name"] == "" for g in summary["profile"]["gpus"])
+    assert all(g["name"] is None for g in summary["profile"]["gpus"])  # unknown, not a made-up name
 
 
 def test_a_23_digit_profiler_step_is_dropped_and_counted(tmp_path):

@@ -269,7 +269,8 @@ def test_the_viewer_s_reaggregation_worker_ends_with_the_viewer(job_db, tmp_path
                 assert time.monotonic() < deadline and viewer.poll() is None, "the viewer did not start"
                 time.sleep(0.2)
         request = urllib.request.Request(f"{base}/api/aggregate", data=b'{"iter_start": 10, "iter_stop": 10}',
-                                         method="POST")
+                                         method="POST", headers={"Origin": base,  # the viewer's own page
+                                                                 "Content-Type": "application/json"})
         job = json.loads(urllib.request.urlopen(request, timeout=30).read())
         while how == "sigterm_after" and job["state"] == "underway":
             assert time.monotonic() < deadline + 240, "the re-aggregation did not finish"

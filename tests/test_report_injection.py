@@ -113,7 +113,7 @@ def test_viewer_csv_and_xlsx_exports_neutralise_names(reports):
     from dlscope.viewer.app import create_app
 
     db, _ = reports
-    with TestClient(create_app([db])) as client:
+    with TestClient(create_app([db]), base_url="http://127.0.0.1:8000") as client:
         text = client.get("/api/table/kernels/export.csv").text
         rows = list(csv.reader(io.StringIO(text)))
         assert set(EVIL) <= _check_spreadsheet_cells(rows)

@@ -67,8 +67,8 @@ def validated(profile: Profile, path: str | Path) -> Profile:
             raise InputError(path, f"holds no events to import (all {total} were dropped: {describe(dropped)})")
         meta = profile.meta  # never an empty success: say what the file did hold
         found = meta.get("found") or (f"{meta['event_count']} events" if meta.get("event_count") else "")
-        raise InputError(path, f"parsed as {meta.get('source_format') or 'a trace'} but holds no ops, ranges, "
-                               f"kernels or memory operations (found: {found or 'nothing'})")
+        raise InputError(path, f"holds no events to import: parsed as {meta.get('source_format') or 'a trace'}, "
+                               f"it has no ops, ranges, kernels or memory operations (found: {found or 'nothing'})")
     if dropped:
         profile.meta["dropped_events"] = dropped
     return profile

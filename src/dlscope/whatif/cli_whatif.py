@@ -57,7 +57,7 @@ def render(r: dict) -> str:
     if priced:
         lines.append("Expert findings priced by replay (saving over the aggregation: the rule's estimate → replayed):")
         lines += [f"  {f['rule']:<24} {fmt_ns(f['est_saving_ns']):>12} → {fmt_ns(f['simulated_saving_ns']):>12}   "
-                  f"({f['scenario']})" for f in priced]
+                  f"({f['not_priced'] if f.get('not_priced') else f['scenario']})" for f in priced]
         lines.append(f"  {'all together':<24} {'':>12}   {fmt_ns(r['expert_findings']['combined_saving_ns']):>12}")
     lines.append("Critical path (time on it over the aggregation):")
     for kind in ("category", "rank", "op", "kernel"):

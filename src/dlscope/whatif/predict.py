@@ -175,7 +175,6 @@ def parse_all(names: list[str]) -> list[Scenario]:
     return [parse(n) for n in names]
 
 
-
 def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]]) -> dict:
     """Each expert finding whose advice a scenario models, priced by replay (its saving over the aggregation,
     as findings count theirs), and all of them together (overlaps counted once)."""
@@ -186,11 +185,16 @@ def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]
         if sc is None:
             continue
         w = Weights.measured(g)
-        sc.apply(g, w)
+        try:
+            sc.apply(g, w)
+        except DlscopeError as e:  # e.g. amp on a GPU with no known FP16 Tensor Core peak: say so, price the rest
+            rows.append({"rule": rule, "scenario": sc.name, "est_saving_ns": estimate, "simulated_saving_ns": None,
+                         "not_priced": str(e)})
+            continue
         if sc.name not in used:  # the same change twice (sync_memcpy and pageable_memcpy) is one change
             sc.apply(g, combined)
             used.add(sc.name)
         rows.append({"rule": rule, "scenario": sc.name, "est_saving_ns": estimate,
                      "simulated_saving_ns": base - win.wall(solve(g, w).t)})
-    together = base - win.wall(solve(g, combined).t) if rows else None
+    together = base - win.wall(solve(g, combined).t) if used else None
     return {"findings": rows, "combined_saving_ns": together}
