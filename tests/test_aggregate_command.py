@@ -85,3 +85,48 @@ def test_the_summary_api_and_viewer_show_the_same_current_aggregation(import_db,
     newest = conn.execute("SELECT MAX(agg_id) FROM aggregations").fetchone()[0]
     assert conn.execute("SELECT rank FROM aggregations WHERE agg_id = ?", (newest,)).fetchone()[0] == 3
     assert shown() == (newest,) * 3
+
+
+def test_aggregate_keeps_the_collective_sizes_the_trace_recorded(import_db, tmp_path):
+    """The NCCL kernels' message sizes (Kineto's "In msg nelems") live in the imported comm_args table, so a
+    re-aggregation from the database sees them as the import did: the collectives table holds each NCCL kernel
+    once, with the size the raw trace gives it."""
+    trace = data_file("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz")
+    with gzip.open(trace, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    raw = sorted(e["args"]["In msg nelems"] for e in events
+                 if e.get("cat") == "kernel" and "In msg nelems" in e.get("args", {}))
+    assert raw  # the file's NCCL kernels carry their sizes
+    db = tmp_path / "nccl.sqlite"
+    shutil.copy(import_db(trace), db)
+
+    def kernel_sizes():
+        conn = sqlite3.connect(db)
+        try:
+            return sorted(r[0] for r in conn.execute(
+                "SELECT in_nelems FROM collectives WHERE source = 'kernel' AND in_nelems >= 0"))
+        finally:
+            conn.close()
+
+    assert kernel_sizes() == raw
+    res = _run("aggregate", db)
+    assert res.returncode == 0, res.stderr
+    assert kernel_sizes() == raw
+
+
+def test_a_key_node_resplit_moves_the_collectives_with_their_kernels(import_db, tmp_path):
+    """After ``aggregate --key-node``, each NCCL kernel's collective row carries the kernel's new iteration, and
+    the iteration numbers are the new split's (one per Optimizer.step in the raw trace)."""
+    trace = data_file("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz")
+    db = tmp_path / "nccl.sqlite"
+    shutil.copy(import_db(trace), db)
+    res = _run("aggregate", db, "--key-node", OPT)
+    assert res.returncode == 0, res.stderr
+    conn = sqlite3.connect(db)
+    pairs = conn.execute("SELECT c.iteration, k.iteration FROM collectives c JOIN kernels k ON k.rank = c.rank "
+                         "AND k.device = c.device AND k.stream = c.stream AND k.start = c.start "
+                         "WHERE c.source = 'kernel'").fetchall()
+    assert len(pairs) == 21 and all(c == k for c, k in pairs)
+    with gzip.open(trace, "rt") as f:
+        steps = sum(1 for e in json.load(f)["traceEvents"] if e.get("name") == OPT and e.get("ph") == "X")
+    assert conn.execute("SELECT COUNT(*) FROM iterations").fetchone()[0] == steps

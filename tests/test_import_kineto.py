@@ -335,7 +335,7 @@ def test_two_process_parse_gives_the_same_tables_as_one(piece_bytes):
     path = data_file("kineto", "hta_v100_rank1of2_5steps.json.gz")  # 216k events, 47 MB of JSON
     serial = load_kineto(path, reading=Reading(processes=1, piece_bytes=piece_bytes))
     parallel = load_kineto(path, reading=Reading(processes=2, piece_bytes=piece_bytes, fallback=False))
-    for name in [*TABLES, "comm_args"]:
+    for name in list(TABLES):
         pd.testing.assert_frame_equal(getattr(parallel, name), getattr(serial, name), obj=name)
     assert parallel.meta == serial.meta
 
@@ -346,7 +346,7 @@ def test_pieces_hold_the_same_events_as_the_whole_document_on_a_real_trace():
     path = data_file("kineto", "tracelens_mi300x_xdit_sd35_infer.json.gz")  # multi-line, with_stack
     whole = _load_event_by_event(path)
     pieces = load_kineto(path, reading=Reading(piece_bytes=4096, fallback=False))
-    for name in [*TABLES, "comm_args"]:
+    for name in list(TABLES):
         assert_same_rows(getattr(pieces, name), getattr(whole, name), name)
     assert pieces.meta == whole.meta
 
@@ -401,7 +401,7 @@ def test_a_cut_that_is_not_between_events_is_merged_away(tmp_path, hostile):
     assert (_guessed_cuts_inside_strings(path, 1) > 0) == hostile  # the test's premise
     whole = _load_event_by_event(path)
     pieces = load_kineto(path, reading=Reading(method="in_memory", piece_bytes=1, fallback=False))
-    for name in [*TABLES, "comm_args"]:
+    for name in list(TABLES):
         assert_same_rows(getattr(pieces, name), getattr(whole, name), name)
     assert pieces.meta["trace_name"] == whole.meta["trace_name"] == "the-trace"
     assert pieces.meta["base_time_ns"] == 1_700_000_000_000_000_000
@@ -418,7 +418,7 @@ def test_a_wrong_guess_where_the_second_process_starts_gives_the_same_tables(tmp
     path = _tricky_trace(tmp_path, True, events=events, every=1)
     whole = _load_event_by_event(path)
     two = load_kineto(path, reading=Reading(method="in_memory", processes=2, piece_bytes=1, fallback=False))
-    for name in [*TABLES, "comm_args"]:
+    for name in list(TABLES):
         assert_same_rows(getattr(two, name), getattr(whole, name), name)
     assert (two.ops["name"] == HOSTILE_NAME).sum() == events
 
@@ -434,7 +434,7 @@ def test_streamed_pieces_are_the_in_memory_pieces(name):
     seen = []
     streamed = load_kineto(path, max_memory=1, progress=lambda b, e: seen.append((b, e)),
                            reading=Reading(method="streamed", piece_bytes=50_000, block_bytes=7_919, fallback=False))
-    for table in [*TABLES, "comm_args"]:
+    for table in list(TABLES):
         pd.testing.assert_frame_equal(getattr(streamed, table), getattr(in_memory, table), obj=table)
     assert streamed.meta == in_memory.meta
     assert seen[-1] == (path.stat().st_size, in_memory.meta["event_count"]) and len(seen) > 10
@@ -449,7 +449,7 @@ def test_a_streamed_cut_inside_a_string_is_merged_away(tmp_path, hostile):
     whole = _load_event_by_event(path)
     streamed = load_kineto(path, max_memory=1,
                            reading=Reading(method="streamed", piece_bytes=1, block_bytes=97, fallback=False))
-    for name in [*TABLES, "comm_args"]:
+    for name in list(TABLES):
         assert_same_rows(getattr(streamed, name), getattr(whole, name), name)
     assert streamed.meta["trace_name"] == "the-trace" and len(streamed.ops) == 40
 

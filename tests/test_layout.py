@@ -86,7 +86,8 @@ def test_the_stored_raw_tables_are_what_the_analysis_produces(tmp_path):
 
     from dlscope.analyze.analysis import analyse
     from dlscope.importers import load
-    from dlscope.store.schema import DDL
+    from dlscope.model import TABLES
+    from dlscope.store.schema import DDL, RAW_TABLES
     from trace_builder import KinetoTrace
 
     t = KinetoTrace()
@@ -100,7 +101,9 @@ def test_the_stored_raw_tables_are_what_the_analysis_produces(tmp_path):
     def columns(table):
         return {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
 
-    for name in ("ranges", "api_calls", "kernels", "memops", "syncs", "memory", "gpus"):
-        assert columns(name) == set(an.profile.table(name).columns), name
+    for name in TABLES:
+        if name != "ops":
+            assert columns(name) == set(an.profile.table(name).columns), name
     assert columns("op_nodes") | columns("op_instances") == set(an.profile.ops.columns)
     assert columns("iterations") == set(an.iterations.columns)
+    assert set(RAW_TABLES) == (set(TABLES) - {"ops"}) | {"op_nodes", "op_instances", "iterations"}

@@ -76,6 +76,16 @@ TABLES: dict[str, dict[str, str]] = {
     "memory": {
         "rank": I, "device": I, "ts": I, "bytes_delta": I, "total_allocated": I, "total_reserved": I,
     },
+    # Collective metadata Kineto records on record_param_comms ops (kind "op") and on NCCL kernels (kind
+    # "kernel"): message sizes, group, process group. Keyed to its op by (rank, pid, tid, start, name) and to
+    # its kernel by (rank, device, stream, start); the per-rank figures and the collectives table read it.
+    "comm_args": {
+        "rank": I, "kind": S, "pid": I, "tid": I, "device": I, "stream": I, "name": S, "start": I, "end": I,
+        "collective": S,        # e.g. "allreduce", as the trace names it; ""
+        "in_nelems": I, "out_nelems": I, "group_size": I,
+        "dtype": S, "pg_name": S,
+        "pg_ranks": S,          # the process group's ranks as the trace lists them; ""
+    },
     # One row per GPU seen (per rank).
     "gpus": {
         "rank": I, "device": I, "name": S, "sm_count": I, "memory_bytes": I,
@@ -173,6 +183,7 @@ class Profile:
     memops: pd.DataFrame = field(default_factory=lambda: empty_table("memops"))
     syncs: pd.DataFrame = field(default_factory=lambda: empty_table("syncs"))
     memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))
+    comm_args: pd.DataFrame = field(default_factory=lambda: empty_table("comm_args"))
     gpus: pd.DataFrame = field(default_factory=lambda: empty_table("gpus"))
     meta: dict[str, Any] = field(default_factory=dict)
 

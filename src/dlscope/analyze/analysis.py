@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..model import ID_COLUMNS, Profile, make_table, string_column
+from ..model import ID_COLUMNS, TABLES, Profile, make_table, string_column
 from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, link_launches, take, thread_keys
 from .categories import matches
 from .dtypes import numpy_name
@@ -32,7 +32,7 @@ class Analysed:
     key_node_candidates: dict[int, list[str]] = field(default_factory=dict)
     _by_rank: dict | None = field(default=None, repr=False)
 
-    RAW = ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory", "gpus")
+    RAW = tuple(TABLES)
 
     def rank_tables(self, rank: int) -> dict[str, pd.DataFrame]:
         """The raw tables of one rank; split once for all ranks (a job of many ranks aggregates each)."""

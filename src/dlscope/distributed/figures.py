@@ -81,8 +81,8 @@ def _comm_ops(an: Analysed) -> pd.DataFrame:
     ops = an.profile.ops
     rpc = ops[ops["name"] == "record_param_comms"][["op_id", "rank", "pid", "tid", "name", "start", "end",
                                                    "input_shapes", "input_dtypes"]]
-    args = getattr(an.profile, "comm_args", None)
-    if args is not None and len(args):
+    args = an.profile.comm_args
+    if len(args):
         args = args[args["kind"] == "op"].drop(columns=["kind", "device", "stream", "end"])
         rpc = rpc.merge(args.drop_duplicates(["rank", "pid", "tid", "start", "name"]),
                         on=["rank", "pid", "tid", "start", "name"], how="left")
@@ -153,8 +153,8 @@ def collective_rows(an: Analysed) -> pd.DataFrame:
             rows.loc[has, col] = src[col].to_numpy()
         named = src["collective"].map(collective_type).to_numpy(object)
         rows.loc[has, "collective"] = np.where(named != "", named, rows.loc[has, "collective"].to_numpy(object))
-    args = getattr(p, "comm_args", None)
-    if args is not None and len(args) and (args["kind"] == "kernel").any():
+    args = p.comm_args
+    if len(args) and (args["kind"] == "kernel").any():
         own = args[args["kind"] == "kernel"].drop_duplicates(["rank", "device", "stream", "start"])
         joined = rows[["rank", "device", "stream", "start"]].merge(own, how="left", on=["rank", "device", "stream",
                                                                                         "start"])

@@ -142,8 +142,8 @@ def _renumbered(frame: pd.DataFrame, name: str) -> pd.DataFrame:
 
 def _drop_comm_args_of_dropped(profile: Profile) -> None:
     """Collective metadata rows of events that were dropped go too (they are keyed by the same times)."""
-    comm = getattr(profile, "comm_args", None)
-    if comm is not None and len(comm):
+    comm = profile.comm_args
+    if len(comm):
         ok = comm["end"].to_numpy() >= comm["start"].to_numpy()
         if not ok.all():
-            profile.comm_args = comm[ok].reset_index(drop=True)  # type: ignore[attr-defined]
+            profile.comm_args = comm[ok].reset_index(drop=True)

@@ -73,10 +73,7 @@ def _progress(enabled: bool) -> Iterator:
 
 
 def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
-    p = an.profile
-    return {"gpus": p.gpus, "iterations": an.iterations, "ops": p.ops, "ranges": p.ranges,
-            "api_calls": p.api_calls, "kernels": p.kernels, "memops": p.memops, "syncs": p.syncs,
-            "memory": p.memory}
+    return {"iterations": an.iterations, **{name: an.profile.table(name) for name in TABLES}}
 
 
 def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, profile_name: str | None = None,
@@ -202,7 +199,9 @@ def _default_name(paths: list[Path]) -> str:
 def profile_from_database(conn) -> Profile:
     """Rebuild the imported model from a database's raw tables (for re-aggregation without re-import)."""
     profile = Profile()
-    for name in ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory", "gpus"):
+    for name in TABLES:
+        if name == "comm_args" and not _has_table(conn, name):  # a database written before it was stored
+            continue
         frame = reader.read_table(conn, name)
         cols = list(TABLES[name])
         frame = frame[cols].copy()
@@ -214,9 +213,13 @@ def profile_from_database(conn) -> Profile:
     return profile
 
 
+def _has_table(conn, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+
+
 def _stored_collectives(conn) -> pd.DataFrame | None:
     """The job's collectives as the import found them (their sizes and lags are recomputed with the figures)."""
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'collectives'").fetchone() is None:
+    if not _has_table(conn, "collectives"):
         return None
     frame = reader.read_table(conn, "collectives")
     return frame[["rank", "source", "name", "device", "stream", "start", "end", "iteration", "collective",
@@ -242,9 +245,11 @@ def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int
             resolve_range(an, r, iter_start, iter_stop)
         per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers=1, ranks=ranks)
         aggs = [agg for agg, _ in per_rank]
-        rows = _stored_collectives(conn)
+        # the collectives as an import finds them (comm_args is stored); a database written before comm_args
+        # was stored keeps the collectives its import found
+        stored = None if _has_table(conn, "comm_args") else _stored_collectives(conn)
         figures = job_figures([rank_parts(an, agg) for agg in aggs],
-                              rows if rows is not None else job_collective_rows(an),
+                              stored if stored is not None else job_collective_rows(an),
                               world_sizes(an.profile.meta.get("sources", [an.profile.meta])))
         with conn:
             if key_node:
@@ -252,7 +257,10 @@ def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int
             ids = writer.write_aggregations(conn, aggs)
             for agg_id, (_, found) in zip(ids, per_rank):
                 write_findings(conn, agg_id, found)
-            write_distributed(conn, None, aggs, ids, (figures[0], figures[1].iloc[0:0]))
+            renew = stored is None and _has_table(conn, "collectives")
+            if renew:  # the collectives follow the newest split, like the raw tables' iteration columns
+                conn.execute("DELETE FROM collectives")
+            write_distributed(conn, None, aggs, ids, figures if renew else (figures[0], figures[1].iloc[0:0]))
         return ids
     finally:
         conn.close()

@@ -30,7 +30,6 @@ from ..processes import can_fork, owned_name, remove_dead, stop_pool, worker_poo
 from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
 
-EXTRA_TABLES = ("comm_args",)  # importer extension tables carried next to the model's tables
 
 Step = Callable[..., None]
 
@@ -52,12 +51,7 @@ def import_file(path: str, max_memory: int | None = None, progress=None, reading
 
 
 def _frames(profile: Profile) -> dict[str, pd.DataFrame]:
-    out = {name: profile.table(name) for name in TABLES}
-    for name in EXTRA_TABLES:
-        frame = getattr(profile, name, None)
-        if frame is not None:
-            out[name] = frame
-    return out
+    return {name: profile.table(name) for name in TABLES}
 
 
 def _to_ipc(frame: pd.DataFrame, sink) -> None:
@@ -262,7 +256,7 @@ def apply_identity(profile: Profile, who: Identity, path: Path) -> None:
                         source_path=str(path))  # the same whichever process or host read it
     if who.hostname:
         profile.meta["hostname"] = who.hostname
-    for name in list(TABLES) + [t for t in EXTRA_TABLES if hasattr(profile, t)]:
+    for name in TABLES:
         getattr(profile, name)["rank"] = np.int64(who.rank)
 
 
@@ -271,10 +265,4 @@ def merge(profiles: list[Profile], paths: Sequence[Path]) -> Profile:
     ids = identities(paths, [p.meta for p in profiles])
     for profile, who, path in zip(profiles, ids, paths):
         apply_identity(profile, who, path)
-    out = Profile.concat(profiles)
-    if len(profiles) > 1:
-        for name in EXTRA_TABLES:
-            frames = [getattr(p, name) for p in profiles if hasattr(p, name)]
-            if frames:
-                setattr(out, name, pd.concat(frames, ignore_index=True))
-    return out
+    return Profile.concat(profiles)

@@ -91,6 +91,14 @@ CREATE TABLE memory (
     total_reserved INTEGER
 );
 
+-- Collective metadata of record_param_comms ops (kind 'op') and NCCL kernels (kind 'kernel') as Kineto records
+-- it; keyed to the op by (rank, pid, tid, start, name), to the kernel by (rank, device, stream, start).
+CREATE TABLE comm_args (
+    rank INTEGER, kind TEXT, pid INTEGER, tid INTEGER, device INTEGER, stream INTEGER, name TEXT,
+    start INTEGER, "end" INTEGER, collective TEXT, in_nelems INTEGER, out_nelems INTEGER, group_size INTEGER,
+    dtype TEXT, pg_name TEXT, pg_ranks TEXT
+);
+
 -- run_id: the first agg_id of the aggregations written together (one per rank of an import or `aggregate`)
 CREATE TABLE aggregations (
     agg_id INTEGER PRIMARY KEY, run_id INTEGER, created_at TEXT, rank INTEGER, iter_start INTEGER, iter_stop INTEGER,
@@ -193,7 +201,8 @@ CREATE INDEX agg_iterations_profiled ON agg_iterations (agg_id, profiled, iterat
 """
 
 #: Raw tables written from the analysed model, in DDL column order.
-RAW_TABLES = ("gpus", "iterations", "op_nodes", "op_instances", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")
+RAW_TABLES = ("gpus", "iterations", "op_nodes", "op_instances", "ranges", "api_calls", "kernels", "memops", "syncs",
+              "memory", "comm_args")
 
 
 #: A job's tables (per-rank figures, collectives): created with the aggregations that need them.

@@ -32,7 +32,7 @@ from ...errors import InputError
 from ...model import Profile
 from ..exact_ns import TimeOutOfRange
 from . import pieces
-from .columns import COMM_COLUMNS, Tables, identity, meta, rank_of
+from .columns import Tables, identity, meta, rank_of
 from .events import Trace, Unsplittable
 from .stream import ijson_tables
 from .text import (
@@ -45,7 +45,7 @@ from .text import (
     text_limit,
 )
 
-__all__ = ["COMM_COLUMNS", "IN_MEMORY_PEAK_FACTOR", "PARALLEL_MIN_BYTES", "Reading", "estimated_json_size",
+__all__ = ["IN_MEMORY_PEAK_FACTOR", "PARALLEL_MIN_BYTES", "Reading", "estimated_json_size",
            "load_kineto", "read_identity", "should_stream"]
 
 #: The in-memory reader holds the JSON text plus one piece of objects at a time: at most about this many

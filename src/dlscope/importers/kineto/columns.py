@@ -19,7 +19,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ...model import Profile, make_table
+from ...model import ID_COLUMNS, Profile, make_table
 from ..exact_ns import TimeOutOfRange, checked_end, us_to_ns
 from .events import Args, Event, Trace
 
@@ -90,8 +90,7 @@ class Tables:
         tables = {name: self._frame(name, rank) for name in
                   ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")}
         tables["gpus"] = gpus_frame(device_properties, tables["kernels"]["device"], rank)
-        profile = Profile(**tables)
-        profile.comm_args = self._comm_frame(rank)  # extension table, see COMM_COLUMNS
+        profile = Profile(**tables, comm_args=self._comm_frame(rank))
         profile.meta = {
             "trace_start_ns": first_start(profile),
             "dropped_python_functions": self.dropped_python_functions,
@@ -102,11 +101,8 @@ class Tables:
     def _comm_frame(self, rank: int) -> pd.DataFrame:
         chunks = self.chunks.pop("comm_args", {})
         n = self.rows["comm_args"]
-        data = {}
-        for col, dtype in COMM_COLUMNS.items():
-            values = _concat(chunks[col]) if col in chunks else np.full(n, rank)
-            data[col] = np.asarray(values, dtype=np.int64) if dtype == "int64" else _objects(values, n)
-        return pd.DataFrame(data)
+        columns = {col: _concat(values) for col, values in chunks.items()}
+        return make_table("comm_args", {**columns, "rank": np.full(n, rank, np.int64)}, n)
 
     def _frame(self, table: str, rank: int) -> pd.DataFrame:
         n = self.rows[table]
@@ -115,18 +111,8 @@ class Tables:
         if table == "ops" and n:
             columns["op_type"] = columns["name"]  # until op types are classified
         if table != "memory":
-            columns[_ID_COLUMNS[table]] = np.arange(n, dtype=np.int64)
+            columns[ID_COLUMNS[table]] = np.arange(n, dtype=np.int64)
         return make_table(table, columns, n)
-
-
-def _objects(values: Any, n: int) -> np.ndarray:
-    out = np.empty(n, dtype=object)  # object, not pandas' inferred string dtype, like make_table
-    out[:] = values
-    return out
-
-
-_ID_COLUMNS = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
-               "memops": "memop_id", "syncs": "sync_id"}
 
 
 def _concat(chunks: list) -> np.ndarray | list:
@@ -230,14 +216,6 @@ def _op_columns(evs: list[Event]) -> dict[str, Any]:
         "input_dtypes": _json_strings([a.input_types for a in args]),
         "concrete_inputs": _json_strings([a.concrete_inputs for a in args]),
     }
-
-
-#: Columns of ``Profile.comm_args``: the collective metadata of record_param_comms ops and of NCCL kernels
-#: that carry it, keyed to their op by (rank, pid, tid, start, name) or kernel by (rank, device, stream, start).
-COMM_COLUMNS = {"rank": "int64", "kind": "object", "pid": "int64", "tid": "int64", "device": "int64",
-                "stream": "int64", "name": "object", "start": "int64", "end": "int64", "collective": "object",
-                "in_nelems": "int64", "out_nelems": "int64", "group_size": "int64", "dtype": "object",
-                "pg_name": "object", "pg_ranks": "object"}
 
 
 def _comm_columns(evs: list[Event], kind: str) -> dict[str, Any]:
