@@ -197,6 +197,10 @@ def test_nsys_versions_from_the_profiled_process_environment(import_db):
     assert rows["CPU Model"] == sys_env["CpuDescription"] and rows["GPU Driver Version"] == sys_env["NvDriverVersion"]
     assert rows["cuDNN Version"] == env["CUDNN_VERSION"]
     assert rows["NSys Version"] == meta["nsys_version"] and rows["Trace Format"] == "nsys"
+    from dlscope.present.html_report import render_html_report
+
+    header_html = render_html_report(db).split("</header>")[0]
+    assert sys_env["CpuDescription"] in header_html and f"cuDNN {env['CUDNN_VERSION']}" in header_html
     labels = list(rows)
     assert labels.index("CPU Model") < labels.index("GPU Driver Version") < labels.index("CUDA Version") < \
         labels.index("cuDNN Version") < labels.index("NSys Version")  # DLProf's order
