@@ -21,8 +21,15 @@ from ..errors import DlscopeError
 from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..store import reader
 from ..version import __version__
-from .summary import (breakdown_labels, gpu_list_text, gpu_names_text, rank_title, summary_dict, summary_units,
-                      system_text)
+from .summary import (
+    breakdown_labels,
+    gpu_list_text,
+    gpu_names_text,
+    rank_title,
+    summary_dict,
+    summary_units,
+    system_text,
+)
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402  (backend chosen first)
