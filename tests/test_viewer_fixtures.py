@@ -29,8 +29,9 @@ def make_profile_db(path: Path, schema_version: int = SCHEMA_VERSION) -> Path:
     conn = sqlite3.connect(path)
     conn.executescript(DDL)
     conn.executescript(INDEXES)
-    meta = {"schema_version": str(schema_version), "profile_name": "tiny resnet", "framework": "PyTorch 2.13.0",
-            "cuda_version": "12.8", "cpu_model": "AMD EPYC 7742", "dlscope_version": "0.1.0"}
+    meta = {"schema_version": str(schema_version), "profile_name": "tiny resnet", "framework": "PyTorch",
+            "framework_version": "2.13.0", "cuda_runtime_version": "12.8", "cpu_model": "AMD EPYC 7742",
+            "dlscope_version": "0.1.0"}
     conn.executemany("INSERT INTO dlscope_meta VALUES (?, ?)", meta.items())
     conn.executemany("INSERT INTO gpus VALUES (?,?,?,?,?,?,?)",
                      [(0, 0, "NVIDIA A100-SXM4-80GB", 108, 85_000_000_000, 8, 0),

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..system import this_machine
 from . import session as _session
 from .schedule import RECORD, RECORD_AND_SAVE, WARMUP, CaptureWindow
 
@@ -35,6 +36,8 @@ FRAMEWORKS = ("jax", "tf", "paddle")
 #: where each framework's profiler leaves the trace, under the trace folder
 TRACE_GLOBS = {"jax": "**/*.xplane.pb", "tf": "**/*.xplane.pb", "paddle": "**/*.paddle_trace.json"}
 _PROFILING = (WARMUP, RECORD, RECORD_AND_SAVE)
+#: each framework as its makers spell it (the System Configuration's Framework)
+FRAMEWORK_NAMES = {"jax": "JAX", "tf": "TensorFlow", "paddle": "PaddlePaddle"}
 
 
 class FrameworkSession:
@@ -145,6 +148,8 @@ class FrameworkSession:
             "batch_size": self.batch_size, "batch_size_source": "option" if self.batch_size else None,
             "exception": self.exception, "trace_files": [str(p) for p in self.trace_files()],
             "started_at": self.started_at, "ended_at": self.ended_at,
+            "system": {**this_machine(), "framework": FRAMEWORK_NAMES.get(self.framework, self.framework),
+                       "framework_version": self.version},
         }
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from ..system import TRACE_KEY, this_machine, torch_facts, trace_metadata
 from .hooks import annotate_modules, first_batch_size, on_first_batch, on_optimizer_step
 from .schedule import RECORD, RECORD_AND_SAVE, WARMUP, CaptureWindow
 
@@ -75,6 +76,7 @@ class CaptureSession:
 
         self.torch_version = torch.__version__
         self.cuda = bool(torch.cuda.is_available())
+        self.system = {**this_machine(), **torch_facts(torch)}
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         self._undo.append(on_optimizer_step(lambda: self.step(explicit=False)))
         if self.batch_size is None:
@@ -97,6 +99,8 @@ class CaptureSession:
         self._prof = profile(activities=activities, schedule=self.window.torch_schedule(),
                              on_trace_ready=self._export, record_shapes=self.record_shapes,
                              with_modules=True)
+        if hasattr(self._prof, "preset_metadata_json"):  # the facts travel with the trace file
+            self._prof.preset_metadata_json(TRACE_KEY, trace_metadata(self.system))
         self._prof.start()
 
     def _start_nvtx(self, torch) -> None:
@@ -179,6 +183,7 @@ class CaptureSession:
             "torch_version": getattr(self, "torch_version", None),
             "python_version": platform.python_version(),
             "cuda_available": getattr(self, "cuda", None),
+            "system": getattr(self, "system", {}),
             "steps_seen": self.step_num,
             "steps_captured": len(steps),
             "captured_steps": steps,

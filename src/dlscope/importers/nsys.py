@@ -27,6 +27,7 @@ import pandas as pd
 
 from ..errors import InputError
 from ..model import Profile, make_table
+from ..system import cuda_version, driver_version, env_pairs, environment_facts, known
 from .streams import source
 
 _ID_MASK = 0xFFFFFF
@@ -524,6 +525,7 @@ def _cuda_ids(db: _Export, pids: np.ndarray) -> dict[int, int]:
 
 def _meta(db: _Export, path: Path, profile: Profile) -> dict:
     export = db.key_values("META_DATA_EXPORT", "EXPORT_META_DATA")
+    target = db.key_values("TARGET_INFO_SYSTEM_ENV")
     return {
         "source_format": "nsys",
         "source_path": str(path),
@@ -531,11 +533,28 @@ def _meta(db: _Export, path: Path, profile: Profile) -> dict:
         "export_schema_version": export.get("EXPORT_SCHEMA_VERSION", ""),
         "rank": 0,
         "world_size": 1,
-        "hostname": db.key_values("TARGET_INFO_SYSTEM_ENV").get("Hostname", ""),
+        "hostname": target.get("Hostname", ""),
+        "system": _system(db, target, export),
         "process_names": _process_names(db, profile.kernels.pid.unique()),
         "trace_start_ns": _trace_start(profile),
         **({"dropped_events": db.dropped} if db.dropped else {}),
     }
+
+
+def _system(db: _Export, target: dict[str, str], export: dict[str, str]) -> dict:
+    """The machine as nsys recorded it (:mod:`dlscope.system`): TARGET_INFO_SYSTEM_ENV's CPU, OS, host, driver and
+    the CUDA the driver supports; the nsys version of the export; CUDA / cuDNN / NCCL versions the profiled
+    process's environment states (NGC containers set them), else the environment of the machine."""
+    facts = {"hostname": target.get("Hostname"), "cpu_model": target.get("CpuDescription"),
+             "os": target.get("OsDescription"), "gpu_driver_version": driver_version(target.get("NvDriverVersion")),
+             "cuda_driver_version": cuda_version(target.get("CudaDriverVersion")),
+             "nsys_version": export.get("EXPORT_PRODUCT_VERSION")}
+    env: list[tuple[str, str]] = []
+    if {"name", "value"} <= db.columns("META_DATA_CAPTURE"):
+        env = [tuple(str(v).partition("=")[::2]) for (v,) in db.conn.execute(
+            "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'")]
+    env += env_pairs(target.get("DeviceEnvironment", ""))
+    return known({**environment_facts(env), **facts})
 
 
 def _process_names(db: _Export, pids: np.ndarray) -> list[str]:

@@ -164,7 +164,8 @@ def load_paddle(path: str | Path) -> Profile:
     profile.meta = {"source_format": "paddle", "source_path": str(path), "rank": 0,
                     "schema_version": doc.get("schemaVersion") if isinstance(doc, dict) else None,
                     "found": ", ".join(f"{n} {cat or '(no category)'} events" for cat, n in
-                                       sorted(found.items(), key=lambda kv: -kv[1])) or "no complete events"}
+                                       sorted(found.items(), key=lambda kv: -kv[1])) or "no complete events",
+                    "system": {"framework": "PaddlePaddle"}}  # the format is Paddle's profiler's own
     if isinstance(extra, dict):
         profile.meta["paddle_extra"] = {k: v for k, v in extra.items() if isinstance(v, str)}
     return profile

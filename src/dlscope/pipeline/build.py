@@ -21,6 +21,7 @@ from ..importers import sniff
 from ..model import ID_COLUMNS, TABLES, Profile
 from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
+from ..system import job_facts
 from .budget import (
     check_analysis_fits,
     check_traces_could_fit,
@@ -138,7 +139,7 @@ def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, 
     """Everything but the raw tables: sources, meta, counters, aggregations, findings, the job's figures."""
     if sources:
         writer.write_sources(conn, sources)
-    writer.write_meta(conn, name, meta)
+    writer.write_meta(conn, name, meta, job_facts(sources, (meta.get("capture") or {}).get("system")))
     for path, frame in ncu:
         write_ncu_kernels(conn, frame, source=str(path))
     agg_ids = writer.write_aggregations(conn, aggs)

@@ -21,7 +21,15 @@ from ..errors import DlscopeError
 from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..store import reader
 from ..version import __version__
-from .summary import breakdown_labels, gpu_list_text, gpu_names_text, rank_title, summary_dict, summary_units
+from .summary import (
+    breakdown_labels,
+    gpu_list_text,
+    gpu_names_text,
+    rank_title,
+    summary_dict,
+    summary_units,
+    system_text,
+)
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402  (backend chosen first)
@@ -162,6 +170,7 @@ def report_context(db_path: Path, agg_id: int | None = None, rank: int | None = 
     return {"job_title": job_title, "job": summary.get("job"), "ranks": summary.get("ranks") or [],
             "collectives": calls,
             "collectives_shown": sorted(calls, key=lambda c: -(c.get("max_lag_ns") or 0))[:COLLECTIVES_SHOWN],
+            "system_line": system_text(summary.get("system")),
             "gpu_list": gpu_list_text(summary["profile"]["gpus"]), "gpu_names": gpu_names_text(summary["profile"]["gpus"]),
             "summary": summary, "agg": agg, "profile": summary["profile"], "ops": ops, "kernels": kernels,
             "op_types": op_types, "iterations": iterations, "charts": charts, "findings": summary["findings"],

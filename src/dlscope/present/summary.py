@@ -16,6 +16,7 @@ from ..distributed.job import (collective_calls, describe_gpus, job_section, phy
 from ..nanoseconds import round_ns
 from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..store import reader
+from ..system import stored_facts
 
 
 def _one(conn: sqlite3.Connection, sql: str, params: tuple = ()):
@@ -136,11 +137,12 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | Non
         if agg_id is None and reader.current_agg_id(conn) is None:
             profile = {**_profile_section(conn, methods), "iterations_total": None}
             return {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
-                    "profile": profile, "job": None, "aggregation": None, "findings": [],
+                    "system": stored_facts(meta), "profile": profile, "job": None, "aggregation": None, "findings": [],
                     "roofline": _roofline(conn, None), "ranks": [], "collectives": []}
         agg_id = reader.resolve_agg_id(conn, agg_id)
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
-               "profile": _profile_section(conn, methods), "job": job_section(conn, agg_id),
+               "system": stored_facts(meta), "profile": _profile_section(conn, methods),
+               "job": job_section(conn, agg_id),
                "aggregation": _aggregation_section(conn, agg_id, candidates),
                "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id),
                "ranks": summary_ranks(conn, agg_id),
@@ -150,6 +152,19 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | Non
         return out
     finally:
         conn.close()
+
+
+def system_text(facts: dict | None) -> str:
+    """The system facts in one line ('PyTorch 2.13.0, CUDA 12.1, cuDNN 9.1.0, GPU driver 535.104.05 · host node1 ·
+    Intel(R) Xeon(R) …'; OS and Python are in the JSON); '' when none were recorded."""
+    f = {k: v for k, v in (facts or {}).items() if v not in (None, "")}
+    software = [" ".join(str(f[k]) for k in ("framework", "framework_version") if k in f)]
+    software += [f"{name} {f[key]}" for name, key in (
+        ("CUDA", "cuda_runtime_version"), ("CUDA driver", "cuda_driver_version"), ("cuDNN", "cudnn_version"),
+        ("NCCL", "nccl_version"), ("GPU driver", "gpu_driver_version"), ("nsys", "nsys_version")) if key in f]
+    parts = [", ".join(p for p in software if p), f"host {f['hostname']}" if "hostname" in f else "",
+             f.get("cpu_model", "")]
+    return " · ".join(p for p in parts if p)
 
 
 def gpu_list_text(gpus: list[dict]) -> str:
@@ -294,6 +309,9 @@ def render_summary(summary: dict) -> str:
     p, a = summary["profile"], summary["aggregation"]
     title = rank_title(summary)
     console.print(f"[bold]dlscope summary[/bold]: {escape(str(summary['profile_name']))}" + (f" · {title}" if title else ""))
+    system = system_text(summary.get("system"))
+    if system:
+        console.print(f"System: {system}", markup=False)
     units = summary_units(a)
     if a is None:
         console.print("No timeline in this database (counters only): see `dlscope report --reports roofline`.")

@@ -230,8 +230,10 @@ def _sqlite_text(error: sqlite3.Error) -> str:
     return text
 
 
-def write_meta(conn: sqlite3.Connection, profile_name: str, extra: dict) -> None:
-    meta = {"schema_version": str(SCHEMA_VERSION), "dlscope_version": __version__, "profile_name": profile_name,
+def write_meta(conn: sqlite3.Connection, profile_name: str, extra: dict, system: dict | None = None) -> None:
+    """The database's facts; ``system``: the job's system facts (:func:`dlscope.system.job_facts`), one key each."""
+    meta = {**(system or {}), "schema_version": str(SCHEMA_VERSION), "dlscope_version": __version__,
+            "profile_name": profile_name,
             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "extra_json": json.dumps(extra, default=str)}
     conn.executemany("INSERT OR REPLACE INTO dlscope_meta (key, value) VALUES (?, ?)", list(meta.items()))

@@ -9,19 +9,15 @@ import json
 
 from dlscope.analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from dlscope.distributed.job import describe_gpus, physical_gpus
+from dlscope.system import panel_rows
 from dlscope.viewer.profile_db import ProfileDB
 
 #: Resource usage breakdown categories, in DLProf's priority order (aggregations / agg_iterations columns).
 BREAKDOWN = tuple((f"{c}_ns", CATEGORY_LABELS[c]) for c in CATEGORIES)
 
-#: System configuration rows: (label, dlscope_meta keys tried in order).
-SYSTEM_FIELDS = (("Profile Name", ("profile_name",)), ("CPU Model", ("cpu_model", "cpu")),
-                 ("GPU Driver Version", ("driver_version", "gpu_driver_version", "cuda_driver_version")),
-                 ("Framework", ("framework", "framework_version")), ("CUDA Version", ("cuda_version", "cuda_runtime_version")),
-                 ("cuDNN Version", ("cudnn_version",)), ("NSys Version", ("nsys_version",)),
-                 ("Trace Format", ("source_format", "format")), ("Hostname", ("hostname",)),
-                 ("World Size", ("world_size",)), ("dlscope Version", ("dlscope_version", "version")),
-                 ("dlscope DB Version", ("schema_version",)), ("Created", ("created_at",)))
+#: The rows after the system facts (dlscope.system.PANEL_ROWS): (label, dlscope_meta key).
+DLSCOPE_FIELDS = (("dlscope Version", "dlscope_version"), ("dlscope DB Version", "schema_version"),
+                  ("Created", "created_at"))
 
 #: Keys of findings.evidence_json the `>>` drill-down understands.
 EVIDENCE_KEYS = {"nodes": ("node_ids", "op_node_ids", "nodes", "ops"),
@@ -64,20 +60,25 @@ def _rows(db: ProfileDB, sql: str, params=()) -> list[dict]:
 
 
 def system_config(db: ProfileDB) -> list[list]:
-    """DLProf's System Configuration; GPU Count counts each physical GPU once, those that ran GPU work."""
+    """DLProf's System Configuration, in its order; GPU Count counts each physical GPU once, those that ran GPU
+    work. Facts the input did not record are left out, never guessed."""
     gpus = physical_gpus(db.connection()) if db.has("gpus") else []
     counts = describe_gpus(gpus)
-    rows = [["GPU Count", counts["active"] if db.has("gpus") else None], ["GPU Name(s)", ", ".join(counts["names"]) or None]]
+    rows = [["Profile Name", db.meta["profile_name"]]] if db.meta.get("profile_name") else []
+    rows += [["GPU Count", counts["active"] if db.has("gpus") else None],
+             ["GPU Name(s)", ", ".join(counts["names"]) or None]]
     if counts["idle"]:
         idle = [f"GPU {g['device']}" + (f" of {g['host']}" if g["host"] else "") for g in gpus if not g["active"]]
         rows.append(["Idle GPUs (present, no GPU activity)", f"{counts['idle']}: {', '.join(idle)}"])
     if db.has("sources"):
         ranks = db.execute_one("SELECT COUNT(DISTINCT rank) FROM sources")[0]
         rows.append(["Ranks", ranks])
-    for label, keys in SYSTEM_FIELDS:
-        value = next((db.meta[k] for k in keys if db.meta.get(k)), None)
-        if value is not None:
-            rows.append([label, value])
+    rows += panel_rows(db.meta)
+    if db.has("sources"):
+        formats = [r[0] for r in db.execute("SELECT DISTINCT format FROM sources ORDER BY format") if r[0]]
+        if formats:
+            rows.append(["Trace Format", ", ".join(formats)])
+    rows += [[label, db.meta[key]] for label, key in DLSCOPE_FIELDS if db.meta.get(key)]
     return rows
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ...model import ID_COLUMNS, Profile, make_table
+from ...system import cuda_version, known
 from ..exact_ns import TimeOutOfRange, checked_end, us_to_ns
 from .events import Args, Event, Trace
 
@@ -186,7 +187,31 @@ def meta(path: Path, header: Trace, event_count: int) -> dict[str, Any]:
         meta["record_shapes"] = header.record_shapes
     if header.baseTimeNanoseconds is not None:
         meta["base_time_ns"] = _as_int(header.baseTimeNanoseconds)
+    raw = {k: getattr(header, k) for k in RAW_VERSIONS if isinstance(getattr(header, k), (int, str))}
+    if raw:
+        meta["trace_versions"] = raw
+    meta["system"] = system_facts(header)
     return meta
+
+
+#: the header's version numbers, kept as written (CUDA's and HIP's integer encodings) in ``trace_versions``
+RAW_VERSIONS = ("cupti_version", "cuda_runtime_version", "cuda_driver_version", "roctracer_version",
+                "hip_runtime_version", "hip_driver_version")
+
+
+def system_facts(header: Trace) -> dict[str, Any]:
+    """What the header says about the machine (:mod:`dlscope.system`): Kinetos's own keys, then the facts a
+    dlscope capture wrote into the trace. The framework is PyTorch when the header is Kineto's (a bare event
+    list could be any Chrome trace): Kineto is PyTorch's profiler."""
+    info = header.distributedInfo if isinstance(header.distributedInfo, dict) else {}
+    kineto = any(v is not None for v in (header.schemaVersion, header.distributedInfo, header.deviceProperties))
+    said = {"framework": "PyTorch" if kineto else None, "hostname": header.host_name or header.hostname,
+            "cuda_runtime_version": cuda_version(header.cuda_runtime_version),
+            "cuda_driver_version": cuda_version(header.cuda_driver_version),
+            "distributed_backend": info.get("backend"), "nccl_version": info.get("nccl_version"),
+            "world_size": info.get("world_size")}
+    own = header.dlscope_system if isinstance(header.dlscope_system, dict) else {}
+    return {**known(own), **known(said)}
 
 
 def first_start(profile: Profile) -> int:

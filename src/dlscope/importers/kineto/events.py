@@ -86,6 +86,14 @@ class Trace(msgspec.Struct, Generic[E], gc=False):
     host_name: Any = None
     hostname: Any = None
     baseTimeNanoseconds: Any = None
+    # what the profiler says about the machine (system facts; the raw numbers are kept in the source's meta)
+    cupti_version: Any = None
+    cuda_runtime_version: Any = None
+    cuda_driver_version: Any = None
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+    hip_driver_version: Any = None
+    dlscope_system: Any = None  # the facts a dlscope capture wrote (dlscope.system.TRACE_KEY)
 
 
 def decoder(kind: Any) -> msgspec.json.Decoder:
