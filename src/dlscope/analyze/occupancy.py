@@ -63,16 +63,18 @@ def block_limits(threads: np.ndarray, registers: np.ndarray, shared_mem: np.ndar
     return dict(zip(LIMITERS, (by_warps, by_registers, by_shared, by_blocks)))
 
 
-def kernel_waves(kernels: pd.DataFrame, gpus: pd.DataFrame) -> pd.DataFrame:
+def kernel_waves(kernels: pd.DataFrame, gpus: pd.DataFrame, limiter: bool = False) -> pd.DataFrame:
     """Per launch: ``active_blocks_per_sm`` (resident blocks per SM, the scarcest resource's limit),
     ``waves`` = grid blocks / (SMs × active blocks), ``last_wave_fill`` (the share of the GPU's block slots
     the last wave fills: 1.0 when the grid is a whole number of waves) and ``occupancy`` (theoretical:
-    resident warps / the SM's warp slots), plus ``limiter`` (which resource). -1 / NaN / "" where the grid,
-    block, registers, shared memory, SM count or compute capability is unknown."""
+    resident warps / the SM's warp slots), and with ``limiter`` which resource limits them (for a few rows:
+    an object column). -1 / NaN / "" where the grid, block, registers, shared memory, SM count or compute
+    capability is unknown."""
     n = len(kernels)
     out = {"active_blocks_per_sm": np.full(n, -1, dtype=np.int64), "waves": np.full(n, np.nan),
-           "last_wave_fill": np.full(n, np.nan), "occupancy": np.full(n, np.nan),
-           "limiter": np.full(n, "", dtype=object)}
+           "last_wave_fill": np.full(n, np.nan), "occupancy": np.full(n, np.nan)}
+    if limiter:
+        out["limiter"] = np.full(n, "", dtype=object)
     if n == 0 or gpus.empty:
         return pd.DataFrame(out, index=kernels.index)
     g = gpus.drop_duplicates(["rank", "device"]).set_index(["rank", "device"])
@@ -86,32 +88,39 @@ def kernel_waves(kernels: pd.DataFrame, gpus: pd.DataFrame) -> pd.DataFrame:
     def col(name: str) -> np.ndarray:
         return kernels[name].to_numpy(np.int64)
 
-    dims = np.stack([col(c) for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")])
-    blocks = dims[0] * dims[1] * dims[2]
-    threads = dims[3] * dims[4] * dims[5]
+    known = found & (sms > 0) & (major >= 0) & (minor >= 0)
+    blocks = np.ones(n, dtype=np.int64)
+    threads = np.ones(n, dtype=np.int64)
+    for names, product in ((("grid_x", "grid_y", "grid_z"), blocks), (("block_x", "block_y", "block_z"), threads)):
+        for name in names:
+            dim = col(name)
+            known &= dim > 0
+            product *= dim
     registers, shared_mem = col("registers"), col("shared_mem")
-    known = (found & (sms > 0) & (major >= 0) & (minor >= 0) & (dims > 0).all(axis=0) & (registers >= 0)
-             & (shared_mem >= 0))
-    cc = np.char.add(np.char.add(major.astype(str), "."), minor.astype(str))
+    known &= (registers >= 0) & (shared_mem >= 0)
+    cc = major * 1000 + minor  # one code per compute capability, named "major.minor" in the data file
     max_warps = {c: s["max_threads_per_sm"] // sm_limits()["warp_size"]
                  for c, s in sm_limits()["compute_capabilities"].items()}
-    for c in np.unique(cc[known]):
-        rows = np.flatnonzero(known & (cc == c))
-        limits = block_limits(threads[rows], registers[rows], shared_mem[rows], str(c))
+    for code in np.unique(cc[known]):
+        c = f"{code // 1000}.{code % 1000}"
+        rows = np.flatnonzero(known & (cc == code))
+        limits = block_limits(threads[rows], registers[rows], shared_mem[rows], c)
         if limits is None:
             continue
         stacked = np.stack([limits[k] for k in LIMITERS])
         active = stacked.min(axis=0)
         ok = active > 0  # a launch that ran fits at least one block: 0 means the limits do not describe it
-        rows, active, which = rows[ok], active[ok], stacked[:, ok].argmin(axis=0)
+        rows, active = rows[ok], active[ok]
+        which = stacked[:, ok].argmin(axis=0) if limiter else None
         per_wave = sms[rows] * active
         rest = blocks[rows] % per_wave
         out["active_blocks_per_sm"][rows] = active
         out["waves"][rows] = blocks[rows] / per_wave
         out["last_wave_fill"][rows] = np.where(blocks[rows] < per_wave, blocks[rows] / per_wave,
                                                np.where(rest == 0, 1.0, rest / per_wave))
-        out["occupancy"][rows] = active * (-(-threads[rows] // sm_limits()["warp_size"])) / max_warps[str(c)]
-        out["limiter"][rows] = np.asarray(LIMITERS, dtype=object)[which]
+        out["occupancy"][rows] = active * (-(-threads[rows] // sm_limits()["warp_size"])) / max_warps[c]
+        if limiter:
+            out["limiter"][rows] = np.asarray(LIMITERS, dtype=object)[which]
     return pd.DataFrame(out, index=kernels.index)
 
 

@@ -44,7 +44,7 @@ def tail_effect(ctx, cfg):
                      last_wave_fill=("last_wave_fill", "first"), device=("device", "first"),
                      rank=("rank", "first"), active_blocks_per_sm=("active_blocks_per_sm", "first"))
                 .reset_index().nlargest(n, "tail_ns"))
-    launches["limiter"] = kernel_waves(launches, ctx.gpus)["limiter"].to_numpy()
+    launches["limiter"] = kernel_waves(launches, ctx.gpus, limiter=True)["limiter"].to_numpy()
     top = launches.iloc[0]
     wave_len = dur[costly] // -(-blocks[costly] // np.maximum(slots[costly], 1))  # one wave: dur / N
     last = hit.assign(wave=wave_len).nlargest(n, "tail")
