@@ -20,6 +20,8 @@ from trace_builder import KinetoTrace
 from dlscope.analyze.occupancy import block_limits, kernel_waves, tail_ns
 from dlscope.importers import load
 from dlscope.pipeline import build_database
+from dlscope.viewer.profile_db import ProfileDB
+from dlscope.viewer.views import table_page
 
 US = 1000
 
@@ -83,6 +85,8 @@ def test_waves_last_wave_fill_and_tail_effect_finding(tmp_path):
     rows = conn.execute("SELECT active_blocks_per_sm, waves, last_wave_fill, occupancy FROM kernels").fetchall()
     conn.close()
     assert rows == [(8, pytest.approx(1000 / 864), pytest.approx(136 / 864), pytest.approx(64 / 64))] * 2
+    row = table_page(ProfileDB(db), "kernels", {}, {})["rows"][0]  # the viewer's Kernels view
+    assert (row["active_blocks_per_sm"], row["waves"]) == (8, pytest.approx(1000 / 864))
     got = findings(db)["tail_effect"]
     assert got["est_saving_ns"] == 2 * 421_296
     launch = got["evidence"]["launches"][0]

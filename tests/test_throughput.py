@@ -14,6 +14,7 @@ from dlscope.present.html_report import render_html_report
 from dlscope.present.summary import render_summary, summary_dict
 from dlscope.viewer.dashboard import dashboard_data
 from dlscope.viewer.profile_db import ProfileDB
+from dlscope.viewer.views import table_page
 
 US = 1000
 NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -62,6 +63,8 @@ def test_reader_cost_and_samples_per_second_by_hand(tmp_path):
     html = render_html_report(db)  # the cards, and per iteration: 200 / 1,000 µs = 20.0%, 32 / 1 ms = 32,000/s
     assert "32,000.0 images/s" in html and "20.0%" in html and "5.0%" in html
     assert dashboard_data(ProfileDB(db), None)["throughput"] == summary_dict(db)["aggregation"]["throughput"]
+    rows = table_page(ProfileDB(db), "iterations", {}, {"agg": 1})["rows"]  # the viewer's Iterations view
+    assert [(r["reader_cost_ns"], r["reader_cost_ratio"]) for r in rows] == [(200 * US, 0.2), (50 * US, 0.05)]
 
 
 def test_samples_per_step_wins_over_batch_size(tmp_path):
