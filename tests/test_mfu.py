@@ -4,9 +4,12 @@ datasheet's dense peak."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import sqlite3
 
 import pytest
+from conftest import data_file
 from trace_builder import KinetoTrace
 
 from dlscope.pipeline import build_database
@@ -124,3 +127,34 @@ def test_no_shapes_means_no_model_flops(tmp_path):
     db = build_database([t.write(tmp_path / "t.json")], tmp_path / "t.sqlite", progress=False)
     assert summary_dict(db)["aggregation"]["mfu"] == dict.fromkeys(
         ("model_flops_per_iteration", "achieved_flops_per_s", "peak_flops_per_s", "precision", "mfu"))
+
+
+H100_BF16_DENSE = 989.4e12  # NVIDIA H100 SXM datasheet: 989.4 TFLOPS BF16 Tensor Core (1,979 "with sparsity")
+
+
+def test_bert_inference_model_flops_from_the_raw_trace(import_db):
+    """Every aten::linear (2 · tokens · N · K, weight [N, K]) and scaled_dot_product_attention (2 · B · H · S² ·
+    (D + Dv), not causal here) call of the recorded step, read from the raw JSON; MFU over the H100's dense BF16
+    peak. The nested addmm / flash-attention calls are the same work and must not count again."""
+    path = data_file("kineto", "tracelens_h100_bert_small_infer.json.gz")
+    with gzip.open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "cpu_op"]
+    flops = 0
+    for e in events:
+        dims = e["args"].get("Input Dims")
+        if e["name"] == "aten::linear":
+            x, (n, k) = dims[0], dims[1]
+            tokens = 1
+            for d in x[:-1]:
+                tokens *= d
+            flops += 2 * tokens * n * k
+        elif e["name"] == "aten::scaled_dot_product_attention":
+            assert e["args"]["Concrete Inputs"][5] == "False"  # is_causal
+            (b, h, s, d), (_, _, sk, _), (_, _, _, dv) = dims[:3]
+            flops += 2 * b * h * s * sk * (d + dv)
+    a = summary_dict(import_db(path))["aggregation"]
+    assert a["iterations_profiled"] == 1
+    mfu = a["mfu"]
+    assert mfu["model_flops_per_iteration"] == flops
+    assert (mfu["precision"], mfu["peak_flops_per_s"]) == ("bf16", H100_BF16_DENSE)
+    assert mfu["mfu"] == pytest.approx(flops / (a["wall_clock_ns"] * 1e-9) / H100_BF16_DENSE, rel=1e-12)

@@ -64,7 +64,8 @@ def test_reader_cost_and_samples_per_second_by_hand(tmp_path):
     assert "32,000.0 images/s" in html and "20.0%" in html and "5.0%" in html
     assert dashboard_data(ProfileDB(db), None)["throughput"] == summary_dict(db)["aggregation"]["throughput"]
     rows = table_page(ProfileDB(db), "iterations", {}, {"agg": 1})["rows"]  # the viewer's Iterations view
-    assert [(r["reader_cost_ns"], r["reader_cost_ratio"]) for r in rows] == [(200 * US, 0.2), (50 * US, 0.05)]
+    assert [(r["reader_cost_ns"], r["reader_cost_ratio"], r["samples_per_s"]) for r in rows] == \
+        [(200 * US, 0.2, 32000.0), (50 * US, 0.05, 32000.0)]  # 32 images in each 1 ms step
 
 
 def test_samples_per_step_wins_over_batch_size(tmp_path):

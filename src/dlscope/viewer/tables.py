@@ -128,6 +128,11 @@ KERNEL_SUMMARY = TableSpec(
     scopes=(AGG, Scope("kernel_names", "kernel_name IN (SELECT value FROM json_each(:kernel_names))", "list")),
     requires=("agg_kernels",))
 
+#: samples per step as analyze.throughput.throughput_facts finds them: the import's options, else the capture's
+_SAMPLES_PER_STEP = ("(SELECT COALESCE(json_extract(value, '$.throughput.samples_per_step'), "
+                     "json_extract(value, '$.throughput.batch_size'), json_extract(value, '$.capture.batch_size')) "
+                     "FROM dlscope_meta WHERE key = 'extra_json')")
+
 ITERATIONS = TableSpec(
     "iterations", "Iterations", "agg_iterations",
     (Column("iteration", "Iteration", "iteration", desc_first=False),
@@ -148,7 +153,8 @@ ITERATIONS = TableSpec(
      Column("cpu_ns", "CPU", "cpu_ns", "ns", hidden=True),
      Column("other_ns", "Other", "other_ns", "ns", hidden=True),
      Column("reader_cost_ns", "Reader Cost", "reader_cost_ns", "ns"),
-     Column("reader_cost_ratio", "Reader / Batch Cost", "reader_cost_ns * 1.0 / NULLIF(duration_ns, 0)", "pct")),
+     Column("reader_cost_ratio", "Reader / Batch Cost", "reader_cost_ns * 1.0 / NULLIF(duration_ns, 0)", "pct"),
+     Column("samples_per_s", "Samples/s", f"{_SAMPLES_PER_STEP} * 1e9 / NULLIF(duration_ns, 0)", "float")),
     "iteration", default_desc=False,
     scopes=(AGG, Scope("rank", "rank = :rank"),
             Scope("iterations", "iteration IN (SELECT value FROM json_each(:iterations))", "list")),
