@@ -26,7 +26,8 @@ def _captured(tmp_path, step, name: str):
     with FlopCounterMode(display=False) as counter:
         step()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
-        step()
+        with torch.profiler.record_function("ProfilerStep#1"):  # one iteration, as a scheduled profiler marks it
+            step()
     trace = tmp_path / f"{name}.json"
     prof.export_chrome_trace(str(trace))
     db = build_database([trace], tmp_path / f"{name}.sqlite", progress=False)

@@ -136,7 +136,7 @@ def metric_value(run: Run, name: str, per_iter: bool) -> tuple[float | None, str
     if raw is None:
         why = {"tc_kernel_efficiency": "no kernels of Tensor-Core-eligible ops",
                "gpu_utilization": "no GPU kernels",
-               "throughput": "the batch size is unknown (import with --batch-size or --samples-per-step)",
+               "throughput": "the batch size is unknown: import with --batch-size or --samples-per-step",
                "reader_cost": "the trace shows no data loading", "reader_cost_share": "the trace shows no data loading",
                "mfu": "no model FLOPs (no input shapes) or the GPU's dense peak is unknown",
                }.get(name, "not computed for this profile")

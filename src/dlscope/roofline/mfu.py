@@ -68,7 +68,8 @@ def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFr
 
     ``ops``: the rank's op calls as the analysis made them; only the aggregation's iterations count.
     ``model_flops`` is None when no op of the aggregation recorded input shapes (nothing to model), the MFU
-    figures None when the GPU's peak at that precision is unknown."""
+    figures None when the GPU's peak at that precision is unknown, the per-iteration figure when no iterations
+    were found."""
     out = dict.fromkeys(ROW_KEYS)
     nodes = agg_ops.assign(model_flops=pd.array([pd.NA] * len(agg_ops), dtype="Int64"), mfu=np.nan)
     mine = ops[ops["iteration"].between(int(row["iter_start"]), int(row["iter_stop"]))]
@@ -93,7 +94,8 @@ def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFr
                             nodes["model_flops"].astype(float) / seconds / node_peak, np.nan)
 
     wall = row.get("wall_clock_ns") or 0
-    iterations = row.get("iterations_profiled") or 0
+    whole = row.get("iteration_method") == "whole_profile"  # no iterations: the profile is one window
+    iterations = 0 if whole else row.get("iterations_profiled") or 0
     precision = _dominant(counted.assign(all=0), "all").get(0) if total else None
     peak = peak_of(precision) if precision else None
     achieved = total / (wall * 1e-9) if wall else None
