@@ -25,9 +25,9 @@ def _captured(tmp_path, step, name: str):
     step()  # warm up: lazy initialisation stays out of both
     with FlopCounterMode(display=False) as counter:
         step()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
-        with torch.profiler.record_function("ProfilerStep#1"):  # one iteration, as a scheduled profiler marks it
-            step()
+    with (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof,
+          torch.profiler.record_function("ProfilerStep#1")):  # one iteration, as a scheduled profiler marks it
+        step()
     trace = tmp_path / f"{name}.json"
     prof.export_chrome_trace(str(trace))
     db = build_database([trace], tmp_path / f"{name}.sqlite", progress=False)
