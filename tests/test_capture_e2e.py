@@ -138,6 +138,11 @@ def _dataloader_time(tmp_path: Path, sleep_ms: str, db: str) -> tuple[float, flo
     assert sum(agg["resource_breakdown_ns"].values()) == agg["wall_clock_ns"]
     assert s["capture"]["batch_size"] == 16 and s["capture"]["batch_size_source"] == "first batch"
     loading = agg["resource_breakdown_ns"]["dataloader"]
+    # throughput from that first batch: 16 samples a step; the reader cost counts all of each __next__, at least
+    # the breakdown's Dataloader part (data loading while nothing else runs)
+    tp = agg["throughput"]
+    assert tp["samples_per_s"] == pytest.approx(16 * agg["iterations_profiled"] / (agg["wall_clock_ns"] * 1e-9))
+    assert tp["reader_cost_ratio"] * agg["wall_clock_ns"] >= loading
     return loading / agg["wall_clock_ns"], loading / agg["iterations_profiled"]
 
 

@@ -101,8 +101,8 @@ def _aggregate(conn: sqlite3.Connection, agg: int, lo: int, hi: int) -> None:
                  "i.\"end\", i.\"end\" - i.start, COUNT(k.kernel_id), SUM(k.uses_tc), SUM(k.dur), SUM(k.dur * k.uses_tc), "
                  "SUM(k.dur), SUM(k.dur * k.uses_tc), SUM(k.dur * (1 - k.uses_tc)), 3000, 0, 0, "
                  "(i.\"end\" - i.start - SUM(k.dur) - 3000) / 2, "
-                 "(i.\"end\" - i.start - SUM(k.dur) - 3000) - (i.\"end\" - i.start - SUM(k.dur) - 3000) / 2 "
-                 "FROM iterations i JOIN kernels k ON k.iteration = i.iteration GROUP BY i.iteration", p)
+                 "(i.\"end\" - i.start - SUM(k.dur) - 3000) - (i.\"end\" - i.start - SUM(k.dur) - 3000) / 2, "
+                 "NULL FROM iterations i JOIN kernels k ON k.iteration = i.iteration GROUP BY i.iteration", p)
     conn.execute("INSERT INTO agg_ops (agg_id, node_id, rank, op_name, op_type, direction, scope, input_shapes, "
                  "data_type, calls, kernel_count, tc_kernel_count, gpu_time_ns, tc_gpu_time_ns, cpu_time_ns, "
                  "api_time_ns, cpu_overhead_ns, gpu_idle_ns, tc_eligible, using_tc) "

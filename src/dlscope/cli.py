@@ -57,9 +57,14 @@ def cli() -> None:
 @click.option("--max-memory", default=None,
               help="Memory budget, e.g. 8GB: traces too large to read whole are streamed; an import whose "
                    "analysis would not fit is refused before anything is written.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None,
+              help="Samples per batch (one batch a step), for throughput in samples per second.")
+@click.option("--samples-per-step", type=click.IntRange(min=1), default=None,
+              help="Samples per step when a step takes several batches or counts tokens (default: --batch-size).")
+@click.option("--sample-unit", default=None, help="What a sample is: images, tokens, sequences … [default: samples].")
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary.")
 def import_command(traces, output, profile_name, iter_start, iter_stop, key_node, force, rules_config, workers,
-                   scheduler, max_memory, quiet) -> None:
+                   scheduler, max_memory, batch_size, samples_per_step, sample_unit, quiet) -> None:
     """Import PyTorch/Kineto traces, Nsight Systems SQLite exports or nsys NVTX CSVs (files or folders;
     one file per rank) and Nsight Compute CSVs into a profile database."""
     from .pipeline import build_database
@@ -67,7 +72,9 @@ def import_command(traces, output, profile_name, iter_start, iter_stop, key_node
 
     build_database(traces, output, profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop,
                    key_node=key_node, force=force, progress=not quiet, rules_config=rules_config,
-                   workers=workers, scheduler=scheduler, max_memory=max_memory)
+                   workers=workers, scheduler=scheduler, max_memory=max_memory,
+                   extra_meta={"throughput": {"batch_size": batch_size, "samples_per_step": samples_per_step,
+                                              "unit": sample_unit}})
     if not quiet:
         click.echo(render_summary(summary_dict(output)), nl=False)
     click.echo(f"wrote {output}", err=True)

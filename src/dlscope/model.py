@@ -1,8 +1,9 @@
 """The normalized profile model: the one shape every importer produces and every analysis reads.
 
 A :class:`Profile` is a set of pandas DataFrames with fixed columns (``TABLES`` below). All times are
-integer nanoseconds on the trace's own clock. Missing integers are ``-1`` and missing strings are ``""``
-so the tables stay plain int64 and string columns (pandas' default string dtype) without masks.
+integer nanoseconds on the trace's own clock. Missing integers are ``-1``, missing strings ``""`` and missing
+floats (the few figures a trace records as fractions) NaN, so the tables stay plain int64, float64 and string
+columns (pandas' default string dtype) without masks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 I = "int64"
+F = "float64"
 S = "object"
 
 #: Column name -> dtype for each raw table. Importers fill what they can; everything else keeps the
@@ -56,6 +58,9 @@ TABLES: dict[str, dict[str, str]] = {
         "grid_x": I, "grid_y": I, "grid_z": I, "block_x": I, "block_y": I, "block_z": I,
         "registers": I,         # registers per thread
         "shared_mem": I,        # bytes of shared memory (static + dynamic)
+        # As Kineto records them (CUPTI's occupancy calculator): grid blocks / SMs, that times the block's
+        # warps, and the estimated achieved occupancy in percent; NaN / -1 when the trace does not say
+        "blocks_per_sm": F, "warps_per_sm": F, "est_occupancy_pct": I,
     },
     # memcpy and memset on a GPU.
     "memops": {
@@ -109,6 +114,7 @@ REFERENCES = {
 
 MISSING_INT = -1
 MISSING_STR = ""
+MISSING = {I: MISSING_INT, F: np.nan, S: MISSING_STR}
 
 
 def empty_table(name: str) -> pd.DataFrame:
@@ -160,9 +166,12 @@ def make_table(name: str, columns: Mapping[str, Any], n: int | None = None) -> p
     for col, dtype in spec.items():
         if col in columns:
             values = columns[col]
-            data[col] = np.asarray(values, dtype=np.int64) if dtype == I else string_column(values, n)
+            data[col] = (np.asarray(values, dtype=np.int64) if dtype == I else
+                         np.asarray(values, dtype=np.float64) if dtype == F else string_column(values, n))
         elif dtype == I:
             data[col] = np.full(n, MISSING_INT, dtype=np.int64)
+        elif dtype == F:
+            data[col] = np.full(n, np.nan)
         else:
             data[col] = string_column([MISSING_STR], 1).take(np.zeros(n, dtype=np.int64))
     return pd.DataFrame(data, copy=False)

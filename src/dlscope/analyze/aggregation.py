@@ -87,6 +87,19 @@ class Segments:
         self.cum = np.zeros((len(CATEGORIES), len(self.bounds)), dtype=np.int64)
         for i in range(len(CATEGORIES)):
             self.cum[i, 1:] = np.cumsum(np.where(label == i, seg, 0))
+        # the reader cost: all of the time inside data loading, whatever else runs (not only the Dataloader part)
+        loader = clipped[CATEGORIES.index("dataloader")]
+        self.has_loader = len(loader[0]) > 0
+        self.loader_cum = np.zeros(len(self.bounds), dtype=np.int64)
+        self.loader_cum[1:] = np.cumsum(np.where(coverage(self.bounds, *loader), seg, 0))
+
+    def reader_cost(self, lo: int, hi: int) -> int | None:
+        """Time inside data loading (DataLoader ``__next__``, data-loading ranges) in [lo, hi); None when the
+        rank's trace shows no data loading at all (it cannot tell whether steps waited for their batches)."""
+        if not self.has_loader:
+            return None
+        i0, i1 = np.searchsorted(self.bounds, [lo, hi])
+        return int(self.loader_cum[i1] - self.loader_cum[i0])
 
     def breakdown(self, lo: int, hi: int) -> dict[str, int]:
         """Time per category inside [lo, hi); lo and hi must be among the points given at build time."""
@@ -139,7 +152,8 @@ def _iteration_table(its_all: pd.DataFrame, profiled: np.ndarray, stop_end: int,
         row = {"iteration": int(number), "profiled": bool(np.isin(number, profiled)), "start": int(lo),
                "end": int(hi), "duration_ns": int(hi - lo), "kernel_count": int(sel.sum()),
                "tc_kernel_count": int(tc.sum()), "kernel_time_ns": int(dur[sel].sum()),
-               "tc_kernel_time_ns": int(dur[tc].sum()), "gpu_busy_ns": parts["tensor_core"] + parts["non_tensor_core"]}
+               "tc_kernel_time_ns": int(dur[tc].sum()), "gpu_busy_ns": parts["tensor_core"] + parts["non_tensor_core"],
+               "reader_cost_ns": segments.reader_cost(int(lo), int(hi))}
         row.update({f"{c}_ns": v for c, v in parts.items()})
         rows.append(row)
     return pd.DataFrame(rows)
@@ -409,6 +423,7 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
         "op_count": int(in_ops.sum()), "op_nodes": len(nodes), "tc_eligible_op_nodes": len(eligible_nodes),
         "op_nodes_using_tc": int(nodes["using_tc"].astype(bool).sum()),
         "tc_eligible_gpu_time_pct": 100.0 * elig_gpu / node_gpu if node_gpu > 0 else None,
+        "reader_cost_ns": segments.reader_cost(lo, hi),
     }
     kernel_rows = _kernel_summary(ak, name_codes, kernel_names, [])
     kernel_rows["op_names"] = string_column(kernel_rows["kernel_name"].map(_kernel_ops(op_kernels, nodes))

@@ -16,6 +16,8 @@ from .categories import matches
 from .dtypes import numpy_name
 from .iterations import assign, find_iterations
 from .nesting import Nesting, inclusive_sum, levels
+from .occupancy import COLUMNS as WAVE_COLUMNS
+from .occupancy import kernel_waves
 from .tensor_core import classify_names, kernel_uses_tc, op_type_tc_eligible
 
 
@@ -216,6 +218,9 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     iterations["end"] = _iteration_ends(iterations, ops, kernels, memops)
 
     kernels["uses_tc"] = classify_names(kernels["name"], kernel_uses_tc)
+    waves = kernel_waves(kernels, profile.gpus)
+    for col in WAVE_COLUMNS:
+        kernels[col] = waves[col].to_numpy()
     _op_metrics(ops, kernels, memops, tree)
     _op_nodes(ops, tree)
     return Analysed(profile, iterations, methods, key_node, candidates)

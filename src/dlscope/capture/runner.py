@@ -41,6 +41,7 @@ class ProfileRequest:
     key_node: str | None = None
     profile_name: str | None = None
     batch_size: int | None = None
+    sample_unit: str | None = None  # what a sample is (images, tokens ...), for the throughput
     force: bool = False
     keep_trace: bool = False
     summary: bool = True
@@ -184,7 +185,7 @@ def _build(req: ProfileRequest, out: Path, traces: list[Path], facts: dict, work
         name = req.profile_name or _shorten(" ".join(req.command))
         build_database(traces, out, profile_name=name, iter_start=req.iter_start,
                        iter_stop=req.iter_stop, key_node=req.key_node, force=req.force,
-                       extra_meta={"capture": facts}, progress=True)
+                       extra_meta={"capture": facts, "throughput": {"unit": req.sample_unit}}, progress=True)
     except Exception as err:  # noqa: BLE001 - dlscope's failure must not hide the program's outcome
         say(f"could not build {out}: {err}; the raw capture is kept in {work}")
         return None

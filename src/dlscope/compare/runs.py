@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..analyze.throughput import throughput, throughput_facts
 from ..errors import DlscopeError
 from ..store import reader
 
@@ -69,6 +70,9 @@ def load_run(db_path: str | Path, agg_id: int | None = None) -> Run:
         agg_id = reader.resolve_agg_id(conn, agg_id)
         cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
         agg = dict(zip([d[0] for d in cur.description], cur.fetchone()))
+        steps = None if agg["iteration_method"] == "whole_profile" else agg["iterations_profiled"]
+        facts = throughput_facts(json.loads(meta.get("extra_json") or "{}"))
+        agg["samples_per_s"] = throughput(agg, steps, facts)["samples_per_s"]
 
         def table(name: str) -> pd.DataFrame:
             return pd.read_sql_query(f"SELECT * FROM {name} WHERE agg_id = ?", conn, params=(agg_id,))
@@ -131,7 +135,11 @@ def metric_value(run: Run, name: str, per_iter: bool) -> tuple[float | None, str
     raw = a.get(spec["source"])
     if raw is None:
         why = {"tc_kernel_efficiency": "no kernels of Tensor-Core-eligible ops",
-               "gpu_utilization": "no GPU kernels"}.get(name, "not computed for this profile")
+               "gpu_utilization": "no GPU kernels",
+               "throughput": "the batch size is unknown: import with --batch-size or --samples-per-step",
+               "reader_cost": "the trace shows no data loading", "reader_cost_share": "the trace shows no data loading",
+               "mfu": "no model FLOPs (no input shapes) or the GPU's dense peak is unknown",
+               }.get(name, "not computed for this profile")
         return None, why
     if spec.get("share"):
         wall = a.get("wall_clock_ns")

@@ -18,7 +18,7 @@ from ..distributed.figures import job_figures, rank_figures, rank_parts, world_s
 from ..errors import DlscopeError
 from ..experts import write_findings
 from ..importers import sniff
-from ..model import ID_COLUMNS, TABLES, Profile
+from ..model import ID_COLUMNS, MISSING, TABLES, Profile
 from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
 from ..system import job_facts
@@ -207,7 +207,7 @@ def profile_from_database(conn) -> Profile:
         cols = list(TABLES[name])
         frame = frame[cols].copy()
         for col, dtype in TABLES[name].items():
-            frame[col] = frame[col].fillna(-1 if dtype == "int64" else "").astype(dtype)
+            frame[col] = frame[col].fillna(MISSING[dtype]).astype(dtype)
         setattr(profile, name, frame)
     sources = [json.loads(r[0] or "{}") for r in conn.execute("SELECT meta_json FROM sources ORDER BY source_id")]
     profile.meta = {"sources": sources} if len(sources) != 1 else sources[0]

@@ -1,4 +1,4 @@
-"""Each rank's aggregation and expert findings; a job of many ranks spreads them over forked workers.
+"""Each rank's aggregation (with its MFU) and expert findings; a job of many ranks spreads them over forked workers.
 
 Per rank this is ~0.1 s of pandas work whatever the rank's size, so a 64-rank job of small traces spent
 most of its time here, in one process. The workers are forked after the analysis and read it
@@ -14,6 +14,7 @@ from ..analyze.aggregation import Aggregation, aggregate
 from ..analyze.analysis import Analysed
 from ..experts import evaluate
 from ..processes import can_fork, release_free_memory, stop_pool, worker_pool
+from ..roofline.mfu import add_mfu
 
 #: below this many ranks, forking workers costs more than it saves
 MIN_RANKS = 8
@@ -60,4 +61,6 @@ def _forked_rank(rank: int) -> tuple[Aggregation, list[dict]]:
 
 def _rank_results(an: Analysed, rank: int, iter_start, iter_stop, rules_config) -> tuple[Aggregation, list[dict]]:
     agg = aggregate(an, rank, iter_start, iter_stop)
-    return agg, evaluate(an.rank_tables(rank), agg, rules_config)
+    tables = an.rank_tables(rank)
+    agg.row, agg.ops = add_mfu(agg.row, agg.ops, tables["ops"], tables["gpus"])
+    return agg, evaluate(tables, agg, rules_config)

@@ -8,6 +8,7 @@ text XML-escaped, and mathtext is off so a ``$`` in a name is not parsed.
 from __future__ import annotations
 
 import io
+import json
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,6 +18,7 @@ from jinja2 import Environment, PackageLoader
 from markupsafe import Markup
 
 from ..analyze.aggregation import CATEGORIES
+from ..analyze.throughput import throughput_facts
 from ..errors import DlscopeError
 from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..store import reader
@@ -142,8 +144,14 @@ def report_context(db_path: Path, agg_id: int | None = None, rank: int | None = 
                                "cpu_time_total DESC LIMIT ?", (a, TOP_ROWS))
         iterations = _rows(conn, "SELECT * FROM agg_iterations WHERE agg_id = ? AND profiled = 1 ORDER BY iteration",
                            (a,)) if agg["iterations_profiled"] else []
+        facts = throughput_facts(json.loads(reader.meta(conn).get("extra_json") or "{}"))
     finally:
         conn.close()
+    per_step = facts["samples_per_step"] or facts["batch_size"]
+    for it in iterations:  # seed 003 per step: ips = samples / batch_cost, reader_cost / batch_cost
+        dur = it["duration_ns"]
+        it["samples_per_s"] = per_step / (dur * 1e-9) if per_step and dur else None
+        it["reader_cost_ratio"] = it["reader_cost_ns"] / dur if it["reader_cost_ns"] is not None and dur else None
     wall = agg["wall_clock_ns"] or 0
     units = summary_units(agg)
     labels = breakdown_labels(units)
@@ -185,6 +193,7 @@ def _environment() -> Environment:
     env = Environment(loader=PackageLoader("dlscope.present", "templates"), autoescape=True,
                       trim_blocks=True, lstrip_blocks=True)
     env.filters.update(ns=fmt_ns, pct=fmt_pct, short=_short, bytes=fmt_bytes,
+                       rate=lambda v: "n/a" if v is None else f"{v:,.1f}",
                        count=lambda v: "" if v is None else f"{v:,}", yesno=lambda v: "yes" if v else "no")
     return env
 

@@ -13,6 +13,7 @@ from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..distributed import summary_ranks
 from ..distributed.job import (collective_calls, describe_gpus, job_section, physical_gpus, rank_agg_id,
                                run_aggregations)
+from ..analyze.throughput import throughput, throughput_facts
 from ..nanoseconds import round_ns
 from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..store import reader
@@ -54,7 +55,7 @@ def dropped_events(conn: sqlite3.Connection) -> list[dict]:
     return out
 
 
-def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict) -> dict:
+def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict, facts: dict) -> dict:
     cur = conn.execute("SELECT * FROM aggregations WHERE agg_id = ?", (agg_id,))
     row = dict(zip([d[0] for d in cur.description], cur.fetchone()))
     whole = row["iteration_method"] == "whole_profile"
@@ -93,6 +94,11 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
         "top_gpu_ops": [{"op_name": t[0], "op_type": t[1], "direction": t[2], "gpu_time_ns": t[3], "calls": t[4],
                          "tc_eligible": bool(t[5]), "using_tc": bool(t[6])} for t in top],
         "matrix_units": units._asdict(),
+        "throughput": throughput(row, None if whole else row["iterations_profiled"], facts),
+        "mfu": {"model_flops_per_iteration": row.get("model_flops_per_iteration"),
+                "achieved_flops_per_s": row.get("achieved_flops_per_s"),
+                "peak_flops_per_s": row.get("peak_flops_per_s"), "precision": row.get("mfu_precision"),
+                "mfu": row.get("mfu")},
     }
 
 
@@ -143,7 +149,7 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | Non
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                "system": stored_facts(meta), "profile": _profile_section(conn, methods),
                "job": job_section(conn, agg_id),
-               "aggregation": _aggregation_section(conn, agg_id, candidates),
+               "aggregation": _aggregation_section(conn, agg_id, candidates, throughput_facts(extra)),
                "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id),
                "ranks": summary_ranks(conn, agg_id),
                "collectives": collective_calls(conn, run_aggregations(conn, agg_id))}
@@ -296,6 +302,31 @@ def _render_dropped(console, dropped: list[dict]) -> None:
                   markup=False)
 
 
+def _throughput_text(t: dict) -> str:
+    """"1,234.5 images/s (batch 64); reader cost 1.20 ms a step (3.4% of the step time)" or what is missing."""
+    batch = f" (batch {t['batch_size']:,})" if t.get("batch_size") else ""
+    rate = (f"{t['samples_per_s']:,.1f} {t['unit']}/s{batch}"
+            if t.get("samples_per_s") is not None else
+            "n/a (batch size unknown: import with --batch-size or --samples-per-step)" if not t.get("batch_size")
+            else "n/a (no iterations)")
+    reader = ("reader cost n/a (no data loading in the trace)" if t.get("reader_cost_ratio") is None else
+              f"reader cost {fmt_ns(t['reader_cost_ns'])} a step ({fmt_pct(t['reader_cost_ratio'])} of the step time)"
+              if t.get("reader_cost_ns") is not None else
+              f"reader cost {fmt_pct(t['reader_cost_ratio'])} of the wall clock")
+    return f"{rate}; {reader}"
+
+
+def _mfu_text(mfu: dict) -> str:
+    """"41.2% (1.29 PFLOP/s of model FLOPs against the dense BF16 peak of 3.12 PFLOP/s; …)" or why it is n/a."""
+    if mfu.get("model_flops_per_iteration") is None:
+        return "n/a (no op recorded input shapes: record them with record_shapes=True)"
+    flops = f"{mfu['model_flops_per_iteration'] / 1e9:,.2f} GFLOP of matrix products per iteration"
+    if mfu.get("mfu") is None:
+        return f"n/a ({flops}; the GPU's dense peak at {mfu.get('precision') or 'that precision'} is unknown)"
+    return (f"{100 * mfu['mfu']:.1f}% ({mfu['achieved_flops_per_s'] / 1e12:,.2f} TFLOP/s achieved of the dense "
+            f"{str(mfu['precision']).upper()} peak, {mfu['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s; {flops})")
+
+
 def render_summary(summary: dict) -> str:
     """The terminal summary: key metrics, GPUs, breakdown, top 10 GPU ops, findings."""
     from io import StringIO
@@ -351,6 +382,8 @@ def render_summary(summary: dict) -> str:
          f"none: the profile has {p['op_count']:,} ops but no GPU kernels (a CPU run, or GPU tracing was "
          "off), so every GPU figure is n/a"),
         ("Model", model),
+        ("Throughput", _throughput_text(a.get("throughput") or {})),
+        ("MFU", _mfu_text(a.get("mfu") or {})),
         ("Ops", f"{p['op_count']:,} op calls (every level)"),
         *(() if title else (("GPUs", escape(gpu_list_text(p["gpus"]))),)),
     ):

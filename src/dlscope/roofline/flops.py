@@ -247,7 +247,7 @@ def _conv_bwd(spec: dict, a: _Args) -> tuple[int, int] | None:
     mask = spec.get("fixed_mask") or a.value(spec.get("output_mask")) or [True, True, True]
     mask = [bool(m) for m in mask] + [False] * (3 - len(mask))
     macs = _conv_macs(x, w, dy, transposed)
-    flops = 2 * macs * (int(mask[0]) + int(mask[1])) + (_numel(dy) if mask[2] else 0)
+    flops = 2 * macs * (int(mask[0]) + int(mask[1])) + (_numel(dy) if mask[2] and spec.get("bias_flops", True) else 0)
     out_elems = (_numel(x) if mask[0] else 0) + (_numel(w) if mask[1] else 0) + (dy[1] if mask[2] else 0)
     return flops, out_elems
 
@@ -279,7 +279,7 @@ def _attention(spec: dict, a: _Args) -> tuple[int, int] | None:
     dv = v[-1]
     flops = 2 * batch * heads * sq * sk * (dqk + dv)
     if spec["pass"] == "bwd":
-        flops = int(flops * ATTENTION_BWD_FACTOR)
+        flops = int(flops * (ATTENTION_BWD_FACTOR if spec.get("recompute", True) else 2))
         out_elems = _numel(q) + _numel(k) + _numel(v)
     else:
         out_elems = batch * heads * sq * dv
@@ -374,6 +374,26 @@ def op_family(op_name: str) -> str | None:
         if short in table[family]:
             return family
     return None
+
+
+#: the families whose FLOPs are model FLOPs (MFU): the matrix products
+MODEL_FAMILIES = ("gemm", "conv", "conv_bwd", "attention")
+
+
+def model_flops(op_name: str, input_shapes: Any, input_dtypes: Any = None, concrete_inputs: Any = None) -> int | None:
+    """FLOPs of one call as MFU counts a model's work, or None when the op is no matrix product or its shapes
+    are missing: GEMMs, convolutions and their gradients and attention only, without bias adds and without
+    recomputation (attention backward = 2 × forward: dV, dP, dQ, dK) — PaLM's model FLOPs and
+    ``torch.utils.flop_counter``'s convention, so the figure is comparable to both."""
+    family = op_family(op_name)
+    if family not in MODEL_FAMILIES:
+        return None
+    spec = {**_table()["ops"].get(_canonical(op_name), {}), "bias": None, "bias_flops": False, "recompute": False}
+    try:
+        result = _FAMILIES[family](spec, _Args(input_shapes, input_dtypes, concrete_inputs))
+    except (TypeError, ValueError, IndexError, ZeroDivisionError):
+        return None
+    return None if result is None else int(result[0])
 
 
 def op_cost(op_name: str, input_shapes: Any, input_dtypes: Any = None,

@@ -18,6 +18,7 @@ from .schema import SCHEMA_VERSION
 NOT_MIGRATABLE = {
     1: "its per-op figures (attribution, op nodes, groups, iterations) were computed by an older, wrong model; "
        "import the trace again",
+    2: "its kernels lack the occupancy and wave figures (and Kineto's recorded occupancy); import the trace again",
 }
 
 

@@ -7,7 +7,7 @@ filter the viewer offers has an index.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: 16 KiB pages: the bulk ingest and index builds of a 1M-event trace take ~15% less time than with 4 KiB
 PAGE_SIZE = 16384
@@ -65,12 +65,17 @@ CREATE TABLE api_calls (
     start INTEGER, "end" INTEGER, correlation INTEGER, op_id INTEGER, iteration INTEGER
 );
 
+-- One kernel launch. blocks_per_sm, warps_per_sm, est_occupancy_pct: as Kineto recorded them (grid blocks / SMs,
+-- that times the block's warps, CUPTI's occupancy estimate), NULL / -1 when the trace does not say.
+-- active_blocks_per_sm (blocks an SM holds at once, from block size, registers and shared memory against the
+-- compute capability's limits), waves, last_wave_fill and occupancy (theoretical): dlscope's, see docs/metrics.md.
 CREATE TABLE kernels (
     kernel_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, device INTEGER, stream INTEGER, name TEXT,
     start INTEGER, "end" INTEGER, dur INTEGER, correlation INTEGER,
     grid_x INTEGER, grid_y INTEGER, grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER,
-    registers INTEGER, shared_mem INTEGER, uses_tc INTEGER, api_id INTEGER, launch_ts INTEGER,
-    op_id INTEGER, root_op_id INTEGER, iteration INTEGER
+    registers INTEGER, shared_mem INTEGER, blocks_per_sm REAL, warps_per_sm REAL, est_occupancy_pct INTEGER,
+    uses_tc INTEGER, api_id INTEGER, launch_ts INTEGER, op_id INTEGER, root_op_id INTEGER, iteration INTEGER,
+    active_blocks_per_sm INTEGER, waves REAL, last_wave_fill REAL, occupancy REAL
 );
 
 CREATE TABLE memops (
@@ -100,6 +105,10 @@ CREATE TABLE comm_args (
 );
 
 -- run_id: the first agg_id of the aggregations written together (one per rank of an import or `aggregate`)
+-- reader_cost_ns: time inside data loading (DataLoader __next__), NULL when the trace shows none.
+-- model_flops: the matrix-product FLOPs of the profiled iterations' ops (docs/metrics.md, "MFU"), NULL when no op
+-- recorded shapes; mfu = achieved_flops_per_s (model FLOPs / wall clock) / peak_flops_per_s (the GPU's dense peak
+-- at mfu_precision), NULL when that peak is unknown.
 CREATE TABLE aggregations (
     agg_id INTEGER PRIMARY KEY, run_id INTEGER, created_at TEXT, rank INTEGER, iter_start INTEGER, iter_stop INTEGER,
     key_node TEXT, iteration_method TEXT, iterations_profiled INTEGER, window_start INTEGER,
@@ -108,7 +117,8 @@ CREATE TABLE aggregations (
     tc_eligible_kernel_time_ns INTEGER, tc_kernel_efficiency REAL, memory_ns INTEGER,
     tensor_core_ns INTEGER, non_tensor_core_ns INTEGER, dataloader_ns INTEGER, io_ns INTEGER,
     cpu_ns INTEGER, other_ns INTEGER, op_count INTEGER, op_nodes INTEGER, tc_eligible_op_nodes INTEGER,
-    op_nodes_using_tc INTEGER, tc_eligible_gpu_time_pct REAL
+    op_nodes_using_tc INTEGER, tc_eligible_gpu_time_pct REAL, reader_cost_ns INTEGER, model_flops INTEGER,
+    model_flops_per_iteration INTEGER, achieved_flops_per_s REAL, peak_flops_per_s REAL, mfu_precision TEXT, mfu REAL
 );
 
 CREATE TABLE agg_gpus (
@@ -117,22 +127,26 @@ CREATE TABLE agg_gpus (
     PRIMARY KEY (agg_id, rank, device)
 );
 
+-- reader_cost_ns: the time the step waited for its batch: all of its window inside data loading (the whole
+-- DataLoader __next__, whatever the GPU does meanwhile), NULL when the trace shows no data loading.
 CREATE TABLE agg_iterations (
     agg_id INTEGER, rank INTEGER, iteration INTEGER, profiled INTEGER, start INTEGER, "end" INTEGER,
     duration_ns INTEGER, kernel_count INTEGER, tc_kernel_count INTEGER, kernel_time_ns INTEGER,
     tc_kernel_time_ns INTEGER, gpu_busy_ns INTEGER, tensor_core_ns INTEGER, non_tensor_core_ns INTEGER,
     memory_ns INTEGER, dataloader_ns INTEGER, io_ns INTEGER, cpu_ns INTEGER, other_ns INTEGER,
-    PRIMARY KEY (agg_id, rank, iteration)
+    reader_cost_ns INTEGER, PRIMARY KEY (agg_id, rank, iteration)
 );
 
 -- One row per op node (the outermost ops) with its calls summed; each call's GPU figures include everything
--- launched beneath it. gpu_time_ns = kernel and memory-operation time; kernels: its kernels by GPU time.
+-- launched beneath it. gpu_time_ns = kernel and memory-operation time; kernels: its kernels by GPU time;
+-- model_flops (its calls' matrix-product FLOPs) and mfu (model_flops / gpu_time_ns against the dense peak).
 CREATE TABLE agg_ops (
     agg_id INTEGER, node_id INTEGER, rank INTEGER, op_name TEXT, op_type TEXT, direction TEXT,
     scope TEXT, input_shapes TEXT, data_type TEXT, calls INTEGER, kernel_count INTEGER,
     tc_kernel_count INTEGER, kernel_time_ns INTEGER, gpu_time_ns INTEGER, tc_gpu_time_ns INTEGER,
     cpu_time_ns INTEGER, api_time_ns INTEGER, cpu_overhead_ns INTEGER, gpu_idle_ns INTEGER,
-    tc_eligible INTEGER, using_tc INTEGER, kernels TEXT, PRIMARY KEY (agg_id, node_id)
+    tc_eligible INTEGER, using_tc INTEGER, kernels TEXT, model_flops INTEGER, mfu REAL,
+    PRIMARY KEY (agg_id, node_id)
 );
 
 CREATE TABLE agg_op_types (

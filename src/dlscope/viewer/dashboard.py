@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from dlscope.analyze.aggregation import CATEGORIES, CATEGORY_LABELS
+from dlscope.analyze.throughput import throughput, throughput_facts
 from dlscope.distributed.job import describe_gpus, physical_gpus
 from dlscope.system import panel_rows
 from dlscope.viewer.profile_db import ProfileDB
@@ -116,6 +117,8 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
         return out
     a = agg["agg_id"]
     out["breakdown"] = [[label, agg.get(key)] for key, label in BREAKDOWN]
+    out["throughput"] = throughput(agg, agg["iterations_profiled"],
+                                   throughput_facts(json.loads(db.meta.get("extra_json") or "{}")))
     gpus = _rows(db, "SELECT a.rank, a.device, g.name, a.utilization, a.busy_ns FROM agg_gpus a LEFT JOIN gpus g "
                      "ON g.rank = a.rank AND g.device = a.device WHERE a.agg_id = ? ORDER BY a.rank, a.device", (a,)) \
         if db.has("agg_gpus", "gpus") else []

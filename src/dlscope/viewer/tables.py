@@ -97,6 +97,8 @@ OP_COLUMNS = (
     Column("api_time_ns", "API Time", "api_time_ns", "ns", hidden=True),
     Column("cpu_overhead_ns", "CPU Overhead", "cpu_overhead_ns", "ns", hidden=True),
     Column("gpu_idle_ns", "GPU Idle", "gpu_idle_ns", "ns", hidden=True),
+    Column("model_flops", "Model FLOPs", "model_flops", hidden=True),
+    Column("mfu", "MFU", "mfu", "pct", hidden=True),
     Column("input_shapes", "Input Shapes", "input_shapes", "text"),
     Column("scope", "Stack Trace / Scope", "scope", "text"),
     Column("rank", "Rank", "rank", hidden=True),
@@ -126,6 +128,11 @@ KERNEL_SUMMARY = TableSpec(
     scopes=(AGG, Scope("kernel_names", "kernel_name IN (SELECT value FROM json_each(:kernel_names))", "list")),
     requires=("agg_kernels",))
 
+#: samples per step as analyze.throughput.throughput_facts finds them: the import's options, else the capture's
+_SAMPLES_PER_STEP = ("(SELECT COALESCE(json_extract(value, '$.throughput.samples_per_step'), "
+                     "json_extract(value, '$.throughput.batch_size'), json_extract(value, '$.capture.batch_size')) "
+                     "FROM dlscope_meta WHERE key = 'extra_json')")
+
 ITERATIONS = TableSpec(
     "iterations", "Iterations", "agg_iterations",
     (Column("iteration", "Iteration", "iteration", desc_first=False),
@@ -144,7 +151,10 @@ ITERATIONS = TableSpec(
      Column("dataloader_ns", "Dataloader", "dataloader_ns", "ns", hidden=True),
      Column("io_ns", "I/O", "io_ns", "ns", hidden=True),
      Column("cpu_ns", "CPU", "cpu_ns", "ns", hidden=True),
-     Column("other_ns", "Other", "other_ns", "ns", hidden=True)),
+     Column("other_ns", "Other", "other_ns", "ns", hidden=True),
+     Column("reader_cost_ns", "Reader Cost", "reader_cost_ns", "ns"),
+     Column("reader_cost_ratio", "Reader / Batch Cost", "reader_cost_ns * 1.0 / NULLIF(duration_ns, 0)", "pct"),
+     Column("samples_per_s", "Samples/s", f"{_SAMPLES_PER_STEP} * 1e9 / NULLIF(duration_ns, 0)", "float")),
     "iteration", default_desc=False,
     scopes=(AGG, Scope("rank", "rank = :rank"),
             Scope("iterations", "iteration IN (SELECT value FROM json_each(:iterations))", "list")),
@@ -170,6 +180,12 @@ KERNELS = TableSpec(
             big_sort=False, order="k.block_x * k.block_y * k.block_z"),
      Column("registers", "Registers", "k.registers", big_sort=False, hidden=True),
      Column("shared_mem", "Shared Mem", "k.shared_mem", "bytes", big_sort=False, hidden=True),
+     Column("active_blocks_per_sm", "Blocks per SM", "NULLIF(k.active_blocks_per_sm, -1)", big_sort=False, hidden=True),
+     Column("waves", "Waves", "k.waves", "float", big_sort=False),
+     Column("last_wave_fill", "Last Wave Fill", "k.last_wave_fill", "pct", big_sort=False, hidden=True),
+     Column("occupancy", "Occupancy", "k.occupancy", "pct", big_sort=False, hidden=True),
+     Column("est_occupancy_pct", "Kineto Est. Occupancy %", "NULLIF(k.est_occupancy_pct, -1)", big_sort=False,
+            hidden=True),
      Column("iteration", "Iteration", "k.iteration", order="k.rank, k.iteration, k.start"),
      Column("op_id", "Op Instance", "k.op_id", hidden=True),
      Column("kernel_id", "Kernel ID", "k.kernel_id", hidden=True)),

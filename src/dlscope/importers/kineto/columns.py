@@ -330,6 +330,9 @@ def _kernel_columns(evs: list[Event]) -> dict[str, Any]:
         "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
         "registers": _ints([a.registers for a in args]),
         "shared_mem": _ints([a.shared_mem for a in args]),
+        "blocks_per_sm": _floats([a.blocks_per_sm for a in args]),
+        "warps_per_sm": _floats([a.warps_per_sm for a in args]),
+        "est_occupancy_pct": _ints([a.est_occupancy_pct for a in args]),
     }
 
 
@@ -458,6 +461,22 @@ def _ints(values: list) -> np.ndarray:
         return np.array(values, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
         return np.array([_as_int(v) for v in values], dtype=np.int64)
+
+
+def _floats(values: list) -> np.ndarray:
+    """A float64 column of figures the trace records as fractions (floats arrive as their text); NaN for
+    anything missing or not a number."""
+    try:
+        return np.array(values, dtype=np.float64)  # None (absent) becomes NaN
+    except (TypeError, ValueError, OverflowError):
+        return np.array([_as_float(v) for v in values], dtype=np.float64)
+
+
+def _as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
 
 
 def _as_int(value: Any) -> int:

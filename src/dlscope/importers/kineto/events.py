@@ -39,6 +39,9 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     block: Any = None
     registers: Int = field(name="registers per thread", default=-1)
     shared_mem: Int = field(name="shared memory", default=-1)
+    blocks_per_sm: Int = field(name="blocks per SM", default=None)
+    warps_per_sm: Int = field(name="warps per SM", default=None)
+    est_occupancy_pct: Int = field(name="est. achieved occupancy %", default=-1)
     bytes: Int = -1
     sync_kind: Any = field(name="cuda_sync_kind", default="")
     device_type: Int = field(name="Device Type", default=-1)

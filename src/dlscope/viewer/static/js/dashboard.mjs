@@ -17,6 +17,11 @@ const TIPS = {
   tc_eligible_op_nodes: "Op nodes whose type can run on Tensor Cores (GEMM, convolution, attention, RNN families), or that contain such an op.",
   op_nodes_using_tc: "TC eligible op nodes with at least one Tensor Core kernel beneath them.",
   tc_eligible_share: "GPU time (kernels and memory operations) of TC eligible op nodes, as a share of the GPU time of all op nodes.",
+  throughput: "Samples per step × profiled iterations / wall clock time; the batch size comes from dlscope import --batch-size / --samples-per-step or the first batch dlscope profile saw. Higher is better.",
+  reader: "Reader cost: the mean time a step spends inside data loading (the whole DataLoader __next__, whatever the GPU does meanwhile).",
+  reader_ratio: "Reader cost / batch cost: the share of the step time spent waiting for batches. Lower is better.",
+  mfu: "Model FLOPs utilization: the matrix-product FLOPs of the ops (forward and backward, from their shapes) per second of wall clock, over the GPU's dense peak at the precision they ran at.",
+  model_flops: "Matrix-product FLOPs of the ops of one iteration, from the shapes the trace recorded (no bias adds, no recomputation).",
 };
 
 const GUIDANCE = [
@@ -154,6 +159,7 @@ export function renderDashboard(content, data) {
     { fmt: (v) => pct(v), exact: (v) => `${(v * 100).toFixed(4)} %`, center: pct(eff) }));
 
   // Performance summary
+  const tp = d.throughput;
   const secs = (v) => (v === null || v === undefined ? null : el("span", { title: exactNs(v), text: (v / 1e9).toFixed(3) }));
   const ms = (v) => (v === null || v === undefined ? null : el("span", { title: exactNs(v), text: (v / 1e6).toFixed(3) }));
   grid.append(panel(`Performance Summary${of}`, "p-summary", kv([
@@ -165,6 +171,11 @@ export function renderDashboard(content, data) {
     ["Start Iteration", a.iter_start], ["Stop Iteration", a.iter_stop],
     ["Average Iteration Time (ms)", ms(a.avg_iteration_ns), TIPS.avg],
     ["Key Node", a.key_node || "(default)"], ["Iteration Method", a.iteration_method],
+    [`Throughput (${tp.unit}/s)`, tp.samples_per_s === null ? null : tp.samples_per_s.toFixed(1), TIPS.throughput],
+    ["Reader Cost (ms per iteration)", ms(tp.reader_cost_ns), TIPS.reader],
+    ["Reader Cost / Batch Cost (%)", tp.reader_cost_ratio === null ? null : (tp.reader_cost_ratio * 100).toFixed(1), TIPS.reader_ratio],
+    ["Model FLOPs per Iteration (GFLOP)", a.model_flops_per_iteration === null ? null : (a.model_flops_per_iteration / 1e9).toFixed(3), TIPS.model_flops],
+    [`MFU (%)${a.mfu_precision ? ` · ${a.mfu_precision.toUpperCase()} dense peak` : ""}`, a.mfu === null ? null : (a.mfu * 100).toFixed(1), TIPS.mfu],
   ]), el("p", { class: "hint", "data-testid": "summary-raw", text: "" })));
 
   // Model summary (seed 000: DLProf's op nodes and Tensor Core eligibility)

@@ -1,0 +1,76 @@
+"""The tail effect (seed 002): a grid that ends in a partly filled wave leaves SMs idle while its last wave runs.
+
+An SM holds ``active_blocks_per_sm`` blocks of a kernel at once, so the GPU runs its grid in waves of
+SMs × active blocks (``analyze.occupancy``). When a launch has more than one wave and the last is only partly
+full, that wave costs as long as a full one; the saving is the time the empty slots of the last wave cost,
+dur × (N × slots − blocks) / (N × slots) with N waves (``occupancy.tail_ns``). Launches whose tail is at
+least ``min_tail_share`` of their time count; the finding needs a saving of ``min_pct`` of the wall clock.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...analyze.occupancy import kernel_waves, tail_ns
+from ..evidence import fmt_ns, iterations_of, node_ids, plural, short_kernel, top_by
+from ..finding import Finding
+from ..registry import rule
+
+_CONFIG = ["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers", "shared_mem"]
+
+
+@rule("tail_effect", gpu=True)
+def tail_effect(ctx, cfg):
+    k = ctx.kernels
+    if k.empty or "active_blocks_per_sm" not in k:
+        return None
+    sms = ctx.gpus.set_index("device")["sm_count"]
+    pos = sms.index.get_indexer(k["device"])
+    sm_count = np.where(pos >= 0, sms.to_numpy(np.int64)[np.maximum(pos, 0)], -1)
+    active = k["active_blocks_per_sm"].fillna(-1).to_numpy(np.int64)
+    slots = np.where((sm_count > 0) & (active > 0), sm_count * active, 0)
+    blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy(np.int64)
+    dur = k["dur"].to_numpy(np.int64)
+    tail = tail_ns(dur, blocks, slots)
+    costly = (tail > 0) & (tail >= cfg["min_tail_share"] * dur)
+    saving = int(tail[costly].sum())
+    if not costly.any() or ctx.pct(saving) < cfg["min_pct"]:
+        return None
+    hit = k[costly].assign(tail=tail[costly], slots=slots[costly], blocks=blocks[costly])
+    n = ctx.config["evidence"]["max_items"]
+    launches = (hit.groupby(_CONFIG, sort=False)
+                .agg(calls=("tail", "size"), tail_ns=("tail", "sum"), gpu_time_ns=("dur", "sum"),
+                     slots=("slots", "first"), blocks=("blocks", "first"), waves=("waves", "first"),
+                     last_wave_fill=("last_wave_fill", "first"), device=("device", "first"),
+                     rank=("rank", "first"), active_blocks_per_sm=("active_blocks_per_sm", "first"))
+                .reset_index().nlargest(n, "tail_ns"))
+    launches["limiter"] = kernel_waves(launches, ctx.gpus, limiter=True)["limiter"].to_numpy()
+    top = launches.iloc[0]
+    wave_len = dur[costly] // -(-blocks[costly] // np.maximum(slots[costly], 1))  # one wave: dur / N
+    last = hit.assign(wave=wave_len).nlargest(n, "tail")
+    return Finding(
+        "tail_effect",
+        f"{plural(int(costly.sum()), 'kernel launch', 'kernel launches')} ended in a partly filled last wave that "
+        f"cost {fmt_ns(saving)} of idle SM slots; the largest, {short_kernel(top['name'])} "
+        f"({int(top['blocks']):,} blocks, {int(top['active_blocks_per_sm'])} per SM by "
+        f"{top['limiter'].replace('_', ' ')}, {int(top['slots']):,} per wave), runs {top['waves']:.2f} waves with "
+        f"the last {100 * top['last_wave_fill']:.0f}% "
+        f"full ({fmt_ns(int(top['tail_ns']))} over {plural(int(top['calls']), 'call')}).",
+        ctx.advice("tail_effect",
+                   "Size these grids to whole waves (a multiple of SMs × active blocks per SM): pick GEMM and "
+                   "convolution dimensions (batch, hidden size) that tile into whole waves, let the library choose "
+                   "another tile or split-K, or raise occupancy (fewer registers or less shared memory per block) "
+                   "so the blocks fit in fewer waves.")
+        + f" See {ctx.link('tail_effect')}",
+        saving,
+        {"node_ids": node_ids(ctx, top_by(hit[hit["op_id"] >= 0], "op_id", "tail", n)),
+         "kernels": top_by(hit, "name", "tail", n), "iterations": iterations_of(hit["iteration"]),
+         "time_ranges": [[int(e - w), int(e)] for e, w in zip(last["end"], last["wave"])],
+         "launches": [{"kernel": r["name"], "grid": [int(r["grid_x"]), int(r["grid_y"]), int(r["grid_z"])],
+                       "block": [int(r["block_x"]), int(r["block_y"]), int(r["block_z"])],
+                       "active_blocks_per_sm": int(r["active_blocks_per_sm"]), "limiter": r["limiter"],
+                       "blocks_per_wave": int(r["slots"]), "waves": float(r["waves"]),
+                       "last_wave_fill": float(r["last_wave_fill"]), "calls": int(r["calls"]),
+                       "tail_ns": int(r["tail_ns"]), "gpu_time_ns": int(r["gpu_time_ns"])}
+                      for _, r in launches.iterrows()],
+         "saving_basis": "the idle block slots of each launch's partial last wave, with waves of equal length"})

@@ -1,0 +1,132 @@
+"""Model FLOPs utilization (MFU): the model's FLOPs per second of wall clock against the GPU's dense peak.
+
+Model FLOPs are the matrix products of the ops the trace recorded with shapes (``flops.model_flops``:
+GEMMs, convolutions and their gradients, attention; forward and backward), each counted once: an op with a
+model counts, and the ops nested in it do not (``aten::linear`` counts, its ``aten::addmm`` not; a backward
+node's ``aten::mm`` calls count, since the autograd wrapper has no model). The peak is the dense one (never a
+datasheet's 2:4-sparse figure) at the precision the ops ran at: the precision carrying most of the model's
+FLOPs, on Tensor Cores when those ops used them (FP32 on Tensor Cores is TF32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .ceilings import find_ceilings
+from .flops import model_flops, precision_of
+
+#: the aggregation's figures (aggregations table, summary JSON ``aggregation.mfu``)
+ROW_KEYS = ("model_flops", "model_flops_per_iteration", "achieved_flops_per_s", "peak_flops_per_s",
+            "mfu_precision", "mfu")
+
+
+def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per op call: ``model_flops`` (int64; -1 when it has no model or an enclosing op counts instead) and
+    ``precision`` ("tf32" for FP32 on Tensor Cores, "" unknown). Each distinct (name, shapes, dtypes,
+    arguments) is modelled once."""
+    n = len(ops)
+    keys = ops[["name", "input_shapes", "input_dtypes", "concrete_inputs"]]
+    codes, uniques = pd.MultiIndex.from_frame(keys).factorize()
+    per_key = np.array([_flops(*k) for k in uniques], dtype=np.int64) if len(uniques) else np.zeros(0, np.int64)
+    prec_key = np.array([_precision(k[2]) for k in uniques], dtype=object) if len(uniques) else np.zeros(0, object)
+    flops = per_key[codes] if n else np.zeros(0, np.int64)
+    counted = flops >= 0
+    # an op counts only when no enclosing op counts (levels top down: one vectorized step per depth)
+    pos = pd.Index(ops["op_id"].to_numpy(np.int64)).get_indexer(ops["parent_id"].to_numpy(np.int64))
+    covered = np.zeros(n, dtype=bool)
+    depth = ops["depth"].to_numpy(np.int64)
+    for d in np.unique(depth):
+        rows = np.flatnonzero((depth == d) & (pos >= 0))
+        covered[rows] = covered[pos[rows]] | counted[pos[rows]]
+    counted &= ~covered
+    precision = prec_key[codes] if n else np.zeros(0, object)
+    tensor = ops["using_tc"].fillna(0).astype(bool).to_numpy()
+    precision = np.where(tensor & (precision == "fp32"), "tf32", precision)
+    return pd.DataFrame({"model_flops": np.where(counted, flops, -1), "precision": precision,
+                         "tensor": tensor}, index=ops.index)
+
+
+def _flops(name, shapes, dtypes, concrete) -> int:
+    got = model_flops(name, shapes, dtypes, concrete)
+    return -1 if got is None else got
+
+
+def _precision(dtypes) -> str:
+    """The precision of the first floating-point input, as the FLOP model's main operand usually is."""
+    import json
+
+    try:
+        types = json.loads(dtypes) if dtypes else []
+    except ValueError:
+        return ""
+    return next((p for p in (precision_of(str(t)) for t in types) if p), "") if isinstance(types, list) else ""
+
+
+def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """The aggregation row with :data:`ROW_KEYS` and its op nodes with ``model_flops`` and ``mfu``.
+
+    ``ops``: the rank's op calls as the analysis made them; only the aggregation's iterations count.
+    ``model_flops`` is None when no op of the aggregation recorded input shapes (nothing to model), the MFU
+    figures None when the GPU's peak at that precision is unknown, the per-iteration figure when no iterations
+    were found."""
+    out = dict.fromkeys(ROW_KEYS)
+    nodes = agg_ops.assign(model_flops=pd.array([pd.NA] * len(agg_ops), dtype="Int64"), mfu=np.nan)
+    mine = ops[ops["iteration"].between(int(row["iter_start"]), int(row["iter_stop"]))]
+    if mine.empty or not (mine["input_shapes"].fillna("") != "").any():
+        return {**row, **out}, nodes
+    figures = op_model_flops(mine)
+    hit = figures["model_flops"].to_numpy() >= 0
+    ids = mine["op_id"].to_numpy(np.int64)
+    root_pos = pd.Index(ids).get_indexer(mine["root_id"].to_numpy(np.int64)[hit])
+    node_of_root = mine["node_id"].to_numpy(np.int64)[np.maximum(root_pos, 0)]
+    counted = pd.DataFrame({"node_id": np.where(root_pos >= 0, node_of_root, -1),
+                            "flops": figures["model_flops"].to_numpy()[hit],
+                            "precision": figures["precision"].to_numpy()[hit]})
+    total = int(counted["flops"].sum())
+    peak_of = _peaks(gpus)
+    per_node = counted.groupby("node_id")["flops"].sum()
+    node_prec = _dominant(counted, "node_id")
+    nodes["model_flops"] = pd.array(nodes["node_id"].map(per_node).fillna(0).astype(np.int64), dtype="Int64")
+    node_peak = nodes["node_id"].map(node_prec).map(peak_of).astype(float)
+    seconds = nodes["gpu_time_ns"].astype(float) * 1e-9
+    nodes["mfu"] = np.where((seconds > 0) & (node_peak > 0) & (nodes["model_flops"].fillna(0) > 0),
+                            nodes["model_flops"].astype(float) / seconds / node_peak, np.nan)
+
+    wall = row.get("wall_clock_ns") or 0
+    whole = row.get("iteration_method") == "whole_profile"  # no iterations: the profile is one window
+    iterations = 0 if whole else row.get("iterations_profiled") or 0
+    precision = _dominant(counted.assign(all=0), "all").get(0) if total else None
+    peak = peak_of(precision) if precision else None
+    achieved = total / (wall * 1e-9) if wall else None
+    out.update(model_flops=total,
+               model_flops_per_iteration=round(total / iterations) if iterations else None,
+               achieved_flops_per_s=achieved, peak_flops_per_s=peak, mfu_precision=precision,
+               mfu=achieved / peak if achieved is not None and peak else None)
+    return {**row, **out}, nodes
+
+
+def _dominant(counted: pd.DataFrame, key: str) -> pd.Series:
+    """Per key, the precision carrying the most model FLOPs (unknown precisions left out)."""
+    known = counted[counted["precision"] != ""]
+    if known.empty:
+        return pd.Series(dtype=object)
+    sums = known.groupby([key, "precision"])["flops"].sum().reset_index()
+    return sums.sort_values([key, "flops"], ascending=[True, False]).drop_duplicates(key).set_index(key)["precision"]
+
+
+def _peaks(gpus: pd.DataFrame):
+    """precision -> the rank's dense peak FLOP/s at it (None when the GPU or that peak is unknown)."""
+    ceilings = None
+    if not gpus.empty:
+        g = gpus.sort_values("device").iloc[0]
+        cc = f"{g['cc_major']}.{g['cc_minor']}" if g["cc_major"] >= 0 else None
+        ceilings, _ = find_ceilings(g["name"] or None, cc, int(g["sm_count"]) if g["sm_count"] > 0 else None)
+
+    def peak(precision: str | None) -> float | None:
+        if ceilings is None or not precision or not isinstance(precision, str):
+            return None
+        found = ceilings.peak(precision, precision not in ("fp32", "fp64"))  # TF32 and narrower: Tensor Cores
+        return found[1] if found else None
+
+    return peak
