@@ -85,7 +85,7 @@ def cases(db: Path) -> list[tuple[str, str]]:
     big_iteration = conn.execute("SELECT iteration FROM kernels GROUP BY iteration ORDER BY COUNT(*) DESC LIMIT 1").fetchone()[0]
     node = conn.execute("SELECT node_id FROM agg_ops ORDER BY calls DESC LIMIT 1").fetchone()[0]
     conn.close()
-    from dlscope.viewer.tables import KERNELS, OPS, OP_TYPES
+    from dlscope.viewer.tables import KERNELS, OP_TYPES, OPS
     out = []
     for col in KERNELS.columns:
         if col.sortable and col.big_sort:

@@ -10,17 +10,16 @@ import json
 
 import pandas as pd
 import pytest
-
 import raw_kineto
 from click.testing import CliRunner
-
 from conftest import data_file
+from test_compare_traces import LOADER, SGEMM, TC_KERNEL, XSS, base_trace, new_trace
+from trace_builder import KinetoTrace
+
 from dlscope.compare import compare
 from dlscope.compare.cli_compare import diff_command
 from dlscope.compare.matching import batch_change, match_ops
 from dlscope.errors import DlscopeError, InputError
-from test_compare_traces import LOADER, SGEMM, TC_KERNEL, XSS, base_trace, new_trace
-from trace_builder import KinetoTrace
 
 US = 1000
 

@@ -10,13 +10,13 @@ import json
 import sqlite3
 
 import pytest
+from experts_helpers import blocking_call, findings, stored_findings
+from trace_builder import KinetoTrace
 
 from dlscope.errors import InputError
 from dlscope.experts import load_config, write_expert_report, write_findings
 from dlscope.experts.registry import load_rules
 from dlscope.pipeline import build_database
-from experts_helpers import blocking_call, findings, stored_findings
-from trace_builder import KinetoTrace
 
 US = 1000
 RULE_IDS = {"amp_not_enabled", "tc_eligible_not_using_tc", "tc_shape_alignment", "gpu_underutilized",

@@ -9,7 +9,6 @@ import sqlite3
 
 import numpy as np
 import pytest
-
 from conftest import data_file
 from experts_helpers import findings
 

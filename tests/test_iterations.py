@@ -7,11 +7,11 @@ import sqlite3
 
 import numpy as np
 import pytest
+from trace_builder import KinetoTrace
 
 from dlscope.analyze.iterations import find_loop
 from dlscope.pipeline import build_database
 from dlscope.present.summary import summary_dict
-from trace_builder import KinetoTrace
 
 US = 1000
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

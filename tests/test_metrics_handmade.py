@@ -14,10 +14,10 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from trace_builder import KinetoTrace
 
 from dlscope.pipeline import aggregate, build_database
 from dlscope.present.summary import summary_dict
-from trace_builder import KinetoTrace
 
 US = 1000  # ns per µs
 TC_KERNEL = "volta_h884gemm_64x64_ldg8_nn"

@@ -8,8 +8,8 @@ import re
 import sqlite3
 
 import pytest
-
 from conftest import data_files
+
 from dlscope.present.summary import summary_dict
 
 KINETO = data_files("kineto", "**/*.json.gz")

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import math
-
 import csv
 import io
 import json
+import math
 import sqlite3
 import zipfile
 
 import pytest
 from starlette.testclient import TestClient
+from test_viewer_fixtures import XSS_KERNEL, make_profile_db
 
 from dlscope.errors import InputError
-from dlscope.viewer.app import create_app
 from dlscope.store import reader
+from dlscope.viewer.app import create_app
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout, check_database
-from test_viewer_fixtures import XSS_KERNEL, make_profile_db
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 BASE = "http://127.0.0.1:8000"

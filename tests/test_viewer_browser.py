@@ -16,7 +16,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, data_file
 from test_viewer_fixtures import XSS_KERNEL, make_profile_db
 

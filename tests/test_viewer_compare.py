@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
+from test_viewer_fixtures import make_profile_db
 
 from dlscope.viewer.app import create_app
-from test_viewer_fixtures import make_profile_db
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 XSS = "<script>alert(1)</script>"

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import data_file
 from test_viewer_browser import Server, page, ready, shot  # noqa: F401  (page is a fixture)
 from test_viewer_compare import XSS, make_pair

@@ -8,10 +8,10 @@ import sqlite3
 
 import pytest
 from starlette.testclient import TestClient
+from test_viewer_fixtures import make_profile_db
 
 from dlscope.roofline import NCU_DDL
 from dlscope.viewer.app import create_app
-from test_viewer_fixtures import make_profile_db
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 XSS = "<script>alert(1)</script>"

@@ -8,12 +8,12 @@ import json
 import sqlite3
 
 import pytest
-
 from conftest import data_file
-from dlscope.roofline import roofline_report
 from test_viewer_browser import Server, page, ready, shot  # noqa: F401  (page is a fixture)
 from test_viewer_fixtures import make_profile_db
 from test_viewer_roofline import XSS, add_roofline_rows
+
+from dlscope.roofline import roofline_report
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

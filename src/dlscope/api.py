@@ -51,7 +51,7 @@ class ProfileDatabase:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "ProfileDatabase":
+    def __enter__(self) -> ProfileDatabase:
         return self
 
     def __exit__(self, *exc) -> None:

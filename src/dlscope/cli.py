@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from .version import __version__
 from .errors import DlscopeError
+from .version import __version__
 
 #: exit code of a bug in dlscope (a regression found by `check` is 1, bad input 2)
 INTERNAL_ERROR = 3

@@ -7,8 +7,9 @@ so the tables stay plain int64 and string columns (pandas' default string dtype)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -191,7 +192,7 @@ class Profile:
         return getattr(self, name)
 
     @classmethod
-    def concat(cls, profiles: list["Profile"]) -> "Profile":
+    def concat(cls, profiles: list[Profile]) -> Profile:
         """Merge several imports (e.g. one per rank) into one, renumbering ids so they stay unique."""
         if len(profiles) == 1:
             return profiles[0]

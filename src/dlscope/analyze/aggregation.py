@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DlscopeError
-from .analysis import Analysed
 from ..model import string_column
 from ..nanoseconds import round_ns
+from .analysis import Analysed
 from .intervals import clip, coverage, sorted_unique, union_length, union_per_group
 
 CATEGORIES = ("tensor_core", "non_tensor_core", "memory", "dataloader", "io", "cpu", "other")

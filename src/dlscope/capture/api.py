@@ -9,12 +9,12 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, CaptureWindow
 from .session import CaptureSession, active_session, quiet_kineto
-
 
 
 def step() -> None:
@@ -47,7 +47,7 @@ class range:  # noqa: A001 - named like torch.cuda.nvtx.range on purpose
         self.name = str(name)
         self._exits: list[Callable[[], None]] = []
 
-    def __enter__(self) -> "range":
+    def __enter__(self) -> range:
         self._exits.append(_open_range(self.name))
         return self
 
@@ -123,7 +123,7 @@ class profile:  # noqa: A001 - reads as dlscope.profile(...)
     def step(self) -> None:
         self.session.step(explicit=True)
 
-    def __enter__(self) -> "profile":
+    def __enter__(self) -> profile:
         self.session.start()
         return self
 

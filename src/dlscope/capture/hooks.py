@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MODULE_PREFIX = "nn.Module: "
 

@@ -11,16 +11,17 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .hooks import annotate_modules, first_batch_size, on_first_batch, on_optimizer_step
 from .schedule import RECORD, RECORD_AND_SAVE, WARMUP, CaptureWindow
 
-_ACTIVE: "CaptureSession | None" = None
+_ACTIVE: CaptureSession | None = None
 
 
-def active_session() -> "CaptureSession | None":
+def active_session() -> CaptureSession | None:
     """The capture running in this process, if any (what ``dlscope.step()`` steps)."""
     return _ACTIVE
 
@@ -66,7 +67,7 @@ class CaptureSession:
         self._stopped = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def start(self) -> "CaptureSession":
+    def start(self) -> CaptureSession:
         global _ACTIVE
         if _ACTIVE is not None:
             raise RuntimeError("a dlscope capture is already running in this process")

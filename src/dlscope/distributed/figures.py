@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from ..analyze.analysis import Analysed
+from ..analyze.dtypes import bytes_per_element
 from ..analyze.intervals import clip, union_length
 from ..nanoseconds import round_ns, round_ns_column
-from ..analyze.dtypes import bytes_per_element
 from .tables import table
 
 RANK_COLUMNS = ["rank", "host", "world_size", "source_path", "iterations_profiled", "wall_clock_ns",

@@ -30,7 +30,6 @@ from ..processes import can_fork, owned_name, remove_dead, stop_pool, worker_poo
 from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
 
-
 Step = Callable[..., None]
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from ..distributed.tables import cycle_patterns, host_patterns, rank_patterns, table
 from ..errors import DlscopeError, InputError

@@ -8,9 +8,9 @@ of its collectives, its iterations) is small and kept. The database is the one a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 

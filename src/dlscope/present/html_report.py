@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 import sqlite3
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import matplotlib
@@ -169,7 +169,7 @@ def report_context(db_path: Path, agg_id: int | None = None, rank: int | None = 
             "categories": [(labels[c], CATEGORY_COLORS[c], agg["resource_breakdown_ns"][c],
                             (agg["resource_breakdown_ns"][c] or 0) / wall if wall else None) for c in CATEGORIES],
             "db_name": Path(db_path).name, "version": __version__,
-            "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def _environment() -> Environment:

@@ -15,9 +15,9 @@ from typing import Any
 import pandas as pd
 
 from ..errors import DlscopeError
+from ..format import markdown_table, readable, write_csv
 from ..nanoseconds import round_ns_column
 from ..store import reader
-from ..format import markdown_table, readable, write_csv
 from .summary import summary_dict
 
 #: report name -> (table, ORDER BY) read for one aggregation.

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-import statistics
 import sqlite3
+import statistics
 from pathlib import Path
 
 from ..analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from ..analyze.iterations import GUESSED
 from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..distributed import summary_ranks
-from ..distributed.job import (collective_calls, describe_gpus, job_section, physical_gpus, rank_agg_id,
-                               run_aggregations)
-from ..nanoseconds import round_ns
+from ..distributed.job import collective_calls, describe_gpus, job_section, physical_gpus, rank_agg_id, run_aggregations
 from ..format import fmt_bytes, fmt_ns, fmt_pct
+from ..nanoseconds import round_ns
 from ..store import reader
 
 

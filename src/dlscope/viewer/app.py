@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import orjson
 from starlette.applications import Starlette
@@ -22,6 +23,7 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from dlscope.distributed.job import physical_gpus, run_aggregations
 from dlscope.errors import DlscopeError
 from dlscope.store import reader
 from dlscope.viewer import export
@@ -30,7 +32,6 @@ from dlscope.viewer.jobs import Reaggregator
 from dlscope.viewer.pages import error_page, shell
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
-from dlscope.distributed.job import physical_gpus, run_aggregations
 from dlscope.viewer.query import searched_columns, warm_up
 from dlscope.viewer.security import SameOriginWrites, allowed_hosts
 from dlscope.viewer.tables import TABLES, column_meta
