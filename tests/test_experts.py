@@ -193,7 +193,8 @@ def test_gaps_in_windows_equals_gaps_window_by_window():
         lo = rng.integers(-20, 220, m)
         hi = lo + rng.integers(-5, 80, m)       # some empty or inverted windows
         gs, ge, window = gaps_in_windows((starts, ends), lo, hi)
-        expected = [(int(s), int(e), i) for i in range(m) for s, e in zip(*gaps((starts, ends), int(lo[i]), int(hi[i])))]
+        expected = [(int(s), int(e), i) for i in range(m)
+                    for s, e in zip(*gaps((starts, ends), int(lo[i]), int(hi[i])))]
         assert list(zip(gs.tolist(), ge.tolist(), window.tolist())) == expected
 
 

@@ -29,7 +29,8 @@ def test_a_loop_is_the_whole_sequence_repeating():
 
 
 def test_one_forward_pass_with_repeated_layers_is_not_a_loop():
-    embedding, layer, head = ["emb", "emb", "add", "dropout"], ["ln", "linear", "sdpa", "linear", "add"], ["ln", "lm_head"]
+    embedding, layer, head = (["emb", "emb", "add", "dropout"], ["ln", "linear", "sdpa", "linear", "add"],
+                              ["ln", "lm_head"])
     assert find_loop(names(embedding, layer * 12, head)) is None
     # DLProf's program: ten inits, eleven copies to the GPU, one forward pass
     assert find_loop(names(["uniform_"] * 10, ["cuda"] * 11, ["randn", "cuda", "conv2d", "conv2d", "flatten",

@@ -92,7 +92,7 @@ def test_dlprof_program_has_dlprofs_op_nodes():
     path = data_file("nsys_sqlite", "dlprof_pytorch_emit_nvtx_rtx2070s_nsys2022.1.sqlite")
     ops = sorted(_pyprof_ops(path))
     outermost, reach = [], None
-    for start, end, text, fields in ops:
+    for start, end, _text, fields in ops:
         if reach is None or start >= reach:
             outermost.append(fields)
         reach = end if reach is None else max(reach, end)

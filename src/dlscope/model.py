@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-I = "int64"
+I = "int64"  # noqa: E741 - one-letter dtype names keep the table specs below readable
 S = "object"
 
 #: Column name -> dtype for each raw table. Importers fill what they can; everything else keeps the
@@ -128,7 +128,7 @@ def string_column(values: Any, n: int | None = None) -> Any:
     string); building the Arrow array directly costs a third of that. Under pandas 2 this is the object
     array itself. Values that are not all strings (or missing) keep pandas' own conversion.
     """
-    if _STRING_DTYPE == object or (isinstance(values, np.ndarray) and values.dtype != object):
+    if _STRING_DTYPE == np.dtype(object) or (isinstance(values, np.ndarray) and values.dtype != object):
         return _object_array(values, n)
     if isinstance(values, (pd.Series, pd.Index)):
         values = values.to_numpy(dtype=object)

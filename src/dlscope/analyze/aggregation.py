@@ -213,7 +213,8 @@ def _op_types(ops: pd.DataFrame, roots: np.ndarray, nodes: pd.DataFrame, op_kern
                 "cpu_overhead": np.maximum(dur - api, 0), "gpu_idle": ops["gpu_idle"].to_numpy(np.int64)[roots]}
     frame = pd.DataFrame({"code": code, **per_call})
     g = frame.groupby("code", sort=True)
-    out = pd.DataFrame({"op_type": np.asarray(types, dtype=object), "ops": np.bincount(type_codes, minlength=len(types)),
+    out = pd.DataFrame({"op_type": np.asarray(types, dtype=object),
+                        "ops": np.bincount(type_codes, minlength=len(types)),
                         "calls": g.size().to_numpy()})
     for metric in per_call:
         out[f"{metric}_total"] = g[metric].sum().to_numpy()

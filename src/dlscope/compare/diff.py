@@ -144,7 +144,8 @@ def _batch_size(ops: list[dict]) -> dict | None:
     """The run's batch-size change: the one most paired ops with tensor inputs agree on (a quarter at least,
     so a few ops whose first dimension is a world size or a token count do not make one)."""
     seen = Counter((r["base_batch"], r["new_batch"]) for r in ops if r["base_batch"] and r["new_batch"])
-    with_tensors = sum(1 for r in ops if r["status"] == "both" and any(ch.isdigit() for ch in r["new_input_shapes"] or ""))
+    with_tensors = sum(1 for r in ops
+                       if r["status"] == "both" and any(ch.isdigit() for ch in r["new_input_shapes"] or ""))
     if not seen:
         return None
     (b, n), count = seen.most_common(1)[0]
@@ -186,7 +187,8 @@ def _row_text(subject: str, r: dict, fmt) -> str:
         return f"new {subject}: {what} {fmt(r['new_' + which])}"
     if r["status"] == "vanished":
         return f"{subject} vanished: {what} was {fmt(r['base_' + which])}"
-    return f"{subject}: {what} {fmt(r['base_' + which])} → {fmt(r['new_' + which])} ({_signed(r['delta_' + which], fmt)})"
+    return (f"{subject}: {what} {fmt(r['base_' + which])} → {fmt(r['new_' + which])} "
+            f"({_signed(r['delta_' + which], fmt)})")
 
 
 def _signed(v, fmt) -> str:
@@ -263,8 +265,8 @@ def _regressions(metrics: list[dict]) -> list[dict]:
     if share and share["verdict"] == "worse" and share["base"]:
         lost = not share["new"]
         out.append({"metric": "tensor_core_share", "base": share["base"], "new": share["new"],
-                    "text": f"Tensor Core share {'lost' if lost else 'fell'}: {_pct(share['base'])} → {_pct(share['new'])} "
-                            "of the iteration"
+                    "text": f"Tensor Core share {'lost' if lost else 'fell'}: "
+                            f"{_pct(share['base'])} → {_pct(share['new'])} of the iteration"
                             + (f" (Tensor Core kernel time {_fmt_time(time['base'])} → {_fmt_time(time['new'])})"
                                if time and time["base"] is not None and time["new"] is not None else "")
                             + ": work left the Tensor Cores."})

@@ -174,8 +174,9 @@ def render_markdown(d: dict) -> str:
         if rows:
             out += [f"## {key.replace('_', ' ').capitalize()} by impact (top {len(rows)} of {len(d[key])})", "",
                     markdown_table(pd.DataFrame([{
-                        "name": _md_cell(r[name_col]), "change": _md_cell(_what(r)), "gpu base": fmt_ns(r["base_gpu_time_ns"]),
-                        "gpu new": fmt_ns(r["new_gpu_time_ns"]), "gpu delta": _signed_ns(r["delta_gpu_time_ns"]),
+                        "name": _md_cell(r[name_col]), "change": _md_cell(_what(r)),
+                        "gpu base": fmt_ns(r["base_gpu_time_ns"]), "gpu new": fmt_ns(r["new_gpu_time_ns"]),
+                        "gpu delta": _signed_ns(r["delta_gpu_time_ns"]),
                         "cpu delta": _signed_ns(r.get("delta_cpu_time_ns")),
                         "calls": f"{_count(r['base_calls'])} → {_count(r['new_calls'])}"} for r in rows]))]
     for side, label in (("only_in_base", "Ops only in the base run"), ("only_in_new", "Ops only in the new run")):

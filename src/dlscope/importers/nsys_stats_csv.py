@@ -81,7 +81,8 @@ def load_nsys_stats_csv(path: str | Path) -> Profile:
     path = Path(path)
     try:
         with _open(path) as f:
-            frame = pd.read_csv(f, usecols=list(REQUIRED), dtype={"Name": object, **dict.fromkeys(INTEGER_COLUMNS, str)},
+            frame = pd.read_csv(f, usecols=list(REQUIRED),
+                                dtype={"Name": object, **dict.fromkeys(INTEGER_COLUMNS, str)},
                                 keep_default_na=False, engine="c")
     except FileNotFoundError:
         raise InputError(path, "no such file") from None

@@ -205,7 +205,8 @@ def build_profile(planes: list[Plane], meta: dict[str, Any]) -> Profile:
                          and k.endswith("version")})
     _launch_ops(launches, activity_op, host_ops, pid, ops, found)
     for corr_tid, start, end, corr in launches:
-        api.add(rank=0, pid=pid, tid=corr_tid, name="cuLaunchKernel", kind="driver", start=start, end=end, correlation=corr)
+        api.add(rank=0, pid=pid, tid=corr_tid, name="cuLaunchKernel", kind="driver", start=start, end=end,
+                correlation=corr)
     _device_step_ranges(device_steps, group_spans, ranges)
     profile = Profile(ops=make_table("ops", ops.cols) if len(ops) else Profile().ops,
                       ranges=make_table("ranges", ranges.cols) if len(ranges) else Profile().ranges,

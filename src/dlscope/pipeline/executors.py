@@ -237,8 +237,8 @@ def _on_dask(paths, sizes, scheduler, budget, step, reading) -> list[Profile]:
     results: list[Profile | None] = [None] * len(paths)
     try:
         # absolute (the workers' folder may differ) but not resolved: the path is recorded as the user gave it
-        futures = client.map(import_to_bytes, [os.path.abspath(source(p)) for p in paths], max_memory=budget, reading=reading,
-                             pure=False)
+        futures = client.map(import_to_bytes, [os.path.abspath(source(p)) for p in paths], max_memory=budget,
+                             reading=reading, pure=False)
         for i, future in enumerate(futures):  # in input order; the cluster runs them all meanwhile
             meta, tables = future.result()
             future.release()

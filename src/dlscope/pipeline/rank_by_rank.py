@@ -2,8 +2,9 @@
 
 Under ``--max-memory``, a job of Kineto traces whose whole analysis might not fit the budget is imported
 this way: each rank is read, analysed, given the ids it has in the whole job (the rows of the ranks before
-it are its offsets), written, aggregated and checked by the rules, then dropped. What the job-wide figures need from it (per-rank figures, the rows
-of its collectives, its iterations) is small and kept. The database is the one a whole import makes.
+it are its offsets), written, aggregated and checked by the rules, then dropped. What the job-wide figures need
+from it (per-rank figures, the rows of its collectives, its iterations) is small and kept. The database is the one
+a whole import makes.
 """
 
 from __future__ import annotations

@@ -127,8 +127,8 @@ def report_context(db_path: Path, agg_id: int | None = None, rank: int | None = 
         ops = _rows(conn, "SELECT op_name, op_type, direction, calls, gpu_time_ns, cpu_time_ns, cpu_overhead_ns, "
                           "gpu_idle_ns, kernel_count, tc_eligible, using_tc FROM agg_ops WHERE agg_id = ? "
                           "ORDER BY gpu_time_ns DESC, cpu_time_ns DESC LIMIT ?", (a, TOP_ROWS))
-        kernels = _rows(conn, "SELECT kernel_name, uses_tc, calls, gpu_time_ns, avg_ns, min_ns, max_ns FROM agg_kernels "
-                              "WHERE agg_id = ? ORDER BY gpu_time_ns DESC LIMIT ?", (a, TOP_ROWS))
+        kernels = _rows(conn, "SELECT kernel_name, uses_tc, calls, gpu_time_ns, avg_ns, min_ns, max_ns "
+                              "FROM agg_kernels WHERE agg_id = ? ORDER BY gpu_time_ns DESC LIMIT ?", (a, TOP_ROWS))
         op_types = _rows(conn, "SELECT op_type, ops, calls, gpu_time_total, cpu_time_total, kernel_count, tc_eligible, "
                                "using_tc FROM agg_op_types WHERE agg_id = ? ORDER BY gpu_time_total DESC, "
                                "cpu_time_total DESC LIMIT ?", (a, TOP_ROWS))
@@ -162,7 +162,8 @@ def report_context(db_path: Path, agg_id: int | None = None, rank: int | None = 
     return {"job_title": job_title, "job": summary.get("job"), "ranks": summary.get("ranks") or [],
             "collectives": calls,
             "collectives_shown": sorted(calls, key=lambda c: -(c.get("max_lag_ns") or 0))[:COLLECTIVES_SHOWN],
-            "gpu_list": gpu_list_text(summary["profile"]["gpus"]), "gpu_names": gpu_names_text(summary["profile"]["gpus"]),
+            "gpu_list": gpu_list_text(summary["profile"]["gpus"]),
+            "gpu_names": gpu_names_text(summary["profile"]["gpus"]),
             "summary": summary, "agg": agg, "profile": summary["profile"], "ops": ops, "kernels": kernels,
             "op_types": op_types, "iterations": iterations, "charts": charts, "findings": summary["findings"],
             "units": units,

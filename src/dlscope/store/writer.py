@@ -330,7 +330,8 @@ def write_aggregations(conn: sqlite3.Connection, aggs: list) -> list[int]:
     first = conn.execute("SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations").fetchone()[0]
     ids = list(range(first, first + len(aggs)))
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    insert_frame(conn, "aggregations", pd.DataFrame([{**_integer_ns(agg.row), "agg_id": agg_id, "run_id": first, "created_at": created}
+    insert_frame(conn, "aggregations", pd.DataFrame([{**_integer_ns(agg.row), "agg_id": agg_id, "run_id": first,
+                                                      "created_at": created}
                                                      for agg_id, agg in zip(ids, aggs)]))
     for table, field in AGG_TABLES.items():
         frames = [getattr(agg, field).assign(agg_id=agg_id) for agg_id, agg in zip(ids, aggs)

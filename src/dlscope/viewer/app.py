@@ -217,7 +217,8 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         if fmt in ("csv", "tsv"):
             title = export.export_title(db, req) if titled else None
             return StreamingResponse(export.csv_chunks(db, req, "\t" if fmt == "tsv" else ",", title),
-                                     media_type=f"text/{'tab-separated-values' if fmt == 'tsv' else 'csv'}; charset=utf-8",
+                                     media_type=f"text/{'tab-separated-values' if fmt == 'tsv' else 'csv'}; "
+                                                "charset=utf-8",
                                      headers=headers)
         if fmt == "json":
             return StreamingResponse(export.json_chunks(db, req), media_type="application/json", headers=headers)

@@ -17,7 +17,8 @@ BREAKDOWN = tuple((f"{c}_ns", CATEGORY_LABELS[c]) for c in CATEGORIES)
 #: System configuration rows: (label, dlscope_meta keys tried in order).
 SYSTEM_FIELDS = (("Profile Name", ("profile_name",)), ("CPU Model", ("cpu_model", "cpu")),
                  ("GPU Driver Version", ("driver_version", "gpu_driver_version", "cuda_driver_version")),
-                 ("Framework", ("framework", "framework_version")), ("CUDA Version", ("cuda_version", "cuda_runtime_version")),
+                 ("Framework", ("framework", "framework_version")),
+                 ("CUDA Version", ("cuda_version", "cuda_runtime_version")),
                  ("cuDNN Version", ("cudnn_version",)), ("NSys Version", ("nsys_version",)),
                  ("Trace Format", ("source_format", "format")), ("Hostname", ("hostname",)),
                  ("World Size", ("world_size",)), ("dlscope Version", ("dlscope_version", "version")),
@@ -67,7 +68,8 @@ def system_config(db: ProfileDB) -> list[list]:
     """DLProf's System Configuration; GPU Count counts each physical GPU once, those that ran GPU work."""
     gpus = physical_gpus(db.connection()) if db.has("gpus") else []
     counts = describe_gpus(gpus)
-    rows = [["GPU Count", counts["active"] if db.has("gpus") else None], ["GPU Name(s)", ", ".join(counts["names"]) or None]]
+    rows = [["GPU Count", counts["active"] if db.has("gpus") else None],
+            ["GPU Name(s)", ", ".join(counts["names"]) or None]]
     if counts["idle"]:
         idle = [f"GPU {g['device']}" + (f" of {g['host']}" if g["host"] else "") for g in gpus if not g["active"]]
         rows.append(["Idle GPUs (present, no GPU activity)", f"{counts['idle']}: {', '.join(idle)}"])
@@ -124,7 +126,8 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
         "SELECT COUNT(DISTINCT iteration) FROM agg_iterations WHERE agg_id = ?", (a,))[0] \
         if db.has("agg_iterations") and agg["iterations_profiled"] is not None else None
     out["top_ops"] = _rows(db, "SELECT gpu_time_ns, node_id, op_name, direction, op_type, calls, tc_eligible, "
-                               "using_tc FROM agg_ops WHERE agg_id = ? AND gpu_time_ns > 0 ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
+                               "using_tc FROM agg_ops WHERE agg_id = ? AND gpu_time_ns > 0 "
+                               "ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
         if db.has("agg_ops") else []
     out["iterations"] = iteration_series(db, a)
     findings = _rows(db, "SELECT finding_id, rule, severity, problem, recommendation, est_saving_ns, "

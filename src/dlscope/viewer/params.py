@@ -146,7 +146,8 @@ def parse_table_request(spec: TableSpec, params: Mapping[str, str], prefix: str 
     page = parse_int(prefix + "page", get("page") or "1", 1, MAX_PAGE)
     size = parse_int(prefix + "size", get("size") or "10")
     if size not in PAGE_SIZES:
-        raise BadParameter(prefix + "size", f"{size} rows per page is not offered (use {', '.join(map(str, PAGE_SIZES))})")
+        raise BadParameter(prefix + "size",
+                           f"{size} rows per page is not offered (use {', '.join(map(str, PAGE_SIZES))})")
     req = TableRequest(spec, sort, desc, page, size, (get("q") or "").strip())
     for key, raw in params.items():
         if key.startswith(prefix + "f."):

@@ -36,7 +36,7 @@ def gpu_gaps(ctx, cfg):
     found = list(idle.iloc[np.argsort(-length, kind="stable")[:n]].itertuples(index=False, name=None))
     neighbours = _Neighbours(ctx.kernel_facts)
     before_ops, after_ops, kernels, located = [], [], [], []
-    for s, e, dev, it in found:
+    for s, e, dev, _it in found:
         prev, nxt = neighbours.before(dev, s), neighbours.after(dev, e)
         located.append((prev, nxt))
         for frame, bucket in ((prev, before_ops), (nxt, after_ops)):
