@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 from io import StringIO
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from ..errors import DlscopeError
 from ..format import fmt_ns, fmt_pct, markdown_table, write_csv
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 FORMATS = ("md", "csv", "json")
 #: rows per table on the terminal and in Markdown
@@ -98,8 +102,9 @@ def render_diff(d: dict, width: int = 120) -> str:
         con.print(f"  Batch size changed: {bs['base']} → {bs['new']} (in {bs['ops']} ops' input shapes)")
 
     mt = Table(title="Metrics", title_justify="left")
-    for col, just in (("Metric", "left"), ("Base", "right"), ("New", "right"), ("Δ", "right"), ("Ratio", "right"),
-                      ("", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("Metric", "left"), ("Base", "right"), ("New", "right"),
+                                                       ("Δ", "right"), ("Ratio", "right"), ("", "left"))
+    for col, just in columns:
         mt.add_column(col, justify=just)
     for m in d["metrics"]:
         if m["share"]:

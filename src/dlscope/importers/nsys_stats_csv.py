@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ REQUIRED = ("Start (ns)", "End (ns)", "Name", "PID", "TID")
 INTEGER_COLUMNS = ("Start (ns)", "End (ns)", "PID", "TID")
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> io.BufferedIOBase:
     path = source(path)
     with open(path, "rb") as f:
         magic = f.read(6)

@@ -104,7 +104,9 @@ def _annotation_op(stats: dict[str, Any]) -> tuple[str, str, str] | None:
 
 def _hlo_type(hlo_op: str) -> str:
     """``dot.3`` -> ``dot``; fusions keep their kind (``loop_add_fusion`` -> ``fusion``)."""
-    base = _HLO_TYPE.match(hlo_op).group(1)  # type: ignore[union-attr]
+    match = _HLO_TYPE.match(hlo_op)
+    assert match is not None  # every name matches: the numeric suffixes are optional
+    base = match.group(1)
     return "fusion" if base.endswith("fusion") else base
 
 

@@ -27,7 +27,8 @@ def job_identities(paths: Sequence[Path]) -> list[Identity] | None:
     from ..importers.kineto import read_identity
 
     metas = [read_identity(p) for p in paths]
-    return None if any(m is None for m in metas) else identities(paths, metas)
+    known = [m for m in metas if m is not None]
+    return None if len(known) < len(metas) else identities(paths, known)
 
 
 def identity_after_import(who: Identity, meta: dict, path: Path) -> Identity:

@@ -31,7 +31,6 @@ CATEGORY_COLORS = {"tensor_core": "#2ca02c", "non_tensor_core": "#1f77b4", "memo
                    "dataloader": "#ff7f0e", "io": "#8c564b", "cpu": "#d62728", "other": "#7f7f7f"}
 TOP_ROWS = 20
 TOP_BARS = 10
-SVG_RC = {"svg.fonttype": "none", "svg.hashsalt": "dlscope", "text.parse_math": False, "font.size": 9}
 
 
 def _short(name, width: int = 48) -> str:
@@ -49,7 +48,9 @@ def _svg(fig: Figure) -> Markup:
 
 
 def _chart(draw, size: tuple[float, float]) -> Markup:
-    with matplotlib.rc_context(SVG_RC):
+    # a literal here, not a module constant, so that its keys type-check against matplotlib's rc key names
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "dlscope", "text.parse_math": False,
+                                "font.size": 9}):
         fig = Figure(figsize=size)
         ax = fig.add_subplot()
         draw(ax)

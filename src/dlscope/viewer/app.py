@@ -276,14 +276,16 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         query = ("?" + str(request.query_params)) if request.query_params else ""
         return RedirectResponse("/dashboard" + query)
 
-    async def bad_parameter(request: Request, exc: BadParameter):
+    # Starlette types every handler as taking an Exception; each is registered for its own class below
+    async def bad_parameter(request: Request, exc: Exception):
+        assert isinstance(exc, BadParameter)
         return _error(request, 400, "Bad parameters found in URL", str(exc), exc.name,
                       hint="Fix or remove the parameter; the view's defaults apply when it is absent.")
 
-    async def timeout(request: Request, exc: QueryTimeout):
+    async def timeout(request: Request, exc: Exception):  # a QueryTimeout
         return _error(request, 503, "Query took too long", str(exc))
 
-    async def user_error(request: Request, exc: DlscopeError):
+    async def user_error(request: Request, exc: Exception):  # a DlscopeError
         return _error(request, 400, "Cannot show this", str(exc))
 
     async def not_found(request: Request, exc):

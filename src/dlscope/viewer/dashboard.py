@@ -6,6 +6,7 @@ NULL stays None (the browser shows "n/a"): a number that could not be measured i
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from dlscope.analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from dlscope.distributed.job import describe_gpus, physical_gpus
@@ -111,8 +112,8 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
     agg = resolve_agg(db, agg_id)
     if agg is not None and agg.get("iteration_method") == "whole_profile":
         agg = {**agg, **dict.fromkeys(ITERATION_FIGURES)}
-    out = {"profile_name": db.profile_name, "notice": db.notice, "aggregation": agg,
-           "system": system_config(db)}
+    out: dict[str, Any] = {"profile_name": db.profile_name, "notice": db.notice, "aggregation": agg,
+                           "system": system_config(db)}
     if agg is None:
         return out
     a = agg["agg_id"]

@@ -73,7 +73,8 @@ class _Neighbours:
     def __init__(self, kernels: pd.DataFrame):
         self.kernels = kernels
         start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
-        self.by_end, self.by_start = {}, {}
+        self.by_end: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.by_start: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for dev, rows in kernels.groupby("device", sort=False).indices.items():
             for times, index in ((end, self.by_end), (start, self.by_start)):
                 ordered = rows[np.argsort(times[rows], kind="stable")]
