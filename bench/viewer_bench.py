@@ -35,14 +35,17 @@ def build(source: Path, target: Path, kernels: int) -> int:
     conn.execute("PRAGMA journal_mode=OFF")
     conn.execute("PRAGMA synchronous=OFF")
     n, max_id, lo, hi, it_lo, it_hi = conn.execute(
-        'SELECT COUNT(*), MAX(kernel_id), MIN(start), MAX("end"), MIN(iteration), MAX(iteration) FROM kernels').fetchone()
+        'SELECT COUNT(*), MAX(kernel_id), MIN(start), MAX("end"), MIN(iteration), MAX(iteration) FROM kernels'
+    ).fetchone()
     copies = -(-kernels // n) - 1
     span, id_step, it_step = hi - lo + 1_000_000, max_id + 1, (it_hi or 0) - (it_lo or 0) + 1
-    indexes = conn.execute("SELECT sql FROM sqlite_master WHERE type='index' AND tbl_name='kernels' AND sql IS NOT NULL").fetchall()
+    indexes = conn.execute("SELECT sql FROM sqlite_master WHERE type='index' AND tbl_name='kernels' "
+                           "AND sql IS NOT NULL").fetchall()
     for (sql,) in indexes:
         conn.execute("DROP INDEX " + sql.split()[2])
     cols = [r[1] for r in conn.execute("PRAGMA table_info(kernels)")]
-    shifted = {"kernel_id": "kernel_id + c.k * :id_step", "start": "start + c.k * :span", '"end"': '"end" + c.k * :span',
+    shifted = {"kernel_id": "kernel_id + c.k * :id_step", "start": "start + c.k * :span",
+               '"end"': '"end" + c.k * :span',
                "end": '"end" + c.k * :span', "launch_ts": "launch_ts + c.k * :span",
                "iteration": "iteration + c.k * :it_step", "correlation": "correlation + c.k * :id_step"}
     select = ", ".join(shifted.get(c, c) for c in cols)
@@ -82,10 +85,11 @@ def start_server(db: Path, port: int) -> subprocess.Popen:
 def cases(db: Path) -> list[tuple[str, str]]:
     """(label, URL) of the table requests: every offered sort column, filters, deep pages."""
     conn = sqlite3.connect(db)
-    big_iteration = conn.execute("SELECT iteration FROM kernels GROUP BY iteration ORDER BY COUNT(*) DESC LIMIT 1").fetchone()[0]
+    big_iteration = conn.execute(
+        "SELECT iteration FROM kernels GROUP BY iteration ORDER BY COUNT(*) DESC LIMIT 1").fetchone()[0]
     node = conn.execute("SELECT node_id FROM agg_ops ORDER BY calls DESC LIMIT 1").fetchone()[0]
     conn.close()
-    from dlscope.viewer.tables import KERNELS, OPS, OP_TYPES
+    from dlscope.viewer.tables import KERNELS, OP_TYPES, OPS
     out = []
     for col in KERNELS.columns:
         if col.sortable and col.big_sort:
@@ -100,14 +104,17 @@ def cases(db: Path) -> list[tuple[str, str]]:
         ("all kernels, filter kernel_name contains gemm, sort start, page 1000",
          "/api/table/kernels?sort=start&order=asc&f.kernel_name=gemm&page=1000"),
         ("all kernels, filter device = 0, sort start, page 1000", "/api/table/kernels?sort=start&f.device=0&page=1000"),
-        ("all kernels, filter kernel_name contains nccl, sort dur, page 10", "/api/table/kernels?sort=dur&f.kernel_name=nccl&page=10"),
-        ("all kernels, filter op_name contains mm, sort dur, page 1000", "/api/table/kernels?sort=dur&f.op_name=mm&page=1000"),
+        ("all kernels, filter kernel_name contains nccl, sort dur, page 10",
+         "/api/table/kernels?sort=dur&f.kernel_name=nccl&page=10"),
+        ("all kernels, filter op_name contains mm, sort dur, page 1000",
+         "/api/table/kernels?sort=dur&f.op_name=mm&page=1000"),
         ("all kernels, global search 'gemm', page 1000", "/api/table/kernels?q=gemm&page=1000"),
         ("all kernels, global search with no match", "/api/table/kernels?q=no-such-kernel-zzz"),
         ("all kernels, global search '(1, 1, 1)' (grid text: not searched over all kernels)",
          "/api/table/kernels?q=(1%2C%201%2C%201)"),
         ("all kernels, filter kernel_name with no match", "/api/table/kernels?f.kernel_name=no-such-kernel-zzz"),
-        ("all kernels, filter op_name with no match, sort start", "/api/table/kernels?sort=start&f.op_name=no-such-op-zzz"),
+        ("all kernels, filter op_name with no match, sort start",
+         "/api/table/kernels?sort=start&f.op_name=no-such-op-zzz"),
         ("all kernels, filter grid (refused over all kernels: 400)", "/api/table/kernels?f.grid=(1%2C%201"),
     ]
     for col in KERNELS.columns:
@@ -146,7 +153,8 @@ def dashboard_time(base: str, repeat: int) -> list[float]:
     out = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                    args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+                                    args=["--headless", "--no-sandbox", "--disable-gpu",
+                                          "--disable-background-networking"])
         for _ in range(repeat):
             page = browser.new_page(viewport={"width": 1500, "height": 1000})
             t = time.perf_counter()
@@ -170,7 +178,8 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     t = time.perf_counter()
     total = build(args.source, args.db, args.kernels)
-    print(f"database: {args.db} ({total:,} kernels, {args.db.stat().st_size / 1e9:.2f} GB; ready in {time.perf_counter() - t:.1f} s)")
+    print(f"database: {args.db} ({total:,} kernels, {args.db.stat().st_size / 1e9:.2f} GB; "
+          f"ready in {time.perf_counter() - t:.1f} s)")
     port = free_port()
     proc = start_server(args.db, port)
     base = f"http://127.0.0.1:{port}"

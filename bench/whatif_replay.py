@@ -48,7 +48,8 @@ def main() -> None:
             wins = [windows(g, r, a, b) for r, a, b, _ in aggs]
             errors = np.concatenate([replay_errors(g, w, base)["error_pct"].to_numpy() for w in wins])
             paths = [path_of(g, w, base) for w in wins]
-            unexplained = sum(int(p["unexplained"].sum()) for p in paths) / max(sum(int(p["ns"].sum()) for p in paths), 1)
+            unexplained = (sum(int(p["unexplained"].sum()) for p in paths)
+                           / max(sum(int(p["ns"].sum()) for p in paths), 1))
             methods = sorted({m for *_, m in aggs})
             n_its = sum(b - a + 1 for _, a, b, m in aggs) if methods != ["whole_profile"] else len(aggs)
             print(f"| {path.name} | {', '.join(methods)} | {len(aggs)} | {n_its} | {g.n:,} | {len(g.src):,} | "

@@ -8,8 +8,9 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from dlscope.pipeline import aggregate
 from trace_builder import PID, TID, KinetoTrace
+
+from dlscope.pipeline import aggregate
 
 
 def stored_findings(db: Path, agg_id: int | None = None) -> dict[str, dict]:

@@ -64,7 +64,8 @@ def either(why: str) -> Expect:
 KINETO_SEEDS = ("hta_event_sync_a100.json.gz", "hta_triton_a100.json.gz", "hta_legacy_format_inference_rank1.json.gz",
                 "hta_cpu_only_no_gpu.pt.trace.json.gz", "hta_event_sync_multistream_a100.json.gz",
                 "hta_alexnet_a100_critical_path.json.gz")
-NSYS_SEEDS = ("dlprof_pytorch_emit_nvtx_rtx2070s_nsys2022.1.sqlite", "memfusion_tensorrt_nvtx_rtx3090x4_nsys2023.1.sqlite",
+NSYS_SEEDS = ("dlprof_pytorch_emit_nvtx_rtx2070s_nsys2022.1.sqlite",
+              "memfusion_tensorrt_nvtx_rtx3090x4_nsys2023.1.sqlite",
               "pipit_saxpy_mpi_nvtx_a100_nsys2022.2.sqlite", "pipit_cloverleaf_a100x4_nsys2024.5.sqlite",
               "nvfuser_h200_nvtx_nsys2025.1.sqlite")
 STATS_SEED = "jaxtoolbox_pax_fsdp4_a100_4proc/proc0_nvtx_pushpop_trace.csv.xz"
@@ -510,7 +511,8 @@ def stats_expectation(data: bytes) -> Expect:
             continue  # a blank line
         if len(line) > len(header):
             return either("a row with more fields than the header (pandas refuses it, or reads an index)")
-        if any(_stats_int(line[at[c]] if at[c] < len(line) else "") is None for c in ("Start (ns)", "End (ns)", "PID", "TID")):
+        if any(_stats_int(line[at[c]] if at[c] < len(line) else "") is None
+               for c in ("Start (ns)", "End (ns)", "PID", "TID")):
             return reject("a time or id that is not an int64 integer")
         start, end = _stats_int(line[at["Start (ns)"]]), _stats_int(line[at["End (ns)"]])
         if end < start:

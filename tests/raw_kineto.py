@@ -59,7 +59,8 @@ def events(path: Path) -> tuple[Event, ...]:
     return tuple(out)
 
 
-STEP_LIKE = re.compile(r"(?i)^(ProfilerStep#\d+|(train[_ ]?|training[_ ]?|eval[_ ]?)?(step|iter|iteration|batch)([ _#:=-]*\d+)?)$")
+STEP_LIKE = re.compile(r"(?i)^(ProfilerStep#\d+|"
+                       r"(train[_ ]?|training[_ ]?|eval[_ ]?)?(step|iter|iteration|batch)([ _#:=-]*\d+)?)$")
 
 
 def is_step_marker(name: str) -> bool:

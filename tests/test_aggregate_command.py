@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import data_file, data_files
+
 from dlscope.present.summary import summary_dict
 
 OPT = "Optimizer.step#SGD.step"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-
 import raw_kineto
 from conftest import data_files
 

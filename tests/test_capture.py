@@ -44,7 +44,8 @@ def test_window_rejects_zero_steps():
 
 @pytest.mark.parametrize("command, expect", [
     (["python", "SCRIPT", "--lr", "0.1"], dict(script="SCRIPT", args=["--lr", "0.1"], flags=[])),
-    (["python3", "-u", "-W", "ignore", "SCRIPT", "-m", "x"], dict(script="SCRIPT", args=["-m", "x"], flags=["-u", "-W", "ignore"])),
+    (["python3", "-u", "-W", "ignore", "SCRIPT", "-m", "x"],
+     dict(script="SCRIPT", args=["-m", "x"], flags=["-u", "-W", "ignore"])),
     (["python", "-m", "pkg.train", "--epochs", "1"], dict(module="pkg.train", args=["--epochs", "1"], flags=[])),
     (["python", "-Xdev", "-c", "print(1)", "a"], dict(code="print(1)", args=["a"], flags=["-Xdev"])),
     (["SCRIPT", "b"], dict(script="SCRIPT", args=["b"], flags=[])),

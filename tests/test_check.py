@@ -4,21 +4,20 @@ directions from data/check_metrics.json; a metric one run cannot provide is an e
 from __future__ import annotations
 
 import importlib
+import json
+import math
 import subprocess
 import sys
 
-import json
-import math
-
 import pytest
 from click.testing import CliRunner
-
 from conftest import data_file
+from test_compare_traces import base_trace, new_trace, no_steps_trace
+
 from dlscope.compare.check import check, parse_metrics, parse_threshold, regression_pct
 from dlscope.compare.cli_compare import check_command
 from dlscope.compare.runs import metric_table
 from dlscope.errors import DlscopeError
-from test_compare_traces import base_trace, new_trace, no_steps_trace
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import data_file
 from trace_builder import KinetoTrace
 

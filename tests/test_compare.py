@@ -10,17 +10,16 @@ import json
 
 import pandas as pd
 import pytest
-
 import raw_kineto
 from click.testing import CliRunner
-
 from conftest import data_file
+from test_compare_traces import LOADER, SGEMM, TC_KERNEL, XSS, base_trace, new_trace
+from trace_builder import KinetoTrace
+
 from dlscope.compare import compare
 from dlscope.compare.cli_compare import diff_command
 from dlscope.compare.matching import batch_change, match_ops
 from dlscope.errors import DlscopeError, InputError
-from test_compare_traces import LOADER, SGEMM, TC_KERNEL, XSS, base_trace, new_trace
-from trace_builder import KinetoTrace
 
 US = 1000
 
@@ -69,7 +68,8 @@ def test_every_breakdown_category_with_delta_ratio_and_share(handmade):
     assert (rows["dataloader"]["base_ns"], rows["dataloader"]["new_ns"]) == (300 * US, 20 * US)
     assert rows["dataloader"]["delta_ns"] == -280 * US
     assert rows["dataloader"]["ratio"] == pytest.approx(20 / 300)
-    assert (rows["dataloader"]["base_share"], rows["dataloader"]["new_share"]) == (pytest.approx(0.3), pytest.approx(0.025))
+    assert (rows["dataloader"]["base_share"], rows["dataloader"]["new_share"]) == (pytest.approx(0.3),
+                                                                                 pytest.approx(0.025))
     assert (rows["tensor_core"]["base_ns"], rows["tensor_core"]["new_ns"]) == (200 * US, 400 * US)
     for side in ("base_ns", "new_ns"):  # the parts still add up to one iteration
         assert sum(r[side] for r in rows.values()) == _metric(handmade, "avg_iteration_time")[side.split("_")[0]]
@@ -79,7 +79,8 @@ def test_ops_matched_by_shape_report_the_batch_size_change(handmade):
     ops = {(r["status"], r["op_name"]): r for r in handmade["ops"]}
     conv = ops[("both", "aten::conv2d")]
     assert conv["match"] == "batch_size_changed" and (conv["base_batch"], conv["new_batch"]) == (8, 16)
-    assert (conv["base_gpu_time_ns"], conv["new_gpu_time_ns"], conv["delta_gpu_time_ns"]) == (200 * US, 400 * US, 200 * US)
+    assert (conv["base_gpu_time_ns"], conv["new_gpu_time_ns"], conv["delta_gpu_time_ns"]) == (200 * US, 400 * US,
+                                                                                            200 * US)
     assert conv["gpu_time_ns_ratio"] == pytest.approx(2.0)
     assert ops[("both", "aten::relu")]["match"] == "batch_size_changed"
     assert ops[("vanished", "aten::mm")]["base_gpu_time_ns"] == 100 * US

@@ -132,7 +132,8 @@ def test_sizes_and_busbw_factors():
     assert busbw_factor("alltoall", 2) == pytest.approx(1 / 2)
     assert busbw_factor("broadcast", 8) == 1 and busbw_factor("reduce", 8) == 1
     assert collective_type("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)") == "allgather"
-    assert collective_type("_reduce_scatter_base") == "reducescatter" and collective_type("NCCL:ncclAllReduce") == "allreduce"
+    assert collective_type("_reduce_scatter_base") == "reducescatter"
+    assert collective_type("NCCL:ncclAllReduce") == "allreduce"
 
 
 # ------------------------------------------------------------------------------------------ real jobs
@@ -242,7 +243,8 @@ def test_nsys_stats_csv_epoch_ns_stay_exact_next_to_an_odd_cell(tmp_path):
     """One non-integer cell used to turn a whole column into float64 (epoch ns lose their last digits);
     now the cell is an error naming its line, and clean columns keep every digit."""
     exact = tmp_path / "exact.csv"
-    exact.write_text(HEADER + "1700000000000000001,1700000000000000003,2,a,1,1\n 9007199254740993 ,9007199254740995,2,b,1,1\n")
+    exact.write_text(HEADER + "1700000000000000001,1700000000000000003,2,a,1,1\n"
+                     " 9007199254740993 ,9007199254740995,2,b,1,1\n")
     ranges = load_nsys_stats_csv(exact).ranges
     assert list(ranges["start"]) == [1700000000000000001, 9007199254740993]  # neither is a float64
     assert list(ranges["end"]) == [1700000000000000003, 9007199254740995]
@@ -396,7 +398,8 @@ def test_unreachable_scheduler_is_one_line_error():
 # ------------------------------------------------------------------------------------------ streaming
 
 
-@pytest.mark.parametrize("name", ["hta_a100_nccl_rank0of2_3steps.json.gz", "hta_trace_diff_control_a100_rank3of8.json.gz",
+@pytest.mark.parametrize("name", ["hta_a100_nccl_rank0of2_3steps.json.gz",
+                                  "hta_trace_diff_control_a100_rank3of8.json.gz",
                                   "hta_legacy_format_inference_rank1.json.gz"])
 def test_streaming_import_builds_identical_tables(name):
     from dlscope.importers.kineto import load_kineto
@@ -444,7 +447,8 @@ def test_an_analysis_larger_than_the_memory_budget_is_refused_before_writing(tmp
     out = tmp_path / "refused.sqlite"
     # far too small: refused from the file's size alone, before reading it
     with pytest.raises(DlscopeError, match=r"hta_v100_rank1of2_5steps.json.gz: analysing at least 54 MB of trace "
-                                           r"JSON needs at least about \d+ MB of memory, more than --max-memory 300 MB"):
+                                           r"JSON needs at least about \d+ MB of memory, "
+                                           r"more than --max-memory 300 MB"):
         pipeline.build_database([path], out, max_memory="300MB", progress=False)
     # too small for these tables: refused after the parse, from the imported tables
     with pytest.raises(DlscopeError, match=r"hta_v100_rank1of2_5steps.json.gz: analysing [\d,]+ imported rows needs "

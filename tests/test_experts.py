@@ -10,13 +10,13 @@ import json
 import sqlite3
 
 import pytest
+from experts_helpers import blocking_call, findings, stored_findings
+from trace_builder import KinetoTrace
 
 from dlscope.errors import InputError
 from dlscope.experts import load_config, write_expert_report, write_findings
 from dlscope.experts.registry import load_rules
 from dlscope.pipeline import build_database
-from experts_helpers import blocking_call, findings, stored_findings
-from trace_builder import KinetoTrace
 
 US = 1000
 RULE_IDS = {"amp_not_enabled", "tc_eligible_not_using_tc", "tc_shape_alignment", "gpu_underutilized",
@@ -193,7 +193,8 @@ def test_gaps_in_windows_equals_gaps_window_by_window():
         lo = rng.integers(-20, 220, m)
         hi = lo + rng.integers(-5, 80, m)       # some empty or inverted windows
         gs, ge, window = gaps_in_windows((starts, ends), lo, hi)
-        expected = [(int(s), int(e), i) for i in range(m) for s, e in zip(*gaps((starts, ends), int(lo[i]), int(hi[i])))]
+        expected = [(int(s), int(e), i) for i in range(m)
+                    for s, e in zip(*gaps((starts, ends), int(lo[i]), int(hi[i])))]
         assert list(zip(gs.tolist(), ge.tolist(), window.tolist())) == expected
 
 

@@ -29,7 +29,8 @@ GPU_FAMILY = {"amp_not_enabled", "tc_eligible_not_using_tc", "tc_shape_alignment
               "fusion_candidates", "layout_transposes", "cudnn_benchmark_off", "gpu_memory_underutilized",
               "exposed_communication"}
 SGEMM = "ampere_sgemm_128x64_nn"                                   # FP32 on CUDA cores (cuBLAS naming)
-TF32_GEMM = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>(cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1::Params)"
+TF32_GEMM = ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>"
+             "(cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1::Params)")
 FP16_GEMM = "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn"
 BACKWARD = "autograd::engine::evaluate_function: MmBackward0"
 # A100 SXM4 80GB datasheet (dense): FP32 19.5, TF32 156, FP16 Tensor Core 312 TFLOP/s
@@ -208,7 +209,7 @@ def test_inference_traces_get_no_batch_size_advice(name, import_db):
     assert not any("batch size" in x["recommendation"] for x in f.values())
 
 
-# --- item 9: warm-up versus variation ----------------------------------------------------------------------------------
+# --- item 9: warm-up versus variation ---------------------------------------------------------------------------
 
 def _steps_trace(durations_ms: list[float]) -> KinetoTrace:
     """Consecutive ProfilerSteps of the given lengths, each with one op and a kernel inside."""

@@ -9,7 +9,6 @@ import sqlite3
 
 import numpy as np
 import pytest
-
 from conftest import data_file
 from experts_helpers import findings
 
@@ -104,7 +103,8 @@ def test_amp_fires_from_kernel_names_on_real_traces_without_dtypes(parts, rules)
     got = rules(parts)["amp_not_enabled"]
     ev = got["evidence"]
     assert got["est_saving_ns"] > 0
-    assert ev["precision_from_kernel_names_ns"] == ev["eligible_fp32_kernel_time_ns"] + ev["eligible_tf32_kernel_time_ns"]
+    assert ev["precision_from_kernel_names_ns"] == (ev["eligible_fp32_kernel_time_ns"]
+                                                    + ev["eligible_tf32_kernel_time_ns"])
     gpu = _device_properties(parts)[0]["name"]
     if "A100" in gpu:                 # A100 convolutions and GEMMs run TF32 by default: said as TF32
         assert ev["eligible_tf32_kernel_time_ns"] > 0 and "TF32 on Tensor Cores already" in got["problem"]
@@ -142,7 +142,8 @@ def test_tc_shape_alignment_reads_bert_sequence_length(import_db):
     from dlscope.experts.rules.shapes import tc_dims
 
     conn = sqlite3.connect(import_db(data_file(*BERT)))
-    dims = [tc_dims(n, s) for n, s in conn.execute("SELECT DISTINCT name, input_shapes FROM ops WHERE name = 'aten::linear'")]
+    dims = [tc_dims(n, s)
+            for n, s in conn.execute("SELECT DISTINCT name, input_shapes FROM ops WHERE name = 'aten::linear'")]
     assert any(d and d.get("M") == 141 for d in dims)                    # sequence length 141: not a multiple of 8
 
 
@@ -253,7 +254,8 @@ def test_iteration_variance_says_warm_up_and_suggests_steady_range(rules, import
 
 def test_gpu_memory_underutilized_silent_on_inference_and_without_totals(rules, import_db):
     conn, _ = _raw(import_db, QWEN)
-    peak, cap = conn.execute("SELECT (SELECT MAX(MAX(total_allocated), MAX(total_reserved)) FROM memory WHERE device >= 0), "
+    peak, cap = conn.execute("SELECT (SELECT MAX(MAX(total_allocated), MAX(total_reserved)) FROM memory "
+                             "WHERE device >= 0), "
                              "(SELECT MAX(memory_bytes) FROM gpus)").fetchone()
     assert peak / cap < 0.3                                  # memory is underused, but the run is inference
     assert "gpu_memory_underutilized" not in rules(QWEN)

@@ -414,7 +414,8 @@ def test_ncu_csv_mutations(tmp_path_factory, case):
                 assert conn.execute("SELECT COUNT(*) FROM ncu_kernels").fetchone()[0] > 0
                 negative = conn.execute(
                     "SELECT COUNT(*) FROM ncu_kernels WHERE time_ns < 0 OR flops_fp64 < 0 OR flops_fp32 < 0 OR "
-                    "flops_fp16 < 0 OR flops_tensor < 0 OR bytes_dram < 0 OR bytes_l2 < 0 OR bytes_l1 < 0").fetchone()[0]
+                    "flops_fp16 < 0 OR flops_tensor < 0 OR bytes_dram < 0 OR bytes_l2 < 0 OR bytes_l1 < 0"
+                ).fetchone()[0]
             finally:
                 conn.close()
             assert negative == 0, f"negative counters stored ({seed})"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from trace_builder import KinetoTrace
 
 from dlscope.pipeline import build_database
-from trace_builder import KinetoTrace
 
 US = 1000
 

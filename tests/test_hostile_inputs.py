@@ -179,7 +179,8 @@ def test_a_profiler_step_of_negative_duration_gives_no_negative_wall_clock(tmp_p
     step["dur"] = -1000
     summary = _imported(_write(tmp_path / "t.json", doc), tmp_path / "o.sqlite")
     assert summary["aggregation"]["wall_clock_ns"] >= 0
-    assert {"rank": 0, "table": "ranges", "reason": "end_before_start", "count": 1} in summary["profile"]["dropped_events"]
+    assert ({"rank": 0, "table": "ranges", "reason": "end_before_start", "count": 1}
+            in summary["profile"]["dropped_events"])
 
 
 @pytest.mark.parametrize("content", ['{"traceEvents": []}', "[]", '{"traceEvents": [{"ph": "M", "name": "x"}]}'])
@@ -235,7 +236,8 @@ def test_a_fifo_is_read_once_and_its_copy_removed(tmp_path):
     scratch.mkdir()
     out = tmp_path / "o.sqlite"
     result = subprocess.run([sys.executable, "-m", "dlscope", "import", str(fifo), "-o", str(out), "-q"],
-                            env={**os.environ, "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=300, check=False)
+                            env={**os.environ, "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=300,
+                            check=False)
     writer.join()
     assert result.returncode == 0, result.stderr
     assert _summary(out)["profile"]["kernel_count"] == len(_kernels_of(_doc()))
@@ -306,14 +308,16 @@ def test_an_unwritable_output_folder_is_one_line_naming_the_output():
         locked.mkdir(mode=0o555)
         kw = {"preexec_fn": _as_nobody} if root_run else {}
         try:
-            probe = subprocess.run([sys.executable, "-c", "import dlscope"], capture_output=True, **kw, check=False).returncode
+            probe = subprocess.run([sys.executable, "-c", "import dlscope"], capture_output=True, **kw,
+                                   check=False).returncode
         except PermissionError:
             probe = -1
         if probe != 0:
             pytest.skip("this interpreter or dlscope cannot run as the user nobody here (as root, permissions "
                         "would not apply)")
         result = subprocess.run([sys.executable, "-m", "dlscope", "import", str(trace), "-o",
-                                 str(locked / "o.sqlite")], capture_output=True, text=True, timeout=300, **kw, check=False)
+                                 str(locked / "o.sqlite")], capture_output=True, text=True, timeout=300, **kw,
+                                check=False)
         assert_one_line_error(result, str(locked / "o.sqlite"))
         assert "not writable" in result.stderr and list(locked.iterdir()) == []
 
@@ -362,7 +366,8 @@ def test_a_gzip_bomb_under_max_memory_stays_under_it(tmp_path):
                "print(r.returncode); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
                "sys.stderr.write(r.stderr)")
     result = subprocess.run([sys.executable, "-c", measure, sys.executable, "-m", "dlscope", "import", str(bomb),
-                             "-o", str(out), "--max-memory", "1GB"], capture_output=True, text=True, timeout=600, check=False)
+                             "-o", str(out), "--max-memory", "1GB"], capture_output=True, text=True, timeout=600,
+                            check=False)
     code, peak_kib = (int(x) for x in result.stdout.split())
     assert peak_kib * 1024 < 10**9, f"peak {peak_kib / 1024:.0f} MiB under --max-memory 1GB"
     assert code == 2 and len(result.stderr.strip().splitlines()) == 1 and str(bomb) in result.stderr, result.stderr

@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, data_file
+from test_compare_traces import XSS, new_trace, no_steps_trace
+
 from dlscope.errors import InputError
 from dlscope.present.html_report import render_html_report, write_html_report
-from test_compare_traces import XSS, new_trace, no_steps_trace
 
 ARTIFACTS = REPO / "test-artifacts"
 CHART_IDS = ("chart-breakdown", "chart-iterations", "chart-top_ops", "chart-top_kernels", "chart-gpus")

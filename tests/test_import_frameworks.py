@@ -129,7 +129,8 @@ def test_the_compiled_descriptor_is_the_shipped_proto():
 
 
 def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "dlscope", *map(str, args)], check=False, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dlscope", *map(str, args)], check=False, capture_output=True,
+                          text=True,
                           cwd=cwd, timeout=300)
 
 

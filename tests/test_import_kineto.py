@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from trace_builder import KinetoTrace
 from conftest import DATA, assert_same_rows, data_file, data_files
+from trace_builder import KinetoTrace
+
 from dlscope.errors import InputError
 from dlscope.importers import load
 from dlscope.importers.kineto import Reading, load_kineto

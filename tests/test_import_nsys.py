@@ -11,8 +11,8 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-
 from conftest import data_file, data_files
+
 from dlscope.errors import InputError
 from dlscope.importers.nsys import load_nsys
 from dlscope.model import Profile

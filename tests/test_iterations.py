@@ -7,11 +7,11 @@ import sqlite3
 
 import numpy as np
 import pytest
+from trace_builder import KinetoTrace
 
 from dlscope.analyze.iterations import find_loop
 from dlscope.pipeline import build_database
 from dlscope.present.summary import summary_dict
-from trace_builder import KinetoTrace
 
 US = 1000
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -29,7 +29,8 @@ def test_a_loop_is_the_whole_sequence_repeating():
 
 
 def test_one_forward_pass_with_repeated_layers_is_not_a_loop():
-    embedding, layer, head = ["emb", "emb", "add", "dropout"], ["ln", "linear", "sdpa", "linear", "add"], ["ln", "lm_head"]
+    embedding, layer, head = (["emb", "emb", "add", "dropout"], ["ln", "linear", "sdpa", "linear", "add"],
+                              ["ln", "lm_head"])
     assert find_loop(names(embedding, layer * 12, head)) is None
     # DLProf's program: ten inits, eleven copies to the GPU, one forward pass
     assert find_loop(names(["uniform_"] * 10, ["cuda"] * 11, ["randn", "cuda", "conv2d", "conv2d", "flatten",

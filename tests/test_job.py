@@ -113,7 +113,8 @@ def test_job_wall_clock_and_mean_gpu_utilization_from_the_database(dlrm, dlrm_su
     assert max(r[2] for r in run) < min(r[3] for r in run)  # the windows overlap: one clock
     assert job["wall_clock_method"] == "span"
     assert job["wall_clock_ns"] == max(r[3] for r in run) - min(r[2] for r in run)
-    utils = [u for (u,) in sql(dlrm, f"SELECT utilization FROM agg_gpus WHERE agg_id IN ({','.join(str(r[0]) for r in run)})")]
+    utils = [u for (u,) in sql(dlrm, "SELECT utilization FROM agg_gpus "
+                                     f"WHERE agg_id IN ({','.join(str(r[0]) for r in run)})")]
     assert job["gpu_count"] == len(utils) == 8
     assert job["gpu_utilization"] == pytest.approx(statistics.fmean(utils), abs=1e-12)
     assert dlrm_summary["aggregation"]["rank"] == 0
@@ -225,7 +226,8 @@ def test_html_report_has_the_job_and_every_rank(dlrm, dlrm_summary, tmp_path):
     ranks = t.tables["ranks"][1:]
     assert [row[0] for row in ranks] == [str(r["rank"]) for r in dlrm_summary["ranks"]]
     for row, r in zip(ranks, dlrm_summary["ranks"]):
-        assert row[1:8] == [fmt_pct(r["gpu_utilization"]), fmt_ns(r["compute_ns"]), fmt_ns(r["exposed_communication_ns"]),
+        assert row[1:8] == [fmt_pct(r["gpu_utilization"]), fmt_ns(r["compute_ns"]),
+                            fmt_ns(r["exposed_communication_ns"]),
                             fmt_ns(r["memcpy_ns"]), fmt_ns(r["idle_ns"]), fmt_ns(r["wall_clock_ns"]),
                             fmt_ns(r["avg_iteration_ns"])]
     assert len(t.tables["job-gpus"]) - 1 == 8 and len(t.tables["collectives"]) - 1 == 8
@@ -246,6 +248,7 @@ def test_two_profiler_cycles_of_one_process_are_refused_not_made_two_ranks(tmp_p
         build_database([folder], tmp_path / "cycles.sqlite", progress=False)
     assert not (tmp_path / "cycles.sqlite").exists()
     # two processes (two workers), one cycle each: a job of two ranks
-    shutil.move(folder / "node7_4242.1700000000000000002.pt.trace.json.gz", folder / "node7_4243.1700000000000000002.pt.trace.json.gz")
+    shutil.move(folder / "node7_4242.1700000000000000002.pt.trace.json.gz",
+                folder / "node7_4243.1700000000000000002.pt.trace.json.gz")
     db = build_database([folder], tmp_path / "job.sqlite", progress=False)
     assert sql(db, "SELECT COUNT(DISTINCT rank) FROM sources")[0][0] == 2

@@ -99,7 +99,7 @@ def test_kill_9_during_an_import_leaves_no_process_and_no_file_the_next_run_keep
     tmp.mkdir()
     out = tmp_path / "out" / "run.sqlite"
     out.parent.mkdir()
-    for attempt in range(3):  # the analysis is short: a fast machine may slip past it; try again
+    for _attempt in range(3):  # the analysis is short: a fast machine may slip past it; try again
         proc = _start([str(big_trace), str(out)], tmp)
         helpers, hit = _watch(proc, out, moment)
         proc.kill()
@@ -113,8 +113,10 @@ def test_kill_9_during_an_import_leaves_no_process_and_no_file_the_next_run_keep
     # the next run in the same folders removes what the killed one left (its temporary database) and leaves
     # only its own output
     tiny = data_file("kineto", "hta_event_sync_a100.json.gz")
-    second = subprocess.run([sys.executable, "-m", "dlscope", "import", str(tiny), "-o", str(out.parent / "next.sqlite"),
-                             "-q"], env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=300, check=False)
+    second = subprocess.run([sys.executable, "-m", "dlscope", "import", str(tiny), "-o",
+                             str(out.parent / "next.sqlite"),
+                             "-q"], env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True,
+                            timeout=300, check=False)
     assert second.returncode == 0, second.stderr
     assert sorted(p.name for p in out.parent.iterdir()) == ["next.sqlite"]
     assert list(tmp.iterdir()) == []

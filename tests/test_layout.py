@@ -84,11 +84,12 @@ def test_the_stored_raw_tables_are_what_the_analysis_produces(tmp_path):
     op_instances), so nothing the analysis computes is silently dropped and nothing stored is left unset."""
     import sqlite3
 
+    from trace_builder import KinetoTrace
+
     from dlscope.analyze.analysis import analyse
     from dlscope.importers import load
     from dlscope.model import TABLES
     from dlscope.store.schema import DDL, RAW_TABLES
-    from trace_builder import KinetoTrace
 
     t = KinetoTrace()
     t.step(1, 0, 100)

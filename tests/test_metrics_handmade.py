@@ -14,10 +14,10 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from trace_builder import KinetoTrace
 
 from dlscope.pipeline import aggregate, build_database
 from dlscope.present.summary import summary_dict
-from trace_builder import KinetoTrace
 
 US = 1000  # ns per µs
 TC_KERNEL = "volta_h884gemm_64x64_ldg8_nn"
@@ -27,7 +27,8 @@ def handmade(path):
     t = KinetoTrace()
     t.step(1, 0, 1000)
     t.step(2, 1000, 2000)
-    t.op("aten::conv2d", 100, 300, **{"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3]], "Input type": ["c10::Half", "c10::Half"]})
+    t.op("aten::conv2d", 100, 300, **{"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3]],
+                                      "Input type": ["c10::Half", "c10::Half"]})
     t.launch(150, 160, TC_KERNEL, 200, 400)
     t.op("aten::relu", 300, 350)
     t.launch(310, 320, "void at::native::vectorized_elementwise_kernel<4>", 400, 450)

@@ -11,9 +11,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 import raw_kineto
 from conftest import data_file, data_files
+
 from dlscope.present.summary import summary_dict
 
 KINETO = data_files("kineto", "**/*.json.gz")
@@ -92,12 +92,13 @@ def test_dlprof_program_has_dlprofs_op_nodes():
     path = data_file("nsys_sqlite", "dlprof_pytorch_emit_nvtx_rtx2070s_nsys2022.1.sqlite")
     ops = sorted(_pyprof_ops(path))
     outermost, reach = [], None
-    for start, end, text, fields in ops:
+    for start, end, _text, fields in ops:
         if reach is None or start >= reach:
             outermost.append(fields)
         reach = end if reach is None else max(reach, end)
-    from dlscope.pipeline import build_database
     import tempfile
+
+    from dlscope.pipeline import build_database
 
     with tempfile.TemporaryDirectory() as tmp:
         db = build_database([path], Path(tmp) / "d.sqlite", progress=False)

@@ -21,16 +21,23 @@ NAMES = {
     "cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1": "fp32",
     "void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>(int, int)": "fp32",
     "void cudnn::detail::implicit_convolve_sgemm<float, float, (int)1024, (int)5>(int)": "fp32",
-    "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas": "fp32",
-    "void cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)": "fp32",
-    "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 8, 9, false, cublasGemvTensorStridedBatched<float const> >(int)": "fp32",
-    "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(cudnn::winograd_nonfused::WinogradDataParams<float, float>)": "fp32",
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4_alignc4_execute_kernel_"
+     "_5x_cublas"): "fp32",
+    ("void cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(cutlass_80_simt_sgemm_128x32_8x5_nn_"
+     "align1::Params)"): "fp32",
+    ("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 8, 9, false, cublasGemvTensorStridedBatched<float const> "
+     ">(int)"): "fp32",
+    ("void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(cudnn::winograd_nonfused::WinogradDataParams<"
+     "float, float>)"): "fp32",
     "void cudnn::cnn::wgrad_alg0_engine<float, 128, 6, 7, 3, 3, 5, false, 512>(int, int, int)": "fp32",
     "void fft2d_r2c_32x32<float, false, 5u, true>(float2*, float const*, int)": "fp32",
     # TF32 Tensor Cores
-    "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_execute_kernel_cudnn": "tf32",
-    "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>(cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1::Params)": "tf32",
-    "void cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_128x128_32x4_nhwc_align4>(int)": "tf32",
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_"
+     "g1_tensor16x8x8_execute_kernel_cudnn"): "tf32",
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>("
+     "cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1::Params)"): "tf32",
+    ("void cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_128x128_32x4_nhwc_align4>("
+     "int)"): "tf32",
     "ampere_tf32_s1688gemm_tf32_128x128_ldg8_f2f_stages_32x3_nn": "tf32",
     "_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolutionENS_10tfloat32_tE": "tf32",
     # 16-bit, 8-bit, 64-bit
@@ -38,15 +45,18 @@ NAMES = {
     "volta_h884gemm_64x64_ldg8_nn": "fp16",
     "volta_s884gemm_fp16_128x128_ldg8_f2f_nn": "fp16",
     "void gemmSN_NN_kernel<__half, 128, 2, 4, 8, 3, 4>(int)": "fp16",
-    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas": "bf16",
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_"
+     "cublas"): "bf16",
     "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_256x128_64x3_tn_align2>(int)": "bf16",
-    "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t> >(int)": "bf16",
+    ("void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, "
+     "cutlass::bfloat16_t> >(int)"): "bf16",
     "void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_dptp128c_acc::GemmKernel>(int)": "fp8",
     "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128": "fp8",
     "turing_int8_i8816gemm_128x128_nn": "int8",
     "ampere_dgemm_64x64_nn": "fp64",
     # not math kernels, or names that do not tell
-    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >(int)": "",
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, "
+     "3> >(int)"): "",
     "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>(cudnnTensorStruct)": "",
     "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>(int)": "",
     "void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel<float, float>(long)": "",

@@ -69,7 +69,8 @@ def test_children_die_when_their_parent_is_killed(how):
     """)
     try:
         children = [int(p) for p in parent.stdout.readline().split()]
-        assert children and all(alive(p) for p in children), "the children did not start (or a thread's end killed them)"
+        assert children and all(alive(p) for p in children), \
+            "the children did not start (or a thread's end killed them)"
         parent.kill()
         parent.wait()
         assert wait_gone(children) == [], "children outlived their killed parent"
@@ -105,7 +106,8 @@ def _raise_input_error():
 def test_temporary_files_of_dead_runs_are_removed_and_live_ones_kept(tmp_path):
     from dlscope.processes import owned_name, remove_dead, run_tag
 
-    dead = subprocess.run([sys.executable, "-c", "from dlscope.processes import owned_name; print(owned_name('.x.sqlite', '.tmp'))"],
+    dead = subprocess.run([sys.executable, "-c",
+                           "from dlscope.processes import owned_name; print(owned_name('.x.sqlite', '.tmp'))"],
                           capture_output=True, text=True, check=True).stdout.strip()
     mine = owned_name(".x.sqlite", ".tmp")
     pid, start = run_tag().split("-")[1:3]
@@ -147,7 +149,8 @@ def test_the_capture_api_imports_without_forking_the_users_process(tmp_path):
         print("ok")
     """))
     db = tmp_path / "run.sqlite"
-    result = subprocess.run([sys.executable, str(script), str(db)], capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run([sys.executable, str(script), str(db)], capture_output=True, text=True, timeout=300,
+                            check=False)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
     import sqlite3
 

@@ -172,7 +172,8 @@ def test_markdown_reports_show_readable_cells(md_reports, name):
                     column = row[0] if header == ["metric", "value"] else column
                     assert cell not in ("None", "nan", "NaN", "<NA>", "inf"), (path.name, column, cell)
                     if column not in VERBATIM and column != "profile_name":
-                        assert "{" not in cell and "None" not in cell and "nan" not in cell.lower(), (path.name, column, cell)
+                        assert "{" not in cell and "None" not in cell and "nan" not in cell.lower(), \
+                            (path.name, column, cell)
                         assert not LONG_DECIMALS.search(cell), (path.name, column, cell)
                     cells += 1
     assert cells > 1000

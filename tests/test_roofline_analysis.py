@@ -6,8 +6,8 @@ import json
 import sqlite3
 
 import pytest
-
 from conftest import data_file
+
 from dlscope.roofline import read_ncu_csv, roofline_report, write_ncu_kernels
 from dlscope.roofline.chart import write_roofline_chart
 from dlscope.roofline.export import write_roofline

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 import pandas as pd
-
 from conftest import data_file
+
 from dlscope.pipeline import build_database
 from dlscope.store import writer
 

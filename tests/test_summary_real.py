@@ -8,8 +8,8 @@ import re
 import sqlite3
 
 import pytest
-
 from conftest import data_files
+
 from dlscope.present.summary import summary_dict
 
 KINETO = data_files("kineto", "**/*.json.gz")
@@ -30,7 +30,8 @@ def raw_kineto(path):
 
 def raw_nsys(path):
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    count, total = conn.execute("SELECT COUNT(*), COALESCE(SUM(end - start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    count, total = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(end - start), 0) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
     return count, total
 
 
@@ -59,7 +60,8 @@ def test_nsys_summary_matches_raw_counts(path, import_db):
 def test_database_is_intact_and_holds_every_op_of_the_model(path, import_db):
     conn = sqlite3.connect(import_db(path))
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    instances, joined = conn.execute("SELECT (SELECT COUNT(*) FROM op_instances), (SELECT COUNT(*) FROM ops)").fetchone()
+    instances, joined = conn.execute(
+        "SELECT (SELECT COUNT(*) FROM op_instances), (SELECT COUNT(*) FROM ops)").fetchone()
     assert instances == joined  # every call has its op node
 
 

@@ -37,48 +37,74 @@ LABELLED = [
     ("turing_fp16_s1688gemm_fp16_256x128_ldg8_f2f_nn", True),
     ("ampere_bf16_s16816gemm_bf16_128x256_ldg8_f2f_stages_64x3_tn", True),
     ("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x32_stage5_warpsize2x2x1_tensor16x8x16_kernel", True),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas", True),
+    (("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_"
+      "cublas"), True),
     ("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", True),
-    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x128_32x3_nn_align1>(cutlass_80_tensorop_s1688gemm_256x128_32x3_nn_align1::Params)", True),
+    (("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x128_32x3_nn_align1>("
+      "cutlass_80_tensorop_s1688gemm_256x128_32x3_nn_align1::Params)"), True),
     ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>(Params)", True),
-    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>, false, true>(Flash_fwd_params)", True),
-    ("void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, 128, 128, 8>>(Flash_bwd_params)", True),
-    ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)", True),
+    (("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>, false, "
+      "true>(Flash_fwd_params)"), True),
+    (("void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, 128, 128, "
+      "8>>(Flash_bwd_params)"), True),
+    (("fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<"
+      "cutlass::bfloat16_t>::Params)"), True),
     ("cudnn_generated_fort_native_sdpa_sm90_knob_7_64x128x64_4x1x1_kernel0_0", True),
     # new families: CUTLASS warp-level MMA classes (also mangled), FA3, FP8/FP4 GEMMs, AMD matrix cores
-    (("void cutlass::Kernel<cutlass::gemm::kernel::Gemm<cutlass::gemm::threadblock::MmaMultistage<cutlass::gemm::GemmShape<128, 128, 32>, "
-      "cutlass::gemm::threadblock::MmaPolicy<cutlass::gemm::warp::MmaTensorOp<cutlass::gemm::GemmShape<64, 64, 32>, cutlass::half_t>>>>>"), True),
-    (("void cutlass::Kernel<cutlass::gemm::kernel::Gemm<cutlass::gemm::threadblock::MmaPipelined<cutlass::gemm::GemmShape<128, 128, 32>, "
-      "cutlass::gemm::threadblock::MmaPolicy<cutlass::gemm::warp::MmaVoltaTensorOp<cutlass::gemm::GemmShape<64, 64, 32>>>>>>"), True),
-    ("_ZN7cutlass6KernelINS_4gemm6kernel4GemmINS1_11threadblock14MmaMultistageENS1_4warp11MmaTensorOpEEEEEvNT_6ParamsE", True),
-    ("void cutlass::device_kernel<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<cutlass::bfloat16_t>>>(Params)", True),
-    ("void flash::compute_attn_ws<Flash_fwd_kernel_traits<128, 128, 176, 12, 2, false, 1, cutlass::half_t, 128>, false>(Params)", True),
-    ("void cutlass::device_kernel<moe::grouped::fp8_blockwise::GemmKernel>(moe::grouped::fp8_blockwise::GemmKernel::Params)", True),
-    ("bmm_E4m3_E4m3E4m3_Fp32_t128x8x128u2_s8_et64x8_m64x8x32_cga1x1x1_16dp256b_TN_transOut_noShflA_dsFp8_schedS_sm100a", True),
-    ("void fmha_fwd_loop_kernel<FMHA_kernel_traits<256, 64, 16, 1, 4, 8, __half>, true, false, false>(FMHA_fprop_params)", True),
+    (("void cutlass::Kernel<cutlass::gemm::kernel::Gemm<cutlass::gemm::threadblock::MmaMultistage<"
+      "cutlass::gemm::GemmShape<128, 128, 32>, "
+      "cutlass::gemm::threadblock::MmaPolicy<cutlass::gemm::warp::MmaTensorOp<cutlass::gemm::GemmShape<64, 64, 32>, "
+      "cutlass::half_t>>>>>"), True),
+    (("void cutlass::Kernel<cutlass::gemm::kernel::Gemm<cutlass::gemm::threadblock::MmaPipelined<"
+      "cutlass::gemm::GemmShape<128, 128, 32>, "
+      "cutlass::gemm::threadblock::MmaPolicy<cutlass::gemm::warp::MmaVoltaTensorOp<cutlass::gemm::GemmShape<64, 64, "
+      "32>>>>>>"), True),
+    (("_ZN7cutlass6KernelINS_4gemm6kernel4GemmINS1_11threadblock14MmaMultistageENS1_4warp11MmaTensorOpEEEEEvNT_"
+      "6ParamsE"), True),
+    (("void cutlass::device_kernel<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<cutlass::bfloat16_t>>>("
+      "Params)"), True),
+    (("void flash::compute_attn_ws<Flash_fwd_kernel_traits<128, 128, 176, 12, 2, false, 1, cutlass::half_t, 128>, "
+      "false>(Params)"), True),
+    (("void cutlass::device_kernel<moe::grouped::fp8_blockwise::GemmKernel>("
+      "moe::grouped::fp8_blockwise::GemmKernel::Params)"), True),
+    (("bmm_E4m3_E4m3E4m3_Fp32_t128x8x128u2_s8_et64x8_m64x8x32_cga1x1x1_16dp256b_TN_transOut_noShflA_dsFp8_schedS_"
+      "sm100a"), True),
+    (("void fmha_fwd_loop_kernel<FMHA_kernel_traits<256, 64, 16, 1, 4, 8, __half>, true, false, "
+      "false>(FMHA_fprop_params)"), True),
     ("Cijk_Alik_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0_GRVW8_ISA942", True),
     ("void ck::kernel_gemm_xdl_cshuffle_v3<ck::GridwiseGemm_xdl_cshuffle_v3<ck::half_t>>(ck::Argument)", True),
     ("igemm_fwd_gtcx2_nhwc_fp16_bx0_ex1_bt256x128x32_wt32x32x8_ws2x1_wr2x2_gkgs", True),
     ("attn_fwd", True),
     # CUDA-core GEMMs, auxiliary kernels of MMA libraries, and elementwise kernels with half/bf16 types
-    ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas", False),
+    (("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4_alignc4_execute_"
+      "kernel__5x_cublas"), False),
     ("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_warpgroupsize1x1x1_ffma_execute_kernel", False),
     ("volta_sgemm_128x64_tn", False),
     ("ampere_sgemm_64x32_sliced1x4_nn", False),
     ("cutlass_simt_sgemm_128x128_8x2_nn_align1", False),
-    (("void cutlass::Kernel<cutlass::gemm::kernel::Gemm<cutlass::gemm::threadblock::MmaMultistage<cutlass::gemm::GemmShape<128, 128, 8>, "
-      "cutlass::gemm::threadblock::MmaPolicy<cutlass::gemm::warp::MmaSimt<cutlass::gemm::GemmShape<32, 64, 8>, float>>>>>"), False),
-    ("void cudnn::detail::implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, true, false, true>(int, int)", False),
+    (("void cutlass::Kernel<cutlass::gemm::kernel::Gemm<cutlass::gemm::threadblock::MmaMultistage<"
+      "cutlass::gemm::GemmShape<128, 128, 8>, "
+      "cutlass::gemm::threadblock::MmaPolicy<cutlass::gemm::warp::MmaSimt<cutlass::gemm::GemmShape<32, 64, 8>, "
+      "float>>>>>"), False),
+    (("void cudnn::detail::implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, true, false, true>(int, "
+      "int)"), False),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int)", False),
-    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>>>(int)", False),
+    (("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, "
+      "float>>>(int)"), False),
     ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::BFloat16>>(int)", False),
-    ("void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<cutlass::bfloat16_t, cutlass::bfloat16_t, 4, true> >(Params)", False),
-    ("void (anonymous namespace)::softmax_warp_forward<c10::Half, c10::Half, float, 10, false, false>(c10::Half*)", False),
-    ("void splitKreduce_kernel<32, 16, int, __half, __half, float, __half, true, true, false>(cublasSplitKParams<float>)", False),
-    ("void cutlass::device_kernel<flash::FlashAttnBwdPreprocess<cutlass::bfloat16_t, float, cutlass::arch::Sm90>>(Params)", False),
-    (("void cutlass::device_kernel<flash::FlashAttnBwdPostprocessConvertdQ<cutlass::bfloat16_t, float, cutlass::arch::Sm90, "
+    (("void moe::dev::finalize::finalizeKernelVecLoad<moe::dev::finalize::KernelParams<cutlass::bfloat16_t, "
+      "cutlass::bfloat16_t, 4, true> >(Params)"), False),
+    (("void (anonymous namespace)::softmax_warp_forward<c10::Half, c10::Half, float, 10, false, "
+      "false>(c10::Half*)"), False),
+    (("void splitKreduce_kernel<32, 16, int, __half, __half, float, __half, true, true, "
+      "false>(cublasSplitKParams<float>)"), False),
+    (("void cutlass::device_kernel<flash::FlashAttnBwdPreprocess<cutlass::bfloat16_t, float, "
+      "cutlass::arch::Sm90>>(Params)"), False),
+    (("void cutlass::device_kernel<flash::FlashAttnBwdPostprocessConvertdQ<cutlass::bfloat16_t, float, "
+      "cutlass::arch::Sm90, "
       "cute::TiledMMA<cute::MMA_Atom<cute::SM90_64x96x16_F32BF16BF16_SS<cute::GMMA::Major::K>>>>>(Params)"), False),
-    ("void flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::half_t>, 4, 1, true>(Params)", False),
+    (("void flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::half_t>, "
+      "4, 1, true>(Params)"), False),
     ("void fmha_bwd_dot_do_o_kernel<FMHA_kernel_traits<128, 64, 16, 1, 8, 8, __half>>(FMHA_dgrad_params)", False),
     ("SubTensorOpWithScalar1d", False),
     ("void ck::kernel_gemm_dl_v1r3<ck::GridwiseGemmDl_km_kn_mn_v1r3<ck::half_t>>(ck::Argument)", False),
@@ -86,7 +112,8 @@ LABELLED = [
     ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", False),
     ("triton_poi_fused_add_cos_sin_0", False),
     ("Memcpy HtoD (Pageable -> Device)", False),
-    ("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 2, 2>(cublasGemmSmallNParams<float const, float const, float, float>)", False),
+    (("void gemmSN_TN_kernel<float, 128, 16, 2, 4, 2, 2>(cublasGemmSmallNParams<float const, float const, float, "
+      "float>)"), False),
     ("void gemv2T_kernel_val<int, int, __half, __half, float, 128, 16, 4, 4, false, false>(cublasGemvParams)", False),
 ]
 
@@ -98,7 +125,8 @@ def test_kernel_tensor_core_verdict_matches_hand_label(name, expected):
 
 @pytest.mark.parametrize("op_type", ["aten::conv2d", "aten::addmm", "aten::mm", "aten::bmm", "aten::linear",
                                      "aten::_scaled_dot_product_flash_attention", "aten::cudnn_convolution",
-                                     "ConvolutionBackward0", "AddmmBackward0", "conv2d", "MatMul", "Conv2DBackpropFilter",
+                                     "ConvolutionBackward0", "AddmmBackward0", "conv2d", "MatMul",
+                                     "Conv2DBackpropFilter",
                                      "aten::lstm", "aten::convolution_backward"])
 def test_gemm_conv_attention_rnn_ops_are_tc_eligible(op_type):
     assert op_type_tc_eligible(op_type)
@@ -137,7 +165,8 @@ def _nsys_names(path: Path) -> set[str]:
 def _ncu_names(path: Path) -> set[str]:
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith('"ID",'))
-    return {row["Kernel Name"] for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))) if row.get("Kernel Name")}
+    return {row["Kernel Name"] for row in csv.DictReader(io.StringIO("\n".join(lines[start:])))
+            if row.get("Kernel Name")}
 
 
 def _tf_gpu_stream_names(path: Path) -> set[str]:

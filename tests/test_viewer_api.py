@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import math
-
 import csv
 import io
 import json
+import math
 import sqlite3
 import zipfile
 
 import pytest
 from starlette.testclient import TestClient
+from test_viewer_fixtures import XSS_KERNEL, make_profile_db
 
 from dlscope.errors import InputError
-from dlscope.viewer.app import create_app
 from dlscope.store import reader
+from dlscope.viewer.app import create_app
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout, check_database
-from test_viewer_fixtures import XSS_KERNEL, make_profile_db
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 BASE = "http://127.0.0.1:8000"
@@ -51,7 +50,8 @@ def test_kernels_sorted_paged_like_an_independent_sort(client, db_path):
     got = []
     page = 1
     while True:
-        body = client.get("/api/table/kernels", params={"sort": "dur", "order": "desc", "page": page, "size": 25}).json()
+        body = client.get("/api/table/kernels",
+                          params={"sort": "dur", "order": "desc", "page": page, "size": 25}).json()
         got += [r["kernel_id"] for r in body["rows"]]
         assert body["total"] == len(expected)
         if not body["has_next"]:
@@ -75,7 +75,8 @@ def test_every_kernel_column_sorts(client, column):
 def test_column_filters_text_number_time_and_bool(client, db_path):
     body = client.get("/api/table/kernels", params={"f.kernel_name": "GEMM", "f.uses_tc": "1",
                                                     "f.dur": ">50us", "size": 100}).json()
-    expected = raw(db_path, "SELECT COUNT(*) FROM kernels WHERE name LIKE '%gemm%' AND uses_tc = 1 AND dur > 50000")[0][0]
+    expected = raw(db_path, "SELECT COUNT(*) FROM kernels "
+                            "WHERE name LIKE '%gemm%' AND uses_tc = 1 AND dur > 50000")[0][0]
     assert body["total"] == expected > 0
     assert all("gemm" in r["kernel_name"].lower() and r["uses_tc"] == 1 and r["dur"] > 50_000 for r in body["rows"])
     between = client.get("/api/table/kernels", params={"f.dur": "1us..3us", "size": 100}).json()
@@ -128,7 +129,8 @@ def test_group_tree_expand_collapse_and_search(client):
 
 
 def test_view_json_twin_matches_the_table_api(client):
-    twin = client.get("/ops-kernels", params={"_format": "json", "node": 1, "ops.sort": "calls", "ops.order": "asc"}).json()
+    twin = client.get("/ops-kernels",
+                      params={"_format": "json", "node": 1, "ops.sort": "calls", "ops.order": "asc"}).json()
     api = client.get("/api/table/ops", params={"sort": "calls", "order": "asc"}).json()
     assert twin["tables"]["ops"]["rows"] == api["rows"]
     assert twin["tables"]["kernels"]["rows"] == client.get("/api/table/op_kernels", params={"node": 1}).json()["rows"]

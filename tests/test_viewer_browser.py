@@ -16,7 +16,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, data_file
 from test_viewer_fixtures import XSS_KERNEL, make_profile_db
 
@@ -41,7 +40,8 @@ def aggregate(db_path, iter_start, iter_stop, key_node):
     time.sleep(1.0)
     conn = sqlite3.connect(db_path)
     conn.execute("INSERT INTO aggregations (agg_id, rank, iter_start, iter_stop, key_node, wall_clock_ns) "
-                 "SELECT agg_id + 1, rank, ?, ?, ?, wall_clock_ns FROM aggregations WHERE agg_id = 1", (iter_start, iter_stop, key_node))
+                 "SELECT agg_id + 1, rank, ?, ?, ?, wall_clock_ns FROM aggregations WHERE agg_id = 1",
+                 (iter_start, iter_stop, key_node))
     conn.commit()
     conn.close()
     return [2]
@@ -120,7 +120,8 @@ def shot(pg, name):
 
 
 def cell_texts(pg, prefix, field):
-    return pg.locator(f"section[data-prefix='{prefix}'] .tabulator-row .tabulator-cell[tabulator-field='{field}']").all_inner_texts()
+    return pg.locator(f"section[data-prefix='{prefix}'] .tabulator-row "
+                      f".tabulator-cell[tabulator-field='{field}']").all_inner_texts()
 
 
 VIEWS = ["dashboard", "op-types", "group-ops", "ops-kernels", "kernels-by-iteration", "kernels-by-op", "iterations",
@@ -187,7 +188,8 @@ def test_ops_drill_down_sort_search_and_page(real_server, page):
     page.wait_for_load_state("networkidle")
     calls = [int(t.replace(",", "")) for t in cell_texts(page, "ops", "calls")]
     assert calls == sorted(calls, reverse=True) and len(calls) == 10
-    page.locator("section[data-prefix='ops'] .tabulator-col[tabulator-field='op_name'] input").press_sequentially("aten::")
+    page.locator("section[data-prefix='ops'] .tabulator-col[tabulator-field='op_name'] input"
+                 ).press_sequentially("aten::")
     page.wait_for_function("location.search.includes('ops.f.op_name=')")
     page.wait_for_load_state("networkidle")
     assert all("aten::" in n for n in cell_texts(page, "ops", "op_name"))
@@ -196,7 +198,8 @@ def test_ops_drill_down_sort_search_and_page(real_server, page):
     shared = page.url
     ready(page, shared)  # the URL alone restores the state
     assert page.locator("section[data-prefix='ops'] .tabulator-page.active").inner_text() == "2"
-    assert page.locator("section[data-prefix='ops'] .tabulator-col[tabulator-field='op_name'] input").input_value() == "aten::"
+    assert page.locator("section[data-prefix='ops'] .tabulator-col[tabulator-field='op_name'] input"
+                        ).input_value() == "aten::"
     page.locator("section[data-prefix='ops'] .tabulator-footer select").select_option("25")
     page.wait_for_function("location.search.includes('ops.size=25')")
     shot(page, "ops-kernels-drill")
@@ -226,7 +229,8 @@ def test_kernels_by_iteration_and_by_op(real_server, page):
 def test_exports_and_clipboard(real_server, page, browser):
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=real_server.base)
     ready(page, f"{real_server.base}/op-types")
-    total = int(page.locator("section[data-prefix='types'] .tabulator-page-counter").inner_text().split(" of ")[1].split()[0].replace(",", ""))
+    total = int(page.locator("section[data-prefix='types'] .tabulator-page-counter").inner_text()
+                .split(" of ")[1].split()[0].replace(",", ""))
     with page.expect_download() as dl:
         page.locator("section[data-prefix='types'] a[data-export='csv']").click()
     rows = list(csv.reader(io.StringIO(Path(dl.value.path()).read_text())))

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
+from test_viewer_fixtures import make_profile_db
 
 from dlscope.viewer.app import create_app
-from test_viewer_fixtures import make_profile_db
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 XSS = "<script>alert(1)</script>"
@@ -56,7 +56,8 @@ def client(pair):
 def test_json_twin_shows_the_stored_figures_side_by_side(client, pair):
     d = client.get("/compare", params={"_format": "json"}).json()
     c = d["compare"]
-    base_avg, base_dl, iters = stored(pair[0], "SELECT avg_iteration_ns, dataloader_ns, iterations_profiled FROM aggregations")
+    base_avg, base_dl, iters = stored(pair[0],
+                                      "SELECT avg_iteration_ns, dataloader_ns, iterations_profiled FROM aggregations")
     new_avg = stored(pair[1], "SELECT avg_iteration_ns FROM aggregations")[0]
     avg = next(m for m in c["metrics"] if m["metric"] == "avg_iteration_time")
     assert (avg["base"], avg["new"]) == (pytest.approx(base_avg), pytest.approx(new_avg))
@@ -94,7 +95,8 @@ def test_swapping_sides_negates_the_deltas(client):
     for m in back["metrics"]:
         if f[m["metric"]]["delta"] is not None:
             assert m["delta"] == pytest.approx(-f[m["metric"]]["delta"])
-    rows = client.get("/api/table/compare_kernels", params={"base": 1, "new": 0, "f.kernel_name": "script"}).json()["rows"]
+    rows = client.get("/api/table/compare_kernels",
+                      params={"base": 1, "new": 0, "f.kernel_name": "script"}).json()["rows"]
     assert rows[0]["status"] == "vanished"
 
 
@@ -112,7 +114,8 @@ def test_comparison_is_computed_once(client, monkeypatch):
 
 def test_exports_of_a_derived_table(client):
     r = client.get("/api/table/compare_kernels/export.csv", params={"f.status": "new"})
-    assert r.status_code == 200 and "tiny_resnet-vs-tiny_resnet_amp-compare_kernels.csv" in r.headers["content-disposition"]
+    assert r.status_code == 200
+    assert "tiny_resnet-vs-tiny_resnet_amp-compare_kernels.csv" in r.headers["content-disposition"]
     lines = r.text.splitlines()
     assert lines[0].startswith("Impact (ns),Change,Kernel Name") and len(lines) == 2 and XSS in lines[1]
     j = client.get("/api/table/compare_ops/export.json").json()

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import data_file
 from test_viewer_browser import Server, page, ready, shot  # noqa: F401  (page is a fixture)
 from test_viewer_compare import XSS, make_pair
@@ -49,7 +48,8 @@ def test_compare_shows_what_dlscope_diff_reports(resnet, page):
                          text=True, check=True).stdout
     lines = [line.strip() for line in out.splitlines()]
     verdict = next(line for line in lines if line.startswith("Average iteration time"))
-    dataloader = next(line.split(" ", 1)[1] for line in lines if "Dataloader time" in line and line[:2].strip(". ").isdigit())
+    dataloader = next(line.split(" ", 1)[1] for line in lines
+                      if "Dataloader time" in line and line[:2].strip(". ").isdigit())
     ready(page, f"{resnet.base}/dashboard")
     assert "Compare Runs" in page.locator("#nav-view option").all_inner_texts()
     page.select_option("#nav-view", "compare")
@@ -71,12 +71,15 @@ def test_compare_shows_what_dlscope_diff_reports(resnet, page):
     assert base_dl > 20 * new_dl > 0
     assert dl.locator("td.base span").get_attribute("title") == f"{round(base_dl):,} ns"
     assert dl.locator("td.new span").get_attribute("title") == f"{round(new_dl):,} ns"
-    assert dl.locator(".delta").get_attribute("class") == "delta better" and dl.locator(".delta").inner_text().startswith("−")
+    assert dl.locator(".delta").get_attribute("class") == "delta better"
+    assert dl.locator(".delta").inner_text().startswith("−")
     # tables: the single-process dataloader op vanished, the multi-process one is new
     page.wait_for_selector("section[data-prefix='ops'] .tabulator-row")
     assert page.locator("section[data-prefix='types'] .tabulator-row.row-vanished").count() >= 1
-    assert "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__" in page.get_by_test_id("only-in-base").inner_text()
-    assert "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__" in page.get_by_test_id("only-in-new").inner_text()
+    assert ("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+            in page.get_by_test_id("only-in-base").inner_text())
+    assert ("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+            in page.get_by_test_id("only-in-new").inner_text())
     shot(page, "compare-resnet-workers0-vs-4")
     page.locator("section[data-prefix='ops'] .tabulator-col[tabulator-field='status'] input").press_sequentially("new")
     page.wait_for_function("location.search.includes('ops.f.status=new')")
@@ -95,7 +98,8 @@ def test_script_names_stay_text(scripted, page):
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     ready(page, f"{scripted.base}/compare")
     page.wait_for_selector("section[data-prefix='kernels'] .tabulator-row")
-    names = page.locator("section[data-prefix='kernels'] .tabulator-cell[tabulator-field='kernel_name']").all_inner_texts()
+    names = page.locator("section[data-prefix='kernels'] .tabulator-cell[tabulator-field='kernel_name']"
+                         ).all_inner_texts()
     assert XSS in names
     assert page.locator("section[data-prefix='kernels'] .tabulator-row.row-new").count() == 1
     assert XSS in page.get_by_test_id("only-in-new").inner_text()

@@ -15,7 +15,8 @@ from dlscope.store.schema import DDL, INDEXES, SCHEMA_VERSION
 XSS_KERNEL = '<script>window.__pwned = 1</script>'
 XSS_OP = '<img src=x onerror="window.__pwned=2">'
 OPS = [  # name, type, tc_eligible, kernels (name, uses_tc, dur)
-    ("aten::conv2d", "aten::conv2d", 1, [("sm80_xmma_fprop_implicit_gemm_f16f16", 1, 52_000), ("nchwToNhwcKernel", 0, 4_000)]),
+    ("aten::conv2d", "aten::conv2d", 1,
+     [("sm80_xmma_fprop_implicit_gemm_f16f16", 1, 52_000), ("nchwToNhwcKernel", 0, 4_000)]),
     ("aten::linear", "aten::linear", 1, [("ampere_sgemm_128x64_tn", 0, 31_000)]),
     ("aten::relu", "aten::relu", 0, [("vectorized_elementwise_kernel", 0, 2_500)]),
     (XSS_OP, "custom", 0, [(XSS_KERNEL, 0, 1_234)]),
@@ -70,7 +71,8 @@ def make_profile_db(path: Path, schema_version: int = SCHEMA_VERSION) -> Path:
                 t += max(cpu, k_t - start) + 2_000
         conn.execute("INSERT INTO iterations VALUES (0, ?, ?, ?, ?, ?)", (it, f"ProfilerStep#{it}", it_start, t, t))
         conn.execute("INSERT INTO memops (memop_id, rank, device, kind, name, start, \"end\", dur, bytes, iteration) "
-                     "VALUES (?, 0, 0, 'memcpy', 'Memcpy HtoD', ?, ?, 3000, 4096, ?)", (it + 1, it_start, it_start + 3000, it))
+                     "VALUES (?, 0, 0, 'memcpy', 'Memcpy HtoD', ?, ?, 3000, 4096, ?)",
+                     (it + 1, it_start, it_start + 3000, it))
     _aggregate(conn, 1, 1, 3)
     conn.commit()
     conn.close()
@@ -88,7 +90,8 @@ def _aggregate(conn: sqlite3.Connection, agg: int, lo: int, hi: int) -> None:
     busy = kt  # kernels never overlap in this fixture
     profiled = hi - lo + 1
     conn.execute("INSERT INTO aggregations (agg_id, created_at, rank, iter_start, iter_stop, key_node, "
-                 "iteration_method, iterations_profiled, wall_clock_ns, avg_iteration_ns, gpu_busy_ns, gpu_utilization, "
+                 "iteration_method, iterations_profiled, wall_clock_ns, avg_iteration_ns, gpu_busy_ns, "
+                 "gpu_utilization, "
                  "kernel_count, kernel_time_ns, tc_kernel_time_ns, tc_eligible_kernel_time_ns, tc_kernel_efficiency, "
                  "memory_ns, tensor_core_ns, non_tensor_core_ns, dataloader_ns, io_ns, cpu_ns, other_ns) "
                  "VALUES (?, '2026-11-21T00:00:00', 0, ?, ?, NULL, 'profiler_step', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
@@ -98,7 +101,8 @@ def _aggregate(conn: sqlite3.Connection, agg: int, lo: int, hi: int) -> None:
     conn.execute("INSERT INTO agg_gpus SELECT :agg, 0, device, SUM(dur), SUM(dur) * 1.0 / :wall, COUNT(*), SUM(dur), "
                  f"SUM(dur * uses_tc), 0 FROM kernels WHERE {w} GROUP BY device", {**p, "wall": wall})
     conn.execute("INSERT INTO agg_iterations SELECT :agg, 0, i.iteration, i.iteration BETWEEN :lo AND :hi, i.start, "
-                 "i.\"end\", i.\"end\" - i.start, COUNT(k.kernel_id), SUM(k.uses_tc), SUM(k.dur), SUM(k.dur * k.uses_tc), "
+                 "i.\"end\", i.\"end\" - i.start, COUNT(k.kernel_id), SUM(k.uses_tc), SUM(k.dur), "
+                 "SUM(k.dur * k.uses_tc), "
                  "SUM(k.dur), SUM(k.dur * k.uses_tc), SUM(k.dur * (1 - k.uses_tc)), 3000, 0, 0, "
                  "(i.\"end\" - i.start - SUM(k.dur) - 3000) / 2, "
                  "(i.\"end\" - i.start - SUM(k.dur) - 3000) - (i.\"end\" - i.start - SUM(k.dur) - 3000) / 2, "
@@ -122,9 +126,11 @@ def _aggregate(conn: sqlite3.Connection, agg: int, lo: int, hi: int) -> None:
     conn.execute("INSERT INTO agg_op_types (agg_id, op_type, ops, calls, cpu_time_total, cpu_time_avg, cpu_time_min, "
                  "cpu_time_max, gpu_time_total, gpu_time_avg, gpu_time_min, gpu_time_max, cpu_overhead_total, "
                  "cpu_overhead_avg, cpu_overhead_min, cpu_overhead_max, gpu_idle_total, gpu_idle_avg, gpu_idle_min, "
-                 "gpu_idle_max, kernel_count, tc_eligible, using_tc) SELECT :agg, op_type, COUNT(*), SUM(calls), SUM(cpu_time_ns), "
+                 "gpu_idle_max, kernel_count, tc_eligible, using_tc) "
+                 "SELECT :agg, op_type, COUNT(*), SUM(calls), SUM(cpu_time_ns), "
                  "AVG(cpu_time_ns), MIN(cpu_time_ns), MAX(cpu_time_ns), SUM(gpu_time_ns), AVG(gpu_time_ns), "
-                 "MIN(gpu_time_ns), MAX(gpu_time_ns), SUM(cpu_overhead_ns), AVG(cpu_overhead_ns), MIN(cpu_overhead_ns), "
+                 "MIN(gpu_time_ns), MAX(gpu_time_ns), SUM(cpu_overhead_ns), AVG(cpu_overhead_ns), "
+                 "MIN(cpu_overhead_ns), "
                  "MAX(cpu_overhead_ns), 0, 0, 0, 0, SUM(kernel_count), SUM(tc_eligible), SUM(using_tc) "
                  "FROM agg_ops WHERE agg_id = :agg GROUP BY op_type", p)
     # Group tree: / -> model/ -> {encoder/ (conv, linear, relu, custom), optimizer op}
@@ -145,7 +151,8 @@ def _aggregate(conn: sqlite3.Connection, agg: int, lo: int, hi: int) -> None:
     conn.executemany("INSERT INTO agg_groups VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
     conn.executemany("INSERT INTO findings VALUES (?,?,?,?,?,?,?,?,?)", [
         (agg, 1, "tc_eligible_not_using_tc", "high", "1 op was eligible to use Tensor Cores but none of its kernels do",
-         "Try enabling AMP: https://pytorch.org/docs/stable/amp.html", 31_000 * 36, 0.12, json.dumps({"node_ids": [2]})),
+         "Try enabling AMP: https://pytorch.org/docs/stable/amp.html", 31_000 * 36, 0.12,
+         json.dumps({"node_ids": [2]})),
         (agg, 2, "slow_kernels", "medium", "Two kernels take most of the GPU time", "Check their shapes.", None, None,
          json.dumps({"kernel_names": ["sm80_xmma_fprop_implicit_gemm_f16f16", XSS_KERNEL]})),
         (agg, 3, "slow_iteration", "low", "Iteration 2 is slower than the others", "Look for stragglers.", None, None,

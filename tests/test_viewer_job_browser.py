@@ -35,7 +35,7 @@ def _round(x: float, digits: int) -> str:
 def js_ns(v) -> str:
     if v is None:
         return "n/a"
-    for scale, unit in ((60e9, "min"), (1e9, "s"), (1e6, "ms"), (1e3, "µs"), (1, "ns")):
+    for scale, unit in ((60e9, "min"), (1e9, "s"), (1e6, "ms"), (1e3, "µs"), (1, "ns")):  # noqa: B007 - unit is read after the loop
         if abs(v) >= scale:
             break
     else:
@@ -55,7 +55,9 @@ def js_pct(v, digits: int = 1) -> str:
 
 def summary(db: Path, rank: int | None = None) -> dict:
     """``dlscope summary --json`` of the database, as a user's script would read it."""
-    cmd = [sys.executable, "-m", "dlscope", "summary", str(db), "--json"] + (["--rank", str(rank)] if rank is not None else [])
+    cmd = [sys.executable, "-m", "dlscope", "summary", str(db), "--json"]
+    cmd += ["--rank", str(rank)] if rank is not None else []
+
     return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
 
 
@@ -115,7 +117,8 @@ def kv_titles(pg, panel: str) -> dict[str, str | None]:
 def chart_data(pg, selector: str) -> list:
     return pg.evaluate(f"""() => {{ const box = document.querySelector({json.dumps(selector)});
         if (!box || !box.chart) return null;
-        return box.chart.getOption().series.map((s) => s.data.map((d) => (d && typeof d === 'object' && 'value' in d) ? d.value : d)); }}""")
+        return box.chart.getOption().series.map((s) =>
+            s.data.map((d) => (d && typeof d === 'object' && 'value' in d) ? d.value : d)); }}""")
 
 
 def chart_title(pg, selector: str) -> str:
@@ -225,7 +228,8 @@ def check_dashboard(pg, db: Path, s: dict) -> None:
     assert system["Ranks"] == str(p["ranks"]) and system["Profile Name"] == s["profile_name"]
     # the Details pane's table
     pg.get_by_role("button", name="Show Kernel Details").click()
-    details = {r.locator("th").inner_text(): (r.locator("td span").get_attribute("title"), r.locator("td").nth(1).inner_text())
+    details = {r.locator("th").inner_text(): (r.locator("td span").get_attribute("title"),
+                                             r.locator("td").nth(1).inner_text())
                for r in pg.locator("#details tbody tr").all()}
     kc = a["kernel_count"]
     assert details["All Kernels"] == (exact(a["kernel_time_ns"]), f"{kc:,}")
@@ -309,7 +313,8 @@ def test_the_collectives_view(server, page):
     shown = rows_of(page, "calls", fields, "title")
     expected = sorted(s["collectives"], key=lambda c: c["first_start"])
     assert [r[:3] for r in shown] == [[c["collective"], str(c["call_index"]), str(c["ranks"])] for c in expected]
-    assert [r[3:6] for r in shown] == [[exact(c["max_dur_ns"]), exact(c["min_dur_ns"]), exact(c["max_lag_ns"])] for c in expected]
+    assert [r[3:6] for r in shown] == [[exact(c["max_dur_ns"]), exact(c["min_dur_ns"]), exact(c["max_lag_ns"])]
+                                       for c in expected]
     assert [r[6] for r in shown] == [str(c["last_rank"]) for c in expected]
     # one call: each rank's kernel from the collectives table
     first = expected[0]
@@ -353,18 +358,22 @@ def test_the_gpus_view_lists_each_gpu_once_and_hovers_without_errors(server, pag
 @pytest.mark.parametrize("name", ["dlrm", "nsys"])
 def test_layout_at_1400px_and_the_details_pane_resizes_the_charts(server, page, name):
     ready(page, f"{server.base}/dashboard?db={server.key[name]}")
-    clipped = page.evaluate("""() => [...document.querySelectorAll('.p-summary table.kv td, .p-model table.kv td, .p-job table.kv td')]
+    clipped = page.evaluate("""() => [...document.querySelectorAll(
+            '.p-summary table.kv td, .p-model table.kv td, .p-job table.kv td')]
         .filter((td) => { const p = td.closest('.panel').getBoundingClientRect(), r = td.getBoundingClientRect();
                           return td.scrollWidth > td.clientWidth + 1 || r.right > p.right + 0.5 || r.width < 8; })
         .map((td) => td.innerText)""")
     assert clipped == []
     assert page.evaluate("document.documentElement.scrollWidth") <= 1400
-    width = lambda: page.evaluate("() => { const b = document.querySelector('.p-breakdown .chart'); "
-                                  "return [b.clientWidth, b.chart.getWidth()]; }")
+
+    def width():
+        return page.evaluate("() => { const b = document.querySelector('.p-breakdown .chart'); "
+                             "return [b.clientWidth, b.chart.getWidth()]; }")
     before = width()
     assert before[0] == before[1]
     page.get_by_role("button", name="Show Kernel Details").click()
-    page.wait_for_function("() => { const b = document.querySelector('.p-breakdown .chart'); return b.chart.getWidth() === b.clientWidth; }")
+    page.wait_for_function("() => { const b = document.querySelector('.p-breakdown .chart'); "
+                           "return b.chart.getWidth() === b.clientWidth; }")
     after = width()
     assert after[0] < before[0] and after[0] == after[1]
     shot(page, f"layout-1400-{name}")
@@ -385,7 +394,8 @@ def test_roofline_points_above_their_roof_are_marked_and_explained(server, page,
     assert note.startswith(f"{len(above)} ops above their roof") and "Winograd" in note
     assert f"up to {max(o['pct_of_ceiling'] for o in above):.0f} %" in note
     rings = page.evaluate("() => { const c = document.querySelector('[data-testid=roofline-chart]').chart; "
-                          "return c.getOption().series.filter((s) => s.name.startsWith('Above')).map((s) => s.data.length); }")
+                          "return c.getOption().series.filter((s) => s.name.startsWith('Above'))"
+                          ".map((s) => s.data.length); }")
     assert rings == [len(above)]
     roofs = page.locator("[data-testid='roofs-from'] td")
     line = float(roofs.evaluate("td => parseFloat(getComputedStyle(td).lineHeight) || 16"))
@@ -428,7 +438,8 @@ def test_picking_the_second_run_of_a_comparison_in_the_page(dbs, import_db, brow
     folder = tmp_path / "runs"
     folder.mkdir()
     base = shutil.copy(dbs["resnet"], folder / "workers0.sqlite")
-    shutil.copy(import_db(data_file("kineto", "tbplugin_resnet50_v100_workers4.pt.trace.json.gz")), folder / "workers4.sqlite")
+    shutil.copy(import_db(data_file("kineto", "tbplugin_resnet50_v100_workers4.pt.trace.json.gz")),
+                folder / "workers4.sqlite")
     (folder / "notes.sqlite").write_bytes(b"not a database")   # listed files are dlscope databases only
     s = Server([Path(base)])
     try:

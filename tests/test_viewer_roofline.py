@@ -8,10 +8,10 @@ import sqlite3
 
 import pytest
 from starlette.testclient import TestClient
+from test_viewer_fixtures import make_profile_db
 
 from dlscope.roofline import NCU_DDL
 from dlscope.viewer.app import create_app
-from test_viewer_fixtures import make_profile_db
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 XSS = "<script>alert(1)</script>"
@@ -25,9 +25,11 @@ def add_roofline_rows(path, gpu_name: str | None = "NVIDIA A100-SXM4-80GB"):
     conn = sqlite3.connect(path)
     conn.execute("INSERT INTO op_nodes (node_id, rank, name, op_type, direction, scope, input_shapes, input_dtypes, "
                  "concrete_inputs, data_type, tc_eligible) VALUES (6, 0, 'aten::mm', ?, 'fwd', 'model/head', ?, ?, ?, "
-                 "'float32', 1)", (XSS, json.dumps([[M, K], [K, N]]), json.dumps(["float", "float"]), json.dumps(["", ""])))
+                 "'float32', 1)",
+                 (XSS, json.dumps([[M, K], [K, N]]), json.dumps(["float", "float"]), json.dumps(["", ""])))
     conn.execute("INSERT INTO agg_ops (agg_id, node_id, rank, op_name, op_type, direction, scope, calls, kernel_count, "
-                 "gpu_time_ns, cpu_time_ns, tc_eligible, using_tc) VALUES (1, 6, 0, 'aten::mm', ?, 'fwd', 'model/head', "
+                 "gpu_time_ns, cpu_time_ns, tc_eligible, using_tc) "
+                 "VALUES (1, 6, 0, 'aten::mm', ?, 'fwd', 'model/head', "
                  "?, ?, ?, 50000, 1, 0)", (XSS, CALLS, CALLS, GPU_NS))
     conn.executescript(NCU_DDL)
     conn.execute("INSERT INTO ncu_kernels (kernel_id, kernel_name, device_name, cc, time_ns, flops_fp32, bytes_l1, "

@@ -8,12 +8,12 @@ import json
 import sqlite3
 
 import pytest
-
 from conftest import data_file
-from dlscope.roofline import roofline_report
 from test_viewer_browser import Server, page, ready, shot  # noqa: F401  (page is a fixture)
 from test_viewer_fixtures import make_profile_db
 from test_viewer_roofline import XSS, add_roofline_rows
+
+from dlscope.roofline import roofline_report
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -80,7 +80,8 @@ def test_h100_roofline_draws_roofs_ops_and_summary(h100, page):
     # hover the biggest dot: its name and numbers, as text
     tip = page.evaluate("""() => { const c = document.querySelector("[data-testid='roofline-chart']").chart;
         const s = c.getOption().series; const i = s.findIndex((x) => x.name === 'Memory-bound ops');
-        const d = s[i].data; let best = 0; d.forEach((p, j) => { if (p.op.gpu_time_ns > d[best].op.gpu_time_ns) best = j; });
+        const d = s[i].data; let best = 0;
+        d.forEach((p, j) => { if (p.op.gpu_time_ns > d[best].op.gpu_time_ns) best = j; });
         c.dispatchAction({ type: 'showTip', seriesIndex: i, dataIndex: best }); return true; }""")
     assert tip
     tooltip = page.locator("[data-testid='roofline-chart'] > div").filter(has_text="Arithmetic intensity")
@@ -112,7 +113,8 @@ def test_script_names_stay_text(scripted, page):
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     ready(page, f"{scripted.base}/roofline")
     page.wait_for_selector("section[data-prefix='kernels'] .tabulator-row")
-    assert page.locator("section[data-prefix='kernels'] .tabulator-cell[tabulator-field='kernel_name']").first.inner_text() == XSS
+    assert page.locator("section[data-prefix='kernels'] .tabulator-cell[tabulator-field='kernel_name']"
+                        ).first.inner_text() == XSS
     op_types = page.locator("section[data-prefix='ops'] .tabulator-cell[tabulator-field='op_type']").all_inner_texts()
     assert XSS in op_types
     page.evaluate("""() => { const c = document.querySelector("[data-testid='roofline-chart']").chart;
@@ -131,7 +133,8 @@ def test_unknown_gpu_still_plots_the_ops(tmp_path, page):
         assert "--gpu-spec" in page.get_by_test_id("ceilings-error").inner_text()
         chart = page.get_by_test_id("roofline-chart")
         assert json.loads(chart.get_attribute("data-roofs")) == [] and int(chart.get_attribute("data-points")) >= 2
-        names = page.evaluate("() => document.querySelector(\"[data-testid='roofline-chart']\").chart.getOption().series.map((x) => x.name)")
+        names = page.evaluate("() => document.querySelector(\"[data-testid='roofline-chart']\")"
+                              ".chart.getOption().series.map((x) => x.name)")
         assert "Ops (no roofs: GPU unknown)" in names
         shot(page, "roofline-unknown-gpu-ops")
         assert page.errors == []

@@ -97,7 +97,8 @@ def test_aggregate_refuses_requests_not_from_the_viewers_page(client, db_path, h
 
 
 @pytest.mark.parametrize("headers", [{"Content-Type": "application/json", "Origin": BASE},
-                                     {"Content-Type": "application/json; charset=utf-8", "Referer": BASE + "/iterations"}])
+                                     {"Content-Type": "application/json; charset=utf-8",
+                                      "Referer": BASE + "/iterations"}])
 def test_aggregate_accepts_the_viewers_own_json_post(client, headers):
     before = len(client.calls)
     r = client.post("/api/aggregate?db=1", content=json.dumps({"iter_start": 1, "iter_stop": 2}), headers=headers)
@@ -153,7 +154,8 @@ def route_parameters() -> dict[str, set[str]]:
         names = page | set(view.params)
         for vt in view.tables:
             spec = TABLES.get(vt.table) or DERIVED[vt.table][0]
-            names |= {f"{vt.prefix}.{k}" for k in ("sort", "order", "page", "size", "q")} | _filters(spec, vt.prefix + ".")
+            names |= ({f"{vt.prefix}.{k}" for k in ("sort", "order", "page", "size", "q")}
+                      | _filters(spec, vt.prefix + "."))
         out[f"/api/view/{slug}"] = names
         out[f"/{slug}"] = page | set(view.params)   # the HTML page runs the same parsing as its JSON twin
     out["/api/meta"] = {"db"}
@@ -169,7 +171,8 @@ def test_route_list_covers_every_get_route(client):
 
 #: The values that reached SQLite unchecked (64-bit overflow) and the other classes most likely to: tried on every
 #: parameter of every route; the whole hostile list goes over every parameter of one route of each kind.
-EDGE_VALUES = [str(2**63), str(-(2**63) - 1), str(10**20), "١٢", "\x00' OR 1=1 --", "x" * 5_000, "[9223372036854775808]",
+EDGE_VALUES = [str(2**63), str(-(2**63) - 1), str(10**20), "١٢", "\x00' OR 1=1 --", "x" * 5_000,
+               "[9223372036854775808]",
                "1..99999999999999999999"]
 FULL_ROUTES = ("/api/table/kernels", "/api/table/ops", "/api/view/kernels-by-op", "/gpus", "/api/meta")
 

@@ -39,7 +39,8 @@ def _per_step(db, sql: str) -> float:
 def _inside_window_per_step(db, sql: str) -> float:
     """The union of the intervals the query returns, inside the aggregation's window, per profiled step."""
     with sqlite3.connect(db) as conn:
-        lo, hi, steps = conn.execute("SELECT window_start, window_end, iterations_profiled FROM aggregations").fetchone()
+        lo, hi, steps = conn.execute(
+            "SELECT window_start, window_end, iterations_profiled FROM aggregations").fetchone()
         spans = sorted((max(s, lo), min(e, hi)) for s, e in conn.execute(sql) if min(e, hi) > max(s, lo))
     total, reach = 0, lo
     for s, e in spans:

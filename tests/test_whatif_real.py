@@ -95,7 +95,7 @@ def test_replay_gives_every_rank_of_a_job_its_steps_back(job, import_db):
     folder = data_file("kineto", job)
     db = import_db(folder)
     files = sorted(folder.glob("*.json.gz"))
-    for (agg_id, rank), path in zip(_agg_ids(db), files):
+    for (agg_id, _rank), path in zip(_agg_ids(db), files):
         _check(whatif(db, [], agg_id), raw_windows(path))
 
 
@@ -151,7 +151,8 @@ def _naive_longest_paths(g, w) -> np.ndarray:
 @requires_shared
 @pytest.mark.parametrize("name", ["kineto/hta_event_sync_multistream_a100.json.gz",
                                   "nsys_sqlite/dlprof_pytorch_emit_nvtx_rtx2070s_nsys2022.1.sqlite",
-                                  "kineto/param_dlrm_8rank_v100", "kineto/tbplugin_resnet50_v100_workers0.pt.trace.json.gz"])
+                                  "kineto/param_dlrm_8rank_v100",
+                                  "kineto/tbplugin_resnet50_v100_workers0.pt.trace.json.gz"])
 def test_the_vectorized_replay_equals_plain_longest_paths_under_random_weights(name):
     from dlscope.analyze.analysis import analyse
     from dlscope.pipeline.executors import load_profiles_parallel

@@ -14,7 +14,8 @@ class ProfileDatabase:
     """A read-only view of one profile database.
 
     ``db.kernels``, ``db.ops``, ``db.agg_ops`` … are DataFrames; ``agg_*`` tables are filtered to the
-    current aggregation (``db.agg_id``: store.reader.CURRENT_AGGREGATION unless chosen) — ``db.table(name, agg_id=...)`` picks another.
+    current aggregation (``db.agg_id``: store.reader.CURRENT_AGGREGATION unless chosen) —
+    ``db.table(name, agg_id=...)`` picks another.
     """
 
     def __init__(self, path: str | Path, agg_id: int | None = None):
@@ -51,7 +52,7 @@ class ProfileDatabase:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "ProfileDatabase":
+    def __enter__(self) -> ProfileDatabase:
         return self
 
     def __exit__(self, *exc) -> None:

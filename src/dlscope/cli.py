@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from .version import __version__
 from .errors import DlscopeError
+from .version import __version__
 
 #: exit code of a bug in dlscope (a regression found by `check` is 1, bad input 2)
 INTERNAL_ERROR = 3
@@ -53,7 +53,8 @@ def cli() -> None:
 @RULES_OPTION
 @click.option("--workers", type=int, default=None,
               help="Worker processes for a multi-file job (default: all cores for jobs of 64 MiB or more).")
-@click.option("--scheduler", default=None, help="Dask scheduler address (tcp://HOST:PORT); files must be readable there.")
+@click.option("--scheduler", default=None,
+              help="Dask scheduler address (tcp://HOST:PORT); files must be readable there.")
 @click.option("--max-memory", default=None,
               help="Memory budget, e.g. 8GB: traces too large to read whole are streamed; an import whose "
                    "analysis would not fit is refused before anything is written.")

@@ -8,14 +8,15 @@ columns (pandas' default string dtype) without masks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-I = "int64"
+I = "int64"  # noqa: E741 - one-letter dtype names keep the table specs below readable
 F = "float64"
 S = "object"
 
@@ -133,7 +134,7 @@ def string_column(values: Any, n: int | None = None) -> Any:
     string); building the Arrow array directly costs a third of that. Under pandas 2 this is the object
     array itself. Values that are not all strings (or missing) keep pandas' own conversion.
     """
-    if _STRING_DTYPE == object or (isinstance(values, np.ndarray) and values.dtype != object):
+    if _STRING_DTYPE == np.dtype(object) or (isinstance(values, np.ndarray) and values.dtype != object):
         return _object_array(values, n)
     if isinstance(values, (pd.Series, pd.Index)):
         values = values.to_numpy(dtype=object)
@@ -200,7 +201,7 @@ class Profile:
         return getattr(self, name)
 
     @classmethod
-    def concat(cls, profiles: list["Profile"]) -> "Profile":
+    def concat(cls, profiles: list[Profile]) -> Profile:
         """Merge several imports (e.g. one per rank) into one, renumbering ids so they stay unique."""
         if len(profiles) == 1:
             return profiles[0]

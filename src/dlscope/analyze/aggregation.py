@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DlscopeError
-from .analysis import Analysed
 from ..model import string_column
 from ..nanoseconds import round_ns
+from .analysis import Analysed
 from .intervals import clip, coverage, sorted_unique, union_length, union_per_group
 
 CATEGORIES = ("tensor_core", "non_tensor_core", "memory", "dataloader", "io", "cpu", "other")
@@ -227,7 +227,8 @@ def _op_types(ops: pd.DataFrame, roots: np.ndarray, nodes: pd.DataFrame, op_kern
                 "cpu_overhead": np.maximum(dur - api, 0), "gpu_idle": ops["gpu_idle"].to_numpy(np.int64)[roots]}
     frame = pd.DataFrame({"code": code, **per_call})
     g = frame.groupby("code", sort=True)
-    out = pd.DataFrame({"op_type": np.asarray(types, dtype=object), "ops": np.bincount(type_codes, minlength=len(types)),
+    out = pd.DataFrame({"op_type": np.asarray(types, dtype=object),
+                        "ops": np.bincount(type_codes, minlength=len(types)),
                         "calls": g.size().to_numpy()})
     for metric in per_call:
         out[f"{metric}_total"] = g[metric].sum().to_numpy()

@@ -21,7 +21,6 @@ from .occupancy import kernel_waves
 from .tensor_core import classify_names, kernel_uses_tc, op_type_tc_eligible
 
 
-
 @dataclass
 class Analysed:
     """The profile with attribution columns, plus iterations and how they were found (per rank)."""

@@ -65,7 +65,7 @@ class OpTree:
     _ranges: tuple[np.ndarray, Nesting]
 
     @classmethod
-    def build(cls, ops: pd.DataFrame) -> "OpTree":
+    def build(cls, ops: pd.DataFrame) -> OpTree:
         (keys,) = thread_keys([ops])
         n = len(ops)
         parent = np.full(n, -1, np.int64)

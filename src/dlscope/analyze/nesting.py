@@ -79,7 +79,7 @@ class Nesting:
     _tree: _RightmostAbove
 
     @classmethod
-    def build(cls, keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> "Nesting":
+    def build(cls, keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Nesting:
         keys = np.asarray(keys, dtype=np.int64)
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)

@@ -9,12 +9,12 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Protocol, cast
 
 from .schedule import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP, CaptureWindow
 from .session import CaptureSession, active_session, quiet_kineto
-
 
 
 def step() -> None:
@@ -30,8 +30,8 @@ def step() -> None:
 
 def _nvtx_wanted() -> bool:
     session = active_session()
-    if session is not None:
-        return session.backend == "nvtx"
+    if session is not None:  # only the torch session has an NVTX backend; a JAX/TF/Paddle session has none
+        return isinstance(session, CaptureSession) and session.backend == "nvtx"
     return os.environ.get("DLSCOPE_CAPTURE") == "nsys"
 
 
@@ -47,7 +47,7 @@ class range:  # noqa: A001 - named like torch.cuda.nvtx.range on purpose
         self.name = str(name)
         self._exits: list[Callable[[], None]] = []
 
-    def __enter__(self) -> "range":
+    def __enter__(self) -> range:
         self._exits.append(_open_range(self.name))
         return self
 
@@ -68,7 +68,7 @@ class range:  # noqa: A001 - named like torch.cuda.nvtx.range on purpose
 def _open_range(name: str) -> Callable[[], None]:
     if _nvtx_wanted():
         try:
-            import nvtx  # type: ignore[import-not-found]
+            import nvtx
 
             nvtx.push_range(name, domain="dlscope")
             return lambda: nvtx.pop_range(domain="dlscope")
@@ -111,8 +111,8 @@ class profile:  # noqa: A001 - reads as dlscope.profile(...)
         self.trace_dir = Path(trace_dir)
         self.window = CaptureWindow(wait=wait, warmup=warmup, active=steps, delay_s=delay, duration_s=duration)
         self.session = CaptureSession(self.trace_dir, window=self.window, batch_size=batch_size)
-        self._build = dict(profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop, key_node=key_node,
-                           force=force)
+        self._build: dict[str, Any] = dict(profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop,
+                                           key_node=key_node, force=force)
         self.summary = summary
         self.facts: dict[str, Any] = {}
 
@@ -123,7 +123,7 @@ class profile:  # noqa: A001 - reads as dlscope.profile(...)
     def step(self) -> None:
         self.session.step(explicit=True)
 
-    def __enter__(self) -> "profile":
+    def __enter__(self) -> profile:
         self.session.start()
         return self
 
@@ -146,6 +146,7 @@ class profile:  # noqa: A001 - reads as dlscope.profile(...)
         from ..pipeline import build_database
         from ..processes import embedded
 
+        assert self.db_path is not None  # __exit__ writes a database only when one was asked for
         with embedded():  # the user's (multi-threaded) process: never forked
             build_database(self.trace_paths, self.db_path, extra_meta={"capture": self.facts}, progress=False,
                            **self._build)
@@ -162,8 +163,16 @@ class profile:  # noqa: A001 - reads as dlscope.profile(...)
             sys.stderr.write(render_summary(summary_dict(self.db_path)))
 
 
+class TraceHandler(Protocol):
+    """What ``trace_handler`` returns: an ``on_trace_ready`` callable with the list of the traces it wrote."""
+
+    paths: list[Path]
+
+    def __call__(self, prof: Any) -> Path: ...
+
+
 def trace_handler(dir_name: str | Path, *, worker_name: str | None = None, use_gzip: bool = True,
-                  db_path: str | Path | None = None, **build_options) -> Callable[[Any], Path]:
+                  db_path: str | Path | None = None, **build_options) -> TraceHandler:
     """An ``on_trace_ready`` handler for ``torch.profiler.profile``, like ``tensorboard_trace_handler``.
 
     Each ready trace is written to ``dir_name/{worker}.{ns}.pt.trace.json[.gz]``; with ``db_path`` it is
@@ -178,7 +187,7 @@ def trace_handler(dir_name: str | Path, *, worker_name: str | None = None, use_g
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"{worker}.{time.time_ns()}.pt.trace.json{'.gz' if use_gzip else ''}"
         prof.export_chrome_trace(str(path))
-        handler.paths.append(path)
+        traced.paths.append(path)
         if db_path is not None:
             from ..pipeline import build_database
             from ..processes import embedded
@@ -187,5 +196,6 @@ def trace_handler(dir_name: str | Path, *, worker_name: str | None = None, use_g
                 build_database([path], db_path, **{"force": True, "progress": False, **build_options})
         return path
 
-    handler.paths = []  # type: ignore[attr-defined]
-    return handler
+    traced = cast(TraceHandler, handler)  # a TraceHandler once it has its paths list, the next line
+    traced.paths = []
+    return traced

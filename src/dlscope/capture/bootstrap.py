@@ -18,7 +18,7 @@ import signal
 import sys
 
 from .schedule import CaptureWindow
-from .session import CaptureSession
+from .session import CaptureSession, Session
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         active = DEFAULT_ACTIVE
     window = CaptureWindow(wait=opts.wait, warmup=opts.warmup, active=active,
                            delay_s=opts.delay, duration_s=opts.duration)
+    session: Session
     if opts.framework != "torch":
         from .frameworks import SESSIONS
 

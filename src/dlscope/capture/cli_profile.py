@@ -66,9 +66,9 @@ def profile_command(output, backend, framework, delay, duration, steps, wait, wa
     command = list(command)
     if command and command[0] == "--":
         command = command[1:]
-    request = ProfileRequest(command=command, output=output, backend=backend, framework=framework, delay=delay, duration=duration,
-                             steps=steps, wait=wait, warmup=warmup, iter_start=iter_start, iter_stop=iter_stop,
-                             key_node=key_node, profile_name=profile_name, batch_size=batch_size,
+    request = ProfileRequest(command=command, output=output, backend=backend, framework=framework, delay=delay,
+                             duration=duration, steps=steps, wait=wait, warmup=warmup, iter_start=iter_start,
+                             iter_stop=iter_stop, key_node=key_node, profile_name=profile_name, batch_size=batch_size,
                              sample_unit=sample_unit,
                              force=force, keep_trace=keep_trace)
     status = run_profile(request)

@@ -39,6 +39,7 @@ class PythonCommand:
             return [*argv, "--module", self.module, "--", *self.args]
         if self.code is not None:
             return [*argv, "--code", self.code, "--", *self.args]
+        assert self.script is not None, "a command runs a script, a module or code"
         return [*argv, "--", self.script, *self.args]
 
     @property

@@ -78,7 +78,7 @@ class FrameworkSession:
         self.trace_dir.mkdir(parents=True, exist_ok=True)
         self._import()
         self._hook_steps()
-        _session._ACTIVE = self  # type: ignore[assignment]  # dlscope.step() steps this session
+        _session._ACTIVE = self  # dlscope.step() steps this session
         self._enter(self.window(0))
         return self
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 MODULE_PREFIX = "nn.Module: "
 
@@ -59,7 +60,7 @@ def on_first_batch(callback: Callable[[Any], None]) -> Callable[[], None]:
 
     def restore() -> None:
         if cls.__dict__.get("__next__") is patched:
-            cls.__next__ = original
+            cls.__next__ = original  # type: ignore[method-assign]  # undoing the patch below
 
     def patched(self):
         batch = original(self)
@@ -69,7 +70,7 @@ def on_first_batch(callback: Callable[[Any], None]) -> Callable[[], None]:
             callback(batch)
         return batch
 
-    cls.__next__ = patched
+    cls.__next__ = patched  # type: ignore[method-assign]  # DataLoader iterators have no hook: patch the class
     return restore
 
 

@@ -8,8 +8,8 @@ step boundaries, since the profiler can only change state between steps).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 #: Defaults: skip one step (lazy init, first-call autotuning), warm one up, record five.
 DEFAULT_WAIT = 1

@@ -11,17 +11,31 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Protocol
 
 from ..system import TRACE_KEY, this_machine, torch_facts, trace_metadata
 from .hooks import annotate_modules, first_batch_size, on_first_batch, on_optimizer_step
 from .schedule import RECORD, RECORD_AND_SAVE, WARMUP, CaptureWindow
 
-_ACTIVE: "CaptureSession | None" = None
+
+class Session(Protocol):
+    """A running capture as ``dlscope.step()`` and the bootstrap see it: a :class:`CaptureSession` (torch
+    profiler or NVTX) or a ``frameworks.FrameworkSession`` (JAX, TensorFlow, PaddlePaddle)."""
+
+    step_num: int
+
+    def start(self) -> Session: ...
+    def step(self, explicit: bool = True) -> None: ...
+    def stop(self, exc: BaseException | None = None) -> None: ...
+    def facts(self) -> dict[str, Any]: ...
 
 
-def active_session() -> "CaptureSession | None":
+_ACTIVE: Session | None = None
+
+
+def active_session() -> Session | None:
     """The capture running in this process, if any (what ``dlscope.step()`` steps)."""
     return _ACTIVE
 
@@ -60,14 +74,14 @@ class CaptureSession:
         self.started_at = time.time()
         self.ended_at: float | None = None
         self.exception: str | None = None
-        self._prof = None
+        self._prof: Any = None  # start(): a torch.profiler.profile, or emit_nvtx for the nsys backend (lazy torch)
         self._undo: list[Callable[[], None]] = []
         self._nvtx_step: Any = None
         self._cuda_profiling = False
         self._stopped = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def start(self) -> "CaptureSession":
+    def start(self) -> CaptureSession:
         global _ACTIVE
         if _ACTIVE is not None:
             raise RuntimeError("a dlscope capture is already running in this process")

@@ -45,9 +45,10 @@ def _metrics(base: Run, new: Run, per_iter: bool) -> list[dict]:
     for name, spec in metric_table()["metrics"].items():
         b, why_b = metric_value(base, name, per_iter)
         n, why_n = metric_value(new, name, per_iter)
-        delta = n - b if b is not None and n is not None else None
+        delta = None
         verdict = None
-        if delta is not None:
+        if b is not None and n is not None:
+            delta = n - b
             worse = delta > 0 if spec["better"] == "lower" else delta < 0
             verdict = "same" if abs(delta) <= 1e-12 * max(abs(b), abs(n), 1) else ("worse" if worse else "better")
         out.append({"metric": name, "label": spec["label"], "unit": spec["unit"], "better": spec["better"],
@@ -95,6 +96,7 @@ def _op_rows(base: Run, new: Run, kb: float, kn: float) -> list[dict]:
         rb = recs_b[p.base] if p.base is not None else None
         rn = recs_n[p.new] if p.new is not None else None
         ref = rn if rn is not None else rb
+        assert ref is not None  # a matched pair has an op on at least one side
         row = {"status": _status(p.base, p.new), "match": p.match,
                "op_name": ref["op_name"], "op_type": ref["op_type"], "direction": ref["direction"]}
         for col in ("op_name", "scope", "input_shapes", "data_type"):
@@ -131,7 +133,7 @@ def _op_names(base: Run, new: Run) -> dict:
 
 
 def _match_counts(ops: list[dict]) -> dict:
-    counts = Counter()
+    counts: Counter[str] = Counter()
     for r in ops:
         counts[r["status"]] += 1
         for m in (r["match"] or "").split(","):
@@ -144,7 +146,8 @@ def _batch_size(ops: list[dict]) -> dict | None:
     """The run's batch-size change: the one most paired ops with tensor inputs agree on (a quarter at least,
     so a few ops whose first dimension is a world size or a token count do not make one)."""
     seen = Counter((r["base_batch"], r["new_batch"]) for r in ops if r["base_batch"] and r["new_batch"])
-    with_tensors = sum(1 for r in ops if r["status"] == "both" and any(ch.isdigit() for ch in r["new_input_shapes"] or ""))
+    with_tensors = sum(1 for r in ops
+                       if r["status"] == "both" and any(ch.isdigit() for ch in r["new_input_shapes"] or ""))
     if not seen:
         return None
     (b, n), count = seen.most_common(1)[0]
@@ -170,7 +173,8 @@ def _key_changes(metrics: list[dict], op_types: list[dict], kernels: list[dict],
         if r["impact_ns"]:
             cands.append({"kind": "kernel", "subject": r["kernel_name"], "impact_ns": r["impact_ns"],
                           "text": _row_text(f"kernel {r['kernel_name']}", r, fmt)})
-    chosen, kinds = [], Counter()
+    chosen: list[dict] = []
+    kinds: Counter[str] = Counter()
     while cands and len(chosen) < KEY_CHANGES:
         best = max(cands, key=lambda c: c["impact_ns"] * REPEAT_PENALTY ** kinds[c["kind"]])
         cands.remove(best)
@@ -186,7 +190,8 @@ def _row_text(subject: str, r: dict, fmt) -> str:
         return f"new {subject}: {what} {fmt(r['new_' + which])}"
     if r["status"] == "vanished":
         return f"{subject} vanished: {what} was {fmt(r['base_' + which])}"
-    return f"{subject}: {what} {fmt(r['base_' + which])} → {fmt(r['new_' + which])} ({_signed(r['delta_' + which], fmt)})"
+    return (f"{subject}: {what} {fmt(r['base_' + which])} → {fmt(r['new_' + which])} "
+            f"({_signed(r['delta_' + which], fmt)})")
 
 
 def _signed(v, fmt) -> str:
@@ -263,8 +268,8 @@ def _regressions(metrics: list[dict]) -> list[dict]:
     if share and share["verdict"] == "worse" and share["base"]:
         lost = not share["new"]
         out.append({"metric": "tensor_core_share", "base": share["base"], "new": share["new"],
-                    "text": f"Tensor Core share {'lost' if lost else 'fell'}: {_pct(share['base'])} → {_pct(share['new'])} "
-                            "of the iteration"
+                    "text": f"Tensor Core share {'lost' if lost else 'fell'}: "
+                            f"{_pct(share['base'])} → {_pct(share['new'])} of the iteration"
                             + (f" (Tensor Core kernel time {_fmt_time(time['base'])} → {_fmt_time(time['new'])})"
                                if time and time["base"] is not None and time["new"] is not None else "")
                             + ": work left the Tensor Cores."})

@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 from io import StringIO
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from ..errors import DlscopeError
 from ..format import fmt_ns, fmt_pct, markdown_table, write_csv
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 FORMATS = ("md", "csv", "json")
 #: rows per table on the terminal and in Markdown
@@ -98,8 +102,9 @@ def render_diff(d: dict, width: int = 120) -> str:
         con.print(f"  Batch size changed: {bs['base']} → {bs['new']} (in {bs['ops']} ops' input shapes)")
 
     mt = Table(title="Metrics", title_justify="left")
-    for col, just in (("Metric", "left"), ("Base", "right"), ("New", "right"), ("Δ", "right"), ("Ratio", "right"),
-                      ("", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("Metric", "left"), ("Base", "right"), ("New", "right"),
+                                                       ("Δ", "right"), ("Ratio", "right"), ("", "left"))
+    for col, just in columns:
         mt.add_column(col, justify=just)
     for m in d["metrics"]:
         if m["share"]:
@@ -174,8 +179,9 @@ def render_markdown(d: dict) -> str:
         if rows:
             out += [f"## {key.replace('_', ' ').capitalize()} by impact (top {len(rows)} of {len(d[key])})", "",
                     markdown_table(pd.DataFrame([{
-                        "name": _md_cell(r[name_col]), "change": _md_cell(_what(r)), "gpu base": fmt_ns(r["base_gpu_time_ns"]),
-                        "gpu new": fmt_ns(r["new_gpu_time_ns"]), "gpu delta": _signed_ns(r["delta_gpu_time_ns"]),
+                        "name": _md_cell(r[name_col]), "change": _md_cell(_what(r)),
+                        "gpu base": fmt_ns(r["base_gpu_time_ns"]), "gpu new": fmt_ns(r["new_gpu_time_ns"]),
+                        "gpu delta": _signed_ns(r["delta_gpu_time_ns"]),
                         "cpu delta": _signed_ns(r.get("delta_cpu_time_ns")),
                         "calls": f"{_count(r['base_calls'])} → {_count(r['new_calls'])}"} for r in rows]))]
     for side, label in (("only_in_base", "Ops only in the base run"), ("only_in_new", "Ops only in the new run")):

@@ -120,7 +120,10 @@ def per_iteration(base: Run, new: Run) -> bool:
 
 
 def scale(run: Run, per_iter: bool) -> float:
-    return 1.0 / run.iterations if per_iter else 1.0
+    if not per_iter:
+        return 1.0
+    assert run.iterations is not None  # per_iteration() is True only when both runs have iterations
+    return 1.0 / run.iterations
 
 
 def metric_value(run: Run, name: str, per_iter: bool) -> tuple[float | None, str | None]:

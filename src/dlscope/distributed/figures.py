@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from ..analyze.analysis import Analysed
+from ..analyze.dtypes import bytes_per_element
 from ..analyze.intervals import clip, union_length
 from ..nanoseconds import round_ns, round_ns_column
-from ..analyze.dtypes import bytes_per_element
 from .tables import table
 
 RANK_COLUMNS = ["rank", "host", "world_size", "source_path", "iterations_profiled", "wall_clock_ns",
@@ -266,7 +266,8 @@ def rank_parts(an: Analysed, agg) -> dict:
            "source_path": str(src.get("source_path") or ""),
            "iterations_profiled": row["iterations_profiled"] if row["iteration_method"] != "whole_profile" else None,
            "wall_clock_ns": int(row["wall_clock_ns"]),
-           "avg_iteration_ns": round_ns(row["avg_iteration_ns"]) if row["iteration_method"] != "whole_profile" else None,
+           "avg_iteration_ns": (round_ns(row["avg_iteration_ns"]) if row["iteration_method"] != "whole_profile"
+                                else None),
            "gpu_utilization": row["gpu_utilization"], "window": (lo, hi)}
     if len(k) or len(m):
         out.update(_gpu_parts(k, m, lo, hi))
@@ -288,7 +289,8 @@ def job_figures(parts: list[dict], rows: pd.DataFrame, sizes: dict[int, int]) ->
         mine = coll[(coll["rank"] == out["rank"]) & (coll["start"] >= lo) & (coll["start"] < hi)]
         sized = mine[mine["msg_bytes"] >= 0]
         bus_bytes = (sized["busbw_gbps"] * sized["dur_ns"]).sum()  # GB/s × ns = bytes
-        out.update({"collective_count": len(mine), "collective_bytes": int(sized["msg_bytes"].sum()) if len(sized) else None,
+        out.update({"collective_count": len(mine),
+                    "collective_bytes": int(sized["msg_bytes"].sum()) if len(sized) else None,
                     "busbw_gbps": float(bus_bytes / sized["dur_ns"].sum()) if len(sized) and sized["dur_ns"].sum() > 0
                     and not np.isnan(bus_bytes) else None,
                     "collective_lag_ns": round_ns(float(mine["arrival_lag_ns"].mean()))

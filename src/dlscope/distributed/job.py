@@ -200,7 +200,8 @@ SELECT source || '/' || collective || '/' || call_index AS call_id, source, coll
        COUNT(*) AS ranks, MIN(start) AS first_start, MAX(start) AS last_start,
        NULLIF(MAX(msg_bytes), -1) AS max_msg_bytes, MIN(dur_ns) AS min_dur_ns, MAX(dur_ns) AS max_dur_ns,
        MAX(arrival_lag_ns) AS max_lag_ns, MAX(CASE WHEN pos = 1 THEN rank END) AS last_rank,
-       MAX(CASE WHEN pos = 1 THEN algbw_gbps END) AS algbw_gbps, MAX(CASE WHEN pos = 1 THEN busbw_gbps END) AS busbw_gbps
+       MAX(CASE WHEN pos = 1 THEN algbw_gbps END) AS algbw_gbps,
+       MAX(CASE WHEN pos = 1 THEN busbw_gbps END) AS busbw_gbps
   FROM c GROUP BY source, collective, call_index
 """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from functools import cached_property, lru_cache
+from functools import cache, cached_property
 
 import numpy as np
 import pandas as pd
@@ -23,7 +23,7 @@ from .spans import Span
 HALF = ("fp16", "bf16")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _db_columns(table: str) -> tuple[str, ...]:
     """A table's (or view's) columns in the profile database schema."""
     conn = sqlite3.connect(":memory:")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 SEVERITIES = ("high", "medium", "low")
 EVIDENCE_KEYS = ("node_ids", "kernels", "iterations", "time_ranges")
@@ -23,7 +24,7 @@ class Finding:
 
     def to_dict(self, wall_ns: int | None, thresholds: dict, max_items: int) -> dict:
         pct = (100.0 * self.est_saving_ns / wall_ns if self.est_saving_ns is not None and wall_ns else None)
-        evidence = {key: [] for key in EVIDENCE_KEYS}
+        evidence: dict[str, Any] = {key: [] for key in EVIDENCE_KEYS}
         evidence.update(self.evidence)
         for key in EVIDENCE_KEYS:
             evidence[key] = list(evidence[key])[:max_items]

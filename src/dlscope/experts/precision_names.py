@@ -14,7 +14,7 @@ from functools import lru_cache
 from importlib import resources
 
 import numpy as np
-import pandas as pd  # type: ignore[import-untyped]
+import pandas as pd
 
 #: every precision the classifier can answer ('' = unknown)
 PRECISIONS = ("fp8", "int8", "fp64", "bf16", "fp16", "tf32", "fp32")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 #: rule id -> check(ctx, cfg) returning Finding objects (an iterable, a single Finding, or None)
 RULES: dict[str, Callable] = {}

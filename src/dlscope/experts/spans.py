@@ -46,7 +46,7 @@ def covered_lengths(span: tuple, starts: np.ndarray, ends: np.ndarray) -> np.nda
     return np.where(ends > starts, covered_until(ends) - covered_until(starts), 0)
 
 
-def gaps(busy: tuple, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+def gaps(busy: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """The idle intervals of [lo, hi) not covered by ``busy``."""
     s, e = merge(*clip(*busy, lo, hi))
     starts = np.concatenate([[lo], e])

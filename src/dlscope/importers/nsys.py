@@ -179,7 +179,7 @@ class _Export:
         """StringIds ids -> text (None where unknown); the table is read once, each string decoded once."""
         if self._strings is None:
             pairs = self.read("StringIds", {"id": "id"}, {"value": ("value",)}).drop_duplicates("id")
-            self._strings = pd.Index(pairs.id), np.append(pairs.value.to_numpy(object), None)
+            self._strings = pd.Index(pairs.id), np.append(pairs.value.to_numpy(object), np.array([None], dtype=object))
         index, strings = self._strings
         return strings[index.get_indexer(ids.astype(np.int64))]
 

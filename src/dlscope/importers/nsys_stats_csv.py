@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ REQUIRED = ("Start (ns)", "End (ns)", "Name", "PID", "TID")
 INTEGER_COLUMNS = ("Start (ns)", "End (ns)", "PID", "TID")
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> io.BufferedIOBase:
     path = source(path)
     with open(path, "rb") as f:
         magic = f.read(6)
@@ -81,7 +81,8 @@ def load_nsys_stats_csv(path: str | Path) -> Profile:
     path = Path(path)
     try:
         with _open(path) as f:
-            frame = pd.read_csv(f, usecols=list(REQUIRED), dtype={"Name": object, **dict.fromkeys(INTEGER_COLUMNS, str)},
+            frame = pd.read_csv(f, usecols=list(REQUIRED),
+                                dtype={"Name": object, **dict.fromkeys(INTEGER_COLUMNS, str)},
                                 keep_default_na=False, engine="c")
     except FileNotFoundError:
         raise InputError(path, "no such file") from None

@@ -152,7 +152,8 @@ def load_paddle(path: str | Path) -> Profile:
         if not table_rows:
             tables[name] = Profile().table(name)
             continue
-        cols: dict[str, Any] = {k: [r.get(k, -1) for r in table_rows] for k in dict.fromkeys(k for r in table_rows for k in r)}
+        cols: dict[str, Any] = {k: [r.get(k, -1) for r in table_rows]
+                                for k in dict.fromkeys(k for r in table_rows for k in r)}
         for col in ("start", "end"):
             cols[col] = np.asarray(cols[col], dtype=np.int64) + base
         id_col = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",

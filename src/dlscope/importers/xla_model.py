@@ -104,7 +104,9 @@ def _annotation_op(stats: dict[str, Any]) -> tuple[str, str, str] | None:
 
 def _hlo_type(hlo_op: str) -> str:
     """``dot.3`` -> ``dot``; fusions keep their kind (``loop_add_fusion`` -> ``fusion``)."""
-    base = _HLO_TYPE.match(hlo_op).group(1)  # type: ignore[union-attr]
+    match = _HLO_TYPE.match(hlo_op)
+    assert match is not None  # every name matches: the numeric suffixes are optional
+    base = match.group(1)
     return "fusion" if base.endswith("fusion") else base
 
 
@@ -205,7 +207,8 @@ def build_profile(planes: list[Plane], meta: dict[str, Any]) -> Profile:
                          and k.endswith("version")})
     _launch_ops(launches, activity_op, host_ops, pid, ops, found)
     for corr_tid, start, end, corr in launches:
-        api.add(rank=0, pid=pid, tid=corr_tid, name="cuLaunchKernel", kind="driver", start=start, end=end, correlation=corr)
+        api.add(rank=0, pid=pid, tid=corr_tid, name="cuLaunchKernel", kind="driver", start=start, end=end,
+                correlation=corr)
     _device_step_ranges(device_steps, group_spans, ranges)
     profile = Profile(ops=make_table("ops", ops.cols) if len(ops) else Profile().ops,
                       ranges=make_table("ranges", ranges.cols) if len(ranges) else Profile().ranges,

@@ -44,7 +44,8 @@ def check_analysis_fits(profile: Profile, budget: int, paths: Sequence[Path]) ->
     needed = analysis_memory(profile)
     if needed > budget:
         rows = sum(len(profile.table(name)) for name in TABLES)
-        raise DlscopeError(f"{_files_label(paths)}: analysing {rows:,} imported rows needs about {_size_text(needed)} of memory, "
+        raise DlscopeError(f"{_files_label(paths)}: analysing {rows:,} imported rows needs about "
+                           f"{_size_text(needed)} of memory, "
                            f"more than --max-memory {_size_text(budget)}; raise --max-memory")
 
 

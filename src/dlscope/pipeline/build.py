@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gc
 import json
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import pandas as pd
 
@@ -97,11 +97,12 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
     counters = [p for p in paths if kinds[p] == "ncu_csv"]
     traces = [p for p in paths if p not in counters]
     budget = parse_size(max_memory)
-    one_at_a_time = bool(budget) and len(traces) > 1 and not scheduler and \
-        all(kinds[p] == "kineto" for p in traces) and not whole_job_fits(traces, budget)
+    one_at_a_time = bool(budget and len(traces) > 1 and not scheduler and
+                         all(kinds[p] == "kineto" for p in traces) and not whole_job_fits(traces, budget))
     if budget:
         check_traces_could_fit([p for p in traces if kinds[p] == "kineto"], budget, one_at_a_time)
     if one_at_a_time:
+        assert budget is not None  # one rank at a time only under a memory budget
         who = job_identities(traces)
         if who is not None:
             return _build_rank_by_rank(traces, who, counters, db_path, budget, force=force, progress=progress,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -29,7 +29,6 @@ from ..model import TABLES, Profile
 from ..processes import can_fork, owned_name, remove_dead, stop_pool, worker_pool
 from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
-
 
 Step = Callable[..., None]
 
@@ -125,22 +124,22 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     not fit its share is streamed. Progress goes to ``step(description, advance=bytes, total=bytes)``.
     ``reading``: the Kineto reader to use (a :class:`dlscope.importers.kineto.Reading`; default: chosen).
     """
-    paths = [Path(p) for p in paths]
-    if not paths:
+    files = [Path(p) for p in paths]
+    if not files:
         raise DlscopeError("no trace files given")
     budget = parse_size(max_memory)
-    sizes = [file_size(p) for p in paths]
-    step(f"reading {len(paths)} file(s)", advance=0, total=sum(sizes) + 3)
+    sizes = [file_size(p) for p in files]
+    step(f"reading {len(files)} file(s)", advance=0, total=sum(sizes) + 3)
     if scheduler:
-        profiles = _on_dask(paths, sizes, scheduler, budget, step, reading)
+        profiles = _on_dask(files, sizes, scheduler, budget, step, reading)
     else:
-        n = max(1, min(workers or _default_workers(sizes), len(paths))) if can_fork() else 1
+        n = max(1, min(workers or _default_workers(sizes), len(files))) if can_fork() else 1
         share = budget // n if budget else None
-        profiles = _serial(paths, sizes, share, step, reading) if n == 1 else \
-            _on_processes(paths, sizes, n, share, step, reading)
-    profile = merge(profiles, paths)
+        profiles = _serial(files, sizes, share, step, reading) if n == 1 else \
+            _on_processes(files, sizes, n, share, step, reading)
+    profile = merge(profiles, files)
     if budget:
-        check_analysis_fits(profile, budget, paths)
+        check_analysis_fits(profile, budget, files)
     return profile
 
 
@@ -222,7 +221,7 @@ def _on_processes(paths, sizes, workers, budget, step, reading) -> list[Profile]
     finally:
         stop_pool(pool)  # on a failure or an interrupt: the other workers are killed, not awaited
         shutil.rmtree(folder, ignore_errors=True)
-    return results  # type: ignore[return-value]
+    return cast(list[Profile], results)  # every slot was filled: each import returned or raised
 
 
 def _on_dask(paths, sizes, scheduler, budget, step, reading) -> list[Profile]:
@@ -238,8 +237,8 @@ def _on_dask(paths, sizes, scheduler, budget, step, reading) -> list[Profile]:
     results: list[Profile | None] = [None] * len(paths)
     try:
         # absolute (the workers' folder may differ) but not resolved: the path is recorded as the user gave it
-        futures = client.map(import_to_bytes, [os.path.abspath(source(p)) for p in paths], max_memory=budget, reading=reading,
-                             pure=False)
+        futures = client.map(import_to_bytes, [os.path.abspath(source(p)) for p in paths], max_memory=budget,
+                             reading=reading, pure=False)
         for i, future in enumerate(futures):  # in input order; the cluster runs them all meanwhile
             meta, tables = future.result()
             future.release()
@@ -247,7 +246,7 @@ def _on_dask(paths, sizes, scheduler, budget, step, reading) -> list[Profile]:
             counter.finished(meta, sizes[i])
     finally:
         client.close()
-    return results  # type: ignore[return-value]
+    return cast(list[Profile], results)  # every slot was filled: each import returned or raised
 
 
 def apply_identity(profile: Profile, who: Identity, path: Path) -> None:

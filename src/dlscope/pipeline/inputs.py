@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from ..distributed.tables import cycle_patterns, host_patterns, rank_patterns, table
 from ..errors import DlscopeError, InputError
@@ -139,10 +139,12 @@ def identities(paths: Sequence[Path], metas: Sequence[dict]) -> list[Identity]:
     n = len(paths)
     in_trace = [m.get("rank") if m.get("rank_in_trace") else None for m in metas]
     from_name = [rank_from_name(Path(p)) for p in paths]
-    if n and all(r is not None for r in in_trace) and len(set(in_trace)) == n:
-        ranks, source = [int(r) for r in in_trace], "trace"
-    elif n and all(r is not None for r in from_name) and len({r[0] for r in from_name}) == n:
-        ranks, source = [r[0] for r in from_name], "file_name"
+    known_in_trace = [r for r in in_trace if r is not None]
+    known_from_name = [r for r in from_name if r is not None]
+    if n and len(known_in_trace) == n and len(set(known_in_trace)) == n:
+        ranks, source = [int(r) for r in known_in_trace], "trace"
+    elif n and len(known_from_name) == n and len({r[0] for r in known_from_name}) == n:
+        ranks, source = [r[0] for r in known_from_name], "file_name"
     elif n == 1 and metas[0].get("rank") is not None:
         ranks, source = [int(metas[0]["rank"])], "trace" if metas[0].get("rank_in_trace") else "order"
     else:

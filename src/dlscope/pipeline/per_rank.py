@@ -55,6 +55,7 @@ def _worker_count(ranks: int, workers: int | None) -> int:
 
 
 def _forked_rank(rank: int) -> tuple[Aggregation, list[dict]]:
+    assert _FORKED is not None  # set by the parent before it forked this worker
     an, iter_start, iter_stop, rules_config = _FORKED
     return _rank_results(an, rank, iter_start, iter_stop, rules_config)
 

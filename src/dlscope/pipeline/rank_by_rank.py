@@ -2,15 +2,16 @@
 
 Under ``--max-memory``, a job of Kineto traces whose whole analysis might not fit the budget is imported
 this way: each rank is read, analysed, given the ids it has in the whole job (the rows of the ranks before
-it are its offsets), written, aggregated and checked by the rules, then dropped. What the job-wide figures need from it (per-rank figures, the rows
-of its collectives, its iterations) is small and kept. The database is the one a whole import makes.
+it are its offsets), written, aggregated and checked by the rules, then dropped. What the job-wide figures need
+from it (per-rank figures, the rows of its collectives, its iterations) is small and kept. The database is the one
+a whole import makes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
@@ -26,7 +27,8 @@ def job_identities(paths: Sequence[Path]) -> list[Identity] | None:
     from ..importers.kineto import read_identity
 
     metas = [read_identity(p) for p in paths]
-    return None if any(m is None for m in metas) else identities(paths, metas)
+    known = [m for m in metas if m is not None]
+    return None if len(known) < len(metas) else identities(paths, known)
 
 
 def identity_after_import(who: Identity, meta: dict, path: Path) -> Identity:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import matplotlib
@@ -41,7 +41,6 @@ CATEGORY_COLORS = {"tensor_core": "#2ca02c", "non_tensor_core": "#1f77b4", "memo
                    "dataloader": "#ff7f0e", "io": "#8c564b", "cpu": "#d62728", "other": "#7f7f7f"}
 TOP_ROWS = 20
 TOP_BARS = 10
-SVG_RC = {"svg.fonttype": "none", "svg.hashsalt": "dlscope", "text.parse_math": False, "font.size": 9}
 
 
 def _short(name, width: int = 48) -> str:
@@ -59,7 +58,9 @@ def _svg(fig: Figure) -> Markup:
 
 
 def _chart(draw, size: tuple[float, float]) -> Markup:
-    with matplotlib.rc_context(SVG_RC):
+    # a literal here, not a module constant, so that its keys type-check against matplotlib's rc key names
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "dlscope", "text.parse_math": False,
+                                "font.size": 9}):
         fig = Figure(figsize=size)
         ax = fig.add_subplot()
         draw(ax)
@@ -137,8 +138,8 @@ def report_context(db_path: Path, agg_id: int | None = None, rank: int | None = 
         ops = _rows(conn, "SELECT op_name, op_type, direction, calls, gpu_time_ns, cpu_time_ns, cpu_overhead_ns, "
                           "gpu_idle_ns, kernel_count, tc_eligible, using_tc FROM agg_ops WHERE agg_id = ? "
                           "ORDER BY gpu_time_ns DESC, cpu_time_ns DESC LIMIT ?", (a, TOP_ROWS))
-        kernels = _rows(conn, "SELECT kernel_name, uses_tc, calls, gpu_time_ns, avg_ns, min_ns, max_ns FROM agg_kernels "
-                              "WHERE agg_id = ? ORDER BY gpu_time_ns DESC LIMIT ?", (a, TOP_ROWS))
+        kernels = _rows(conn, "SELECT kernel_name, uses_tc, calls, gpu_time_ns, avg_ns, min_ns, max_ns "
+                              "FROM agg_kernels WHERE agg_id = ? ORDER BY gpu_time_ns DESC LIMIT ?", (a, TOP_ROWS))
         op_types = _rows(conn, "SELECT op_type, ops, calls, gpu_time_total, cpu_time_total, kernel_count, tc_eligible, "
                                "using_tc FROM agg_op_types WHERE agg_id = ? ORDER BY gpu_time_total DESC, "
                                "cpu_time_total DESC LIMIT ?", (a, TOP_ROWS))
@@ -179,14 +180,15 @@ def report_context(db_path: Path, agg_id: int | None = None, rank: int | None = 
             "collectives": calls,
             "collectives_shown": sorted(calls, key=lambda c: -(c.get("max_lag_ns") or 0))[:COLLECTIVES_SHOWN],
             "system_line": system_text(summary.get("system")),
-            "gpu_list": gpu_list_text(summary["profile"]["gpus"]), "gpu_names": gpu_names_text(summary["profile"]["gpus"]),
+            "gpu_list": gpu_list_text(summary["profile"]["gpus"]),
+            "gpu_names": gpu_names_text(summary["profile"]["gpus"]),
             "summary": summary, "agg": agg, "profile": summary["profile"], "ops": ops, "kernels": kernels,
             "op_types": op_types, "iterations": iterations, "charts": charts, "findings": summary["findings"],
             "units": units,
             "categories": [(labels[c], CATEGORY_COLORS[c], agg["resource_breakdown_ns"][c],
                             (agg["resource_breakdown_ns"][c] or 0) / wall if wall else None) for c in CATEGORIES],
             "db_name": Path(db_path).name, "version": __version__,
-            "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def _environment() -> Environment:

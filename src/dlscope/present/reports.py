@@ -15,9 +15,9 @@ from typing import Any
 import pandas as pd
 
 from ..errors import DlscopeError
+from ..format import markdown_table, readable, write_csv
 from ..nanoseconds import round_ns_column
 from ..store import reader
-from ..format import markdown_table, readable, write_csv
 from .summary import summary_dict
 
 #: report name -> (table, ORDER BY) read for one aggregation.
@@ -87,6 +87,7 @@ def write_reports(db_path: Path, out_dir: Path, reports: list[str], formats: lis
             for fmt in (f for f in formats if f in FORMATS):
                 path = out_dir / f"{name}.{fmt}"
                 if name == "summary":
+                    assert summary is not None  # read above whenever "summary" is among the reports
                     _write_summary(summary, path, fmt)
                 else:
                     _write_frame(report_frame(conn, name, agg), path, fmt)

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
-import statistics
 import sqlite3
+import statistics
 from pathlib import Path
 
 from ..analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from ..analyze.iterations import GUESSED
 from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..distributed import summary_ranks
-from ..distributed.job import (collective_calls, describe_gpus, job_section, physical_gpus, rank_agg_id,
-                               run_aggregations)
 from ..analyze.throughput import throughput, throughput_facts
+from ..distributed.job import collective_calls, describe_gpus, job_section, physical_gpus, rank_agg_id, run_aggregations
 from ..nanoseconds import round_ns
 from ..format import fmt_bytes, fmt_ns, fmt_pct
+from ..nanoseconds import round_ns
 from ..store import reader
 from ..system import stored_facts
 
@@ -27,7 +27,8 @@ def _one(conn: sqlite3.Connection, sql: str, params: tuple = ()):
 def _profile_section(conn: sqlite3.Connection, methods: dict) -> dict:
     kernels = conn.execute("SELECT COUNT(*), SUM(dur) FROM kernels").fetchone()
     memops = dict(conn.execute("SELECT kind, COUNT(*) FROM memops GROUP BY kind").fetchall())
-    method = methods.get(str(_one(conn, "SELECT MIN(rank) FROM aggregations") or 0)) or next(iter(methods.values()), None)
+    method = (methods.get(str(_one(conn, "SELECT MIN(rank) FROM aggregations") or 0))
+              or next(iter(methods.values()), None))
     iterations = _one(conn, "SELECT COUNT(*) FROM iterations WHERE rank = (SELECT MIN(rank) FROM iterations)")
     gpus = physical_gpus(conn)
     counts = describe_gpus(gpus)
@@ -246,7 +247,8 @@ def _render_ranks(console, ranks: list[dict]) -> None:
         table.add_row(str(r["rank"]), fmt_pct(r.get("gpu_utilization")), fmt_ns(r.get("compute_ns")),
                       fmt_ns(r.get("exposed_communication_ns")), fmt_ns(r.get("memcpy_ns")), fmt_ns(r.get("idle_ns")),
                       fmt_ns(r.get("avg_iteration_ns")),
-                      "n/a" if score is None else f"{score:.2f}" + (" (most waited for)" if r.get("straggler_rank") == 1 else ""))
+                      "n/a" if score is None
+                      else f"{score:.2f}" + (" (most waited for)" if r.get("straggler_rank") == 1 else ""))
     console.print(table)
     if len(ranks) > 64:
         console.print(f"… and {len(ranks) - 64} more ranks (dlscope summary --json lists them all)")
@@ -280,8 +282,9 @@ def _render_roofline(console, roofline: dict | None, escape, counters_only: bool
     if roofline.get("memory_bound_gpu_time_ns") is None:
         console.print(escape(f"Roofline: skipped ({roofline.get('ceilings_error')})"))
         return
-    console.print(f"Roofline ({escape(str(roofline['gpu']))}): {fmt_ns(roofline['memory_bound_gpu_time_ns'])} of op GPU "
-                  f"time memory-bound, {fmt_ns(roofline['math_bound_gpu_time_ns'])} math-bound")
+    console.print(f"Roofline ({escape(str(roofline['gpu']))}): "
+                  f"{fmt_ns(roofline['memory_bound_gpu_time_ns'])} of op GPU time memory-bound, "
+                  f"{fmt_ns(roofline['math_bound_gpu_time_ns'])} math-bound")
     for op in roofline.get("furthest_below", [])[:3]:
         pct = op.get("pct_of_ceiling")
         console.print(escape(f"  {op['op_name']}: {fmt_pct(pct / 100 if pct is not None else None)} of its "
@@ -339,7 +342,8 @@ def render_summary(summary: dict) -> str:
     console = Console(file=buf, width=120, force_terminal=False, color_system=None)
     p, a = summary["profile"], summary["aggregation"]
     title = rank_title(summary)
-    console.print(f"[bold]dlscope summary[/bold]: {escape(str(summary['profile_name']))}" + (f" · {title}" if title else ""))
+    console.print(f"[bold]dlscope summary[/bold]: {escape(str(summary['profile_name']))}"
+                  + (f" · {title}" if title else ""))
     system = system_text(summary.get("system"))
     if system:
         console.print(f"System: {system}", markup=False)
@@ -404,8 +408,8 @@ def render_summary(summary: dict) -> str:
         for col in ("GPU time", "Op", "Type", "Calls", f"{units.short} eligible", f"Using {units.short}"):
             top.add_column(escape(col), justify="right" if col in ("GPU time", "Calls") else "left")
         for op in a["top_gpu_ops"]:
-            top.add_row(fmt_ns(op["gpu_time_ns"]), escape(op["op_name"][:60]), escape(op["op_type"][:30]), f"{op['calls']:,}",
-                        "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
+            top.add_row(fmt_ns(op["gpu_time_ns"]), escape(op["op_name"][:60]), escape(op["op_type"][:30]),
+                        f"{op['calls']:,}", "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
         console.print(top)
     _render_roofline(console, summary.get("roofline"), escape)
     if summary["findings"]:

@@ -106,10 +106,10 @@ def _place(flops: float, nbytes: float, time_ns: float, peak: float | None, band
     """Arithmetic intensity, achieved rates, bound and percent of the roof for one point."""
     seconds = time_ns * 1e-9 if time_ns and time_ns > 0 else None
     ai = flops / nbytes if nbytes and nbytes > 0 else None
-    out = {"arithmetic_intensity": ai,
-           "achieved_flops_per_s": flops / seconds if seconds else None,
-           "achieved_bytes_per_s": nbytes / seconds if seconds and nbytes else None,
-           "bound": None, "pct_of_ceiling": None}
+    out: dict[str, Any] = {"arithmetic_intensity": ai,
+                           "achieved_flops_per_s": flops / seconds if seconds else None,
+                           "achieved_bytes_per_s": nbytes / seconds if seconds and nbytes else None,
+                           "bound": None, "pct_of_ceiling": None}
     if ai is None or not peak or not bandwidth:
         return out
     out["bound"] = "math" if ai >= peak / bandwidth else "memory"
@@ -172,7 +172,7 @@ def _kernel_precision(row: pd.Series) -> tuple[str, str | None, bool]:
     values = {c: row[c] for c in columns if pd.notna(row[c])}
     if not values or max(values.values()) <= 0:
         return "", None, False
-    best = max(values, key=values.get)
+    best = max(values, key=values.__getitem__)
     return best, *columns[best]
 
 

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -101,7 +101,7 @@ def _ints(text: Any, ndim: int, default: int) -> list[int]:
     return values if len(values) == ndim else [default] * ndim
 
 
-def _is_shape(shape: Any) -> bool:
+def _is_shape(shape: Any) -> TypeGuard[list]:
     return isinstance(shape, list) and all(isinstance(d, (int, float)) for d in shape)
 
 

@@ -9,18 +9,18 @@ import json
 import os
 import sqlite3
 import stat
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..version import __version__
 from ..errors import DlscopeError
 from ..nanoseconds import round_ns
 from ..processes import ForkedCall, ThreadCall, in_background, owned_name, remove_dead
+from ..version import __version__
 from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION
 
 
@@ -234,7 +234,7 @@ def write_meta(conn: sqlite3.Connection, profile_name: str, extra: dict, system:
     """The database's facts; ``system``: the job's system facts (:func:`dlscope.system.job_facts`), one key each."""
     meta = {**(system or {}), "schema_version": str(SCHEMA_VERSION), "dlscope_version": __version__,
             "profile_name": profile_name,
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "extra_json": json.dumps(extra, default=str)}
     conn.executemany("INSERT OR REPLACE INTO dlscope_meta (key, value) VALUES (?, ?)", list(meta.items()))
 
@@ -276,7 +276,7 @@ class _ArrowIngest:
     def __init__(self, path: str, columns_of: dict[str, list[str]]):
         self.path, self.columns_of = path, columns_of
 
-    def __enter__(self) -> "_ArrowIngest":
+    def __enter__(self) -> _ArrowIngest:
         from adbc_driver_sqlite import dbapi
 
         self.adbc = dbapi.connect(self.path, autocommit=True)  # pragmas must be set outside a transaction
@@ -331,8 +331,9 @@ def write_aggregations(conn: sqlite3.Connection, aggs: list) -> list[int]:
     """Store aggregations (one per rank of a job) with one insert per table; returns their agg_ids."""
     first = conn.execute("SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations").fetchone()[0]
     ids = list(range(first, first + len(aggs)))
-    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    insert_frame(conn, "aggregations", pd.DataFrame([{**_integer_ns(agg.row), "agg_id": agg_id, "run_id": first, "created_at": created}
+    created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    insert_frame(conn, "aggregations", pd.DataFrame([{**_integer_ns(agg.row), "agg_id": agg_id, "run_id": first,
+                                                      "created_at": created}
                                                      for agg_id, agg in zip(ids, aggs)]))
     for table, field in AGG_TABLES.items():
         frames = [getattr(agg, field).assign(agg_id=agg_id) for agg_id, agg in zip(ids, aggs)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import orjson
 from starlette.applications import Starlette
@@ -22,6 +23,7 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from dlscope.distributed.job import physical_gpus, run_aggregations
 from dlscope.errors import DlscopeError
 from dlscope.store import reader
 from dlscope.viewer import export
@@ -30,7 +32,6 @@ from dlscope.viewer.jobs import Reaggregator
 from dlscope.viewer.pages import error_page, shell
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
-from dlscope.distributed.job import physical_gpus, run_aggregations
 from dlscope.viewer.query import searched_columns, warm_up
 from dlscope.viewer.security import SameOriginWrites, allowed_hosts
 from dlscope.viewer.tables import TABLES, column_meta
@@ -216,7 +217,8 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         if fmt in ("csv", "tsv"):
             title = export.export_title(db, req) if titled else None
             return StreamingResponse(export.csv_chunks(db, req, "\t" if fmt == "tsv" else ",", title),
-                                     media_type=f"text/{'tab-separated-values' if fmt == 'tsv' else 'csv'}; charset=utf-8",
+                                     media_type=f"text/{'tab-separated-values' if fmt == 'tsv' else 'csv'}; "
+                                                "charset=utf-8",
                                      headers=headers)
         if fmt == "json":
             return StreamingResponse(export.json_chunks(db, req), media_type="application/json", headers=headers)
@@ -274,14 +276,16 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         query = ("?" + str(request.query_params)) if request.query_params else ""
         return RedirectResponse("/dashboard" + query)
 
-    async def bad_parameter(request: Request, exc: BadParameter):
+    # Starlette types every handler as taking an Exception; each is registered for its own class below
+    async def bad_parameter(request: Request, exc: Exception):
+        assert isinstance(exc, BadParameter)
         return _error(request, 400, "Bad parameters found in URL", str(exc), exc.name,
                       hint="Fix or remove the parameter; the view's defaults apply when it is absent.")
 
-    async def timeout(request: Request, exc: QueryTimeout):
+    async def timeout(request: Request, exc: Exception):  # a QueryTimeout
         return _error(request, 503, "Query took too long", str(exc))
 
-    async def user_error(request: Request, exc: DlscopeError):
+    async def user_error(request: Request, exc: Exception):  # a DlscopeError
         return _error(request, 400, "Cannot show this", str(exc))
 
     async def not_found(request: Request, exc):

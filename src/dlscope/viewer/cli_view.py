@@ -7,8 +7,8 @@ import socket
 import sys
 import threading
 import webbrowser
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import click
 

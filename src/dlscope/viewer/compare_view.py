@@ -7,7 +7,7 @@ per (databases, generations, aggregations) and cached; its op types, ops and ker
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from dlscope.compare import compare
 from dlscope.errors import DlscopeError

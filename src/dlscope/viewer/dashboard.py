@@ -6,6 +6,7 @@ NULL stays None (the browser shows "n/a"): a number that could not be measured i
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from dlscope.analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from dlscope.analyze.throughput import throughput, throughput_facts
@@ -111,8 +112,8 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
     agg = resolve_agg(db, agg_id)
     if agg is not None and agg.get("iteration_method") == "whole_profile":
         agg = {**agg, **dict.fromkeys(ITERATION_FIGURES)}
-    out = {"profile_name": db.profile_name, "notice": db.notice, "aggregation": agg,
-           "system": system_config(db)}
+    out: dict[str, Any] = {"profile_name": db.profile_name, "notice": db.notice, "aggregation": agg,
+                           "system": system_config(db)}
     if agg is None:
         return out
     a = agg["agg_id"]
@@ -128,7 +129,8 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
         "SELECT COUNT(DISTINCT iteration) FROM agg_iterations WHERE agg_id = ?", (a,))[0] \
         if db.has("agg_iterations") and agg["iterations_profiled"] is not None else None
     out["top_ops"] = _rows(db, "SELECT gpu_time_ns, node_id, op_name, direction, op_type, calls, tc_eligible, "
-                               "using_tc FROM agg_ops WHERE agg_id = ? AND gpu_time_ns > 0 ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
+                               "using_tc FROM agg_ops WHERE agg_id = ? AND gpu_time_ns > 0 "
+                               "ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
         if db.has("agg_ops") else []
     out["iterations"] = iteration_series(db, a)
     findings = _rows(db, "SELECT finding_id, rule, severity, problem, recommendation, est_saving_ns, "

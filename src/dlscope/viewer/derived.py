@@ -12,8 +12,9 @@ import sqlite3
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from dlscope.viewer.params import parse_table_request
 from dlscope.viewer.profile_db import ProfileDB

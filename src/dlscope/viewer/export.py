@@ -14,7 +14,7 @@ import csv
 import io
 import os
 import tempfile
-from typing import Iterator
+from collections.abc import Iterator
 
 import orjson
 import xlsxwriter

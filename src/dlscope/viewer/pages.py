@@ -37,7 +37,8 @@ def shell(title: str, boot: dict) -> str:
 </head>
 <body>
 <header class="navbar">
-  <a class="brand" href="/dashboard" title="Go to the Dashboard"><span class="logo">◆</span> dlscope <span class="brand-sub">Viewer</span></a>
+  <a class="brand" href="/dashboard" title="Go to the Dashboard"><span class="logo">◆</span> dlscope <span
+     class="brand-sub">Viewer</span></a>
   <nav class="nav-controls">
     <label>View <select id="nav-view" aria-label="View"></select></label>
     <label id="nav-agg-wrap" hidden>Aggregation <select id="nav-agg" aria-label="Aggregation"></select></label>
@@ -49,8 +50,10 @@ def shell(title: str, boot: dict) -> str:
     <button class="help-btn" type="button">Help ▾</button>
     <div class="help-menu">
       <a href="https://github.com/dlscope/dlscope#readme" target="_blank" rel="noopener">dlscope documentation</a>
-      <a href="https://docs.nvidia.com/deeplearning/frameworks/dlprof-viewer-user-guide/" target="_blank" rel="noopener">DLProf Viewer guide (the model for these views)</a>
-      <a href="https://github.com/dlscope/dlscope/issues" target="_blank" rel="noopener">Contact us / report a problem</a>
+      <a href="https://docs.nvidia.com/deeplearning/frameworks/dlprof-viewer-user-guide/"
+         target="_blank" rel="noopener">DLProf Viewer guide (the model for these views)</a>
+      <a href="https://github.com/dlscope/dlscope/issues"
+         target="_blank" rel="noopener">Contact us / report a problem</a>
     </div>
   </div>
 </header>
@@ -71,7 +74,8 @@ def error_page(status: int, title: str, message: str, hint: str = "") -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)} · dlscope</title>
 <link rel="stylesheet" href="/static/app.css"></head>
-<body><header class="navbar"><a class="brand" href="/dashboard"><span class="logo">◆</span> dlscope <span class="brand-sub">Viewer</span></a></header>
+<body><header class="navbar"><a class="brand" href="/dashboard"><span class="logo">◆</span> dlscope <span
+  class="brand-sub">Viewer</span></a></header>
 <main class="error-page"><h1>{status} · {html.escape(title)}</h1>
 <p class="error-message">{html.escape(message)}</p>
 <p class="error-hint">{html.escape(hint)}</p>

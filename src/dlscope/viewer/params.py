@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from dlscope.viewer.tables import TableSpec
 
@@ -132,20 +133,23 @@ def parse_table_request(spec: TableSpec, params: Mapping[str, str], prefix: str 
         return params.get(prefix + key)
 
     sort = get("sort") or spec.default_sort
-    if sort != spec.default_sort and (spec.column(sort) is None or not spec.column(sort).sortable):
+    col = spec.column(sort)
+    if sort == spec.default_sort:
+        default_desc = spec.default_desc
+    elif col is None or not col.sortable:
         raise BadParameter(prefix + "sort", f"{sort!r} is not a sortable column of {spec.name} "
                                             f"(one of {', '.join(c.name for c in spec.columns if c.sortable)})")
+    else:
+        default_desc = col.kind != "text" if col.desc_first is None else col.desc_first
     order = get("order")
     if order not in (None, "", "asc", "desc"):
         raise BadParameter(prefix + "order", f"{order!r}: use asc or desc")
-    col = spec.column(sort)
-    default_desc = spec.default_desc if sort == spec.default_sort else (
-        col.kind != "text" if col.desc_first is None else col.desc_first)
     desc = default_desc if not order else order == "desc"
     page = parse_int(prefix + "page", get("page") or "1", 1, MAX_PAGE)
     size = parse_int(prefix + "size", get("size") or "10")
     if size not in PAGE_SIZES:
-        raise BadParameter(prefix + "size", f"{size} rows per page is not offered (use {', '.join(map(str, PAGE_SIZES))})")
+        raise BadParameter(prefix + "size",
+                           f"{size} rows per page is not offered (use {', '.join(map(str, PAGE_SIZES))})")
     req = TableRequest(spec, sort, desc, page, size, (get("q") or "").strip())
     for key, raw in params.items():
         if key.startswith(prefix + "f."):
@@ -157,13 +161,13 @@ def parse_table_request(spec: TableSpec, params: Mapping[str, str], prefix: str 
             if parsed is not None:
                 req.filters[cname] = parsed
     for scope in spec.scopes:
-        raw = params.get(scope.name)  # scopes are page-level: never prefixed
-        if (raw is None or raw == "") and defaults and scope.name in defaults:
+        given = params.get(scope.name)  # scopes are page-level: never prefixed
+        if (given is None or given == "") and defaults and scope.name in defaults:
             req.scope[scope.name] = defaults[scope.name]
             continue
-        if raw is None or raw == "":
+        if given is None or given == "":
             if scope.required:
                 raise BadParameter(scope.name, f"is required by the {spec.title} table")
             continue
-        req.scope[scope.name] = parse_scope(scope.name, raw, scope.kind)
+        req.scope[scope.name] = parse_scope(scope.name, given, scope.kind)
     return req

@@ -48,7 +48,7 @@ class ProfileDB:
         meta, tables, version = reader.inspect(self.path)
         self.meta = meta
         self.tables = tables
-        self.schema_version = version
+        self.schema_version: int | None = version  # None: a DerivedDB, built in memory
         self.notice = None
         self.profile_name = meta.get("profile_name") or self.path.stem
         self._generation += 1

@@ -74,6 +74,7 @@ def where_clause(req: TableRequest, db: ProfileDB | None = None,
             if not values:
                 terms.append("0")  # no name contains it: nothing to scan
                 continue
+            assert col.in_sql is not None  # a lookup column is filtered through its in_sql
             term = col.in_sql.replace(":p", f":{p}")
             if not counting and share > WALK_SORT_INDEX_SHARE:
                 term = "+" + term  # unary + keeps SQLite off the name index: walk the sort index instead
@@ -124,6 +125,7 @@ def searched_columns(spec: TableSpec) -> list:
 def order_clause(req: TableRequest) -> tuple[str, set[str]]:
     spec = req.spec
     col = spec.column(req.sort)
+    assert col is not None  # parse_table_request admitted only the spec's columns
     direction = "DESC" if req.desc else "ASC"
     exprs = [e.strip() for e in (col.order or col.sql).split(",")]
     if spec.key and spec.key not in exprs:
@@ -135,6 +137,7 @@ def check_big_sort(db: ProfileDB, req: TableRequest) -> None:
     """Refuse an unindexed sort over millions of raw events (it could not answer in time)."""
     spec = req.spec
     col = spec.column(req.sort)
+    assert col is not None  # parse_table_request admitted only the spec's columns
     if not spec.huge or col.big_sort or any(s.narrows and s.name in req.scope for s in spec.scopes):
         return
     if table_rows(db, spec) > BIG_TABLE_ROWS:  # counted once, then cached

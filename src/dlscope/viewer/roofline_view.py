@@ -7,7 +7,7 @@ TFLOP/s and percentages as fractions (the viewer's ``pct`` kind), so column sear
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from dlscope.roofline import roofline_report
 from dlscope.viewer.derived import DerivedDB, derived_page

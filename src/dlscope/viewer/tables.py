@@ -162,7 +162,9 @@ ITERATIONS = TableSpec(
 
 KERNELS = TableSpec(
     "kernels", "Kernels", "kernels k",
-    (Column("op_name", "Op Name", "o.name", "text", big_sort=False, join="ops", lookup="SELECT n.name, SUM(i.kernel_count) FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id WHERE i.parent_id < 0 GROUP BY n.name",
+    (Column("op_name", "Op Name", "o.name", "text", big_sort=False, join="ops",
+            lookup="SELECT n.name, SUM(i.kernel_count) FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id "
+                   "WHERE i.parent_id < 0 GROUP BY n.name",
             in_sql="k.root_op_id IN (SELECT op_id FROM op_instances WHERE node_id IN "
                    "(SELECT node_id FROM op_nodes WHERE name IN (SELECT value FROM json_each(:p))))"),
      Column("kernel_name", "Kernel Name", "k.name", "text", lookup="SELECT name, COUNT(*) FROM kernels GROUP BY name",
@@ -197,7 +199,8 @@ KERNELS = TableSpec(
             Scope("node", "k.root_op_id IN (SELECT op_id FROM op_instances WHERE node_id = :node)", narrows=True),
             Scope("kernel_names", "k.name IN (SELECT value FROM json_each(:kernel_names))", "list")),
     # the base tables, not the `ops` view: SQLite cannot flatten a joined view on the right of a LEFT JOIN
-    joins={"ops": "LEFT JOIN op_instances oi ON oi.op_id = k.root_op_id LEFT JOIN op_nodes o ON o.node_id = oi.node_id"},
+    joins={"ops": "LEFT JOIN op_instances oi ON oi.op_id = k.root_op_id "
+                  "LEFT JOIN op_nodes o ON o.node_id = oi.node_id"},
     requires=("kernels", "op_instances", "op_nodes"), huge=True)
 
 ITERATION_OPS = TableSpec(

@@ -8,6 +8,7 @@ paging then run on that list. A search keeps matching rows plus their ancestors,
 from __future__ import annotations
 
 import threading
+from collections.abc import Set
 
 from dlscope.viewer.params import BadParameter, TableRequest, parse_id_list
 from dlscope.viewer.profile_db import ProfileDB
@@ -69,7 +70,7 @@ def parse_open(raw: str | None, closed: str | None = None) -> tuple[set[int] | s
 
 
 def visible_rows(nodes: list[dict], req: TableRequest, expanded: set[int] | str,
-                 closed: set[int] = frozenset()) -> list[dict]:
+                 closed: Set[int] = frozenset()) -> list[dict]:
     """Rows in pre-order (siblings sorted by the request's column), honouring expansion and searches."""
     children: dict = {}
     for n in nodes:
@@ -80,7 +81,7 @@ def visible_rows(nodes: list[dict], req: TableRequest, expanded: set[int] | str,
     if searching:
         for n in nodes:
             if _matches(n, req):
-                cur = n
+                cur: dict | None = n
                 while cur is not None and cur["group_id"] not in keep:
                     keep.add(cur["group_id"])
                     cur = by_id.get(cur["parent_group_id"])

@@ -7,8 +7,8 @@ any view returns the same tables as data.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from dlscope.viewer import compare_view, dashboard, job_view, roofline_view
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request

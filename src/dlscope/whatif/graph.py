@@ -267,15 +267,17 @@ class _Builder:
     def _activities(self) -> pd.DataFrame:
         job = self.job
         k, m = job.kernels, job.memops
-        frames = [pd.DataFrame({"table": "kernel", "id": k["kernel_id"].to_numpy(np.int64), "name": k["name"].to_numpy(object),
-                                "kind": "kernel", "rank": k["rank"], "device": k["device"], "stream": k["stream"],
+        frames = [pd.DataFrame({"table": "kernel", "id": k["kernel_id"].to_numpy(np.int64),
+                                "name": k["name"].to_numpy(object), "kind": "kernel", "rank": k["rank"],
+                                "device": k["device"], "stream": k["stream"],
                                 "start": self._aligned(k, "start"), "end": self._aligned(k, "end"),
                                 "api_id": k["api_id"], "launch": self._aligned(k, "launch_ts"),
                                 "op_id": k["op_id"], "root_op_id": k["root_op_id"], "iteration": k["iteration"],
                                 "is_comm": is_nccl_kernel(k["name"]) if len(k) else np.zeros(0, bool),
                                 "pageable": False}),
-                  pd.DataFrame({"table": "memop", "id": m["memop_id"].to_numpy(np.int64), "name": m["name"].to_numpy(object),
-                                "kind": m["kind"].to_numpy(object), "rank": m["rank"], "device": m["device"],
+                  pd.DataFrame({"table": "memop", "id": m["memop_id"].to_numpy(np.int64),
+                                "name": m["name"].to_numpy(object), "kind": m["kind"].to_numpy(object),
+                                "rank": m["rank"], "device": m["device"],
                                 "stream": m["stream"], "start": self._aligned(m, "start"),
                                 "end": self._aligned(m, "end"), "api_id": m["api_id"],
                                 "launch": self._aligned(m, "launch_ts"), "op_id": m["op_id"],
@@ -407,7 +409,8 @@ class _Builder:
                      act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, xoff=xoff, rc=self.rc, rx=rx,
                      n_cpu=ncpu, t0=t0,
                      offsets=self.offsets, activities=act, chains=chains, iterations=its, blocking=self.blocking,
-                     op_end_v=op_end_v, job=job, notes=self.notes, launch_latency=self.launch_latency, queue_gap=self.queue_gap)
+                     op_end_v=op_end_v, job=job, notes=self.notes, launch_latency=self.launch_latency,
+                     queue_gap=self.queue_gap)
 
     # ---------------------------------------------------------------- attribution of CPU time
 
@@ -765,7 +768,8 @@ class _Builder:
         x = t[evs[other]]
         ok &= (x >= m[cand]) & (t[sv[cand]] - x <= STREAM_WAIT_MAX_LATENCY_NS)
         ns, nd = evs[other[ok]], sv[cand[ok]]
-        return (np.r_[src, ns], np.r_[dst, nd], np.r_[w, t[nd] - t[ns]], np.r_[xk, np.full(len(nd), STREAM_WAIT, np.int8)],
+        return (np.r_[src, ns], np.r_[dst, nd], np.r_[w, t[nd] - t[ns]],
+                np.r_[xk, np.full(len(nd), STREAM_WAIT, np.int8)],
                 np.r_[xo, act["op_id"].to_numpy(np.int64)[cand[ok]]])
 
     def _bypass_edges(self):

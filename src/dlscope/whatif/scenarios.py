@@ -136,7 +136,8 @@ def _launch_cost(g: Graph) -> dict[int, int]:
 def _no_dataloader(g: Graph, w: Weights) -> str:
     ops, rg = g.job.ops, g.job.ranges
     dl = pd.concat([ops.loc[matches(ops["name"], "dataloader"), ["rank", "pid", "tid", "start", "end"]],
-                    rg.loc[(rg["device"] < 0) & (rg["category"] == "dataloader"), ["rank", "pid", "tid", "start", "end"]]],
+                    rg.loc[(rg["device"] < 0) & (rg["category"] == "dataloader"),
+                           ["rank", "pid", "tid", "start", "end"]]],
                    ignore_index=True)
     chain, s, e = _spans(g, dl)
     removed = keep_cpu_spans(g, w, chain, s, e, 0.0)
@@ -387,7 +388,8 @@ def _scale(pattern: str, factor: float) -> Callable[[Graph, Weights], str]:
         call_chain = np.full(len(act), -1, np.int64)
         call_chain[has] = _cpu_chain_of(g, calls[has].astype({"rank": np.int64, "pid": np.int64, "tid": np.int64}))
         call_t = np.zeros(len(act), np.int64)
-        call_t[has] = g.vertex_time(calls.loc[has, "start"].to_numpy(np.int64), calls.loc[has, "rank"].to_numpy(np.int64))
+        call_t[has] = g.vertex_time(calls.loc[has, "start"].to_numpy(np.int64),
+                                    calls.loc[has, "rank"].to_numpy(np.int64))
         in_range = _inside_spans(g, call_chain, call_t, chain, s, e)
         rows = np.flatnonzero(by_name | beneath | in_range)
         gpu = scale_activities(g, w, rows, factor)

@@ -111,7 +111,8 @@ def pageable_memcpy(ctx, cfg):
     nbytes = int(copies.loc[copies["bytes"] > 0, "bytes"].sum())
     return Finding(
         "pageable_memcpy",
-        f"{plural(len(copies), 'host-to-device copy', 'host-to-device copies')} came from pageable memory ({nbytes / 2**20:,.1f} MiB, "
+        f"{plural(len(copies), 'host-to-device copy', 'host-to-device copies')} came from pageable memory "
+        f"({nbytes / 2**20:,.1f} MiB, "
         f"{fmt_ns(int(copies['dur'].sum()))} on the GPU); pageable copies are staged and synchronous, and "
         f"{fmt_ns(saving)} of them ran with no kernel alongside.",
         "Copy from pinned memory asynchronously: DataLoader(pin_memory=True) or tensor.pin_memory(), then "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 
-import pandas as pd  # type: ignore[import-untyped]
+import pandas as pd
 
 from ...roofline.flops import op_cost
 from ..context import names_matching

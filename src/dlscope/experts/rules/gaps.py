@@ -36,7 +36,7 @@ def gpu_gaps(ctx, cfg):
     found = list(idle.iloc[np.argsort(-length, kind="stable")[:n]].itertuples(index=False, name=None))
     neighbours = _Neighbours(ctx.kernel_facts)
     before_ops, after_ops, kernels, located = [], [], [], []
-    for s, e, dev, it in found:
+    for s, e, dev, _it in found:
         prev, nxt = neighbours.before(dev, s), neighbours.after(dev, e)
         located.append((prev, nxt))
         for frame, bucket in ((prev, before_ops), (nxt, after_ops)):
@@ -73,7 +73,8 @@ class _Neighbours:
     def __init__(self, kernels: pd.DataFrame):
         self.kernels = kernels
         start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
-        self.by_end, self.by_start = {}, {}
+        self.by_end: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.by_start: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for dev, rows in kernels.groupby("device", sort=False).indices.items():
             for times, index in ((end, self.by_end), (start, self.by_start)):
                 ordered = rows[np.argsort(times[rows], kind="stable")]

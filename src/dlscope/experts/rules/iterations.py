@@ -43,7 +43,8 @@ def steady_range(durations: np.ndarray, iterations: np.ndarray, tolerance: float
 
 
 def _listed(numbers, durations, med: float) -> str:
-    return ", ".join(f"{int(i)} ({fmt_ns(float(x))}, {100 * (x - med) / med:+.0f}%)" for i, x in zip(numbers, durations))
+    return ", ".join(f"{int(i)} ({fmt_ns(float(x))}, {100 * (x - med) / med:+.0f}%)"
+                     for i, x in zip(numbers, durations))
 
 
 @rule("iteration_variance")

@@ -82,7 +82,9 @@ def _candidates(ctx, multiples: dict) -> pd.DataFrame:
         dims.append(tc_dims(op.name, op.input_shapes))
         cost = op_cost(op.name, op.input_shapes, op.input_dtypes, op.concrete_inputs)
         flops.append(cost.flops if cost else 0)
-        family.append(_model(op.name)["family"])
+        model = _model(op.name)
+        assert model is not None  # ``modelled`` holds only ops with a model
+        family.append(model["family"])
     out = modelled.assign(dims=dims, flops=flops, family=family)
     return out[out["dims"].notna()]
 

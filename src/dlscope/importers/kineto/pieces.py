@@ -79,7 +79,10 @@ def in_memory(path: Path, text: Text, piece_bytes: int, processes_wanted: int, p
     header = decode_piece(HEADER_DECODER, bytes(text[:cuts[0]]) + b"]}")
     if progress:  # offsets in the JSON text, reported as bytes of the file as stored
         stored, report, size = os.path.getsize(source(path)), progress, len(text)
-        progress = lambda done, events: report(stored * done // size, events)
+
+        def in_stored_bytes(done: int, events: int) -> None:
+            report(stored * done // size, events)
+        progress = in_stored_bytes
     if processes_wanted < 2 or len(cuts) < 4:
         tables, events, trailer, _ = _decode(text, cuts, 0, len(cuts), progress)
         return with_trailer(header, trailer), tables, events

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -78,7 +78,7 @@ def _stream_events(path: Path, progress: Progress | None) -> tuple[Trace, Iterat
         def __getattr__(self, name: str) -> Any:
             return getattr(final[0], name)
 
-    return _Header(), batches()  # type: ignore[return-value]
+    return cast(Trace, _Header()), batches()  # a Trace: _Header forwards every attribute to the final one
 
 
 def _stream_head(path: Path) -> tuple[dict[str, Any], bool]:
@@ -96,6 +96,7 @@ def _stream_head(path: Path) -> tuple[dict[str, Any], bool]:
                     return out, True
                 if event in ("map_key", "end_map"):
                     if builder is not None:
+                        assert key is not None  # set together with the builder
                         out[key] = builder.value
                     if event == "end_map" or value == "traceEvents":
                         break
