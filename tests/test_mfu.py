@@ -16,7 +16,7 @@ from dlscope.pipeline import build_database
 from dlscope.present.summary import summary_dict
 
 torch = pytest.importorskip("torch")
-from torch.utils.flop_counter import FlopCounterMode
+FlopCounterMode = pytest.importorskip("torch.utils.flop_counter").FlopCounterMode
 
 
 def _captured(tmp_path, step, name: str):

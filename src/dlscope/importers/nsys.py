@@ -551,8 +551,8 @@ def _system(db: _Export, target: dict[str, str], export: dict[str, str]) -> dict
              "nsys_version": export.get("EXPORT_PRODUCT_VERSION")}
     env: list[tuple[str, str]] = []
     if {"name", "value"} <= db.columns("META_DATA_CAPTURE"):
-        env = [tuple(str(v).partition("=")[::2]) for (v,) in db.conn.execute(
-            "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'")]
+        env = [(name, value) for name, _, value in (str(v).partition("=") for (v,) in db.conn.execute(
+            "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'"))]
     env += env_pairs(target.get("DeviceEnvironment", ""))
     return known({**environment_facts(env), **facts})
 

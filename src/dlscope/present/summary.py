@@ -10,10 +10,9 @@ from pathlib import Path
 from ..analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from ..analyze.iterations import GUESSED
 from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
-from ..distributed import summary_ranks
 from ..analyze.throughput import throughput, throughput_facts
+from ..distributed import summary_ranks
 from ..distributed.job import collective_calls, describe_gpus, job_section, physical_gpus, rank_agg_id, run_aggregations
-from ..nanoseconds import round_ns
 from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..nanoseconds import round_ns
 from ..store import reader

@@ -66,7 +66,7 @@ def system_config(db: ProfileDB) -> list[list]:
     work. Facts the input did not record are left out, never guessed."""
     gpus = physical_gpus(db.connection()) if db.has("gpus") else []
     counts = describe_gpus(gpus)
-    rows = [["Profile Name", db.meta["profile_name"]]] if db.meta.get("profile_name") else []
+    rows: list[list] = [["Profile Name", db.meta["profile_name"]]] if db.meta.get("profile_name") else []
     rows += [["GPU Count", counts["active"] if db.has("gpus") else None],
              ["GPU Name(s)", ", ".join(counts["names"]) or None]]
     if counts["idle"]:
