@@ -457,6 +457,10 @@ def _nsys(conn: sqlite3.Connection) -> Expect:
         drop("ranges" if table == "nvtx" else table, "no_integer_time", one(f"NOT ({_TIMED}) AND {kind}"))
         valid = f'{_TIMED} AND {keep} AND "end" {">" if table == "nvtx" else ">="} start'
         rows[table] += one(valid)
+        if table == "nvtx":  # a ProfilerStep# number past int64 is dropped and counted, as in any format
+            huge = _huge_nvtx_steps(conn, columns, tables, valid)
+            rows[table] -= huge
+            drop("ranges", "step_number_too_large", huge)
         drop(table, "end_before_start", one(f'{_TIMED} AND {keep} AND "end" < start'))
         first, last, total = conn.execute(f'SELECT MIN(start), MAX("end"), SUM(CAST("end" AS REAL) - start) '
                                           f'FROM "{name}" WHERE {valid}').fetchone()
@@ -475,6 +479,20 @@ def _nsys(conn: sqlite3.Connection) -> Expect:
                 and conn.execute(f'SELECT COUNT(*) - COUNT(DISTINCT "{column}") FROM "{table}"').fetchone()[0]:
             return either("GPUs listed twice (whether they collide after nsys's id mapping is not modelled)")
     return Expect("accept", rows, dropped)
+
+
+def _huge_nvtx_steps(conn: sqlite3.Connection, columns: set[str], tables: set[str], valid: str) -> int:
+    """Valid NVTX ranges whose text (inline, else through StringIds) is ProfilerStep#N with N past int64."""
+    text = '"text"' if "text" in columns else "NULL"
+    if "textId" in columns and "StringIds" in tables:
+        text = f'COALESCE({text}, (SELECT s.value FROM StringIds s WHERE s.id = NVTX_EVENTS.textId))'
+    names = conn.execute(f'SELECT {text} FROM NVTX_EVENTS WHERE {valid}').fetchall()
+    count = 0
+    for (name,) in names:
+        name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name or "")
+        m = _STEP.match(name)
+        count += bool(m and int(m.group(1)) > INT64_MAX)
+    return count
 
 
 # ============================================================================== nsys stats CSV
