@@ -50,7 +50,7 @@ export function renderIterations(content, data, rerender) {
         el("button", { class: "btn", type: "button", text: "Profiled Iterations", onclick: () => profiled.length && ic.showRange(Math.min(...profiled), Math.max(...profiled)) })),
       el("button", { class: "btn", type: "button", text: "Reset Zoom", onclick: () => ic.resetZoom() }),
       el("button", { class: "btn", type: "button", text: "Toggle Tooltip", onclick: () => { tip = ic.toggleTooltip(); setZoom(ic.zoomFactor()); } }),
-      rankSel, el("span", { class: "spacer" }), zoomLabel),
+      rankSel, traceLink(profiled), el("span", { class: "spacer" }), zoomLabel),
     box);
   content.append(panel);
 
@@ -75,6 +75,16 @@ export function renderIterations(content, data, rerender) {
     ic.setBoundaries(newStart, newStop);
     document.body.dataset.ready = "1";
   });
+}
+
+/** The profiled iterations as a Chrome trace (every rank a process) for Perfetto UI or chrome://tracing:
+ * what `dlscope export --iterations A:B` writes, downloaded with a plain same-origin GET. */
+function traceLink(profiled) {
+  const range = profiled.length ? `${Math.min(...profiled)}:${Math.max(...profiled)}` : null;
+  const href = `/api/trace.json?${query({ ...pageScope({ iteration: null, node: null, rank: null, finding: null, call: null }), iterations: range })}`;
+  return el("a", { class: "btn", href, download: "", "data-testid": "download-trace",
+    title: "Download the profiled iterations as a Chrome trace (open it in ui.perfetto.dev or chrome://tracing)",
+    text: "Download trace (Perfetto)" });
 }
 
 function dialog(title, body, buttons) {
