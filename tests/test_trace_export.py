@@ -72,7 +72,7 @@ def test_a_real_profile_round_trips_to_the_same_kernels(import_db, tmp_path):
     # the rank is a process, its threads and streams are named, every flow has both ends
     names = {(e["name"], e["tid"]): e["args"] for e in doc["traceEvents"] if e.get("ph") == "M"}
     assert names[("process_name", 0)] == {"name": "rank 0"}
-    assert {e["pid"] for e in doc["traceEvents"]} == {0}
+    assert {e["pid"] for e in doc["traceEvents"]} == {1}  # rank 0 is pid 1: Perfetto reserves pid 0
     streams = {(e["args"]["device"], e["args"]["stream"]) for e in doc["traceEvents"] if e.get("cat") == "kernel"}
     thread_names = {a["name"] for (n, _), a in names.items() if n == "thread_name"}
     assert {f"GPU {d} stream {s}" for d, s in streams} <= thread_names
@@ -166,3 +166,35 @@ def test_the_viewer_downloads_the_same_trace_over_http(import_db, tmp_path):
         assert bad.status_code == 400 and bad.json()["parameter"] == "iterations"
         # a page of another site cannot read it through DNS rebinding: its Host is refused
         assert client.get("/api/trace.json", headers={"Host": "evil.example"}).status_code == 400
+
+
+def test_perfetto_protobuf_nests_per_track_and_holds_the_raw_kernels(import_db, tmp_path):
+    """Read back with the perfetto package's own Trace message: every track's begin/end events form a stack
+    (each end closes the slice begun last on it), and the kernel slices are the raw trace's, to the ns."""
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+    trace = data_file(*NCCL)
+    raw = [e for e in events(trace) if e.cat in KERNEL_CATS]
+    out = tmp_path / "t.pftrace"
+    assert main(["export", str(import_db(trace)), "--format", "perfetto", "-o", str(out)]) == 0
+    doc = pb.Trace()
+    doc.ParseFromString(out.read_bytes())
+    threads = {p.track_descriptor.uuid: p.track_descriptor for p in doc.packet if p.HasField("track_descriptor")}
+    assert {d.process.process_name for d in threads.values() if d.HasField("process")} == {"rank 0"}
+    stacks: dict[int, list] = {}
+    kernels, flows, ends = [], set(), set()
+    events_in_order = sorted((p for p in doc.packet if p.HasField("track_event")), key=lambda p: p.timestamp)
+    for p in events_in_order:  # Perfetto sorts by time, keeping the file's order at one instant
+        e = p.track_event
+        if e.type == pb.TrackEvent.TYPE_SLICE_BEGIN:
+            stacks.setdefault(e.track_uuid, []).append((p.timestamp, list(e.categories), e.name))
+            flows.update(e.flow_ids)
+            ends.update(e.terminating_flow_ids)
+        elif e.type == pb.TrackEvent.TYPE_SLICE_END:
+            start, cats, name = stacks[e.track_uuid].pop()
+            assert start <= p.timestamp
+            if cats == ["kernel"]:
+                kernels.append((name, p.timestamp - start))
+    assert all(not s for s in stacks.values())
+    assert sorted(kernels) == sorted((e.name, e.end - e.start) for e in raw)
+    assert ends and ends <= flows
+    assert all(threads[t].thread.thread_name for t in stacks)

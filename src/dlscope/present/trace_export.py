@@ -1,6 +1,8 @@
-"""Write a profile database as a Chrome trace (JSON) that chrome://tracing and Perfetto UI open.
+"""Write a profile database as a Chrome trace (JSON) that chrome://tracing and Perfetto UI open (and, through
+:mod:`.perfetto_export`, in Perfetto's protobuf format).
 
-Each rank is a process (``pid`` = rank, named "rank N"); each CPU thread and each GPU stream of it is a thread
+Each rank is a process (``pid`` = rank + 1, named "rank N": Perfetto treats pid 0 as the kernel's idle task);
+each CPU thread and each GPU stream of it is a thread
 (CPU threads first, then the GPU streams by device and stream). Ops, annotation ranges, runtime calls, kernels,
 memory operations and synchronizations are complete ("X") events, with Kineto's categories and ``args`` names,
 so the file also imports back into dlscope (``dlscope import``); flow events ("s"/"f", category ``ac2g``) join
@@ -108,18 +110,19 @@ def export_trace(database: str | Path, output: str | Path | IO[bytes], *, iterat
     if fmt not in FORMATS:
         raise DlscopeError(f"--format {fmt!r}: use {' or '.join(FORMATS)}")
     if fmt == "perfetto":
-        raise DlscopeError("--format perfetto: no maintained Python library writes Perfetto's protobuf trace; "
-                           "use --format chrome (Perfetto UI opens it)")
+        from .perfetto_export import protos
+
+        protos()  # installed, or say how before anything is read
     conn = reader.connect(database)
     try:
         windows = rank_windows(conn, iterations, rank, agg_id)
         if isinstance(output, (str, Path)):
             path = Path(output)
             with _atomic(path, force) as out:
-                counts = _write(conn, windows, out)
+                counts = _write(conn, windows, out, fmt)
         else:
             path = Path(getattr(output, "name", "-"))
-            counts = _write(conn, windows, output)
+            counts = _write(conn, windows, output, fmt)
     finally:
         conn.close()
     return ExportResult(path, [w.rank for w in windows], counts)
@@ -200,7 +203,11 @@ def rank_windows(conn: sqlite3.Connection, iterations: IterationRange | None, ra
     return windows
 
 
-def _write(conn: sqlite3.Connection, windows: list[RankWindow], out: IO[bytes]) -> dict[str, int]:
+def _write(conn: sqlite3.Connection, windows: list[RankWindow], out: IO[bytes], fmt: str) -> dict[str, int]:
+    if fmt == "perfetto":
+        from .perfetto_export import write_perfetto
+
+        return write_perfetto(conn, windows, out)
     counts: dict[str, int] = {}
     for chunk in _chunks(conn, windows, counts):
         out.write(chunk)
@@ -291,18 +298,29 @@ class Lanes:
         values = np.fromiter(table.values(), dtype=np.int64, count=len(table))
         return np.where(pos >= 0, values[pos], 0)
 
-    def metadata(self, rank: int) -> list[bytes]:
-        """process_name / thread_name and their sort indexes (few: one per lane)."""
-        out = [_meta("process_name", rank, 0, {"name": f"rank {rank}"}),
-               _meta("process_sort_index", rank, 0, {"sort_index": rank})]
-        names = [(tid, f"thread {t}" + (f" (pid {p})" if len({k[0] for k in self.cpu}) > 1 else ""))
-                 for (p, t), tid in self.cpu.items()]
+    def names(self) -> list[tuple[int, str]]:
+        """(tid, name) of every lane: "thread T" (with its pid when the rank has several processes),
+        "GPU D stream S", "GPU D allocator"."""
+        several = len({k[0] for k in self.cpu}) > 1
+        names = [(tid, f"thread {t}" + (f" (pid {p})" if several else "")) for (p, t), tid in self.cpu.items()]
         names += [(tid, f"GPU {d} stream {s}") for (d, s), tid in self.gpu.items()]
         names += [(tid, f"GPU {d} allocator" if d >= 0 else "CPU allocator") for d, tid in self.allocator.items()]
-        for tid, name in names:
-            out.append(_meta("thread_name", rank, tid, {"name": name}))
-            out.append(_meta("thread_sort_index", rank, tid, {"sort_index": tid}))
+        return names
+
+    def metadata(self, rank: int) -> list[bytes]:
+        """process_name / thread_name and their sort indexes (few: one per lane)."""
+        pid = process_id(rank)
+        out = [_meta("process_name", pid, 0, {"name": f"rank {rank}"}),
+               _meta("process_sort_index", pid, 0, {"sort_index": rank})]
+        for tid, name in self.names():
+            out.append(_meta("thread_name", pid, tid, {"name": name}))
+            out.append(_meta("thread_sort_index", pid, tid, {"sort_index": tid}))
         return out
+
+
+def process_id(rank: int) -> int:
+    """The trace's pid of a rank: never 0, which Perfetto reserves for the kernel's idle task ("swapper")."""
+    return rank + 1
 
 
 def _meta(name: str, pid: int, tid: int, args: dict) -> bytes:
@@ -319,98 +337,129 @@ def _where(window: RankWindow, base: str, prefix: str = "") -> tuple[str, tuple]
 # ------------------------------------------------------------------------------------------ the events
 
 
-def _rank_events(conn: sqlite3.Connection, w: RankWindow, lanes: Lanes) -> Iterator[tuple[str, np.ndarray]]:
-    """(kind, JSON text of each event) chunk by chunk, table by table."""
+@dataclass
+class Slices:
+    """A chunk of one table's events, ready for either writer: ``frame`` has start, end and name (and for GPU
+    work, the launching call: api_id, api_pid, api_tid, api_start); ``cat``: one Kineto category or each
+    row's; ``tid``: each row's lane; ``args``: (key, how, values), how = "int", "str", "json" (JSON text,
+    checked) or "raw" (JSON text dlscope wrote)."""
+
+    kind: str
+    frame: pd.DataFrame
+    cat: str | pd.Series
+    tid: np.ndarray
+    args: list[tuple[str, str, pd.Series]]
+
+
+def rank_slices(conn: sqlite3.Connection, w: RankWindow, lanes: Lanes, chunk_rows: int | None = CHUNK_ROWS
+                ) -> Iterator[Slices]:
+    """Every complete event of a rank, table by table, ``chunk_rows`` rows at a time (None: whole tables)."""
     where, params = _where(w, "i.rank = ?", "i.")
     for df in _read(conn, f"""SELECT i.pid, i.tid, n.name, i.start, i."end", i.external_id, i.seq, n.input_shapes,
-                   n.input_dtypes, n.concrete_inputs, n.scope, n.direction, n.tc_eligible, i.using_tc, n.range_domain
-                   FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id WHERE {where}""", params):
-        yield "ops", _events(df, "cpu_op", w.rank, lanes.tids(df[["pid", "tid"]], False), [
-            ("External id", _ints(df.external_id)), ("Sequence number", _ints(df.seq)),
-            ("Input Dims", _raw_json(df.input_shapes)), ("Input type", _raw_json(df.input_dtypes)),
-            ("Concrete Inputs", _raw_json(df.concrete_inputs)), ("scope", _strings(df.scope)),
-            ("direction", _strings(df.direction)), ("Tensor Core", _tc_verdict(df.using_tc, df.tc_eligible))])
+                   n.input_dtypes, n.concrete_inputs, n.scope, n.direction, n.tc_eligible, i.using_tc
+                   FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id WHERE {where}""", params, chunk_rows):
+        verdict = pd.Series(np.where(df.using_tc.to_numpy() == 1, "uses Tensor Cores",
+                                     np.where(df.tc_eligible.to_numpy() == 1, "eligible, not using Tensor Cores",
+                                              "not eligible")))
+        yield Slices("ops", df, "cpu_op", lanes.tids(df[["pid", "tid"]], False), [
+            ("External id", "int", df.external_id), ("Sequence number", "int", df.seq),
+            ("Input Dims", "json", df.input_shapes), ("Input type", "json", df.input_dtypes),
+            ("Concrete Inputs", "json", df.concrete_inputs), ("scope", "str", df.scope),
+            ("direction", "str", df.direction), ("Tensor Core", "str", verdict)])
     where, params = _where(w, "rank = ?")
     for df in _read(conn, f'SELECT pid, tid, device, name, domain, start, "end", category FROM ranges WHERE {where}',
-                    params):
+                    params, chunk_rows):
         on_gpu = (df.device >= 0).to_numpy()
         tid = np.where(on_gpu, lanes.tids(df[["device", "tid"]], True), lanes.tids(df[["pid", "tid"]], False))
         cat = df.domain.map(lambda d: RANGE_CATEGORIES.get(d, "user_annotation"))
-        yield "ranges", _events(df, cat, w.rank, tid, [("device", _ints(df.device)), ("domain", _strings(df.domain)),
-                                                       ("category", _strings(df.category))])
-    for df in _read(conn, f'SELECT pid, tid, name, kind, start, "end", correlation FROM api_calls WHERE {where}',
-                    params):
+        yield Slices("ranges", df, cat, tid, [("device", "int", df.device), ("domain", "str", df.domain),
+                                              ("category", "str", df.category)])
+    for df in _read(conn, f'SELECT api_id, pid, tid, name, kind, start, "end", correlation FROM api_calls '
+                          f'WHERE {where}', params, chunk_rows):
         cat = pd.Series(np.where(df.kind.to_numpy() == "driver", "cuda_driver", "cuda_runtime"))
-        yield "api_calls", _events(df, cat, w.rank, lanes.tids(df[["pid", "tid"]], False),
-                                   [("correlation", _ints(df.correlation))])
+        yield Slices("api_calls", df, cat, lanes.tids(df[["pid", "tid"]], False),
+                     [("correlation", "int", df.correlation)])
     where, params = _where(w, "k.rank = ?", "k.")
-    flows = []
     for df in _read(conn, f"""SELECT k.kernel_id AS row_id, k.device, k.stream, k.name, k.start, k."end",
                    k.correlation, k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z, k.registers,
                    k.shared_mem, k.uses_tc, k.api_id, a.pid AS api_pid, a.tid AS api_tid, a.start AS api_start,
                    COALESCE(n.name, '') AS op FROM kernels k LEFT JOIN api_calls a ON a.api_id = k.api_id
                    LEFT JOIN op_instances o ON o.op_id = k.op_id LEFT JOIN op_nodes n ON n.node_id = o.node_id
-                   WHERE {where}""", params):
-        tid = lanes.tids(df[["device", "stream"]], True)
-        yield "kernels", _events(df, "kernel", w.rank, tid, [
-            ("device", _ints(df.device)), ("stream", _ints(df.stream)), ("correlation", _ints(df.correlation)),
-            ("grid", _triple(df.grid_x, df.grid_y, df.grid_z)), ("block", _triple(df.block_x, df.block_y, df.block_z)),
-            ("registers per thread", _ints(df.registers)), ("shared memory", _ints(df.shared_mem)),
-            ("Tensor Core", _strings(df.uses_tc.map({1: "yes", 0: "no"}).fillna("unknown"))),
-            ("op", _strings(df.op))])
-        flows.append(_flows(df, w.rank, tid, lanes, 0))
+                   WHERE {where}""", params, chunk_rows):
+        yield Slices("kernels", df, "kernel", lanes.tids(df[["device", "stream"]], True), [
+            ("device", "int", df.device), ("stream", "int", df.stream), ("correlation", "int", df.correlation),
+            ("grid", "raw", _triple(df.grid_x, df.grid_y, df.grid_z)),
+            ("block", "raw", _triple(df.block_x, df.block_y, df.block_z)),
+            ("registers per thread", "int", df.registers), ("shared memory", "int", df.shared_mem),
+            ("Tensor Core", "str", df.uses_tc.map({1: "yes", 0: "no"}).fillna("unknown")), ("op", "str", df.op)])
     where, params = _where(w, "m.rank = ?", "m.")
     for df in _read(conn, f"""SELECT m.memop_id AS row_id, m.device, m.stream, m.kind, m.name, m.copy_kind,
                    m.start, m."end", m.bytes, m.correlation, m.api_id, a.pid AS api_pid, a.tid AS api_tid,
                    a.start AS api_start FROM memops m LEFT JOIN api_calls a ON a.api_id = m.api_id WHERE {where}""",
-                    params):
-        tid = lanes.tids(df[["device", "stream"]], True)
+                    params, chunk_rows):
         cat = pd.Series(np.where(df.kind.to_numpy() == "memset", "gpu_memset", "gpu_memcpy"))
-        yield "memops", _events(df, cat, w.rank, tid, [
-            ("device", _ints(df.device)), ("stream", _ints(df.stream)), ("correlation", _ints(df.correlation)),
-            ("bytes", _ints(df.bytes)), ("copy kind", _strings(df.copy_kind))])
-        flows.append(_flows(df, w.rank, tid, lanes, 1))
+        yield Slices("memops", df, cat, lanes.tids(df[["device", "stream"]], True), [
+            ("device", "int", df.device), ("stream", "int", df.stream), ("correlation", "int", df.correlation),
+            ("bytes", "int", df.bytes), ("copy kind", "str", df.copy_kind)])
     where, params = _where(w, "rank = ?")
     for df in _read(conn, f'SELECT pid, tid, device, stream, kind, start, "end", correlation FROM syncs WHERE {where}',
-                    params):
+                    params, chunk_rows):
         on_gpu = (df.device >= 0).to_numpy()
         tid = np.where(on_gpu, lanes.tids(df[["device", "stream"]], True), lanes.tids(df[["pid", "tid"]], False))
         df["name"] = df.kind.map(SYNC_LABELS).fillna("Unknown")
-        yield "syncs", _events(df, "cuda_sync", w.rank, tid, [
-            ("device", _ints(df.device)), ("stream", _ints(df.stream)), ("correlation", _ints(df.correlation)),
-            ("cuda_sync_kind", _strings(df.name))])
-    for text in flows:
-        yield "flows", text
+        yield Slices("syncs", df, "cuda_sync", tid, [
+            ("device", "int", df.device), ("stream", "int", df.stream), ("correlation", "int", df.correlation),
+            ("cuda_sync_kind", "str", df.name)])
+
+
+def memory_samples(conn: sqlite3.Connection, w: RankWindow, chunk_rows: int | None = CHUNK_ROWS
+                   ) -> Iterator[pd.DataFrame]:
+    """The rank's allocator samples (inside its iteration window), by time."""
     sql = "SELECT device, ts, bytes_delta, total_allocated, total_reserved FROM memory WHERE rank = ?"
-    params = (w.rank,)
+    params: tuple = (w.rank,)
     if w.iterations is not None:
         sql, params = sql + " AND ts >= ? AND ts <= ?", (w.rank, w.start, w.end)
-    for df in _read(conn, sql + " ORDER BY ts", params):
+    yield from _read(conn, sql + " ORDER BY ts", params, chunk_rows)
+
+
+def _rank_events(conn: sqlite3.Connection, w: RankWindow, lanes: Lanes) -> Iterator[tuple[str, np.ndarray]]:
+    """(kind, JSON text of each event) chunk by chunk, table by table; flows and allocator samples last."""
+    flows = []
+    for chunk in rank_slices(conn, w, lanes):
+        yield chunk.kind, _events(chunk, process_id(w.rank))
+        if chunk.kind in ("kernels", "memops"):
+            flows.append(_flows(chunk.frame, w.rank, chunk.tid, lanes, chunk.kind == "memops"))
+    for text in flows:
+        yield "flows", text
+    for df in memory_samples(conn, w):
         yield "memory", _memory_events(df, w.rank, lanes)
 
 
-def _read(conn: sqlite3.Connection, sql: str, params: tuple) -> Iterator[pd.DataFrame]:
-    for df in pd.read_sql_query(sql, conn, params=params, chunksize=CHUNK_ROWS):
+def _read(conn: sqlite3.Connection, sql: str, params: tuple, chunk_rows: int | None = CHUNK_ROWS
+          ) -> Iterator[pd.DataFrame]:
+    if chunk_rows is None:
+        df = pd.read_sql_query(sql, conn, params=params)
+        if len(df):
+            yield df
+        return
+    for df in pd.read_sql_query(sql, conn, params=params, chunksize=chunk_rows):
         if len(df):
             yield df
 
 
-def _events(df: pd.DataFrame, cat: str | pd.Series, pid: int, tid: np.ndarray, args: list[tuple[str, np.ndarray]]
-            ) -> np.ndarray:
-    """One complete ("X") event per row, as JSON text; ``cat``: one category, or each row's."""
+def _events(chunk: Slices, pid: int) -> np.ndarray:
+    """One complete ("X") event per row, as JSON text."""
+    df = chunk.frame
     start = df.start.to_numpy(np.int64)
-    cat = _json_text(cat) if isinstance(cat, str) else _strings(cat)
+    cat = _json_text(chunk.cat) if isinstance(chunk.cat, str) else _strings(chunk.cat)
     head = ('{"ph":"X","cat":' + cat + ',"name":' + _strings(df.name) + f',"pid":{pid},"tid":'
-            + _as_object(tid.astype(str)) + ',"ts":' + _us(start) + ',"dur":'
+            + _as_object(chunk.tid.astype(str)) + ',"ts":' + _us(start) + ',"dur":'
             + _us(df["end"].to_numpy(np.int64) - start) + ',"args":{')
-    return head + _args(args, len(df)) + "}}"
-
-
-def _args(args: list[tuple[str, np.ndarray]], n: int) -> np.ndarray:
-    body = np.full(n, "", dtype=object)
-    for i, (key, values) in enumerate(args):
-        body = body + (("," if i else "") + orjson.dumps(key).decode() + ":") + values
-    return body
+    body = np.full(len(df), "", dtype=object)
+    for i, (key, how, values) in enumerate(chunk.args):
+        text = {"int": _ints, "json": _raw_json, "str": _strings, "raw": _as_object}[how](values)
+        body = body + (("," if i else "") + orjson.dumps(key).decode() + ":") + text
+    return head + body + "}}"
 
 
 def _flows(df: pd.DataFrame, rank: int, tid: np.ndarray, lanes: Lanes, kind: int) -> np.ndarray:
@@ -422,7 +471,7 @@ def _flows(df: pd.DataFrame, rank: int, tid: np.ndarray, lanes: Lanes, kind: int
     d = df[launched]
     ids = _as_object(((np.int64(rank) * 2 + kind) << 32 | (d.row_id.to_numpy(np.int64) & 0xFFFFFFFF)).astype(str))
     api_tid = lanes.tids(d[["api_pid", "api_tid"]].astype(np.int64), False)
-    common = f',"cat":"ac2g","name":"launch","pid":{rank},"id":'
+    common = f',"cat":"ac2g","name":"launch","pid":{process_id(rank)},"id":'
     start = ('{"ph":"s"' + common + ids + ',"tid":' + _as_object(api_tid.astype(str)) + ',"ts":'
              + _us(d.api_start.to_numpy(np.int64)) + "}")
     end = ('{"ph":"f","bp":"e"' + common + ids + ',"tid":' + _as_object(tid[launched].astype(str)) + ',"ts":'
@@ -439,12 +488,12 @@ def _memory_events(df: pd.DataFrame, rank: int, lanes: Lanes) -> np.ndarray:
     ts = _us(df.ts.to_numpy(np.int64))
     allocated, reserved = _ints(df.total_allocated), _ints(df.total_reserved)
     device_type = np.where(device >= 0, "1", "0").astype(object)
-    instants = ('{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":' + str(rank) + ',"tid":'
+    instants = ('{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":' + str(process_id(rank)) + ',"tid":'
                 + _as_object(tid.astype(str)) + ',"ts":' + ts + ',"args":{"Device Type":' + device_type
                 + ',"Device Id":' + _ints(df.device) + ',"Bytes":' + _ints(df.bytes_delta)
                 + ',"Total Allocated":' + allocated + ',"Total Reserved":' + reserved + "}}")
     label = np.where(device >= 0, np.char.add("GPU ", device.astype(str)), "CPU").astype(object)
-    counters = ('{"ph":"C","name":"' + label + ' memory","pid":' + str(rank) + ',"ts":' + ts
+    counters = ('{"ph":"C","name":"' + label + ' memory","pid":' + str(process_id(rank)) + ',"ts":' + ts
                 + ',"args":{"allocated":' + allocated + ',"reserved":' + reserved + "}}")
     return np.concatenate([instants, counters])
 
@@ -471,8 +520,9 @@ def _ints(values: pd.Series) -> np.ndarray:
     return _as_object(values.fillna(-1).to_numpy(np.int64).astype(str))
 
 
-def _triple(x: pd.Series, y: pd.Series, z: pd.Series) -> np.ndarray:
-    return "[" + _ints(x) + "," + _ints(y) + "," + _ints(z) + "]"
+def _triple(x: pd.Series, y: pd.Series, z: pd.Series) -> pd.Series:
+    """Grid or block dimensions as JSON text: "[x,y,z]"."""
+    return pd.Series("[" + _ints(x) + "," + _ints(y) + "," + _ints(z) + "]", index=x.index)
 
 
 def _json_text(value: str) -> str:
@@ -505,9 +555,3 @@ def _raw_json(values: pd.Series) -> np.ndarray:
 
     encoded = np.array([one(u) for u in uniques] or ["null"], dtype=object)
     return encoded[codes]
-
-
-def _tc_verdict(using_tc: pd.Series, eligible: pd.Series) -> np.ndarray:
-    verdict = np.where(using_tc.to_numpy() == 1, "uses Tensor Cores",
-                       np.where(eligible.to_numpy() == 1, "eligible, not using Tensor Cores", "not eligible"))
-    return _strings(pd.Series(verdict))
