@@ -16,6 +16,7 @@ from ..distributed.job import (collective_calls, describe_gpus, job_section, phy
 from ..nanoseconds import round_ns
 from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..store import reader
+from .memory import memory_section
 
 
 def _one(conn: sqlite3.Connection, sql: str, params: tuple = ()):
@@ -137,14 +138,15 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | Non
             profile = {**_profile_section(conn, methods), "iterations_total": None}
             return {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                     "profile": profile, "job": None, "aggregation": None, "findings": [],
-                    "roofline": _roofline(conn, None), "ranks": [], "collectives": []}
+                    "roofline": _roofline(conn, None), "ranks": [], "collectives": [], "memory": None}
         agg_id = reader.resolve_agg_id(conn, agg_id)
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                "profile": _profile_section(conn, methods), "job": job_section(conn, agg_id),
                "aggregation": _aggregation_section(conn, agg_id, candidates),
                "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id),
                "ranks": summary_ranks(conn, agg_id),
-               "collectives": collective_calls(conn, run_aggregations(conn, agg_id))}
+               "collectives": collective_calls(conn, run_aggregations(conn, agg_id)),
+               "memory": memory_section(conn, agg_id)}
         if extra.get("capture"):
             out["capture"] = extra["capture"]
         return out
