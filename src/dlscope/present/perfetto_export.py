@@ -46,7 +46,9 @@ def write_perfetto(conn: sqlite3.Connection, windows: list[RankWindow], out: IO[
         lanes.rank(conn, w)
         chunks = list(rank_slices(conn, w, lanes, chunk_rows=None))
         memory = pd.concat(list(memory_samples(conn, w, chunk_rows=None)) or [pd.DataFrame(
-            {"device": [], "ts": [], "total_allocated": [], "total_reserved": []})])
+            {"device": [], "ts": [], "bytes_delta": [], "total_allocated": [], "total_reserved": []})])
+        memory = memory.assign(total_allocated=np.where(
+            memory.total_allocated >= 0, memory.total_allocated, memory.groupby("device")["bytes_delta"].cumsum()))
         pid = process_id(w.rank)
         writer.process(pid, w.rank)
         for tid, name in lanes.names():
@@ -64,7 +66,8 @@ def write_perfetto(conn: sqlite3.Connection, windows: list[RankWindow], out: IO[
                                                    memory.total_allocated.astype(np.int64),
                                                    memory.total_reserved.astype(np.int64)):
             writer.count(counter_tracks[device][0], int(ts), int(allocated))
-            writer.count(counter_tracks[device][1], int(ts), int(reserved))
+            if reserved >= 0:  # unknown in traces of deltas only
+                writer.count(counter_tracks[device][1], int(ts), int(reserved))
     writer.flush()
     return counts
 

@@ -414,8 +414,11 @@ def rank_slices(conn: sqlite3.Connection, w: RankWindow, lanes: Lanes, chunk_row
 
 def memory_samples(conn: sqlite3.Connection, w: RankWindow, chunk_rows: int | None = CHUNK_ROWS
                    ) -> Iterator[pd.DataFrame]:
-    """The rank's allocator samples (inside its iteration window), by time."""
-    sql = "SELECT device, ts, bytes_delta, total_allocated, total_reserved FROM memory WHERE rank = ?"
+    """The rank's allocator samples (inside its iteration window), by time; pid, tid and addr are -1 in
+    databases written before they were recorded."""
+    have = {r[1] for r in conn.execute('PRAGMA table_info("memory")')}
+    extra = ", ".join(c if c in have else f"-1 AS {c}" for c in ("pid", "tid", "addr"))
+    sql = f"SELECT device, ts, bytes_delta, total_allocated, total_reserved, {extra} FROM memory WHERE rank = ?"
     params: tuple = (w.rank,)
     if w.iterations is not None:
         sql, params = sql + " AND ts >= ? AND ts <= ?", (w.rank, w.start, w.end)
@@ -431,8 +434,9 @@ def _rank_events(conn: sqlite3.Connection, w: RankWindow, lanes: Lanes) -> Itera
             flows.append(_flows(chunk.frame, w.rank, chunk.tid, lanes, chunk.kind == "memops"))
     for text in flows:
         yield "flows", text
+    carry: dict[int, int] = {}
     for df in memory_samples(conn, w):
-        yield "memory", _memory_events(df, w.rank, lanes)
+        yield "memory", _memory_events(df, w.rank, lanes, carry)
 
 
 def _read(conn: sqlite3.Connection, sql: str, params: tuple, chunk_rows: int | None = CHUNK_ROWS
@@ -479,22 +483,34 @@ def _flows(df: pd.DataFrame, rank: int, tid: np.ndarray, lanes: Lanes, kind: int
     return np.concatenate([start, end])
 
 
-def _memory_events(df: pd.DataFrame, rank: int, lanes: Lanes) -> np.ndarray:
-    """Kineto's ``[memory]`` instants (what an importer reads back) and a counter per device (Perfetto and
-    chrome://tracing draw it as allocated / reserved bytes over time)."""
+def _memory_events(df: pd.DataFrame, rank: int, lanes: Lanes, carry: dict[int, int]) -> np.ndarray:
+    """Kineto's ``[memory]`` instants on the allocating thread (what an importer reads back; a sample of a thread
+    with no other event goes on the device's allocator lane) and a counter per device that Perfetto and
+    chrome://tracing draw as allocated / reserved bytes over time. A trace of deltas only has no totals: its
+    counter is their running sum (``carry``: the sum so far per device, across chunks) and has no reserved."""
     device = df.device.to_numpy(np.int64)
-    tids = np.fromiter((lanes.allocator_tid(int(d)) for d in np.unique(device)), dtype=np.int64)
-    tid = tids[np.searchsorted(np.unique(device), device)]
+    own = lanes.tids(df[["pid", "tid"]], False)
+    devices = np.unique(device)
+    lane = np.fromiter((lanes.allocator_tid(int(d)) for d in devices), dtype=np.int64)[np.searchsorted(devices, device)]
+    tid = np.where(own > 0, own, lane)
     ts = _us(df.ts.to_numpy(np.int64))
-    allocated, reserved = _ints(df.total_allocated), _ints(df.total_reserved)
+    pid = str(process_id(rank))
     device_type = np.where(device >= 0, "1", "0").astype(object)
-    instants = ('{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":' + str(process_id(rank)) + ',"tid":'
+    instants = ('{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":' + pid + ',"tid":'
                 + _as_object(tid.astype(str)) + ',"ts":' + ts + ',"args":{"Device Type":' + device_type
-                + ',"Device Id":' + _ints(df.device) + ',"Bytes":' + _ints(df.bytes_delta)
-                + ',"Total Allocated":' + allocated + ',"Total Reserved":' + reserved + "}}")
+                + ',"Device Id":' + _ints(df.device) + ',"Addr":' + _ints(df.addr) + ',"Bytes":' + _ints(df.bytes_delta)
+                + ',"Total Allocated":' + _ints(df.total_allocated) + ',"Total Reserved":'
+                + _ints(df.total_reserved) + "}}")
+    totals = df.total_allocated.to_numpy(np.int64) >= 0
+    summed = df.groupby("device")["bytes_delta"].cumsum().to_numpy(np.int64, copy=True)
+    summed += np.array([carry.get(int(d), 0) for d in devices], dtype=np.int64)[np.searchsorted(devices, device)]
+    for d in devices:
+        carry[int(d)] = int(summed[device == d][-1])
+    allocated = _ints(pd.Series(np.where(totals, df.total_allocated.to_numpy(np.int64), summed)))
+    reserved = np.where(totals, ',"reserved":' + _ints(df.total_reserved), "")
     label = np.where(device >= 0, np.char.add("GPU ", device.astype(str)), "CPU").astype(object)
-    counters = ('{"ph":"C","name":"' + label + ' memory","pid":' + str(process_id(rank)) + ',"ts":' + ts
-                + ',"args":{"allocated":' + allocated + ',"reserved":' + reserved + "}}")
+    counters = ('{"ph":"C","name":"' + label + ' memory","pid":' + pid + ',"ts":' + ts
+                + ',"args":{"allocated":' + allocated + reserved + "}}")
     return np.concatenate([instants, counters])
 
 
