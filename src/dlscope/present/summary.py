@@ -283,6 +283,22 @@ def _render_dropped(console, dropped: list[dict]) -> None:
                   markup=False)
 
 
+def _render_memory(console, memory: dict | None, escape) -> None:
+    """One line per device: the peaks over the profiled iterations, where they were and the GPU's capacity."""
+    if not memory or not memory.get("devices"):
+        return
+    console.print("[bold]Memory peaks[/bold] (allocator samples, profiled iterations)")
+    for d in memory["devices"]:
+        where = "CPU" if d["device"] < 0 else f"GPU {d['device']}"
+        of = f" of {fmt_bytes(d['capacity_bytes'])}" if d.get("capacity_bytes") else ""
+        reserved = (f", reserved {fmt_bytes(d['peak_reserved_bytes'])} (iteration {d['peak_reserved_iteration']})"
+                    if d.get("peak_reserved_bytes") is not None else "")
+        since = " since the trace started (it records only deltas)" if d["basis"] == "deltas" else ""
+        console.print(f"  {where}: allocated {fmt_bytes(d['peak_allocated_bytes'])}{since}{of} in iteration "
+                      f"{d['peak_allocated_iteration']} during {escape(str(d['peak_allocated_op'] or 'no recorded op'))}"
+                      f" ({d['live_at_peak']['count']:,} allocations live){reserved}")
+
+
 def render_summary(summary: dict) -> str:
     """The terminal summary: key metrics, GPUs, breakdown, top 10 GPU ops, findings."""
     from io import StringIO
@@ -359,6 +375,7 @@ def render_summary(summary: dict) -> str:
                         "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
         console.print(top)
     _render_roofline(console, summary.get("roofline"), escape)
+    _render_memory(console, summary.get("memory"), escape)
     if summary["findings"]:
         found = Table(title="Expert systems", title_justify="left", show_lines=True)
         for col in ("Severity", "Problem", "Recommendation", "Saving"):
