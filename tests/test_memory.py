@@ -22,6 +22,7 @@ from trace_builder import PID, TID, KinetoTrace
 from dlscope.cli import main
 from dlscope.present.summary import summary_dict
 
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 V100 = ("kineto", "hta_v100_rank1of2_5steps.json.gz")
 
 
@@ -183,3 +184,24 @@ def test_deltas_only_traces_sum_the_deltas(tmp_path):
     assert gpu["peak_allocated_bytes"] == 450  # 100 + 50 − 100 + 400, at ts 50
     assert gpu["peak_allocated_ts"] == 50_000 and gpu["peak_reserved_bytes"] is None
     assert gpu["peak_allocated_op"] == "a"
+
+
+def test_the_viewer_charts_memory_without_losing_a_peak(import_db):
+    """The Iterations view's JSON twin carries each device's series, thinned to at most 4,000 points but still
+    reaching the raw trace's peak, and the same peaks as the summary."""
+    from starlette.testclient import TestClient
+
+    from dlscope.viewer.app import create_app
+
+    trace = data_file(*V100)
+    db = import_db(trace)
+    with TestClient(create_app([db]), base_url="http://127.0.0.1:8000") as client:
+        res = client.get("/iterations", params={"_format": "json"})
+    assert res.status_code == 200
+    mem = res.json()["memory"]
+    assert mem["peaks"] == summary_dict(db)["memory"]["devices"]
+    gpu = next(s for s in mem["series"] if s["device"] >= 0)
+    raw = [s for s in raw_samples(trace, 1) if s["Device Id"] == gpu["device"]]
+    assert len(raw) > 4000 >= len(gpu["offset_ns"]) == len(gpu["allocated"])
+    assert max(gpu["allocated"]) == max(s["Total Allocated"] for s in raw)
+    assert max(r for r in gpu["reserved"] if r is not None) == max(s["Total Reserved"] for s in raw)

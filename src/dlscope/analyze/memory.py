@@ -20,12 +20,13 @@ LIVE_LISTED = 10
 
 def allocator_series(memory: pd.DataFrame) -> pd.DataFrame:
     """The samples by device and time with ``allocated`` and ``reserved`` (bytes after each sample; reserved
-    -1 when unknown) and ``basis``: "totals" (the allocator's own) or "deltas" (summed from the trace's start)."""
+    -1 when unknown, and for the CPU allocator, which holds no cache) and ``basis``: "totals" (the allocator's own) or "deltas" (summed from the trace's start)."""
     m = memory.sort_values(["device", "ts"], kind="stable").reset_index(drop=True)
     totals = m.groupby("device")["total_allocated"].transform("max").to_numpy() >= 0
     summed = m.groupby("device")["bytes_delta"].cumsum().to_numpy(np.int64)
     m["allocated"] = np.where(totals, m["total_allocated"].to_numpy(np.int64), summed)
-    m["reserved"] = np.where(totals, m["total_reserved"].to_numpy(np.int64), -1)
+    cpu = m["device"].to_numpy() < 0  # the CPU allocator caches nothing: torch reports its reserved as 0
+    m["reserved"] = np.where(totals & ~cpu, m["total_reserved"].to_numpy(np.int64), -1)
     m["basis"] = np.where(totals, "totals", "deltas")
     return m
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import numpy as np
 import pandas as pd
 
 from ..analyze.memory import allocator_series, memory_peaks
@@ -47,8 +48,26 @@ def memory_section(conn: sqlite3.Connection, agg_id: int) -> dict | None:
     return {"rank": int(rank), **memory_peaks(samples, iterations, ops, gpus)}
 
 
-def memory_timeline(conn: sqlite3.Connection, rank: int, start: int | None = None, end: int | None = None
-                    ) -> pd.DataFrame:
-    """device, ts, allocated, reserved (-1: unknown) after each sample: the chart's series."""
+def memory_timeline(conn: sqlite3.Connection, rank: int, start: int | None = None, end: int | None = None,
+                    max_points: int = 4000) -> list[dict]:
+    """Per device, allocated and reserved bytes (None: unknown) after each sample, at ``offset_ns`` from
+    ``start`` (else the first sample; offsets stay exact in a browser's doubles), for a chart: at most
+    ``max_points`` per device, keeping of each run of samples the one with the most allocated and the one with
+    the most reserved, so no peak is lost to the thinning."""
     series = allocator_series(memory_samples(conn, rank, start, end))
-    return series[["device", "ts", "allocated", "reserved"]]
+    origin = start if start is not None else (int(series["ts"].min()) if len(series) else 0)
+    out = []
+    for device, s in series.groupby("device", sort=True):
+        s = s.reset_index(drop=True)
+        if len(s) > max_points:
+            bucket = np.arange(len(s)) * (max_points // 2) // len(s)
+            keep = np.union1d(s.groupby(bucket)["allocated"].idxmax().to_numpy(),
+                              s.groupby(bucket)["reserved"].idxmax().to_numpy())
+            s = s.iloc[keep]
+        known = s["reserved"].to_numpy() >= 0
+        out.append({"device": int(device), "label": "CPU" if device < 0 else f"GPU {device}",
+                    "basis": str(s["basis"].iloc[0]), "start_ns": int(origin),
+                    "offset_ns": (s["ts"] - origin).astype(int).tolist(),
+                    "allocated": s["allocated"].astype(int).tolist(),
+                    "reserved": [int(v) if k else None for v, k in zip(s["reserved"], known)]})
+    return out
