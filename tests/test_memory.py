@@ -205,3 +205,41 @@ def test_the_viewer_charts_memory_without_losing_a_peak(import_db):
     assert len(raw) > 4000 >= len(gpu["offset_ns"]) == len(gpu["allocated"])
     assert max(gpu["allocated"]) == max(s["Total Allocated"] for s in raw)
     assert max(r for r in gpu["reserved"] if r is not None) == max(s["Total Reserved"] for s in raw)
+
+
+def test_nsys_cuda_memory_usage_events_become_allocator_samples(tmp_path):
+    """A real nsys export with CUDA memory-usage rows added (what --cuda-memory-usage=true records): one
+    allocation per cudaMalloc call, at its end, and frees at the cudaFree calls; the samples carry the calling
+    thread, and the peak is the running sum's maximum computed here."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "saxpy.sqlite"
+    shutil.copy(data_file("nsys_sqlite", "pipit_saxpy_mpi_nvtx_a100_nsys2022.2.sqlite"), path)
+    conn = sqlite3.connect(path)
+    calls = conn.execute("SELECT r.\"end\", r.globalTid, r.correlationId, s.value FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+                         "JOIN StringIds s ON s.id = r.nameId WHERE s.value IN ('cudaMalloc', 'cudaFree') "
+                         "ORDER BY r.\"end\"").fetchall()
+    (gpid,) = conn.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    live, rows, running, peak = [], [], 0, 0
+    for k, (end, _, corr, name) in enumerate(calls):
+        if name == "cudaMalloc":
+            size = (k + 1) * 2**20
+            live.append((0x1000 + k, size))
+            rows.append((end, gpid, 0, 0, 0x1000 + k, 0, size, 1, 0, None, corr))
+            running += size
+        else:
+            addr, size = live.pop(0)
+            rows.append((end, gpid, 0, 0, addr, 0, size, 1, 1, None, corr))
+            running -= size
+        peak = max(peak, running)
+    conn.executemany("INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.commit()
+    conn.close()
+    db = tmp_path / "saxpy_db.sqlite"
+    assert main(["import", str(path), "-o", str(db), "-q"]) == 0
+    got = sqlite3.connect(db).execute("SELECT ts, bytes_delta, tid FROM memory ORDER BY ts").fetchall()
+    assert [(ts, d) for ts, d, _ in got] == [(r[0], r[6] if r[8] == 0 else -r[6]) for r in rows]
+    assert [tid for *_, tid in got] == [gtid & 0xFFFFFF for _, gtid, _, _ in calls]
+    (gpu,) = summary_dict(db)["memory"]["devices"]
+    assert gpu["basis"] == "deltas" and gpu["peak_allocated_bytes"] == peak

@@ -4,9 +4,9 @@ the peaks named, and "Download trace (Perfetto)" downloads the profiled iteratio
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-
 from conftest import data_file
 from test_viewer_browser import Server, ready, shot
 
@@ -43,7 +43,7 @@ def test_memory_panel_and_trace_download(v100_server, page):
         page.click("[data-testid=download-trace]")
     download = info.value
     assert download.suggested_filename.endswith("-iterations-2-6.trace.json")
-    doc = json.loads(open(download.path()).read())
+    doc = json.loads(Path(download.path()).read_text())
     assert doc["dlscope"]["iterations"] == {"1": [2, 6]}
     assert sum(1 for e in doc["traceEvents"] if e.get("cat") == "kernel") > 0
     assert not page.errors

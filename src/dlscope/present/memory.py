@@ -36,8 +36,8 @@ def memory_section(conn: sqlite3.Connection, agg_id: int) -> dict | None:
                                 (agg_id,)).fetchone()
     if lo is None or hi is None:
         return None
-    samples = memory_samples(conn, rank, lo, hi)
-    if samples.empty:
+    samples = memory_samples(conn, rank)  # all of them: a trace of deltas sums them from its start
+    if not ((samples["ts"] >= lo) & (samples["ts"] <= hi)).any():
         return None
     iterations = pd.read_sql_query('SELECT iteration, start, "end" FROM agg_iterations WHERE agg_id = ? AND profiled',
                                    conn, params=(agg_id,))
@@ -54,7 +54,9 @@ def memory_timeline(conn: sqlite3.Connection, rank: int, start: int | None = Non
     ``start`` (else the first sample; offsets stay exact in a browser's doubles), for a chart: at most
     ``max_points`` per device, keeping of each run of samples the one with the most allocated and the one with
     the most reserved, so no peak is lost to the thinning."""
-    series = allocator_series(memory_samples(conn, rank, start, end))
+    series = allocator_series(memory_samples(conn, rank))  # from the start: a trace of deltas sums them
+    if start is not None and end is not None:
+        series = series[(series["ts"] >= start) & (series["ts"] <= end)]
     origin = start if start is not None else (int(series["ts"].min()) if len(series) else 0)
     out = []
     for device, s in series.groupby("device", sort=True):

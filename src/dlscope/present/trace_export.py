@@ -434,7 +434,10 @@ def _rank_events(conn: sqlite3.Connection, w: RankWindow, lanes: Lanes) -> Itera
             flows.append(_flows(chunk.frame, w.rank, chunk.tid, lanes, chunk.kind == "memops"))
     for text in flows:
         yield "flows", text
-    carry: dict[int, int] = {}
+    carry: dict[int, int] = {}  # a trace of deltas sums them from its start, before the window too
+    if w.iterations is not None:
+        carry = dict(conn.execute("SELECT device, SUM(bytes_delta) FROM memory WHERE rank = ? AND ts < ? "
+                                  "GROUP BY device", (w.rank, w.start)).fetchall())
     for df in memory_samples(conn, w):
         yield "memory", _memory_events(df, w.rank, lanes, carry)
 
