@@ -221,3 +221,31 @@ def test_allocator_samples_round_trip_with_their_peaks(import_db, tmp_path):
                 for d in summary_dict(path)["memory"]["devices"]]
 
     assert peaks(back) == peaks(db)
+
+
+def test_a_job_exports_each_rank_as_a_process_and_one_rank_re_imports_as_itself(import_db, tmp_path):
+    """Two ranks of a real 8-rank DLRM job: each rank is a process (pid rank + 1) holding that rank's kernels
+    (as the raw file of that worker has them), threads are unique over the file; --rank 1 re-imports as rank 1."""
+    files = [data_file("kineto", "param_dlrm_8rank_v100", f"worker{r}.pt.trace.json.gz") for r in (0, 1)]
+    db = import_db(*files)
+    out = tmp_path / "job.json"
+    assert main(["export", str(db), "-o", str(out)]) == 0
+    doc = load(out)
+    procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert procs == {1: "rank 0", 2: "rank 1"}
+    for rank, path in enumerate(files):
+        raw = [e for e in events(path) if e.cat in KERNEL_CATS]
+        mine = [e for e in doc["traceEvents"] if e.get("cat") == "kernel" and e["pid"] == rank + 1]
+        assert (len(mine), sum(ns(e["dur"]) for e in mine)) == (len(raw), sum(e.end - e.start for e in raw))
+    owners = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X":
+            assert owners.setdefault(e["tid"], e["pid"]) == e["pid"]  # a thread id belongs to one rank
+    one_rank = tmp_path / "rank1.json"
+    assert main(["export", str(db), "--rank", "1", "-o", str(one_rank)]) == 0
+    assert load(one_rank)["distributedInfo"]["rank"] == 1
+    back = tmp_path / "rank1.sqlite"
+    assert main(["import", str(one_rank), "-o", str(back), "-q"]) == 0
+    assert one(back, "SELECT DISTINCT rank FROM kernels") == (1,)
+    assert one(back, "SELECT COUNT(*), SUM(dur) FROM kernels") == one(db, "SELECT COUNT(*), SUM(dur) FROM kernels "
+                                                                          "WHERE rank = 1")
