@@ -162,6 +162,9 @@ def test_the_viewer_downloads_the_same_trace_over_http(import_db, tmp_path):
 
         bad = client.get("/api/trace.json", params={"iterations": "0:1"})
         assert bad.status_code == 400 and "its iterations: 4..6" in bad.json()["error"]
+        assert bad.json()["parameter"] == "iterations"
+        bad = client.get("/api/trace.json", params={"rank": "3"})
+        assert bad.status_code == 400 and bad.json()["parameter"] == "rank" and "no rank 3" in bad.json()["error"]
         bad = client.get("/api/trace.json", params={"iterations": "x"})
         assert bad.status_code == 400 and bad.json()["parameter"] == "iterations"
         # a page of another site cannot read it through DNS rebinding: its Host is refused

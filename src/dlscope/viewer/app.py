@@ -243,7 +243,11 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
             except DlscopeError as e:
                 raise BadParameter("iterations", str(e).split(": ", 1)[-1]) from None
         rank = parse_int("rank", params["rank"]) if params.get("rank") else None
-        chunks = trace_chunks(db.path, window, rank, scope.get("agg"))
+        try:
+            chunks = trace_chunks(db.path, window, rank, scope.get("agg"))
+        except DlscopeError as e:  # a rank or iteration range the profile does not have: say which parameter
+            text = str(e)
+            raise BadParameter("rank" if text.startswith("--rank") else "iterations", text.split(": ", 1)[-1]) from None
         safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in db.profile_name) or "profile"
         suffix = f"-iterations-{str(window).replace(':', '-')}" if window else ""
         suffix += f"-rank{rank}" if rank is not None else ""
