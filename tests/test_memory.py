@@ -84,6 +84,10 @@ def test_peaks_per_iteration_equal_the_raw_maximum_on_a_real_v100_trace(import_d
     assert gpu["peak_allocated_ts"] == peak["ts"]
     assert gpu["peak_reserved_bytes"] == max(s["Total Reserved"] for s in profiled)
     assert gpu["peak_allocated_op"] == innermost_op(trace, peak) is not None
+    enclosing = [e for e in events(trace) if e.cat in OP_CATS and not is_step_marker(e.name)
+                 and (e.pid, e.tid) == (peak["pid"], peak["tid"]) and e.start <= peak["ts"] < e.end]
+    outermost = min(enclosing, key=lambda e: (e.start, -e.end, e.index))
+    assert gpu["peak_allocated_op_node"] == outermost.name != gpu["peak_allocated_op"]
     count, total, biggest = live_after(raw, peak)
     assert (gpu["live_at_peak"]["count"], gpu["live_at_peak"]["bytes"]) == (count, total)
     assert gpu["live_at_peak"]["largest"][0]["bytes"] == biggest

@@ -40,16 +40,19 @@ def iteration_of(times: np.ndarray, iterations: pd.DataFrame) -> np.ndarray:
     return np.where(inside, its["iteration"].to_numpy(np.int64)[np.maximum(pos, 0)] if len(starts) else -1, -1)
 
 
-def innermost_ops(ops: pd.DataFrame, samples: pd.DataFrame) -> np.ndarray:
-    """Row of ``ops`` (rank, pid, tid, start, end) running innermost on each sample's thread at its ``ts``: the
-    op that made the allocation (-1 when none, or the sample's thread is unknown)."""
+def innermost_ops(ops: pd.DataFrame, samples: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``ops`` (rank, pid, tid, start, end) running on each sample's thread at its ``ts``: the innermost
+    (the op that made the allocation) and the outermost around it (the op node: where the model's code called
+    it); -1 when none, or the sample's thread is unknown."""
+    none = np.full(len(samples), -1, np.int64)
     if len(ops) == 0 or len(samples) == 0:
-        return np.full(len(samples), -1, np.int64)
+        return none, none
     calls = samples[["rank", "pid", "tid"]]
     op_keys, sample_keys = thread_keys([ops, calls])
     nest = Nesting.build(op_keys, ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64))
     rows = nest.innermost_at(sample_keys, samples["ts"].to_numpy(np.int64))
-    return np.where(samples["tid"].to_numpy(np.int64) >= 0, rows, -1)
+    rows = np.where(samples["tid"].to_numpy(np.int64) >= 0, rows, -1)
+    return rows, take(nest.root, rows)
 
 
 def iteration_peaks(series: pd.DataFrame, iterations: pd.DataFrame) -> pd.DataFrame:
@@ -84,7 +87,8 @@ def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFra
                  gpus: pd.DataFrame | None = None) -> dict:
     """What the summary and the rules say about memory, for one rank: per device the peak allocated and reserved
     bytes over ``iterations`` (the profiled ones), the iteration and op at each peak, the allocations live at the
-    allocated peak, the GPU's capacity, and the peak of every iteration. ``ops``: the rank's op calls with
+    allocated peak, the GPU's capacity, and the peak of every iteration. The op at a peak is the innermost one;
+    ``peak_allocated_op_node`` the outermost around it. ``ops``: the rank's op calls with
     op_id, name, rank, pid, tid, start and end."""
     if memory.empty:
         return {"devices": []}
@@ -98,8 +102,9 @@ def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFra
         rows = [int(top_alloc["allocated_row"]), int(top_res["reserved_row"])]
         live = live_at(series, rows[0])
         at = series.iloc[rows + live["ts"].index.tolist()[:LIVE_LISTED]]
-        op_rows = innermost_ops(ops, at)
+        op_rows, node_rows = innermost_ops(ops, at)
         names = take(ops["name"].to_numpy(dtype=object), op_rows, None)
+        node_names = take(ops["name"].to_numpy(dtype=object), node_rows, None)
         op_ids = take(ops["op_id"].to_numpy(np.int64), op_rows)
         reserved_known = int(top_res["peak_reserved"]) >= 0
         devices.append({
@@ -107,6 +112,7 @@ def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFra
             "peak_allocated_bytes": int(top_alloc["peak_allocated"]), "peak_allocated_ts": int(series.at[rows[0], "ts"]),
             "peak_allocated_iteration": int(top_alloc["iteration"]),
             "peak_allocated_op": names[0], "peak_allocated_op_id": int(op_ids[0]),
+            "peak_allocated_op_node": node_names[0],
             "peak_reserved_bytes": int(top_res["peak_reserved"]) if reserved_known else None,
             "peak_reserved_ts": int(series.at[rows[1], "ts"]) if reserved_known else None,
             "peak_reserved_iteration": int(top_res["iteration"]) if reserved_known else None,

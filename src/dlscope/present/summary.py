@@ -294,9 +294,11 @@ def _render_memory(console, memory: dict | None, escape) -> None:
         reserved = (f", reserved {fmt_bytes(d['peak_reserved_bytes'])} (iteration {d['peak_reserved_iteration']})"
                     if d.get("peak_reserved_bytes") is not None else "")
         since = " since the trace started (it records only deltas)" if d["basis"] == "deltas" else ""
+        node = d.get("peak_allocated_op_node")
+        inside = f" (in {escape(node)})" if node not in (None, d["peak_allocated_op"]) else ""
         console.print(f"  {where}: allocated {fmt_bytes(d['peak_allocated_bytes'])}{since}{of} in iteration "
                       f"{d['peak_allocated_iteration']} during {escape(str(d['peak_allocated_op'] or 'no recorded op'))}"
-                      f" ({d['live_at_peak']['count']:,} allocations live){reserved}")
+                      f"{inside} ({d['live_at_peak']['count']:,} allocations live){reserved}")
 
 
 def render_summary(summary: dict) -> str:

@@ -66,6 +66,14 @@ def gpu_memory_underutilized(ctx, cfg):
          "saving_basis": f"per-step CPU/Other overhead × (1 − 1/{factor}) over the aggregated window"})
 
 
+def _op_in_node(d: dict) -> str:
+    """'aten::empty (in aten::linear)': the op at the allocated peak and the op node it runs in."""
+    op, node = d["peak_allocated_op"], d.get("peak_allocated_op_node")
+    if not op:
+        return "no recorded op"
+    return op if not node or node == op else f"{op} (in {node})"
+
+
 @rule("gpu_memory_near_capacity", gpu=True)
 def gpu_memory_near_capacity(ctx, cfg):
     """The peak the allocator held (reserved, else allocated) within the profiled iterations is at least
@@ -106,7 +114,7 @@ def gpu_memory_near_capacity(ctx, cfg):
         f"GiB ({100 * share:.1f}%) on GPU {d['device']} in iteration "
         f"{d['peak_reserved_iteration'] if reserved else d['peak_allocated_iteration']}, while {op or 'no recorded op'} "
         f"ran. At the allocated peak ({d['peak_allocated_bytes'] / gib:,.2f} GiB, during "
-        f"{d['peak_allocated_op'] or 'no recorded op'}) {live['count']:,} allocations of this trace were live"
+        f"{_op_in_node(d)}) {live['count']:,} allocations of this trace were live"
         + (f", the largest {largest}" if largest else "") + f"; {len(allocator):,} allocator calls "
         f"({', '.join(sorted(set(allocator['name'])))}) took {fmt_ns(saving)}.",
         f"Lower the peak before it runs out: recompute activations of the layers live at the peak "
@@ -117,7 +125,8 @@ def gpu_memory_near_capacity(ctx, cfg):
         saving,
         {"device": d["device"], "peak_bytes": used, "capacity_bytes": d["capacity_bytes"], "share": round(share, 4),
          "peak_allocated_bytes": d["peak_allocated_bytes"], "peak_reserved_bytes": d["peak_reserved_bytes"],
-         "peak_op": op, "peak_allocated_op": d["peak_allocated_op"], "live_allocations": live["count"],
+         "peak_op": op, "peak_allocated_op": d["peak_allocated_op"],
+         "peak_allocated_op_node": d.get("peak_allocated_op_node"), "live_allocations": live["count"],
          "live_bytes": live["bytes"], "allocator_calls": len(allocator),
          "iterations": [d["peak_reserved_iteration"] if reserved else d["peak_allocated_iteration"]],
          "node_ids": [], "saving_basis": "time of the allocator's driver calls in the profiled iterations"})

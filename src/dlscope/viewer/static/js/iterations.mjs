@@ -92,7 +92,7 @@ function memoryPanel(content, mem) {
     const where = d.device < 0 ? "CPU" : `GPU ${d.device}`;
     const cap = d.capacity_bytes ? ` of ${bytes(d.capacity_bytes)}` : "";
     const res = d.peak_reserved_bytes !== null ? `; reserved ${bytes(d.peak_reserved_bytes)}${cap} (iteration ${d.peak_reserved_iteration})` : "";
-    return el("li", { "data-testid": "memory-peak", text: `${where}: peak allocated ${bytes(d.peak_allocated_bytes)}${d.basis === "deltas" ? " (since the trace started)" : ""} in iteration ${d.peak_allocated_iteration} during ${d.peak_allocated_op || "no recorded op"}, ${int(d.live_at_peak.count)} allocations live${res}` });
+    return el("li", { "data-testid": "memory-peak", text: `${where}: peak allocated ${bytes(d.peak_allocated_bytes)}${d.basis === "deltas" ? " (since the trace started)" : ""} in iteration ${d.peak_allocated_iteration} during ${d.peak_allocated_op || "no recorded op"}${d.peak_allocated_op_node && d.peak_allocated_op_node !== d.peak_allocated_op ? ` (in ${d.peak_allocated_op_node})` : ""}, ${int(d.live_at_peak.count)} allocations live${res}` });
   });
   const box = el("div", { class: "chart medium", "data-testid": "memory-chart" });
   content.append(el("section", { class: "panel" },
