@@ -255,7 +255,7 @@ def _kineto(data: bytes) -> Expect:
         ph, cat, name = e.get("ph", ""), e.get("cat", ""), e.get("name", "")
         if ph == "i" and name == "[memory]":
             ts = _ns(e.get("ts", 0), "ts")
-            if _as_int((e.get("args") or {}).get("Device Type", -1)) == 1:  # CUDA samples are kept
+            if _as_int((e.get("args") or {}).get("Device Type", -1)) in (0, 1):  # CPU and CUDA samples are kept
                 memory += 1
                 times.append((ts, ts))
             continue

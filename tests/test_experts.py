@@ -22,7 +22,8 @@ US = 1000
 RULE_IDS = {"amp_not_enabled", "tc_eligible_not_using_tc", "tc_shape_alignment", "gpu_underutilized",
             "dataloader_bottleneck", "pageable_memcpy", "sync_memcpy", "sync_api", "gpu_gaps", "launch_bound",
             "unfused_optimizer", "fusion_candidates", "layout_transposes", "cudnn_benchmark_off",
-            "iteration_variance", "gpu_memory_underutilized", "exposed_communication", "tail_effect"}
+            "iteration_variance", "gpu_memory_underutilized", "gpu_memory_near_capacity", "exposed_communication",
+            "tail_effect"}
 HALF = {"Input type": ["c10::Half", "c10::Half"]}
 
 

@@ -37,7 +37,7 @@ class RawCounts:
     memops: int = 0
     device_properties: list[dict] = field(default_factory=list)
     kernel_devices: set[int] = field(default_factory=set)
-    cuda_memory_samples: int = 0
+    allocator_samples: int = 0
 
 
 def raw_counts(path: Path) -> RawCounts:
@@ -50,8 +50,8 @@ def raw_counts(path: Path) -> RawCounts:
     counts = RawCounts(device_properties=[] if isinstance(doc, list) else doc.get("deviceProperties", []))
     for e in events:
         cat, ph = e.get("cat"), e.get("ph")
-        if ph == "i" and e.get("name") == "[memory]" and e["args"].get("Device Type") == 1:
-            counts.cuda_memory_samples += 1
+        if ph == "i" and e.get("name") == "[memory]" and e["args"].get("Device Type") in (0, 1):  # CPU, CUDA
+            counts.allocator_samples += 1
         if ph != "X":
             continue
         if cat in ("kernel", "Kernel"):
@@ -126,9 +126,9 @@ def test_gpu_rows_match_device_properties_plus_unlisted_kernel_devices(real):
         assert gpus.loc[device, "name"] == "" and gpus.loc[device, "sm_count"] == -1
 
 
-def test_memory_keeps_only_cuda_allocator_samples(real):
+def test_memory_keeps_the_cuda_and_cpu_allocator_samples(real):
     profile, raw = real
-    assert len(profile.memory) == raw.cuda_memory_samples
+    assert len(profile.memory) == raw.allocator_samples
 
 
 def test_every_row_carries_the_trace_rank(real):
@@ -149,7 +149,7 @@ def test_legacy_schema_maps_operator_runtime_kernel_and_memory_events():
     assert (profile.ops["external_id"] > 0).mean() > 0.99  # legacy Operator args spell it "External id"
     memcpy = profile.memops[profile.memops["kind"] == "memcpy"].iloc[0]
     assert (memcpy["copy_kind"], memcpy["src_mem"], memcpy["dst_mem"]) == ("HtoD", "pageable", "device")
-    assert len(profile.memory) > 0 and (profile.memory["device"] == 0).all()
+    assert set(profile.memory["device"]) == {0, -1}  # the GPU's allocator and the CPU's (-1)
 
 
 def test_legacy_runtime_external_id_spelling_is_read():

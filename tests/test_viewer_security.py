@@ -159,13 +159,14 @@ def route_parameters() -> dict[str, set[str]]:
         out[f"/api/view/{slug}"] = names
         out[f"/{slug}"] = page | set(view.params)   # the HTML page runs the same parsing as its JSON twin
     out["/api/meta"] = {"db"}
+    out["/api/trace.json"] = {"db", "agg", "rank", "iterations"}
     return out
 
 
 def test_route_list_covers_every_get_route(client):
     declared = {r.path for r in client.app.routes if isinstance(r, Route) and "GET" in (r.methods or ())}
     covered = {"/", "/api/meta", "/api/view/{view}", "/api/table/{table}", "/api/table/{table}/export.{fmt}",
-               "/api/jobs/{job}", "/{view}", "/api/databases"}
+               "/api/jobs/{job}", "/{view}", "/api/databases", "/api/trace.json"}
     assert declared <= covered, declared - covered
 
 

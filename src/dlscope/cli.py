@@ -148,6 +148,7 @@ def _register_commands() -> None:
     """Commands that live with their stage (capture, present) join the group here."""
     from .capture.cli_profile import profile_command
     from .compare.cli_compare import check_command, diff_command
+    from .present.cli_export import export_command
     from .viewer.cli_view import view_command
     from .whatif.cli_whatif import whatif_command
 
@@ -156,6 +157,7 @@ def _register_commands() -> None:
     cli.add_command(check_command, "check")
     cli.add_command(view_command, "view")
     cli.add_command(whatif_command, "whatif")
+    cli.add_command(export_command, "export")
 
 
 _register_commands()

@@ -78,9 +78,12 @@ TABLES: dict[str, dict[str, str]] = {
         "kind": S,              # "device", "stream", "event", "stream_wait_event", "context" or "unknown"
         "start": I, "end": I, "correlation": I,
     },
-    # Memory allocator samples (Kineto [memory] instant events), for peak-memory questions.
+    # Memory allocator samples (Kineto [memory] instant events), for peak-memory questions: one per allocation
+    # (bytes_delta > 0) or free (< 0) of block ``addr``, with the allocator's totals after it; device -1 is the
+    # CPU allocator. pid/tid: the thread that allocated (its op is the one running then).
     "memory": {
         "rank": I, "device": I, "ts": I, "bytes_delta": I, "total_allocated": I, "total_reserved": I,
+        "pid": I, "tid": I, "addr": I,
     },
     # Collective metadata Kineto records on record_param_comms ops (kind "op") and on NCCL kernels (kind
     # "kernel"): message sizes, group, process group. Keyed to its op by (rank, pid, tid, start, name) and to

@@ -97,7 +97,8 @@ class profile:  # noqa: A001 - reads as dlscope.profile(...)
                  wait: int = DEFAULT_WAIT, warmup: int = DEFAULT_WARMUP, delay: float | None = None,
                  duration: float | None = None, trace_dir: str | Path | None = None, batch_size: int | None = None,
                  profile_name: str | None = None, iter_start: int | None = None, iter_stop: int | None = None,
-                 key_node: str | None = None, force: bool = False, summary: bool = True):
+                 key_node: str | None = None, force: bool = False, summary: bool = True,
+                 profile_memory: bool = False):
         self.db_path = Path(db_path) if db_path is not None else None
         if self.db_path is not None and self.db_path.exists() and not force:
             from ..errors import DlscopeError
@@ -110,7 +111,8 @@ class profile:  # noqa: A001 - reads as dlscope.profile(...)
             self._own_trace_dir = False
         self.trace_dir = Path(trace_dir)
         self.window = CaptureWindow(wait=wait, warmup=warmup, active=steps, delay_s=delay, duration_s=duration)
-        self.session = CaptureSession(self.trace_dir, window=self.window, batch_size=batch_size)
+        self.session = CaptureSession(self.trace_dir, window=self.window, batch_size=batch_size,
+                                      profile_memory=profile_memory)
         self._build: dict[str, Any] = dict(profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop,
                                            key_node=key_node, force=force)
         self.summary = summary

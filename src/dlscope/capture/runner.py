@@ -44,6 +44,7 @@ class ProfileRequest:
     sample_unit: str | None = None  # what a sample is (images, tokens ...), for the throughput
     force: bool = False
     keep_trace: bool = False
+    profile_memory: bool = False
     summary: bool = True
 
 
@@ -60,6 +61,8 @@ def _bootstrap_options(req: ProfileRequest, trace_dir: Path, sidecar: Path, nvtx
         opts += ["--batch-size", str(req.batch_size)]
     if req.framework != "torch":
         opts += ["--framework", req.framework]
+    if req.profile_memory:
+        opts.append("--profile-memory")
     if nvtx:  # --delay/--duration go to nsys, which then times the window itself
         opts.append("--nvtx")
     else:

@@ -36,6 +36,7 @@ _KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 _RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 _DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"
 _MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+_MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 _MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 _SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 _NVTX = "NVTX_EVENTS"
@@ -257,7 +258,7 @@ def _profile(db: _Export, path: Path) -> Profile:
     api_calls = _api_calls(db)
     ops, ranges = _nvtx(db)
     profile = Profile(ops=ops, ranges=ranges, api_calls=api_calls, kernels=kernels, memops=_memops(db),
-                      syncs=_syncs(db, api_calls), gpus=_gpus(db, kernels))
+                      syncs=_syncs(db, api_calls), gpus=_gpus(db, kernels), memory=_memory(db, api_calls))
     profile.meta = _meta(db, path, profile)
     return profile
 
@@ -322,6 +323,26 @@ def _memops(db: _Export) -> pd.DataFrame:
     columns = {c: ops[c].to_numpy() for c in ("device", "stream", "start", "end", "bytes", "correlation")}
     texts = {c: ops[c].to_numpy(object) for c in ("kind", "name", "copy_kind", "src_mem", "dst_mem")}
     return _numbered("memops", "memop_id", {**columns, **texts, "pid": _pid(ops.gpid.to_numpy())})
+
+
+def _memory(db: _Export, api_calls: pd.DataFrame) -> pd.DataFrame:
+    """CUDA memory usage (``nsys profile --cuda-memory-usage=true``): each device allocation (+bytes) or free
+    (−bytes) of the block at ``address``, on the thread of the API call that made it (by correlation id). nsys
+    records no totals: they are the running sum of these (docs/metrics.md, "Memory"), the CUDA driver's view,
+    which for PyTorch is what its caching allocator reserves."""
+    m = db.read(_MEMORY_USAGE, {"ts": "start", "gpid": "globalPid", "device": "deviceId", "addr": "address",
+                                "bytes": "bytes", "op": "memoryOperationType", "correlation": "correlationId"},
+                where="typeof(t.start) = 'integer'")
+    m = m.sort_values("ts", kind="stable")
+    pid = _pid(m.gpid.to_numpy())
+    calls = api_calls.loc[api_calls["correlation"] >= 0, ["pid", "correlation", "tid"]].drop_duplicates(
+        ["pid", "correlation"])
+    tid = pd.DataFrame({"pid": pid, "correlation": m.correlation.to_numpy()}).merge(
+        calls, on=["pid", "correlation"], how="left")["tid"].fillna(-1).to_numpy(np.int64)
+    delta = np.where(m.op.to_numpy() == 1, -m.bytes.to_numpy(), m.bytes.to_numpy())
+    return make_table("memory", {"rank": np.zeros(len(m), np.int64), "device": m.device.to_numpy(),
+                                 "ts": m.ts.to_numpy(), "bytes_delta": delta,
+                                 "pid": pid, "tid": tid, "addr": m.addr.to_numpy()})
 
 
 def _lookup(values: pd.Series, names: dict[int, str], missing: str = "") -> pd.Series:

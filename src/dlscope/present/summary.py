@@ -17,6 +17,7 @@ from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..nanoseconds import round_ns
 from ..store import reader
 from ..system import stored_facts
+from .memory import memory_section
 
 
 def _one(conn: sqlite3.Connection, sql: str, params: tuple = ()):
@@ -144,7 +145,7 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | Non
             profile = {**_profile_section(conn, methods), "iterations_total": None}
             return {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                     "system": stored_facts(meta), "profile": profile, "job": None, "aggregation": None, "findings": [],
-                    "roofline": _roofline(conn, None), "ranks": [], "collectives": []}
+                    "roofline": _roofline(conn, None), "ranks": [], "collectives": [], "memory": None}
         agg_id = reader.resolve_agg_id(conn, agg_id)
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                "system": stored_facts(meta), "profile": _profile_section(conn, methods),
@@ -152,7 +153,8 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | Non
                "aggregation": _aggregation_section(conn, agg_id, candidates, throughput_facts(extra)),
                "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id),
                "ranks": summary_ranks(conn, agg_id),
-               "collectives": collective_calls(conn, run_aggregations(conn, agg_id))}
+               "collectives": collective_calls(conn, run_aggregations(conn, agg_id)),
+               "memory": memory_section(conn, agg_id)}
         if extra.get("capture"):
             out["capture"] = extra["capture"]
         return out
@@ -329,6 +331,24 @@ def _mfu_text(mfu: dict) -> str:
             f"{str(mfu['precision']).upper()} peak, {mfu['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s; {flops})")
 
 
+def _render_memory(console, memory: dict | None, escape) -> None:
+    """One line per device: the peaks over the profiled iterations, where they were and the GPU's capacity."""
+    if not memory or not memory.get("devices"):
+        return
+    console.print("[bold]Memory peaks[/bold] (allocator samples, profiled iterations)")
+    for d in memory["devices"]:
+        where = "CPU" if d["device"] < 0 else f"GPU {d['device']}"
+        of = f" of {fmt_bytes(d['capacity_bytes'])}" if d.get("capacity_bytes") else ""
+        reserved = (f", reserved {fmt_bytes(d['peak_reserved_bytes'])} (iteration {d['peak_reserved_iteration']})"
+                    if d.get("peak_reserved_bytes") is not None else "")
+        since = " since the trace started (it records only deltas)" if d["basis"] == "deltas" else ""
+        node = d.get("peak_allocated_op_node")
+        inside = f" (in {escape(node)})" if node not in (None, d["peak_allocated_op"]) else ""
+        console.print(f"  {where}: allocated {fmt_bytes(d['peak_allocated_bytes'])}{since}{of} in iteration "
+                      f"{d['peak_allocated_iteration']} during {escape(str(d['peak_allocated_op'] or 'no recorded op'))}"
+                      f"{inside} ({d['live_at_peak']['count']:,} allocations live){reserved}")
+
+
 def render_summary(summary: dict) -> str:
     """The terminal summary: key metrics, GPUs, breakdown, top 10 GPU ops, findings."""
     from io import StringIO
@@ -411,6 +431,7 @@ def render_summary(summary: dict) -> str:
                         f"{op['calls']:,}", "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
         console.print(top)
     _render_roofline(console, summary.get("roofline"), escape)
+    _render_memory(console, summary.get("memory"), escape)
     if summary["findings"]:
         found = Table(title="Expert systems", title_justify="left", show_lines=True)
         for col in ("Severity", "Problem", "Recommendation", "Saving"):

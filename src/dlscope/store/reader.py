@@ -84,11 +84,13 @@ def _roll_back_a_killed_write(path: Path) -> None:
         pass  # busy or not a database: the read-only open below says what is wrong, if anything
 
 
-def connect(path: str | Path, *, readonly: bool = True) -> sqlite3.Connection:
-    """Open a dlscope database after :func:`inspect`'s checks (read-only unless asked)."""
+def connect(path: str | Path, *, readonly: bool = True, any_thread: bool = False) -> sqlite3.Connection:
+    """Open a dlscope database after :func:`inspect`'s checks (read-only unless asked). ``any_thread``: for a
+    reader that a server's thread pool resumes on other threads (a streamed download), one at a time."""
     path = Path(path)
     inspect(path)
-    return sqlite3.connect(f"{path.resolve().as_uri()}?mode={'ro' if readonly else 'rw'}", uri=True)
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode={'ro' if readonly else 'rw'}", uri=True,
+                           check_same_thread=not any_thread)
 
 
 def read_table(conn: sqlite3.Connection, table: str, where: str = "", params: tuple = ()) -> pd.DataFrame:

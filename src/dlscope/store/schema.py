@@ -91,9 +91,12 @@ CREATE TABLE syncs (
     root_op_id INTEGER, iteration INTEGER
 );
 
+-- One allocator sample: an allocation (bytes_delta > 0) or free (< 0) of block addr on device (-1: the CPU
+-- allocator), with the allocator's totals after it (-1 when the trace has only deltas); pid/tid: the thread that
+-- allocated. Databases written before pid, tid and addr existed lack those columns.
 CREATE TABLE memory (
     rank INTEGER, device INTEGER, ts INTEGER, bytes_delta INTEGER, total_allocated INTEGER,
-    total_reserved INTEGER
+    total_reserved INTEGER, pid INTEGER, tid INTEGER, addr INTEGER
 );
 
 -- Collective metadata of record_param_comms ops (kind 'op') and NCCL kernels (kind 'kernel') as Kineto records

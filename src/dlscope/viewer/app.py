@@ -230,6 +230,32 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         return FileResponse(path, filename=filename, background=BackgroundTask(os.unlink, path),
                             media_type="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
 
+    def api_trace(request: Request):
+        """The profile as a Chrome trace (Perfetto UI, chrome://tracing): what `dlscope export` writes, for
+        ``iterations`` (A:B) of the page's aggregation and ``rank`` when given; a GET download, streamed."""
+        from dlscope.present.trace_export import parse_iterations, trace_chunks
+
+        params = request.query_params
+        db = viewer.db(params)
+        scope = page_scope(db, params)
+        window = None
+        if params.get("iterations"):
+            try:
+                window = parse_iterations(params["iterations"])
+            except DlscopeError as e:
+                raise BadParameter("iterations", str(e).split(": ", 1)[-1]) from None
+        rank = parse_int("rank", params["rank"]) if params.get("rank") else None
+        try:
+            chunks = trace_chunks(db.path, window, rank, scope.get("agg"))
+        except DlscopeError as e:  # a rank or iteration range the profile does not have: say which parameter
+            text = str(e)
+            raise BadParameter("rank" if text.startswith("--rank") else "iterations", text.split(": ", 1)[-1]) from None
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in db.profile_name) or "profile"
+        suffix = f"-iterations-{str(window).replace(':', '-')}" if window else ""
+        suffix += f"-rank{rank}" if rank is not None else ""
+        return StreamingResponse(chunks, media_type="application/json", headers={
+            "Content-Disposition": f'attachment; filename="{safe}{suffix}.trace.json"'})
+
     async def api_aggregate(request: Request):
         db = viewer.db(request.query_params)
         try:
@@ -297,6 +323,7 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         Route("/api/view/{view}", api_view),
         Route("/api/table/{table}", api_table),
         Route("/api/table/{table}/export.{fmt}", api_export),
+        Route("/api/trace.json", api_trace),
         Route("/api/aggregate", api_aggregate, methods=["POST"]),
         Route("/api/databases", api_databases),
         Route("/api/databases", api_open_database, methods=["POST"]),

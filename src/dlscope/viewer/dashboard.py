@@ -142,6 +142,25 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
     return out
 
 
+def memory_chart(db: ProfileDB, agg_id: int, rank: int | None = None) -> dict | None:
+    """Allocated / reserved bytes over the aggregation's window per device and the peaks (the summary's
+    ``memory``), for the rank shown; None when the profile recorded no allocator samples."""
+    from dlscope.distributed.job import rank_agg_id
+    from dlscope.present.memory import memory_section, memory_timeline
+
+    if not db.has("memory", "aggregations") or db.execute_one("SELECT 1 FROM memory LIMIT 1") is None:
+        return None
+    conn = db.connection()
+    if rank is not None:
+        agg_id = rank_agg_id(conn, rank, agg_id)
+    peaks = memory_section(conn, agg_id)
+    if peaks is None:
+        return None
+    rank, lo, hi = conn.execute("SELECT rank, window_start, window_end FROM aggregations WHERE agg_id = ?",
+                                (agg_id,)).fetchone()
+    return {"rank": rank, "series": memory_timeline(conn, rank, lo, hi), "peaks": peaks["devices"]}
+
+
 def iteration_series(db: ProfileDB, agg_id: int, rank: int | None = None) -> dict:
     """Per-iteration stacked categories for the Iterations chart (one rank: the first unless given)."""
     if not db.has("agg_iterations"):

@@ -136,6 +136,7 @@ def view_data(db: ProfileDB, view: View, params: Mapping[str, str], viewer=None)
         out["dashboard"]["job"] = job_view.job_data(db, scope.get("agg"))
     if view.slug == "iterations" and "agg" in scope:
         out["chart"] = dashboard.iteration_series(db, scope["agg"], scope.get("rank"))
+        out["memory"] = dashboard.memory_chart(db, scope["agg"], scope.get("rank"))
     if view.data is not None:
         out.update(view.data(viewer, db, scope, params))
     if view.slug == "gpus":

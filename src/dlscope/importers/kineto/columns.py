@@ -31,6 +31,7 @@ MEMSET_CATS = ("gpu_memset", "Memset")
 RUNTIME_CATS = ("cuda_runtime", "Runtime")
 DRIVER_CATS = ("cuda_driver",)
 CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (ROCm builds report HIP devices as CUDA too)
+CPU_DEVICE_TYPE = 0  # c10::DeviceType::CPU: the CPU allocator's samples (profile_memory on any machine)
 
 # ---------------------------------------------------------------------------------------- assembly
 
@@ -402,15 +403,20 @@ def _sync_kind(label: str) -> str:
 
 
 def _memory_columns(evs: list[Event]) -> dict[str, Any]:
-    """Allocator samples on CUDA devices; CPU allocator samples are dropped."""
+    """Allocator samples of CUDA devices (device = its index) and of the CPU allocator (device -1); other
+    devices' samples are dropped."""
     args = [e.args for e in evs]
-    keep = _ints([a.device_type for a in args]) == CUDA_DEVICE_TYPE
+    kind = _ints([a.device_type for a in args])
+    keep = (kind == CUDA_DEVICE_TYPE) | (kind == CPU_DEVICE_TYPE)
     return {
-        "device": _ints([a.device_id for a in args])[keep],
+        "device": np.where(kind == CUDA_DEVICE_TYPE, _ints([a.device_id for a in args]), -1)[keep],
         "ts": us_to_ns([e.ts for e in evs], "ts")[keep],
         "bytes_delta": _ints([a.bytes_delta for a in args])[keep],
         "total_allocated": _ints([a.total_allocated for a in args])[keep],
         "total_reserved": _ints([a.total_reserved for a in args])[keep],
+        "pid": _ints([e.pid for e in evs])[keep],
+        "tid": _ints([e.tid for e in evs])[keep],
+        "addr": _ints([a.addr for a in args])[keep],
     }
 
 

@@ -49,6 +49,7 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     bytes_delta: Int = field(name="Bytes", default=-1)
     total_allocated: Int = field(name="Total Allocated", default=-1)
     total_reserved: Int = field(name="Total Reserved", default=-1)
+    addr: Int = field(name="Addr", default=-1)
     # Collective metadata (record_param_comms cpu_ops, and NCCL kernels in newer traces)
     collective: Any = field(name="Collective name", default="")
     in_nelems: Int = field(name="In msg nelems", default=-1)

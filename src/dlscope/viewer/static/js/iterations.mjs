@@ -1,6 +1,7 @@
 // The Iterations view: the stacked chart with zoom/pan, badges, and re-aggregation (iter start/stop, key node).
 
-import { el, int } from "./format.mjs";
+import { el, int, bytes, ns } from "./format.mjs";
+import { chart } from "./charts.mjs";
 import { iterationChart } from "./iterchart.mjs";
 import { dataTable } from "./table.mjs";
 import { iterFormat } from "./views.mjs";
@@ -50,9 +51,10 @@ export function renderIterations(content, data, rerender) {
         el("button", { class: "btn", type: "button", text: "Profiled Iterations", onclick: () => profiled.length && ic.showRange(Math.min(...profiled), Math.max(...profiled)) })),
       el("button", { class: "btn", type: "button", text: "Reset Zoom", onclick: () => ic.resetZoom() }),
       el("button", { class: "btn", type: "button", text: "Toggle Tooltip", onclick: () => { tip = ic.toggleTooltip(); setZoom(ic.zoomFactor()); } }),
-      rankSel, el("span", { class: "spacer" }), zoomLabel),
+      rankSel, traceLink(profiled), el("span", { class: "spacer" }), zoomLabel),
     box);
   content.append(panel);
+  if (data.memory) memoryPanel(content, data.memory);
 
   // Re-aggregation controls
   let newStart = a?.iter_start ?? first, newStop = a?.iter_stop ?? last, keyNode = a?.key_node || "";
@@ -75,6 +77,44 @@ export function renderIterations(content, data, rerender) {
     ic.setBoundaries(newStart, newStop);
     document.body.dataset.ready = "1";
   });
+}
+
+/** Allocated and reserved bytes per device over the aggregation's window (each device's allocator samples,
+ * thinned without losing a peak), the peak of each marked, and what ran then. */
+function memoryPanel(content, mem) {
+  const series = [];
+  for (const s of mem.series) {
+    const at = (vals) => s.offset_ns.map((t, i) => [t / 1e6, vals[i]]);
+    series.push({ name: `${s.label} allocated`, type: "line", step: "end", showSymbol: false, data: at(s.allocated) });
+    if (s.reserved.some((v) => v !== null)) series.push({ name: `${s.label} reserved`, type: "line", step: "end", showSymbol: false, lineStyle: { type: "dashed" }, data: at(s.reserved) });
+  }
+  const lines = mem.peaks.map((d) => {
+    const where = d.device < 0 ? "CPU" : `GPU ${d.device}`;
+    const cap = d.capacity_bytes ? ` of ${bytes(d.capacity_bytes)}` : "";
+    const res = d.peak_reserved_bytes !== null ? `; reserved ${bytes(d.peak_reserved_bytes)}${cap} (iteration ${d.peak_reserved_iteration})` : "";
+    return el("li", { "data-testid": "memory-peak", text: `${where}: peak allocated ${bytes(d.peak_allocated_bytes)}${d.basis === "deltas" ? " (since the trace started)" : ""} in iteration ${d.peak_allocated_iteration} during ${d.peak_allocated_op || "no recorded op"}${d.peak_allocated_op_node && d.peak_allocated_op_node !== d.peak_allocated_op ? ` (in ${d.peak_allocated_op_node})` : ""}, ${int(d.live_at_peak.count)} allocations live${res}` });
+  });
+  const box = el("div", { class: "chart medium", "data-testid": "memory-chart" });
+  content.append(el("section", { class: "panel" },
+    el("div", { class: "panel-head" }, el("h2", { text: "Memory" }),
+      el("p", { class: "hint", text: "Allocator samples (torch.profiler profile_memory): bytes allocated (solid) and reserved by the caching allocator (dashed), in ms from the window's start." })),
+    el("ul", { class: "memory-peaks" }, lines), box));
+  requestAnimationFrame(() => chart(box).setOption({
+    animation: false, legend: { bottom: 0 }, grid: { left: 70, right: 20, top: 20, bottom: 50 },
+    tooltip: { trigger: "axis", valueFormatter: (v) => (v === null ? "n/a" : bytes(v)) },
+    xAxis: { type: "value", axisLabel: { formatter: (v) => ns(v * 1e6) } },
+    yAxis: { type: "value", axisLabel: { formatter: (v) => bytes(v) } },
+    dataZoom: [{ type: "inside" }], series }));
+}
+
+/** The profiled iterations as a Chrome trace (every rank a process) for Perfetto UI or chrome://tracing:
+ * what `dlscope export --iterations A:B` writes, downloaded with a plain same-origin GET. */
+function traceLink(profiled) {
+  const range = profiled.length ? `${Math.min(...profiled)}:${Math.max(...profiled)}` : null;
+  const href = `/api/trace.json?${query({ ...pageScope({ iteration: null, node: null, rank: null, finding: null, call: null }), iterations: range })}`;
+  return el("a", { class: "btn", href, download: "", "data-testid": "download-trace",
+    title: "Download the profiled iterations as a Chrome trace (open it in ui.perfetto.dev or chrome://tracing)",
+    text: "Download trace (Perfetto)" });
 }
 
 function dialog(title, body, buttons) {
