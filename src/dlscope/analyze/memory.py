@@ -20,7 +20,8 @@ LIVE_LISTED = 10
 
 def allocator_series(memory: pd.DataFrame) -> pd.DataFrame:
     """The samples by device and time with ``allocated`` and ``reserved`` (bytes after each sample; reserved
-    -1 when unknown, and for the CPU allocator, which holds no cache) and ``basis``: "totals" (the allocator's own) or "deltas" (summed from the trace's start)."""
+    -1 when unknown, and for the CPU allocator, which holds no cache) and ``basis``: "totals" (the allocator's
+    own) or "deltas" (summed from the trace's start)."""
     m = memory.sort_values(["device", "ts"], kind="stable").reset_index(drop=True)
     totals = m.groupby("device")["total_allocated"].transform("max").to_numpy() >= 0
     summed = m.groupby("device")["bytes_delta"].cumsum().to_numpy(np.int64)
@@ -109,7 +110,8 @@ def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFra
         reserved_known = int(top_res["peak_reserved"]) >= 0
         devices.append({
             "device": int(device), "basis": str(top_alloc["basis"]), "capacity_bytes": capacity.get(int(device)),
-            "peak_allocated_bytes": int(top_alloc["peak_allocated"]), "peak_allocated_ts": int(series.at[rows[0], "ts"]),
+            "peak_allocated_bytes": int(top_alloc["peak_allocated"]),
+            "peak_allocated_ts": int(series.at[rows[0], "ts"]),
             "peak_allocated_iteration": int(top_alloc["iteration"]),
             "peak_allocated_op": names[0], "peak_allocated_op_id": int(op_ids[0]),
             "peak_allocated_op_node": node_names[0],

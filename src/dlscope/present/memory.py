@@ -42,7 +42,8 @@ def memory_section(conn: sqlite3.Connection, agg_id: int) -> dict | None:
     iterations = pd.read_sql_query('SELECT iteration, start, "end" FROM agg_iterations WHERE agg_id = ? AND profiled',
                                    conn, params=(agg_id,))
     ops = pd.read_sql_query('SELECT i.op_id, n.name, i.rank, i.pid, i.tid, i.start, i."end" FROM op_instances i '
-                            'JOIN op_nodes n ON n.node_id = i.node_id WHERE i.rank = ? AND i."end" >= ? AND i.start <= ?',
+                            'JOIN op_nodes n ON n.node_id = i.node_id '
+                            'WHERE i.rank = ? AND i."end" >= ? AND i.start <= ?',
                             conn, params=(rank, lo, hi))
     gpus = pd.read_sql_query("SELECT device, memory_bytes FROM gpus WHERE rank = ?", conn, params=(rank,))
     return {"rank": int(rank), **memory_peaks(samples, iterations, ops, gpus)}

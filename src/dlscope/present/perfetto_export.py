@@ -93,16 +93,16 @@ def _slices(writer: _Writer, chunks: list[Slices]) -> None:
     order = np.lexsort((tie, phase, ts))
     tids = np.concatenate([c.tid for c in chunks])
     # flows: the launching call starts one (id: its api_id + 1); the first GPU event it launched ends it
-    launched: dict[int, int] = {}
+    launched: dict[int, tuple[int, int, int]] = {}  # api_id -> (chunk, row, start) of its first GPU event
     for i, c in enumerate(chunks):
         if c.kind in ("kernels", "memops"):
             f = c.frame
             ok = (f.api_id >= 0) & f.api_pid.notna()
-            for api_id, r, start in zip(f.api_id[ok].astype(np.int64), np.flatnonzero(ok.to_numpy()), f.start[ok]):
+            for api_id, at, start in zip(f.api_id[ok].astype(np.int64), np.flatnonzero(ok.to_numpy()), f.start[ok]):
                 key = int(api_id)
                 best = launched.get(key)
                 if best is None or start < best[2]:
-                    launched[key] = (i, int(r), int(start))
+                    launched[key] = (i, int(at), int(start))
     terminating = {(i, r): api_id + 1 for api_id, (i, r, _) in launched.items()}
     api_rows = {}
     for i, c in enumerate(chunks):

@@ -345,7 +345,8 @@ def _render_memory(console, memory: dict | None, escape) -> None:
         node = d.get("peak_allocated_op_node")
         inside = f" (in {escape(node)})" if node not in (None, d["peak_allocated_op"]) else ""
         console.print(f"  {where}: allocated {fmt_bytes(d['peak_allocated_bytes'])}{since}{of} in iteration "
-                      f"{d['peak_allocated_iteration']} during {escape(str(d['peak_allocated_op'] or 'no recorded op'))}"
+                      f"{d['peak_allocated_iteration']} during "
+                      f"{escape(str(d['peak_allocated_op'] or 'no recorded op'))}"
                       f"{inside} ({d['live_at_peak']['count']:,} allocations live){reserved}")
 
 

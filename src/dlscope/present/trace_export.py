@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 import numpy as np
 import orjson
@@ -97,7 +97,8 @@ class ExportResult:
 
     def describe(self) -> str:
         counts = ", ".join(f"{n:,} {k}" for k, n in self.events.items() if n)
-        return f"wrote {self.path} ({len(self.ranks)} rank{'s' if len(self.ranks) != 1 else ''}: {counts or 'no events'})"
+        plural = "s" if len(self.ranks) != 1 else ""
+        return f"wrote {self.path} ({len(self.ranks)} rank{plural}: {counts or 'no events'})"
 
 
 def export_trace(database: str | Path, output: str | Path | IO[bytes], *, iterations: IterationRange | None = None,
@@ -139,8 +140,8 @@ def _atomic(path: Path, force: bool) -> Iterator[IO[bytes]]:
         raise DlscopeError(f"{path}: folder {path.parent} does not exist")
     tmp = path.parent / owned_name(f".{path.name}", ".tmp")
     try:
-        with (gzip.open if path.suffix == ".gz" else open)(tmp, "wb") as out:
-            yield out
+        with (gzip.open(tmp, "wb") if path.suffix == ".gz" else open(tmp, "wb")) as out:
+            yield cast(IO[bytes], out)
         os.replace(tmp, path)
     except OSError as e:
         raise DlscopeError(f"{path}: cannot be written ({e.strerror or e})") from None
@@ -199,6 +200,7 @@ def rank_windows(conn: sqlite3.Connection, iterations: IterationRange | None, ra
             span = f"{have[0]}..{have[-1]}" if have else "none"
             raise DlscopeError(f"--iterations {iterations}: rank {r} has no iterations {first}..{last} "
                                f"(its iterations: {span})")
+        assert first is not None and last is not None  # both are among the rank's iterations, checked above
         windows.append(RankWindow(r, (first, last), chosen[0][1], chosen[-1][2]))
     return windows
 

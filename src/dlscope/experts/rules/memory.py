@@ -112,7 +112,8 @@ def gpu_memory_near_capacity(ctx, cfg):
         "gpu_memory_near_capacity",
         f"GPU memory is near capacity: the allocator {held} {used / gib:,.2f} GiB of {d['capacity_bytes'] / gib:,.1f} "
         f"GiB ({100 * share:.1f}%) on GPU {d['device']} in iteration "
-        f"{d['peak_reserved_iteration'] if reserved else d['peak_allocated_iteration']}, while {op or 'no recorded op'} "
+        f"{d['peak_reserved_iteration'] if reserved else d['peak_allocated_iteration']}, "
+        f"while {op or 'no recorded op'} "
         f"ran. At the allocated peak ({d['peak_allocated_bytes'] / gib:,.2f} GiB, during "
         f"{_op_in_node(d)}) {live['count']:,} allocations of this trace were live"
         + (f", the largest {largest}" if largest else "") + f"; {len(allocator):,} allocator calls "
