@@ -6,8 +6,8 @@ import json
 import sqlite3
 
 import pytest
-
 from conftest import data_file
+
 from dlscope.roofline import read_ncu_csv, roofline_report, write_ncu_kernels
 from dlscope.roofline.chart import write_roofline_chart
 from dlscope.roofline.export import write_roofline
@@ -148,3 +148,33 @@ def test_chart_writes_png_and_svg(tmp_path):
     assert b"<svg" in svg.read_bytes()[:2000] and b"fp16_tensor" in svg.read_bytes()
     empty = write_roofline_chart({"ops": [], "kernels": [], "ceilings": None, "gpu": None}, tmp_path / "empty")
     assert all(p.stat().st_size > 0 for p in empty)
+
+
+def test_counters_only_database_gets_a_roofline_report_from_the_cli(tmp_path):
+    """`import` of an ncu CSV then `report --reports roofline --gpu-spec`: no aggregation needed. The cuBLAS
+    GEMM's achieved FLOP/s is 2·20480³ over the time its raw cycle counters give, read here with csv."""
+    import csv
+
+    from click.testing import CliRunner
+
+    from dlscope.cli import cli
+
+    path = data_file("ncu_csv", "wangzy_gemm_roofline_metrics_a100.csv")
+    lines = path.read_text().splitlines()
+    rows = list(csv.DictReader(lines[next(i for i, x in enumerate(lines) if x.startswith('"ID"')):]))
+    raw = {r["Metric Name"]: float(r["Metric Value"].replace(",", "")) for r in rows if r["ID"] == "10"}
+    seconds = raw["sm__cycles_elapsed.avg"] / raw["sm__cycles_elapsed.avg.per_second"]
+    spec = tmp_path / "a100.json"
+    spec.write_text(json.dumps({"name": "A100 PCIe", "fp32_flops": 19.5e12, "fp16_tensor_flops_dense": 312e12,
+                                "dram_bandwidth_bytes_per_s": 1555e9}))
+    runner = CliRunner()
+    db = tmp_path / "c.sqlite"
+    assert runner.invoke(cli, ["import", str(path), "-o", str(db)]).exit_code == 0
+    result = runner.invoke(cli, ["report", str(db), "--reports", "roofline", "--formats", "json",
+                                  "-o", str(tmp_path / "out"), "--gpu-spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "roofline.json").read_text())
+    gemm = next(k for k in report["kernels"] if "s16816gemm" in k["kernel_name"])
+    assert gemm["flops"] == 2 * 20480**3 and gemm["ceiling"] == "fp16_tensor"
+    assert gemm["achieved_flops_per_s"] == pytest.approx(2 * 20480**3 / seconds, rel=1e-9)
+    assert gemm["pct_of_ceiling"] == pytest.approx(100 * 2 * 20480**3 / seconds / 312e12, rel=1e-9)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import sqlite3
 from functools import lru_cache
@@ -33,7 +34,7 @@ from dlscope.store.schema import COUNTERS_DDL as NCU_DDL
 NCU_COLUMNS = ("kernel_id", "process_id", "kernel_name", "device", "device_name", "cc", "time_ns",
                "time_source", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "bytes_l1",
                "bytes_l2", "bytes_dram", "tensor_pipe_inst", "cycles", "cycles_per_second", "mma_inst",
-               "total_inst", "tensor_share", "uses_tc", "uses_tc_source")
+               "total_inst", "tensor_share", "uses_tc", "uses_tc_source", "tensor_flops_basis")
 
 
 _IDENTITY = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
@@ -160,13 +161,64 @@ def _compute_capability(identity: pd.DataFrame, numeric: pd.DataFrame) -> pd.Ser
     return pd.Series("", index=identity.index)
 
 
-def _tensor_flops(numeric: pd.DataFrame, cc: pd.Series, tensor_inst: pd.Series) -> pd.Series:
+@lru_cache(maxsize=1)
+def _inst_flops() -> dict:
+    table = json.loads(resources.files("dlscope.data").joinpath("tensor_inst_flops.json").read_text())
+    table["compiled"] = [(re.compile(r["pattern"]), r["shape"]) for r in table["name_shapes"]]
+    return table
+
+
+@lru_cache(maxsize=65536)
+def instruction_shape(kernel_name: str) -> str:
+    """The MMA shape ('m16n8k16') a kernel's name says its Tensor Core instructions have; '' when it does
+    not say (data/tensor_inst_flops.json, name_shapes)."""
+    for pattern, shape in _inst_flops()["compiled"]:
+        found = pattern.search(kernel_name or "")
+        if found:
+            return shape.format(*found.groups())
+    return ""
+
+
+def flops_per_tensor_instruction(kernel_name: str, cc: str) -> tuple[float, str]:
+    """(FLOPs per tensor-pipe instruction, why) for a kernel on an architecture; (nan, why) when unknown.
+
+    The name's instruction shape when the architecture has it, else the architecture's default shape."""
+    arch = _inst_flops()["architectures"].get(str(cc or "").strip())
+    if arch is None:
+        return math.nan, f"no instruction table for CC {cc or '?'}"
+    shape = instruction_shape(kernel_name)
+    per = arch["flops_per_instruction"]
+    if shape in per:
+        return float(per[shape]), f"{shape} from the name x {per[shape]} (CC {cc})"
+    if arch["default"] in per:
+        return float(per[arch["default"]]), f"{arch['default']} default of CC {cc} x {per[arch['default']]}"
+    return math.nan, f"no fixed FLOPs per instruction on CC {cc} ({arch['name']}) without a shape in the name"
+
+
+def _tensor_flops(numeric: pd.DataFrame, out: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Tensor FLOPs and their basis: sm__ops_path_tensor_* when collected, else tensor-pipe instructions x
+    the FLOPs per instruction of the kernel's MMA shape on its architecture (data/tensor_inst_flops.json).
+    Where the tensor pipe is shared with non-MMA work, a kernel not judged a Tensor Core user gets 0."""
     prefix = _recipes()["tensor_ops_prefix"]
     ops = [c for c in numeric.columns if c.startswith(prefix) and c.endswith(".sum")]
     if ops:
-        return numeric[ops].sum(axis=1, min_count=1)
-    factor = cc.map(_recipes()["tensor_flops_per_inst_by_cc"]).astype("float64")
-    return tensor_inst * factor
+        return numeric[ops].sum(axis=1, min_count=1), pd.Series("sm__ops_path_tensor counters", index=out.index)
+    pairs = out[["kernel_name", "cc"]].astype(str)
+    distinct = pairs.drop_duplicates()
+    looked_up = {(n, c): flops_per_tensor_instruction(n, c) for n, c in distinct.itertuples(index=False)}
+    keys = list(zip(pairs["kernel_name"], pairs["cc"]))
+    factor = pd.Series([looked_up[k][0] for k in keys], index=out.index, dtype="float64")
+    basis = pd.Series([looked_up[k][1] for k in keys], index=out.index, dtype=object)
+    shared = out["cc"].astype(str).map(lambda c: bool((_inst_flops()["architectures"].get(c) or {})
+                                                      .get("shared_tensor_pipe")))
+    not_mma = shared & (out["uses_tc"] == 0) & factor.notna()
+    flops = out["tensor_pipe_inst"] * factor
+    flops = flops.where(~not_mma, 0.0)
+    basis = basis.where(~not_mma, "not a Tensor Core kernel (shared tensor pipe: FP16x2/FP64 work)")
+    none = out["tensor_pipe_inst"] == 0
+    flops = flops.where(~none, 0.0)
+    basis = basis.where(~none, "no tensor-pipe instructions")
+    return flops.astype("float64"), basis.where(out["tensor_pipe_inst"].notna(), "")
 
 
 def _first_present(numeric: pd.DataFrame, alternatives: list[list[str]]) -> pd.Series:
@@ -225,13 +277,13 @@ def read_ncu_csv(path: str | Path) -> pd.DataFrame:
     for column in ("flops_fp64", "flops_fp32", "flops_fp16", "bytes_l1", "bytes_l2", "bytes_dram",
                    "tensor_pipe_inst", "cycles", "cycles_per_second"):
         out[column] = _combine(numeric, column)
-    out["flops_tensor"] = _tensor_flops(numeric, out["cc"], out["tensor_pipe_inst"])
     measured = _combine(numeric, "gpu_time_ns")
     from_cycles = out["cycles"] / out["cycles_per_second"] * 1e9
     out["time_ns"] = measured.fillna(from_cycles)
     out["time_source"] = np.where(measured.notna(), "gpu__time_duration",
                                   np.where(from_cycles.notna(), "sm__cycles_elapsed", ""))
     out = out.join(tensor_core_verdicts(numeric, out["kernel_name"]))
+    out["flops_tensor"], out["tensor_flops_basis"] = _tensor_flops(numeric, out)
     out = out.sort_values("kernel_id", kind="stable").reset_index(drop=True)
     out["kernel_id"] = out["kernel_id"].astype("Int64")
     return out[list(NCU_COLUMNS)]
@@ -242,7 +294,7 @@ def write_ncu_kernels(conn: sqlite3.Connection, frame: pd.DataFrame, source: str
     conn.executescript(NCU_DDL)
     have = {r[1] for r in conn.execute("PRAGMA table_info(ncu_kernels)")}
     for name, kind in (("mma_inst", "REAL"), ("total_inst", "REAL"), ("tensor_share", "REAL"),
-                       ("uses_tc", "INTEGER"), ("uses_tc_source", "TEXT")):
+                       ("uses_tc", "INTEGER"), ("uses_tc_source", "TEXT"), ("tensor_flops_basis", "TEXT")):
         if name not in have:  # a database written before the Tensor Core verdict existed
             conn.execute(f"ALTER TABLE ncu_kernels ADD COLUMN {name} {kind}")
     cols = ["source", *NCU_COLUMNS]
