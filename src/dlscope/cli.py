@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from .version import __version__
 from .errors import DlscopeError
+from .version import __version__
 
 #: exit code of a bug in dlscope (a regression found by `check` is 1, bad input 2)
 INTERNAL_ERROR = 3
@@ -140,6 +140,7 @@ def _register_commands() -> None:
     """Commands that live with their stage (capture, present) join the group here."""
     from .capture.cli_profile import profile_command
     from .compare.cli_compare import check_command, diff_command
+    from .roofline.cli_characterize import characterize_command
     from .viewer.cli_view import view_command
     from .whatif.cli_whatif import whatif_command
 
@@ -148,6 +149,7 @@ def _register_commands() -> None:
     cli.add_command(check_command, "check")
     cli.add_command(view_command, "view")
     cli.add_command(whatif_command, "whatif")
+    cli.add_command(characterize_command, "characterize")
 
 
 _register_commands()
