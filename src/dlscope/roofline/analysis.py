@@ -23,6 +23,7 @@ from dlscope.errors import DlscopeError
 from dlscope.roofline.ceilings import LEVELS, GpuCeilings, find_ceilings, load_spec_file
 from dlscope.roofline.flops import _table as _ops_table
 from dlscope.roofline.flops import op_cost
+from dlscope.roofline.ncu import GEOMETRY, match_trace_kernels
 
 
 def above_roof_reason(family: str, precision: str | None, bound: str | None) -> str:
@@ -190,6 +191,9 @@ def roofline_kernels(kernels: pd.DataFrame, ceilings: GpuCeilings | None) -> lis
                 "flops": flops, "time_ns": _finite(float(row["time_ns"])) if pd.notna(row["time_ns"]) else None,
                 "tensor_pipe_inst": _finite(row["tensor_pipe_inst"]) if pd.notna(row["tensor_pipe_inst"]) else None,
                 "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None}
+        for c in ("trace_kernel_id", "geometry_match", "node_id", "op_name", "iteration"):
+            if c in row.index:
+                item[c] = None if pd.isna(row[c]) else (row[c] if isinstance(row[c], str) else int(row[c]))
         for c in flop_cols:
             item[c] = float(row[c]) if pd.notna(row[c]) else None
         roofs = []
@@ -240,6 +244,57 @@ def _summary(ops: list[dict], unmodelled_ns: int, total_ns: int) -> dict:
     }
 
 
+def _trace_kernels_named(conn: sqlite3.Connection, names: pd.Series) -> pd.DataFrame:
+    """The trace's launches of the kernels ncu profiled (either spelling, with or without 'void '), with the
+    op node that launched each."""
+    if not _table_exists(conn, "kernels") or names.empty:
+        return pd.DataFrame()
+    plain = names.dropna().astype(str).str.replace(r"^void\s+", "", regex=True)
+    spellings = sorted(set(plain) | set("void " + plain))
+    have = {r[1] for r in conn.execute("PRAGMA table_info(kernels)")}
+    geometry = [g if g in have else f"NULL AS {g}" for g in GEOMETRY]
+    node = ("i.node_id, n.name AS op_name" if _table_exists(conn, "op_instances") and _table_exists(conn, "op_nodes")
+            else "NULL AS node_id, NULL AS op_name")
+    joins = ("LEFT JOIN op_instances i ON i.op_id = k.op_id LEFT JOIN op_nodes n ON n.node_id = i.node_id"
+             if node.startswith("i.") else "")
+    frames = []
+    for at in range(0, len(spellings), 500):
+        chunk = spellings[at:at + 500]
+        frames.append(pd.read_sql_query(
+            f"SELECT k.kernel_id, k.name, k.start, k.dur, k.op_id, k.iteration, "
+            f"{', '.join('k.' + g if ' AS ' not in g else g for g in geometry)}, {node} "
+            f"FROM kernels k {joins} WHERE k.name IN ({', '.join('?' * len(chunk))})", conn, params=chunk))
+    return pd.concat(frames, ignore_index=True)
+
+
+def link_counters(conn: sqlite3.Connection, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Each ncu kernel's trace launch, op node and iteration (``match_trace_kernels``), and the counters
+    summed per op node and per iteration: FLOPs per precision, time, Tensor Core use from the counters."""
+    trace = _trace_kernels_named(conn, frame["kernel_name"]) if "kernel_name" in frame else pd.DataFrame()
+    if trace.empty:
+        return frame, {}
+    pairs = match_trace_kernels(frame, trace).set_index("ncu_index")
+    linked = frame.join(pairs[["trace_kernel_id", "geometry_match", "node_id", "op_name", "iteration"]])
+    matched = linked[linked["trace_kernel_id"].notna()]
+    flop_cols = ["flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor"]
+
+    def per(keys: list[str]) -> list[dict]:
+        rows = matched.dropna(subset=keys[:1])
+        if rows.empty:
+            return []
+        grouped = rows.groupby(keys, dropna=False, sort=True)
+        out = grouped[flop_cols + ["time_ns"]].sum(min_count=1)
+        out["kernels"] = grouped.size()
+        out["tc_kernels"] = grouped["uses_tc"].sum()
+        return [{k: _finite(v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+                for r in out.reset_index().to_dict("records")]
+
+    links = {"matched_kernels": int(len(matched)), "ncu_kernels": int(len(frame)),
+             "geometry_mismatches": int((matched["geometry_match"] == 0).sum()),
+             "by_op": per(["node_id", "op_name"]), "by_iteration": per(["iteration"])}
+    return linked, links
+
+
 def _ncu_frame(conn: sqlite3.Connection) -> pd.DataFrame:
     if not _table_exists(conn, "ncu_kernels"):
         return pd.DataFrame(columns=["kernel_id", "kernel_name", "device_name", "cc"])
@@ -257,6 +312,7 @@ def roofline_report(conn: sqlite3.Connection, agg_id: int | None, gpu_spec_path:
     rows = _op_rows(conn, agg["agg_id"]) if agg is not None and _table_exists(conn, "agg_ops") else pd.DataFrame()
     ops, unmodelled_ns = roofline_ops(rows, ceilings) if not rows.empty else ([], 0)
     total_ns = int(rows["gpu_time_ns"].sum()) if not rows.empty else 0
+    kernels_frame, links = link_counters(conn, kernels_frame) if "time_ns" in kernels_frame else (kernels_frame, {})
     kernels = roofline_kernels(kernels_frame, ceilings) if "time_ns" in kernels_frame else []
     summary = _summary(ops, unmodelled_ns, total_ns)
     if ceilings is None:
@@ -265,7 +321,7 @@ def roofline_report(conn: sqlite3.Connection, agg_id: int | None, gpu_spec_path:
             "ceilings": ceilings.to_dict() if ceilings else None, "ceilings_error": reason or None,
             "ops": [{k: _finite(v) for k, v in o.items()} for o in ops],
             "kernels": [{k: _finite(v) for k, v in k_.items()} for k_ in kernels],
-            "summary": summary}
+            "summary": summary, "counters_linked": links or None}
 
 
 def roofline_tables(report: dict) -> dict[str, pd.DataFrame]:

@@ -34,7 +34,10 @@ from dlscope.store.schema import COUNTERS_DDL as NCU_DDL
 NCU_COLUMNS = ("kernel_id", "process_id", "kernel_name", "device", "device_name", "cc", "time_ns",
                "time_source", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "bytes_l1",
                "bytes_l2", "bytes_dram", "tensor_pipe_inst", "cycles", "cycles_per_second", "mma_inst",
-               "total_inst", "tensor_share", "uses_tc", "uses_tc_source", "tensor_flops_basis")
+               "total_inst", "tensor_share", "uses_tc", "uses_tc_source", "tensor_flops_basis",
+               "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+#: The launch geometry columns (ncu "Grid Size" / "Block Size", the trace's kernels.grid_x ... block_z).
+GEOMETRY = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
 
 _IDENTITY = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
@@ -284,8 +287,15 @@ def read_ncu_csv(path: str | Path) -> pd.DataFrame:
                                   np.where(from_cycles.notna(), "sm__cycles_elapsed", ""))
     out = out.join(tensor_core_verdicts(numeric, out["kernel_name"]))
     out["flops_tensor"], out["tensor_flops_basis"] = _tensor_flops(numeric, out)
+    for column, axes in (("Grid Size", GEOMETRY[:3]), ("Block Size", GEOMETRY[3:])):
+        text = identity[column].astype(str) if column in identity else pd.Series("", index=identity.index)
+        parts = text.str.extract(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
+        for i, axis in enumerate(axes):
+            out[axis] = pd.to_numeric(parts[i], errors="coerce").astype("float64")
     out = out.sort_values("kernel_id", kind="stable").reset_index(drop=True)
     out["kernel_id"] = out["kernel_id"].astype("Int64")
+    for axis in GEOMETRY:
+        out[axis] = out[axis].astype("Int64")
     return out[list(NCU_COLUMNS)]
 
 
@@ -294,7 +304,8 @@ def write_ncu_kernels(conn: sqlite3.Connection, frame: pd.DataFrame, source: str
     conn.executescript(NCU_DDL)
     have = {r[1] for r in conn.execute("PRAGMA table_info(ncu_kernels)")}
     for name, kind in (("mma_inst", "REAL"), ("total_inst", "REAL"), ("tensor_share", "REAL"),
-                       ("uses_tc", "INTEGER"), ("uses_tc_source", "TEXT"), ("tensor_flops_basis", "TEXT")):
+                       ("uses_tc", "INTEGER"), ("uses_tc_source", "TEXT"), ("tensor_flops_basis", "TEXT"),
+                       *((axis, "INTEGER") for axis in GEOMETRY)):
         if name not in have:  # a database written before the Tensor Core verdict existed
             conn.execute(f"ALTER TABLE ncu_kernels ADD COLUMN {name} {kind}")
     cols = ["source", *NCU_COLUMNS]
@@ -303,3 +314,40 @@ def write_ncu_kernels(conn: sqlite3.Connection, frame: pd.DataFrame, source: str
     conn.executemany(f"INSERT INTO ncu_kernels ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                      records.itertuples(index=False, name=None))
     return len(records)
+
+
+def _launch_name(names: pd.Series) -> pd.Series:
+    """A kernel name as both tools may spell it: no leading 'void ', whitespace collapsed."""
+    return names.fillna("").astype(str).str.replace(r"^void\s+", "", regex=True).str.replace(r"\s+", " ",
+                                                                                              regex=True).str.strip()
+
+
+def match_trace_kernels(ncu: pd.DataFrame, trace: pd.DataFrame) -> pd.DataFrame:
+    """Pair each Nsight Compute kernel with the trace kernel of the same run it profiled.
+
+    The k-th ncu launch of a name (in ncu's launch order, ``kernel_id``) is the k-th trace launch of that name
+    (in start order): ncu serializes launches but keeps their order. The launch geometry must then agree; a
+    pair whose grid or block differs is kept with ``geometry_match`` 0 (ncu ``--launch-skip`` / ``-c`` shift
+    the order, which this shows), and a geometry one side did not record gives NULL. ``trace`` needs
+    kernel_id, name, start and the GEOMETRY columns (op_id, node_id, op_name, iteration come along). Returns one
+    row per ncu kernel: ncu_index (the ncu frame's index), trace_kernel_id (NaN when unmatched),
+    geometry_match and the trace columns."""
+    left = pd.DataFrame({"ncu_index": ncu.index, "key": _launch_name(ncu["kernel_name"]).to_numpy(),
+                         "order": ncu["kernel_id"].to_numpy()})
+    left["nth"] = left.sort_values(["order", "ncu_index"], kind="stable").groupby("key").cumcount() \
+        .reindex(left.index)
+    extra = [c for c in ("op_id", "node_id", "op_name", "iteration", "dur") if c in trace.columns]
+    right = trace[["kernel_id", "start", *GEOMETRY, *extra]].rename(columns={"kernel_id": "trace_kernel_id",
+                                                                             **{g: f"trace_{g}" for g in GEOMETRY}})
+    right = right.assign(key=_launch_name(trace["name"]).to_numpy())
+    right["nth"] = right.sort_values(["start", "trace_kernel_id"], kind="stable").groupby("key").cumcount() \
+        .reindex(right.index)
+    pairs = left.merge(right, on=["key", "nth"], how="left")
+    mine = ncu.loc[pairs["ncu_index"], list(GEOMETRY)].astype("float64").to_numpy()
+    theirs = pairs[[f"trace_{g}" for g in GEOMETRY]].astype("float64").to_numpy()
+    known = ~(np.isnan(mine) | np.isnan(theirs))
+    agree = np.where(known, mine == theirs, True).all(axis=1)
+    any_known = known.any(axis=1) & pairs["trace_kernel_id"].notna().to_numpy()
+    pairs["geometry_match"] = pd.array(np.where(any_known, agree.astype(int), -1), dtype="Int64")
+    pairs.loc[pairs["geometry_match"] == -1, "geometry_match"] = pd.NA
+    return pairs.drop(columns=["key", "nth", "order", *[f"trace_{g}" for g in GEOMETRY]])
