@@ -276,6 +276,11 @@ def _render_roofline(console, roofline: dict | None, escape, counters_only: bool
         return
     console.print(f"Roofline ({escape(str(roofline['gpu']))}): {fmt_ns(roofline['memory_bound_gpu_time_ns'])} of op GPU "
                   f"time memory-bound, {fmt_ns(roofline['math_bound_gpu_time_ns'])} math-bound")
+    util = roofline.get("utilization")
+    if util:
+        console.print(escape(f"  Run: {util['compute_utilization_pct']:.1f}% compute, "
+                             f"{util['memory_utilization_pct']:.1f}% memory bandwidth ({util['quadrant_label']})"
+                             + (f"; {util['advice'][0]}" if util.get("advice") else "")))
     for op in roofline.get("furthest_below", [])[:3]:
         pct = op.get("pct_of_ceiling")
         console.print(escape(f"  {op['op_name']}: {fmt_pct(pct / 100 if pct is not None else None)} of its "

@@ -24,6 +24,7 @@ from dlscope.roofline.ceilings import LEVELS, GpuCeilings, find_ceilings, load_s
 from dlscope.roofline.flops import _table as _ops_table
 from dlscope.roofline.flops import op_cost
 from dlscope.roofline.ncu import GEOMETRY, match_trace_kernels
+from dlscope.roofline.quadrants import point_utilization, quadrant, run_utilization
 
 
 def above_roof_reason(family: str, precision: str | None, bound: str | None) -> str:
@@ -135,6 +136,13 @@ def _op_rows(conn: sqlite3.Connection, agg_id: int) -> pd.DataFrame:
     return pd.read_sql_query(query, conn, params=(agg_id,))
 
 
+def _add_quadrant(point: dict, flops, nbytes, time_ns, peak, dram) -> None:
+    compute, memory = point_utilization(flops, nbytes, time_ns, peak, dram)
+    point["compute_utilization_pct"] = 100.0 * compute if compute is not None else None
+    point["memory_utilization_pct"] = 100.0 * memory if memory is not None else None
+    point["quadrant"] = quadrant(compute, memory)
+
+
 def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list[dict], int]:
     """Op dicts for every node with a FLOP model; also the GPU time of nodes without one."""
     ops: list[dict] = []
@@ -159,6 +167,7 @@ def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list
               "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None,
               "ceiling_bytes_per_s": dram}
         op.update(_place(flops, nbytes, row.gpu_time_ns, peak[1] if peak else None, dram))
+        _add_quadrant(op, flops, nbytes, row.gpu_time_ns, peak[1] if peak else None, dram)
         op["above_roof"] = (op.get("pct_of_ceiling") or 0) > 100.0
         op["above_roof_reason"] = above_roof_reason(cost.family, precision, op.get("bound")) \
             if op["above_roof"] else None
@@ -208,6 +217,8 @@ def roofline_kernels(kernels: pd.DataFrame, ceilings: GpuCeilings | None) -> lis
             item[f"bound_{level}"] = placed.get("bound")
             if placed.get("arithmetic_intensity") and bandwidth:
                 roofs.append((placed["arithmetic_intensity"] * bandwidth, level))
+        _add_quadrant(item, flops, item["bytes_dram"], item["time_ns"], peak[1] if peak else None,
+                      ceilings.bandwidth.get("dram") if ceilings else None)
         item["achieved_flops_per_s"] = (flops / (item["time_ns"] * 1e-9)
                                         if flops is not None and item["time_ns"] else None)
         item["limiting_level"] = None
@@ -315,6 +326,16 @@ def roofline_report(conn: sqlite3.Connection, agg_id: int | None, gpu_spec_path:
     kernels_frame, links = link_counters(conn, kernels_frame) if "time_ns" in kernels_frame else (kernels_frame, {})
     kernels = roofline_kernels(kernels_frame, ceilings) if "time_ns" in kernels_frame else []
     summary = _summary(ops, unmodelled_ns, total_ns)
+    dram = ceilings.bandwidth.get("dram") if ceilings else None
+    op_points = [{"time_ns": o["gpu_time_ns"], "flops": o["flops"], "bytes": o["bytes"],
+                  "peak": o["ceiling_flops_per_s"], "precision": o["precision"], "tensor_cores": o["tensor_cores"],
+                  "family": o["family"]} for o in ops]
+    kernel_points = [{"time_ns": k["time_ns"], "flops": k["flops"], "bytes": k["bytes_dram"],
+                      "peak": k["ceiling_flops_per_s"], "precision": k["precision"],
+                      "tensor_cores": k["tensor_cores"], "family": None} for k in kernels]
+    cc = (gpu or {}).get("cc")
+    summary["utilization"] = (run_utilization(op_points, dram, cc, "ops")
+                              or run_utilization(kernel_points, dram, cc, "ncu kernels"))
     if ceilings is None:
         summary["memory_bound_gpu_time_ns"] = summary["math_bound_gpu_time_ns"] = None
     return {"agg_id": agg["agg_id"] if agg else None, "gpu": gpu,
