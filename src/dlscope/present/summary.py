@@ -319,7 +319,8 @@ def render_summary(summary: dict) -> str:
         console.print(f"System: {system}", markup=False)
     units = summary_units(a)
     if a is None:
-        console.print("No timeline in this database (counters only): see `dlscope report --reports roofline`.")
+        console.print("No timeline in this database (counters only): see `dlscope report DB --reports roofline "
+                      "[--gpu-spec FILE]` (a spec from the table, or one `dlscope characterize` measured).")
         _render_roofline(console, summary.get("roofline"), escape, counters_only=True)
         return buf.getvalue()
     if title:
