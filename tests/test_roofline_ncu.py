@@ -289,3 +289,39 @@ def test_a_database_from_before_the_verdict_gets_its_columns(tmp_path):
     labels = _hand_labels()
     assert [(bool(u), s) for _, u, s in rows] == [
         (labels[hashlib.sha256(n.encode()).hexdigest()] == "tensor_core", "name") for n, _, _ in rows]
+
+
+def test_fma_share_and_the_ceiling_its_mix_allows(tmp_path):
+    """FMA FLOPs (2 per d/f/h FMA thread instruction) over all CUDA-core FLOPs, from the raw counters of the
+    eager-PyTorch BERT attention (FP32 sgemm on CUDA cores) read here; an FP32 kernel's mix roof is
+    P / (2 - share) and its no-FMA roof P / 2 (ERT's two FP lines)."""
+    import sqlite3
+
+    from dlscope.roofline import roofline_report, write_ncu_kernels
+
+    path = data_file("ncu_csv", "leleucas_bert_attention_pytorch_ampere.csv")
+    _, metrics, _ = raw_counters(path)
+    frame = read_ncu_csv(path)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"name": "V100", "fp32_flops": 15.7e12, "fp16_tensor_flops_dense": 125e12,
+                                "dram_bandwidth_bytes_per_s": 900e9}))
+    conn = sqlite3.connect(tmp_path / "n.sqlite")
+    write_ncu_kernels(conn, frame)
+    kernels = {k["kernel_id"]: k for k in roofline_report(conn, None, gpu_spec_path=spec)["kernels"]}
+    checked = 0
+    for kid, m in metrics.items():
+        v = {name: num(value) for name, (_, value) in m.items() if name.startswith(PREFIX)}
+        fma = sum(2 * v[f"{PREFIX}{p}fma_pred_on.sum"] for p in "dfh")
+        total = sum(v[f"{PREFIX}{p}add_pred_on.sum"] + v[f"{PREFIX}{p}mul_pred_on.sum"]
+                    + 2 * v[f"{PREFIX}{p}fma_pred_on.sum"] for p in "dfh")
+        k = kernels[int(kid)]
+        assert frame.set_index("kernel_id").loc[int(kid), "flops_fma"] == fma
+        if total == 0:
+            assert k["fma_share"] is None
+            continue
+        assert k["fma_share"] == pytest.approx(fma / total, rel=1e-12)
+        if k["precision"] == "fp32" and not k["tensor_cores"]:
+            assert k["fma_mix_ceiling_flops_per_s"] == pytest.approx(15.7e12 / (2 - fma / total), rel=1e-12)
+            assert k["no_fma_ceiling_flops_per_s"] == 15.7e12 / 2
+            checked += 1
+    assert checked >= 4

@@ -32,7 +32,7 @@ from dlscope.store.schema import COUNTERS_DDL as NCU_DDL
 
 #: Columns of the per-kernel frame, in order (also the ncu_kernels table).
 NCU_COLUMNS = ("kernel_id", "process_id", "kernel_name", "device", "device_name", "cc", "time_ns",
-               "time_source", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "bytes_l1",
+               "time_source", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "flops_fma", "bytes_l1",
                "bytes_l2", "bytes_dram", "tensor_pipe_inst", "cycles", "cycles_per_second", "mma_inst",
                "total_inst", "tensor_share", "uses_tc", "uses_tc_source", "tensor_flops_basis",
                "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
@@ -277,7 +277,7 @@ def read_ncu_csv(path: str | Path) -> pd.DataFrame:
     name_metric = _recipes()["device_name_metric"]
     out["device_name"] = identity[name_metric].astype(str) if name_metric in identity else ""
     out["cc"] = _compute_capability(identity, numeric)
-    for column in ("flops_fp64", "flops_fp32", "flops_fp16", "bytes_l1", "bytes_l2", "bytes_dram",
+    for column in ("flops_fp64", "flops_fp32", "flops_fp16", "flops_fma", "bytes_l1", "bytes_l2", "bytes_dram",
                    "tensor_pipe_inst", "cycles", "cycles_per_second"):
         out[column] = _combine(numeric, column)
     measured = _combine(numeric, "gpu_time_ns")
@@ -305,7 +305,7 @@ def write_ncu_kernels(conn: sqlite3.Connection, frame: pd.DataFrame, source: str
     have = {r[1] for r in conn.execute("PRAGMA table_info(ncu_kernels)")}
     for name, kind in (("mma_inst", "REAL"), ("total_inst", "REAL"), ("tensor_share", "REAL"),
                        ("uses_tc", "INTEGER"), ("uses_tc_source", "TEXT"), ("tensor_flops_basis", "TEXT"),
-                       *((axis, "INTEGER") for axis in GEOMETRY)):
+                       ("flops_fma", "REAL"), *((axis, "INTEGER") for axis in GEOMETRY)):
         if name not in have:  # a database written before the Tensor Core verdict existed
             conn.execute(f"ALTER TABLE ncu_kernels ADD COLUMN {name} {kind}")
     cols = ["source", *NCU_COLUMNS]

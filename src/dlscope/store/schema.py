@@ -242,7 +242,7 @@ CREATE TABLE IF NOT EXISTS ncu_kernels (
     flops_fp64 REAL, flops_fp32 REAL, flops_fp16 REAL, flops_tensor REAL,
     bytes_l1 REAL, bytes_l2 REAL, bytes_dram REAL, tensor_pipe_inst REAL,
     cycles REAL, cycles_per_second REAL, mma_inst REAL, total_inst REAL, tensor_share REAL,
-    uses_tc INTEGER, uses_tc_source TEXT, tensor_flops_basis TEXT,
+    uses_tc INTEGER, uses_tc_source TEXT, tensor_flops_basis TEXT, flops_fma REAL,
     grid_x INTEGER, grid_y INTEGER, grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER
 );
 CREATE INDEX IF NOT EXISTS ncu_kernels_name ON ncu_kernels (kernel_name);
