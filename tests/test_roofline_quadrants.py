@@ -89,3 +89,18 @@ def test_counters_only_run_is_placed_from_its_kernels(tmp_path):
     init = report["kernels"][0]                                  # 0 FLOPs: counted for time and bytes
     assert init["compute_utilization_pct"] == 0 and init["quadrant"] in ("both_low", "memory_bound")
     assert util["gpu_time_ns"] == pytest.approx(frame["time_ns"].sum(), abs=1)
+
+
+@pytest.mark.parametrize(("name", "precision"), [
+    ("ampere_tf32_s1688gemm_tf32_128x128_16x32_nn", "tf32"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>(T1::Params)", "tf32"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_kernel", "bf16"),
+    ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_kernel", "fp8"),
+    ("ampere_s16816gemm_fp16_256x128_ldg8_stages_64x3_nn", "fp16"),
+    # CUTLASS half_t inputs with a float accumulator: no explicit token, so the FP16 default, never FP32/TF32
+    ("void cutlass::Kernel<cutlass::gemm::kernel::Gemm<... cutlass::half_t, float, layout::RowMajor>>", "fp16"),
+])
+def test_tensor_core_kernels_take_the_roof_of_the_precision_their_name_states(name, precision):
+    from dlscope.roofline.analysis import tensor_kernel_precision
+
+    assert tensor_kernel_precision(name)[0] == precision

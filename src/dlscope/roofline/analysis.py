@@ -12,8 +12,12 @@ its intensity, min(peak, AI × bandwidth), as a percentage.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import sqlite3
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -175,14 +179,39 @@ def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list
     return ops, unmodelled_ns
 
 
+#: kernel_precision.json patterns that name a type explicitly (not the structural FP32 fallbacks, which a CUTLASS
+#: name with a float accumulator would match whatever its inputs).
+EXPLICIT_TOKENS = ("fp8_token", "int8_token", "fp64_token", "bf16_token", "fp16_token", "tf32_token",
+                   "tf32_sm80_s1688")
+
+
+@lru_cache(maxsize=1)
+def _type_tokens() -> tuple[tuple[re.Pattern, str], ...]:
+    ref = json.loads(resources.files("dlscope.data").joinpath("kernel_precision.json").read_text())
+    return tuple((re.compile(p["pattern"]), p["precision"]) for p in ref["patterns"] if p["id"] in EXPLICIT_TOKENS)
+
+
+@lru_cache(maxsize=65536)
+def tensor_kernel_precision(name: str) -> tuple[str, str]:
+    """(precision, why) of a Tensor Core kernel: the first explicit type token of its name (data/
+    kernel_precision.json: e4m3, int8, dmma, bf16, f16, tf32, sm80 s1688...), else FP16, the usual case."""
+    for pattern, precision in _type_tokens():
+        if pattern.search(name or ""):
+            return precision, "name"
+    return "fp16", "assumed"
+
+
 def _kernel_precision(row: pd.Series) -> tuple[str, str | None, bool]:
-    """(dominant FLOP column, precision, tensor) of a counter-profiled kernel."""
+    """(dominant FLOP column, precision, tensor) of a counter-profiled kernel: the FLOP column with the most
+    work; Tensor Core work in the precision its name states (FP16 when it states none)."""
     columns = {"flops_fp64": ("fp64", False), "flops_fp32": ("fp32", False), "flops_fp16": ("fp16", False),
                "flops_tensor": ("fp16", True)}
     values = {c: row[c] for c in columns if pd.notna(row[c])}
     if not values or max(values.values()) <= 0:
         return "", None, False
     best = max(values, key=values.get)
+    if best == "flops_tensor":
+        return best, tensor_kernel_precision(str(row.get("kernel_name") or ""))[0], True
     return best, *columns[best]
 
 
