@@ -195,8 +195,14 @@ def test_ncu_kernels_link_to_the_trace_launches_they_profiled(tmp_path):
             grid[0] += 1                                          # a launch whose grid disagrees
         name = row["kernel_name"].removeprefix("void ") if ncu_id % 2 else row["kernel_name"]
         conn.execute("INSERT INTO kernels (kernel_id, rank, name, start, dur, grid_x, grid_y, grid_z, block_x, "
-                     "block_y, block_z, op_id, iteration) VALUES (?, 0, ?, ?, 10, ?, ?, ?, ?, ?, ?, ?, 1)",
-                     (kid, name, start, *grid, int(row["block_x"]), int(row["block_y"]), int(row["block_z"]), op))
+                     "block_y, block_z, op_id, iteration, launch_ts) "
+                     "VALUES (?, 0, ?, ?, 10, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                     (kid, name, start, *grid, int(row["block_x"]), int(row["block_y"]), int(row["block_z"]), op,
+                      start - 5))
+    # NVTX ranges: "gemms" open while ncu IDs 4..7 launched (starts 4000..7000), "all" around every launch
+    conn.execute("INSERT INTO ranges (range_id, rank, pid, name, start, \"end\", category) VALUES "
+                 "(1, 0, 7, 'gemms', 3990, 7000, ''), (2, 0, 7, 'all', 0, 20000, ''), "
+                 "(3, 0, 7, 'ProfilerStep#1', 0, 20000, 'step')")
     conn.commit()
     report = roofline_report(conn, 1)
     by_id = {k["kernel_id"]: k for k in report["kernels"]}
@@ -212,4 +218,8 @@ def test_ncu_kernels_link_to_the_trace_launches_they_profiled(tmp_path):
     init = next(o for o in links["by_op"] if o["node_id"] == 10)
     assert init["kernels"] == 4 and init["flops_tensor"] == 0
     assert links["by_iteration"][0]["kernels"] == 11
+    ranges = {r["range_name"]: r for r in links["by_range"]}
+    assert set(ranges) == {"gemms", "all"}                       # the profiler step is by_iteration's
+    assert ranges["gemms"]["kernels"] == 4 and ranges["gemms"]["flops_tensor"] == 4 * 2 * 20480**3
+    assert ranges["all"]["kernels"] == 11
     json.dumps(report, allow_nan=False)

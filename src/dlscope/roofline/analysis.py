@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dlscope.errors import DlscopeError
@@ -316,7 +317,7 @@ def _trace_kernels_named(conn: sqlite3.Connection, names: pd.Series) -> pd.DataF
     for at in range(0, len(spellings), 500):
         chunk = spellings[at:at + 500]
         frames.append(pd.read_sql_query(
-            f"SELECT k.kernel_id, k.name, k.start, k.dur, k.op_id, k.iteration, "
+            f"SELECT k.kernel_id, k.name, k.start, k.dur, k.op_id, k.iteration, k.launch_ts, k.pid, k.rank, "
             f"{', '.join('k.' + g if ' AS ' not in g else g for g in geometry)}, {node} "
             f"FROM kernels k {joins} WHERE k.name IN ({', '.join('?' * len(chunk))})", conn, params=chunk))
     return pd.concat(frames, ignore_index=True)
@@ -330,6 +331,7 @@ def link_counters(conn: sqlite3.Connection, frame: pd.DataFrame) -> tuple[pd.Dat
         return frame, {}
     pairs = match_trace_kernels(frame, trace).set_index("ncu_index")
     linked = frame.join(pairs[["trace_kernel_id", "geometry_match", "node_id", "op_name", "iteration"]])
+    launches = pairs.reindex(frame.index)[["launch_ts", "pid", "rank"]]
     matched = linked[linked["trace_kernel_id"].notna()]
     flop_cols = ["flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor"]
 
@@ -347,7 +349,40 @@ def link_counters(conn: sqlite3.Connection, frame: pd.DataFrame) -> tuple[pd.Dat
     links = {"matched_kernels": int(len(matched)), "ncu_kernels": int(len(frame)),
              "geometry_mismatches": int((matched["geometry_match"] == 0).sum()),
              "by_op": per(["node_id", "op_name"]), "by_iteration": per(["iteration"])}
+    in_ranges = _kernels_in_ranges(conn, launches.loc[matched.index])
+    if not in_ranges.empty:
+        matched = matched.loc[in_ranges["row"]].assign(range_name=in_ranges["name"].to_numpy())
+        links["by_range"] = per(["range_name"])
     return linked, links
+
+
+#: At most this many (kernel, range) pairs are compared at once when placing kernels in NVTX ranges.
+_PAIRS_AT_ONCE = 4_000_000
+
+
+def _kernels_in_ranges(conn: sqlite3.Connection, launches: pd.DataFrame) -> pd.DataFrame:
+    """(row, name) for every annotation/NVTX range of the same process and rank that was open when a matched
+    kernel was launched (nested ranges each count it once); profiler steps are left to by_iteration."""
+    launches = launches.dropna(subset=["launch_ts"])
+    if launches.empty or not _table_exists(conn, "ranges"):
+        return pd.DataFrame(columns=["row", "name"])
+    ranges = pd.read_sql_query('SELECT rank, pid, name, start, "end" FROM ranges '
+                               "WHERE COALESCE(category, '') != 'step' AND \"end\" >= ? AND start <= ?", conn,
+                               params=(int(launches["launch_ts"].min()), int(launches["launch_ts"].max())))
+    if ranges.empty:
+        return pd.DataFrame(columns=["row", "name"])
+    out = []
+    step = max(1, _PAIRS_AT_ONCE // len(ranges))
+    t_all, pid_all, rank_all = (launches[c].to_numpy(dtype="float64") for c in ("launch_ts", "pid", "rank"))
+    r_start, r_end = ranges["start"].to_numpy("float64"), ranges["end"].to_numpy("float64")
+    r_pid, r_rank = ranges["pid"].to_numpy("float64"), ranges["rank"].to_numpy("float64")
+    for at in range(0, len(launches), step):
+        t, pid, rank = (a[at:at + step, None] for a in (t_all, pid_all, rank_all))
+        inside = (r_start <= t) & (t <= r_end) & ((r_pid == pid) | np.isnan(pid) | np.isnan(r_pid)) \
+            & ((r_rank == rank) | np.isnan(rank) | np.isnan(r_rank))
+        k, r = np.nonzero(inside)
+        out.append(pd.DataFrame({"row": launches.index[at + k], "name": ranges["name"].to_numpy()[r]}))
+    return pd.concat(out, ignore_index=True)
 
 
 def _ncu_frame(conn: sqlite3.Connection) -> pd.DataFrame:

@@ -336,7 +336,8 @@ def match_trace_kernels(ncu: pd.DataFrame, trace: pd.DataFrame) -> pd.DataFrame:
                          "order": ncu["kernel_id"].to_numpy()})
     left["nth"] = left.sort_values(["order", "ncu_index"], kind="stable").groupby("key").cumcount() \
         .reindex(left.index)
-    extra = [c for c in ("op_id", "node_id", "op_name", "iteration", "dur") if c in trace.columns]
+    extra = [c for c in ("op_id", "node_id", "op_name", "iteration", "dur", "launch_ts", "pid", "rank")
+             if c in trace.columns]
     right = trace[["kernel_id", "start", *GEOMETRY, *extra]].rename(columns={"kernel_id": "trace_kernel_id",
                                                                              **{g: f"trace_{g}" for g in GEOMETRY}})
     right = right.assign(key=_launch_name(trace["name"]).to_numpy())
