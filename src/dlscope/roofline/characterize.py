@@ -10,8 +10,9 @@ timed repeats after a warm-up, so a slow outlier (another process, a clock ramp)
   ``torch._scaled_mm`` on CC ≥ 8.9. FP64 goes to ``fp64_tensor_flops`` where cuBLAS uses DMMA (CC 8.0, 9.0,
   10.0), else ``fp64_flops``.
 * Bandwidth: ``dst.copy_(src)`` moves 2 × the buffer's bytes (one read, one write). Device memory: a buffer
-  of at least 4 × the last-level cache. ``l2``: a buffer of half the GPU's L2 (on a CPU: half its last-level
-  cache), copied repeatedly so it stays resident.
+  of at least 4 × the last-level cache. ``l2``: a buffer of a quarter of the GPU's L2 (on a CPU: of its
+  last-level cache), so source and destination together fill half of it and stay resident while copied
+  repeatedly.
 * Not measured (``skipped`` says why): L1, FMA vs no-FMA and CUDA-core FP16 ceilings need a micro-kernel
   whose working set and instruction mix torch calls cannot pin (a Triton or CUDA kernel: seed 004's ERT).
 """
@@ -156,7 +157,7 @@ def _bandwidth(device: str, torch: Any, sync, repeats: int, dram_bytes: int | No
     big = dram_bytes or max(MIN_DRAM_BYTES[device], 4 * (cache or 0))
     sizes = {"dram_bandwidth_bytes_per_s": big}
     if cache:
-        sizes["l2_bandwidth_bytes_per_s"] = cache // 2
+        sizes["l2_bandwidth_bytes_per_s"] = cache // 4        # source and destination: half the cache
     else:
         skipped["l2_bandwidth_bytes_per_s"] = "the cache size is unknown on this machine"
     for field_name, nbytes in sizes.items():
