@@ -148,3 +148,78 @@ def test_chart_writes_png_and_svg(tmp_path):
     assert b"<svg" in svg.read_bytes()[:2000] and b"fp16_tensor" in svg.read_bytes()
     empty = write_roofline_chart({"ops": [], "kernels": [], "ceilings": None, "gpu": None}, tmp_path / "empty")
     assert all(p.stat().st_size > 0 for p in empty)
+
+
+def test_counters_only_database_gets_a_roofline_report_from_the_cli(tmp_path):
+    """`import` of an ncu CSV then `report --reports roofline --gpu-spec`: no aggregation needed. The cuBLAS
+    GEMM's achieved FLOP/s is 2·20480³ over the time its raw cycle counters give, read here with csv."""
+    import csv
+
+    from click.testing import CliRunner
+
+    from dlscope.cli import cli
+
+    path = data_file("ncu_csv", "wangzy_gemm_roofline_metrics_a100.csv")
+    lines = path.read_text().splitlines()
+    rows = list(csv.DictReader(lines[next(i for i, x in enumerate(lines) if x.startswith('"ID"')):]))
+    raw = {r["Metric Name"]: float(r["Metric Value"].replace(",", "")) for r in rows if r["ID"] == "10"}
+    seconds = raw["sm__cycles_elapsed.avg"] / raw["sm__cycles_elapsed.avg.per_second"]
+    spec = tmp_path / "a100.json"
+    spec.write_text(json.dumps({"name": "A100 PCIe", "fp32_flops": 19.5e12, "fp16_tensor_flops_dense": 312e12,
+                                "dram_bandwidth_bytes_per_s": 1555e9}))
+    runner = CliRunner()
+    db = tmp_path / "c.sqlite"
+    assert runner.invoke(cli, ["import", str(path), "-o", str(db)]).exit_code == 0
+    result = runner.invoke(cli, ["report", str(db), "--reports", "roofline", "--formats", "json",
+                                  "-o", str(tmp_path / "out"), "--gpu-spec", str(spec)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "roofline.json").read_text())
+    gemm = next(k for k in report["kernels"] if "s16816gemm" in k["kernel_name"])
+    assert gemm["flops"] == 2 * 20480**3 and gemm["ceiling"] == "fp16_tensor"
+    assert gemm["achieved_flops_per_s"] == pytest.approx(2 * 20480**3 / seconds, rel=1e-9)
+    assert gemm["pct_of_ceiling"] == pytest.approx(100 * 2 * 20480**3 / seconds / 312e12, rel=1e-9)
+
+
+def test_ncu_kernels_link_to_the_trace_launches_they_profiled(tmp_path):
+    """The k-th ncu launch of a name is the k-th trace launch of it; geometry checked; counters per op node.
+    Trace launches are written here by hand, in a different start order across names than ncu's IDs."""
+    conn = make_db(tmp_path / "p.sqlite")
+    frame = read_ncu_csv(data_file("ncu_csv", "wangzy_gemm_roofline_metrics_a100.csv"))
+    write_ncu_kernels(conn, frame)
+    # trace: (kernel_id, ncu ID it is, start, op_id); ncu names say "void ...", the trace may not
+    plan = [(100 + i, i, 1000 * (11 - i) if i < 4 else 1000 * i, 1 if i < 4 else 3) for i in range(11)]
+    for kid, ncu_id, start, op in plan:
+        row = frame.loc[frame["kernel_id"] == ncu_id].iloc[0]
+        grid = [int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])]
+        if ncu_id == 6:
+            grid[0] += 1                                          # a launch whose grid disagrees
+        name = row["kernel_name"].removeprefix("void ") if ncu_id % 2 else row["kernel_name"]
+        conn.execute("INSERT INTO kernels (kernel_id, rank, name, start, dur, grid_x, grid_y, grid_z, block_x, "
+                     "block_y, block_z, op_id, iteration, launch_ts) "
+                     "VALUES (?, 0, ?, ?, 10, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                     (kid, name, start, *grid, int(row["block_x"]), int(row["block_y"]), int(row["block_z"]), op,
+                      start - 5))
+    # NVTX ranges: "gemms" open while ncu IDs 4..7 launched (starts 4000..7000), "all" around every launch
+    conn.execute("INSERT INTO ranges (range_id, rank, pid, name, start, \"end\", category) VALUES "
+                 "(1, 0, 7, 'gemms', 3990, 7000, ''), (2, 0, 7, 'all', 0, 20000, ''), "
+                 "(3, 0, 7, 'ProfilerStep#1', 0, 20000, 'step')")
+    conn.commit()
+    report = roofline_report(conn, 1)
+    by_id = {k["kernel_id"]: k for k in report["kernels"]}
+    # init kernels were started in reverse: ncu ID 0 and 1 share a name, so ID 0 pairs with the earlier (ID 1's)
+    assert by_id[0]["trace_kernel_id"] == 101 and by_id[1]["trace_kernel_id"] == 100
+    assert all(by_id[i]["trace_kernel_id"] == 100 + i for i in range(4, 11))
+    assert by_id[6]["geometry_match"] == 0 and by_id[5]["geometry_match"] == 1
+    links = report["counters_linked"]
+    assert links["matched_kernels"] == 11 and links["geometry_mismatches"] == 1
+    gemm = next(o for o in links["by_op"] if o["node_id"] == 20)
+    assert gemm["kernels"] == 7 and gemm["tc_kernels"] == 7
+    assert gemm["flops_tensor"] == 7 * 2 * 20480**3
+    init = next(o for o in links["by_op"] if o["node_id"] == 10)
+    assert init["kernels"] == 4 and init["flops_tensor"] == 0
+    assert links["by_iteration"][0]["kernels"] == 11
+    ranges = {r["range_name"]: r for r in links["by_range"]}
+    assert set(ranges) == {"gemms", "all"}                       # the profiler step is by_iteration's
+    assert ranges["gemms"]["kernels"] == 4 and ranges["gemms"]["flops_tensor"] == 4 * 2 * 20480**3
+    assert ranges["all"]["kernels"] == 11
+    json.dumps(report, allow_nan=False)

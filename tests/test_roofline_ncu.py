@@ -71,12 +71,40 @@ def test_volta_tensor_flops_equal_the_gemm_problem_size():
     assert (init["flops_tensor"] == 0).all() and (init["tensor_pipe_inst"] == 0).all()
 
 
-def test_ampere_tensor_flops_are_unknown_without_ops_path_metrics():
-    """No fixed FLOPs-per-instruction outside Volta: NaN, never a made-up 0."""
-    frame = read_ncu_csv(data_file("ncu_csv", "wangzy_gemm_roofline_metrics_a100.csv"))
-    assert frame["flops_tensor"].isna().all()
+def test_ampere_tensor_flops_from_pipe_instructions_equal_the_gemm_problem_size():
+    """A100 (CC 8.0): tensor-pipe instructions read here from the raw CSV x 2·M·N·K of the MMA shape the kernel
+    name states (CUTLASS arch::Mma GemmShape<16,8,8>, cuBLAS s16816) = 2·20480³, the GEMM the program ran."""
+    path = data_file("ncu_csv", "wangzy_gemm_roofline_metrics_a100.csv")
+    _, metrics, identity = raw_counters(path)
+    frame = read_ncu_csv(path).set_index("kernel_id")
+    problem = 2 * 20480**3
+    seen = 0
+    for kid, m in metrics.items():
+        name = identity[kid]["Kernel Name"]
+        inst = num(m["sm__inst_executed_pipe_tensor.sum"][1])
+        if "arch::Mma<cutlass::gemm::GemmShape<(int)16, (int)8, (int)8>" in name:
+            per_inst = 2 * 16 * 8 * 8                       # one HMMA.1688 per mma.sync on sm_80
+        elif "s16816gemm" in name:
+            per_inst = 2 * 16 * 8 * 16                      # one HMMA.16816
+        else:
+            assert inst == 0 and frame.loc[int(kid), "flops_tensor"] == 0
+            continue
+        assert inst * per_inst == problem
+        assert frame.loc[int(kid), "flops_tensor"] == problem
+        seen += 1
+    assert seen == 7
     assert frame["flops_fp32"].isna().all()           # this file has no SASS FLOP counters at all
-    assert (frame.loc[frame["kernel_name"].str.contains("s16816gemm"), "tensor_pipe_inst"] == 4_194_304_000).all()
+
+
+def test_tensor_flops_stay_unknown_where_the_architecture_has_no_fixed_shape(tmp_path):
+    """Hopper's wgmma has no fixed shape: without a shape in the name or ops_path metrics, NaN, never 0."""
+    from dlscope.roofline.ncu import flops_per_tensor_instruction
+
+    assert math.isnan(flops_per_tensor_instruction("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64"
+                                                   "_warpgroupsize2x1x1_execute_segment_k_off_kernel", "9.0")[0])
+    assert flops_per_tensor_instruction("ampere_s16816gemm_fp16_128x128_ldg8_stages_32x5_tn", "9.0")[0] == 4096
+    assert flops_per_tensor_instruction("volta_h884gemm_64x64_ldg8_nn", "7.0")[0] == 512
+    assert math.isnan(flops_per_tensor_instruction("any_kernel", "")[0])
 
 
 def test_flash_attention_uses_the_tensor_pipe_where_pytorch_attention_does_not():
@@ -261,3 +289,39 @@ def test_a_database_from_before_the_verdict_gets_its_columns(tmp_path):
     labels = _hand_labels()
     assert [(bool(u), s) for _, u, s in rows] == [
         (labels[hashlib.sha256(n.encode()).hexdigest()] == "tensor_core", "name") for n, _, _ in rows]
+
+
+def test_fma_share_and_the_ceiling_its_mix_allows(tmp_path):
+    """FMA FLOPs (2 per d/f/h FMA thread instruction) over all CUDA-core FLOPs, from the raw counters of the
+    eager-PyTorch BERT attention (FP32 sgemm on CUDA cores) read here; an FP32 kernel's mix roof is
+    P / (2 - share) and its no-FMA roof P / 2 (ERT's two FP lines)."""
+    import sqlite3
+
+    from dlscope.roofline import roofline_report, write_ncu_kernels
+
+    path = data_file("ncu_csv", "leleucas_bert_attention_pytorch_ampere.csv")
+    _, metrics, _ = raw_counters(path)
+    frame = read_ncu_csv(path)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"name": "V100", "fp32_flops": 15.7e12, "fp16_tensor_flops_dense": 125e12,
+                                "dram_bandwidth_bytes_per_s": 900e9}))
+    conn = sqlite3.connect(tmp_path / "n.sqlite")
+    write_ncu_kernels(conn, frame)
+    kernels = {k["kernel_id"]: k for k in roofline_report(conn, None, gpu_spec_path=spec)["kernels"]}
+    checked = 0
+    for kid, m in metrics.items():
+        v = {name: num(value) for name, (_, value) in m.items() if name.startswith(PREFIX)}
+        fma = sum(2 * v[f"{PREFIX}{p}fma_pred_on.sum"] for p in "dfh")
+        total = sum(v[f"{PREFIX}{p}add_pred_on.sum"] + v[f"{PREFIX}{p}mul_pred_on.sum"]
+                    + 2 * v[f"{PREFIX}{p}fma_pred_on.sum"] for p in "dfh")
+        k = kernels[int(kid)]
+        assert frame.set_index("kernel_id").loc[int(kid), "flops_fma"] == fma
+        if total == 0:
+            assert k["fma_share"] is None
+            continue
+        assert k["fma_share"] == pytest.approx(fma / total, rel=1e-12)
+        if k["precision"] == "fp32" and not k["tensor_cores"]:
+            assert k["fma_mix_ceiling_flops_per_s"] == pytest.approx(15.7e12 / (2 - fma / total), rel=1e-12)
+            assert k["no_fma_ceiling_flops_per_s"] == 15.7e12 / 2
+            checked += 1
+    assert checked >= 4

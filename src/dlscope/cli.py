@@ -149,6 +149,7 @@ def _register_commands() -> None:
     from .capture.cli_profile import profile_command
     from .compare.cli_compare import check_command, diff_command
     from .present.cli_export import export_command
+    from .roofline.cli_characterize import characterize_command
     from .viewer.cli_view import view_command
     from .whatif.cli_whatif import whatif_command
 
@@ -158,6 +159,7 @@ def _register_commands() -> None:
     cli.add_command(view_command, "view")
     cli.add_command(whatif_command, "whatif")
     cli.add_command(export_command, "export")
+    cli.add_command(characterize_command, "characterize")
 
 
 _register_commands()

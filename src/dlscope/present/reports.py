@@ -79,7 +79,12 @@ def write_reports(db_path: Path, out_dir: Path, reports: list[str], formats: lis
     summary = summary_dict(db_path, agg_id) if "summary" in reports else None
     conn = reader.connect(db_path)
     try:
-        agg = summary["aggregation"]["agg_id"] if summary else reader.resolve_agg_id(conn, agg_id)
+        if summary:
+            agg = summary["aggregation"]["agg_id"]
+        elif agg_id is None and set(reports) <= {"roofline"} and reader.current_agg_id(conn) is None:
+            agg = None  # a counters-only database (ncu CSVs): the roofline of its kernels needs no aggregation
+        else:
+            agg = reader.resolve_agg_id(conn, agg_id)
         for name in reports:
             if name in SPECIAL_REPORTS:
                 written += _write_special(conn, name, agg, out_dir, formats, gpu_spec)
@@ -97,7 +102,7 @@ def write_reports(db_path: Path, out_dir: Path, reports: list[str], formats: lis
     return written
 
 
-def _write_special(conn: sqlite3.Connection, name: str, agg_id: int, out_dir: Path, formats: list[str],
+def _write_special(conn: sqlite3.Connection, name: str, agg_id: int | None, out_dir: Path, formats: list[str],
                    gpu_spec: Path | None) -> list[Path]:
     wanted = [f for f in formats if f in SPECIAL_REPORTS[name]]
     if not wanted:

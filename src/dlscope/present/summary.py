@@ -286,6 +286,11 @@ def _render_roofline(console, roofline: dict | None, escape, counters_only: bool
     console.print(f"Roofline ({escape(str(roofline['gpu']))}): "
                   f"{fmt_ns(roofline['memory_bound_gpu_time_ns'])} of op GPU time memory-bound, "
                   f"{fmt_ns(roofline['math_bound_gpu_time_ns'])} math-bound")
+    util = roofline.get("utilization")
+    if util:
+        console.print(escape(f"  Run: {util['compute_utilization_pct']:.1f}% compute, "
+                             f"{util['memory_utilization_pct']:.1f}% memory bandwidth ({util['quadrant_label']})"
+                             + (f"; {util['advice'][0]}" if util.get("advice") else "")))
     for op in roofline.get("furthest_below", [])[:3]:
         pct = op.get("pct_of_ceiling")
         console.print(escape(f"  {op['op_name']}: {fmt_pct(pct / 100 if pct is not None else None)} of its "
@@ -369,7 +374,8 @@ def render_summary(summary: dict) -> str:
         console.print(f"System: {system}", markup=False)
     units = summary_units(a)
     if a is None:
-        console.print("No timeline in this database (counters only): see `dlscope report --reports roofline`.")
+        console.print("No timeline in this database (counters only): see `dlscope report DB --reports roofline "
+                      "[--gpu-spec FILE]` (a spec from the table, or one `dlscope characterize` measured).")
         _render_roofline(console, summary.get("roofline"), escape, counters_only=True)
         return buf.getvalue()
     if title:

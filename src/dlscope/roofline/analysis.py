@@ -12,17 +12,24 @@ its intensity, min(peak, AI × bandwidth), as a percentage.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import sqlite3
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dlscope.errors import DlscopeError
 from dlscope.roofline.ceilings import LEVELS, GpuCeilings, find_ceilings, load_spec_file
 from dlscope.roofline.flops import _table as _ops_table
 from dlscope.roofline.flops import op_cost
+from dlscope.roofline.ncu import GEOMETRY, match_trace_kernels
+from dlscope.roofline.quadrants import point_utilization, quadrant, run_utilization
 
 
 def above_roof_reason(family: str, precision: str | None, bound: str | None) -> str:
@@ -134,6 +141,13 @@ def _op_rows(conn: sqlite3.Connection, agg_id: int) -> pd.DataFrame:
     return pd.read_sql_query(query, conn, params=(agg_id,))
 
 
+def _add_quadrant(point: dict, flops, nbytes, time_ns, peak, dram) -> None:
+    compute, memory = point_utilization(flops, nbytes, time_ns, peak, dram)
+    point["compute_utilization_pct"] = 100.0 * compute if compute is not None else None
+    point["memory_utilization_pct"] = 100.0 * memory if memory is not None else None
+    point["quadrant"] = quadrant(compute, memory)
+
+
 def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list[dict], int]:
     """Op dicts for every node with a FLOP model; also the GPU time of nodes without one."""
     ops: list[dict] = []
@@ -158,6 +172,7 @@ def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list
               "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None,
               "ceiling_bytes_per_s": dram}
         op.update(_place(flops, nbytes, row.gpu_time_ns, peak[1] if peak else None, dram))
+        _add_quadrant(op, flops, nbytes, row.gpu_time_ns, peak[1] if peak else None, dram)
         op["above_roof"] = (op.get("pct_of_ceiling") or 0) > 100.0
         op["above_roof_reason"] = above_roof_reason(cost.family, precision, op.get("bound")) \
             if op["above_roof"] else None
@@ -165,15 +180,54 @@ def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list
     return ops, unmodelled_ns
 
 
+#: kernel_precision.json patterns that name a type explicitly (not the structural FP32 fallbacks, which a CUTLASS
+#: name with a float accumulator would match whatever its inputs).
+EXPLICIT_TOKENS = ("fp8_token", "int8_token", "fp64_token", "bf16_token", "fp16_token", "tf32_token",
+                   "tf32_sm80_s1688")
+
+
+@lru_cache(maxsize=1)
+def _type_tokens() -> tuple[tuple[re.Pattern, str], ...]:
+    ref = json.loads(resources.files("dlscope.data").joinpath("kernel_precision.json").read_text())
+    return tuple((re.compile(p["pattern"]), p["precision"]) for p in ref["patterns"] if p["id"] in EXPLICIT_TOKENS)
+
+
+@lru_cache(maxsize=65536)
+def tensor_kernel_precision(name: str) -> tuple[str, str]:
+    """(precision, why) of a Tensor Core kernel: the first explicit type token of its name (data/
+    kernel_precision.json: e4m3, int8, dmma, bf16, f16, tf32, sm80 s1688...), else FP16, the usual case."""
+    for pattern, precision in _type_tokens():
+        if pattern.search(name or ""):
+            return precision, "name"
+    return "fp16", "assumed"
+
+
 def _kernel_precision(row: pd.Series) -> tuple[str, str | None, bool]:
-    """(dominant FLOP column, precision, tensor) of a counter-profiled kernel."""
+    """(dominant FLOP column, precision, tensor) of a counter-profiled kernel: the FLOP column with the most
+    work; Tensor Core work in the precision its name states (FP16 when it states none)."""
     columns = {"flops_fp64": ("fp64", False), "flops_fp32": ("fp32", False), "flops_fp16": ("fp16", False),
                "flops_tensor": ("fp16", True)}
     values = {c: row[c] for c in columns if pd.notna(row[c])}
     if not values or max(values.values()) <= 0:
         return "", None, False
     best = max(values, key=values.__getitem__)
+    if best == "flops_tensor":
+        return best, tensor_kernel_precision(str(row.get("kernel_name") or ""))[0], True
     return best, *columns[best]
+
+
+def fma_ceiling(row: pd.Series, peak: float | None) -> dict:
+    """FMA share of a CUDA-core kernel's FLOPs and the roof its instruction mix allows (ERT's FMA and no-FMA
+    ceilings): an FMA issues 2 FLOPs, any other FP instruction 1, so at the issue rate of the FMA peak P a mix
+    with FMA share s reaches P / (2 - s): P with only FMAs, P / 2 (the no-FMA ceiling) with none."""
+    fma = row.get("flops_fma")
+    cuda_core = [row.get(c) for c in ("flops_fp64", "flops_fp32", "flops_fp16")]
+    total = sum(float(v) for v in cuda_core if v is not None and pd.notna(v))
+    if fma is None or pd.isna(fma) or total <= 0:
+        return {"fma_share": None, "no_fma_ceiling_flops_per_s": None, "fma_mix_ceiling_flops_per_s": None}
+    share = float(fma) / total
+    return {"fma_share": share, "no_fma_ceiling_flops_per_s": peak / 2 if peak else None,
+            "fma_mix_ceiling_flops_per_s": peak / (2 - share) if peak else None}
 
 
 def roofline_kernels(kernels: pd.DataFrame, ceilings: GpuCeilings | None) -> list[dict]:
@@ -190,6 +244,9 @@ def roofline_kernels(kernels: pd.DataFrame, ceilings: GpuCeilings | None) -> lis
                 "flops": flops, "time_ns": _finite(float(row["time_ns"])) if pd.notna(row["time_ns"]) else None,
                 "tensor_pipe_inst": _finite(row["tensor_pipe_inst"]) if pd.notna(row["tensor_pipe_inst"]) else None,
                 "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None}
+        for c in ("trace_kernel_id", "geometry_match", "node_id", "op_name", "iteration"):
+            if c in row.index:
+                item[c] = None if pd.isna(row[c]) else (row[c] if isinstance(row[c], str) else int(row[c]))
         for c in flop_cols:
             item[c] = float(row[c]) if pd.notna(row[c]) else None
         roofs = []
@@ -204,6 +261,9 @@ def roofline_kernels(kernels: pd.DataFrame, ceilings: GpuCeilings | None) -> lis
             item[f"bound_{level}"] = placed.get("bound")
             if placed.get("arithmetic_intensity") and bandwidth:
                 roofs.append((placed["arithmetic_intensity"] * bandwidth, level))
+        item.update(fma_ceiling(row, peak[1] if peak and not tensor else None))
+        _add_quadrant(item, flops, item["bytes_dram"], item["time_ns"], peak[1] if peak else None,
+                      ceilings.bandwidth.get("dram") if ceilings else None)
         item["achieved_flops_per_s"] = (flops / (item["time_ns"] * 1e-9)
                                         if flops is not None and item["time_ns"] else None)
         item["limiting_level"] = None
@@ -240,6 +300,91 @@ def _summary(ops: list[dict], unmodelled_ns: int, total_ns: int) -> dict:
     }
 
 
+def _trace_kernels_named(conn: sqlite3.Connection, names: pd.Series) -> pd.DataFrame:
+    """The trace's launches of the kernels ncu profiled (either spelling, with or without 'void '), with the
+    op node that launched each."""
+    if not _table_exists(conn, "kernels") or names.empty:
+        return pd.DataFrame()
+    plain = names.dropna().astype(str).str.replace(r"^void\s+", "", regex=True)
+    spellings = sorted(set(plain) | set("void " + plain))
+    have = {r[1] for r in conn.execute("PRAGMA table_info(kernels)")}
+    geometry = [g if g in have else f"NULL AS {g}" for g in GEOMETRY]
+    node = ("i.node_id, n.name AS op_name" if _table_exists(conn, "op_instances") and _table_exists(conn, "op_nodes")
+            else "NULL AS node_id, NULL AS op_name")
+    joins = ("LEFT JOIN op_instances i ON i.op_id = k.op_id LEFT JOIN op_nodes n ON n.node_id = i.node_id"
+             if node.startswith("i.") else "")
+    frames = []
+    for at in range(0, len(spellings), 500):
+        chunk = spellings[at:at + 500]
+        frames.append(pd.read_sql_query(
+            f"SELECT k.kernel_id, k.name, k.start, k.dur, k.op_id, k.iteration, k.launch_ts, k.pid, k.rank, "
+            f"{', '.join('k.' + g if ' AS ' not in g else g for g in geometry)}, {node} "
+            f"FROM kernels k {joins} WHERE k.name IN ({', '.join('?' * len(chunk))})", conn, params=chunk))
+    return pd.concat(frames, ignore_index=True)
+
+
+def link_counters(conn: sqlite3.Connection, frame: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Each ncu kernel's trace launch, op node and iteration (``match_trace_kernels``), and the counters
+    summed per op node and per iteration: FLOPs per precision, time, Tensor Core use from the counters."""
+    trace = _trace_kernels_named(conn, frame["kernel_name"]) if "kernel_name" in frame else pd.DataFrame()
+    if trace.empty:
+        return frame, {}
+    pairs = match_trace_kernels(frame, trace).set_index("ncu_index")
+    linked = frame.join(pairs[["trace_kernel_id", "geometry_match", "node_id", "op_name", "iteration"]])
+    launches = pairs.reindex(frame.index)[["launch_ts", "pid", "rank"]]
+    matched = linked[linked["trace_kernel_id"].notna()]
+    flop_cols = ["flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor"]
+
+    def per(keys: list[str]) -> list[dict]:
+        rows = matched.dropna(subset=keys[:1])
+        if rows.empty:
+            return []
+        grouped = rows.groupby(keys, dropna=False, sort=True)
+        out = grouped[flop_cols + ["time_ns"]].sum(min_count=1)
+        out["kernels"] = grouped.size()
+        out["tc_kernels"] = grouped["uses_tc"].sum()
+        return [{k: _finite(v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+                for r in out.reset_index().to_dict("records")]
+
+    links = {"matched_kernels": int(len(matched)), "ncu_kernels": int(len(frame)),
+             "geometry_mismatches": int((matched["geometry_match"] == 0).sum()),
+             "by_op": per(["node_id", "op_name"]), "by_iteration": per(["iteration"])}
+    in_ranges = _kernels_in_ranges(conn, launches.loc[matched.index])
+    if not in_ranges.empty:
+        matched = matched.loc[in_ranges["row"]].assign(range_name=in_ranges["name"].to_numpy())
+        links["by_range"] = per(["range_name"])
+    return linked, links
+
+
+#: At most this many (kernel, range) pairs are compared at once when placing kernels in NVTX ranges.
+_PAIRS_AT_ONCE = 4_000_000
+
+
+def _kernels_in_ranges(conn: sqlite3.Connection, launches: pd.DataFrame) -> pd.DataFrame:
+    """(row, name) for every annotation/NVTX range of the same process and rank that was open when a matched
+    kernel was launched (nested ranges each count it once); profiler steps are left to by_iteration."""
+    launches = launches.dropna(subset=["launch_ts"])
+    if launches.empty or not _table_exists(conn, "ranges"):
+        return pd.DataFrame(columns=["row", "name"])
+    ranges = pd.read_sql_query('SELECT rank, pid, name, start, "end" FROM ranges '
+                               "WHERE COALESCE(category, '') != 'step' AND \"end\" >= ? AND start <= ?", conn,
+                               params=(int(launches["launch_ts"].min()), int(launches["launch_ts"].max())))
+    if ranges.empty:
+        return pd.DataFrame(columns=["row", "name"])
+    out = []
+    step = max(1, _PAIRS_AT_ONCE // len(ranges))
+    t_all, pid_all, rank_all = (launches[c].to_numpy(dtype="float64") for c in ("launch_ts", "pid", "rank"))
+    r_start, r_end = ranges["start"].to_numpy("float64"), ranges["end"].to_numpy("float64")
+    r_pid, r_rank = ranges["pid"].to_numpy("float64"), ranges["rank"].to_numpy("float64")
+    for at in range(0, len(launches), step):
+        t, pid, rank = (a[at:at + step, None] for a in (t_all, pid_all, rank_all))
+        inside = (r_start <= t) & (t <= r_end) & ((r_pid == pid) | np.isnan(pid) | np.isnan(r_pid)) \
+            & ((r_rank == rank) | np.isnan(rank) | np.isnan(r_rank))
+        k, r = np.nonzero(inside)
+        out.append(pd.DataFrame({"row": launches.index[at + k], "name": ranges["name"].to_numpy()[r]}))
+    return pd.concat(out, ignore_index=True)
+
+
 def _ncu_frame(conn: sqlite3.Connection) -> pd.DataFrame:
     if not _table_exists(conn, "ncu_kernels"):
         return pd.DataFrame(columns=["kernel_id", "kernel_name", "device_name", "cc"])
@@ -257,15 +402,26 @@ def roofline_report(conn: sqlite3.Connection, agg_id: int | None, gpu_spec_path:
     rows = _op_rows(conn, agg["agg_id"]) if agg is not None and _table_exists(conn, "agg_ops") else pd.DataFrame()
     ops, unmodelled_ns = roofline_ops(rows, ceilings) if not rows.empty else ([], 0)
     total_ns = int(rows["gpu_time_ns"].sum()) if not rows.empty else 0
+    kernels_frame, links = link_counters(conn, kernels_frame) if "time_ns" in kernels_frame else (kernels_frame, {})
     kernels = roofline_kernels(kernels_frame, ceilings) if "time_ns" in kernels_frame else []
     summary = _summary(ops, unmodelled_ns, total_ns)
+    dram = ceilings.bandwidth.get("dram") if ceilings else None
+    op_points = [{"time_ns": o["gpu_time_ns"], "flops": o["flops"], "bytes": o["bytes"],
+                  "peak": o["ceiling_flops_per_s"], "precision": o["precision"], "tensor_cores": o["tensor_cores"],
+                  "family": o["family"]} for o in ops]
+    kernel_points = [{"time_ns": k["time_ns"], "flops": k["flops"], "bytes": k["bytes_dram"],
+                      "peak": k["ceiling_flops_per_s"], "precision": k["precision"],
+                      "tensor_cores": k["tensor_cores"], "family": None} for k in kernels]
+    cc = (gpu or {}).get("cc")
+    summary["utilization"] = (run_utilization(op_points, dram, cc, "ops")
+                              or run_utilization(kernel_points, dram, cc, "ncu kernels"))
     if ceilings is None:
         summary["memory_bound_gpu_time_ns"] = summary["math_bound_gpu_time_ns"] = None
     return {"agg_id": agg["agg_id"] if agg else None, "gpu": gpu,
             "ceilings": ceilings.to_dict() if ceilings else None, "ceilings_error": reason or None,
             "ops": [{k: _finite(v) for k, v in o.items()} for o in ops],
             "kernels": [{k: _finite(v) for k, v in k_.items()} for k_ in kernels],
-            "summary": summary}
+            "summary": summary, "counters_linked": links or None}
 
 
 def roofline_tables(report: dict) -> dict[str, pd.DataFrame]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import sqlite3
 from functools import lru_cache
@@ -31,9 +32,12 @@ from dlscope.store.schema import COUNTERS_DDL as NCU_DDL
 
 #: Columns of the per-kernel frame, in order (also the ncu_kernels table).
 NCU_COLUMNS = ("kernel_id", "process_id", "kernel_name", "device", "device_name", "cc", "time_ns",
-               "time_source", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "bytes_l1",
+               "time_source", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "flops_fma", "bytes_l1",
                "bytes_l2", "bytes_dram", "tensor_pipe_inst", "cycles", "cycles_per_second", "mma_inst",
-               "total_inst", "tensor_share", "uses_tc", "uses_tc_source")
+               "total_inst", "tensor_share", "uses_tc", "uses_tc_source", "tensor_flops_basis",
+               "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+#: The launch geometry columns (ncu "Grid Size" / "Block Size", the trace's kernels.grid_x ... block_z).
+GEOMETRY = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
 
 _IDENTITY = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
@@ -160,13 +164,64 @@ def _compute_capability(identity: pd.DataFrame, numeric: pd.DataFrame) -> pd.Ser
     return pd.Series("", index=identity.index)
 
 
-def _tensor_flops(numeric: pd.DataFrame, cc: pd.Series, tensor_inst: pd.Series) -> pd.Series:
+@lru_cache(maxsize=1)
+def _inst_flops() -> dict:
+    table = json.loads(resources.files("dlscope.data").joinpath("tensor_inst_flops.json").read_text())
+    table["compiled"] = [(re.compile(r["pattern"]), r["shape"]) for r in table["name_shapes"]]
+    return table
+
+
+@lru_cache(maxsize=65536)
+def instruction_shape(kernel_name: str) -> str:
+    """The MMA shape ('m16n8k16') a kernel's name says its Tensor Core instructions have; '' when it does
+    not say (data/tensor_inst_flops.json, name_shapes)."""
+    for pattern, shape in _inst_flops()["compiled"]:
+        found = pattern.search(kernel_name or "")
+        if found:
+            return shape.format(*found.groups())
+    return ""
+
+
+def flops_per_tensor_instruction(kernel_name: str, cc: str) -> tuple[float, str]:
+    """(FLOPs per tensor-pipe instruction, why) for a kernel on an architecture; (nan, why) when unknown.
+
+    The name's instruction shape when the architecture has it, else the architecture's default shape."""
+    arch = _inst_flops()["architectures"].get(str(cc or "").strip())
+    if arch is None:
+        return math.nan, f"no instruction table for CC {cc or '?'}"
+    shape = instruction_shape(kernel_name)
+    per = arch["flops_per_instruction"]
+    if shape in per:
+        return float(per[shape]), f"{shape} from the name x {per[shape]} (CC {cc})"
+    if arch["default"] in per:
+        return float(per[arch["default"]]), f"{arch['default']} default of CC {cc} x {per[arch['default']]}"
+    return math.nan, f"no fixed FLOPs per instruction on CC {cc} ({arch['name']}) without a shape in the name"
+
+
+def _tensor_flops(numeric: pd.DataFrame, out: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Tensor FLOPs and their basis: sm__ops_path_tensor_* when collected, else tensor-pipe instructions x
+    the FLOPs per instruction of the kernel's MMA shape on its architecture (data/tensor_inst_flops.json).
+    Where the tensor pipe is shared with non-MMA work, a kernel not judged a Tensor Core user gets 0."""
     prefix = _recipes()["tensor_ops_prefix"]
     ops = [c for c in numeric.columns if c.startswith(prefix) and c.endswith(".sum")]
     if ops:
-        return numeric[ops].sum(axis=1, min_count=1)
-    factor = cc.map(_recipes()["tensor_flops_per_inst_by_cc"]).astype("float64")
-    return tensor_inst * factor
+        return numeric[ops].sum(axis=1, min_count=1), pd.Series("sm__ops_path_tensor counters", index=out.index)
+    pairs = out[["kernel_name", "cc"]].astype(str)
+    distinct = pairs.drop_duplicates()
+    looked_up = {(n, c): flops_per_tensor_instruction(n, c) for n, c in distinct.itertuples(index=False)}
+    keys = list(zip(pairs["kernel_name"], pairs["cc"]))
+    factor = pd.Series([looked_up[k][0] for k in keys], index=out.index, dtype="float64")
+    basis = pd.Series([looked_up[k][1] for k in keys], index=out.index, dtype=object)
+    shared = out["cc"].astype(str).map(lambda c: bool((_inst_flops()["architectures"].get(c) or {})
+                                                      .get("shared_tensor_pipe")))
+    not_mma = shared & (out["uses_tc"] == 0) & factor.notna()
+    flops = out["tensor_pipe_inst"] * factor
+    flops = flops.where(~not_mma, 0.0)
+    basis = basis.where(~not_mma, "not a Tensor Core kernel (shared tensor pipe: FP16x2/FP64 work)")
+    none = out["tensor_pipe_inst"] == 0
+    flops = flops.where(~none, 0.0)
+    basis = basis.where(~none, "no tensor-pipe instructions")
+    return flops.astype("float64"), basis.where(out["tensor_pipe_inst"].notna(), "")
 
 
 def _first_present(numeric: pd.DataFrame, alternatives: list[list[str]]) -> pd.Series:
@@ -222,18 +277,25 @@ def read_ncu_csv(path: str | Path) -> pd.DataFrame:
     name_metric = _recipes()["device_name_metric"]
     out["device_name"] = identity[name_metric].astype(str) if name_metric in identity else ""
     out["cc"] = _compute_capability(identity, numeric)
-    for column in ("flops_fp64", "flops_fp32", "flops_fp16", "bytes_l1", "bytes_l2", "bytes_dram",
+    for column in ("flops_fp64", "flops_fp32", "flops_fp16", "flops_fma", "bytes_l1", "bytes_l2", "bytes_dram",
                    "tensor_pipe_inst", "cycles", "cycles_per_second"):
         out[column] = _combine(numeric, column)
-    out["flops_tensor"] = _tensor_flops(numeric, out["cc"], out["tensor_pipe_inst"])
     measured = _combine(numeric, "gpu_time_ns")
     from_cycles = out["cycles"] / out["cycles_per_second"] * 1e9
     out["time_ns"] = measured.fillna(from_cycles)
     out["time_source"] = np.where(measured.notna(), "gpu__time_duration",
                                   np.where(from_cycles.notna(), "sm__cycles_elapsed", ""))
     out = out.join(tensor_core_verdicts(numeric, out["kernel_name"]))
+    out["flops_tensor"], out["tensor_flops_basis"] = _tensor_flops(numeric, out)
+    for column, axes in (("Grid Size", GEOMETRY[:3]), ("Block Size", GEOMETRY[3:])):
+        text = identity[column].astype(str) if column in identity else pd.Series("", index=identity.index)
+        parts = text.str.extract(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
+        for i, axis in enumerate(axes):
+            out[axis] = pd.to_numeric(parts[i], errors="coerce").astype("float64")
     out = out.sort_values("kernel_id", kind="stable").reset_index(drop=True)
     out["kernel_id"] = out["kernel_id"].astype("Int64")
+    for axis in GEOMETRY:
+        out[axis] = out[axis].astype("Int64")
     return out[list(NCU_COLUMNS)]
 
 
@@ -242,7 +304,8 @@ def write_ncu_kernels(conn: sqlite3.Connection, frame: pd.DataFrame, source: str
     conn.executescript(NCU_DDL)
     have = {r[1] for r in conn.execute("PRAGMA table_info(ncu_kernels)")}
     for name, kind in (("mma_inst", "REAL"), ("total_inst", "REAL"), ("tensor_share", "REAL"),
-                       ("uses_tc", "INTEGER"), ("uses_tc_source", "TEXT")):
+                       ("uses_tc", "INTEGER"), ("uses_tc_source", "TEXT"), ("tensor_flops_basis", "TEXT"),
+                       ("flops_fma", "REAL"), *((axis, "INTEGER") for axis in GEOMETRY)):
         if name not in have:  # a database written before the Tensor Core verdict existed
             conn.execute(f"ALTER TABLE ncu_kernels ADD COLUMN {name} {kind}")
     cols = ["source", *NCU_COLUMNS]
@@ -251,3 +314,41 @@ def write_ncu_kernels(conn: sqlite3.Connection, frame: pd.DataFrame, source: str
     conn.executemany(f"INSERT INTO ncu_kernels ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                      records.itertuples(index=False, name=None))
     return len(records)
+
+
+def _launch_name(names: pd.Series) -> pd.Series:
+    """A kernel name as both tools may spell it: no leading 'void ', whitespace collapsed."""
+    return names.fillna("").astype(str).str.replace(r"^void\s+", "", regex=True).str.replace(r"\s+", " ",
+                                                                                              regex=True).str.strip()
+
+
+def match_trace_kernels(ncu: pd.DataFrame, trace: pd.DataFrame) -> pd.DataFrame:
+    """Pair each Nsight Compute kernel with the trace kernel of the same run it profiled.
+
+    The k-th ncu launch of a name (in ncu's launch order, ``kernel_id``) is the k-th trace launch of that name
+    (in start order): ncu serializes launches but keeps their order. The launch geometry must then agree; a
+    pair whose grid or block differs is kept with ``geometry_match`` 0 (ncu ``--launch-skip`` / ``-c`` shift
+    the order, which this shows), and a geometry one side did not record gives NULL. ``trace`` needs
+    kernel_id, name, start and the GEOMETRY columns (op_id, node_id, op_name, iteration come along). Returns one
+    row per ncu kernel: ncu_index (the ncu frame's index), trace_kernel_id (NaN when unmatched),
+    geometry_match and the trace columns."""
+    left = pd.DataFrame({"ncu_index": ncu.index, "key": _launch_name(ncu["kernel_name"]).to_numpy(),
+                         "order": ncu["kernel_id"].to_numpy()})
+    left["nth"] = left.sort_values(["order", "ncu_index"], kind="stable").groupby("key").cumcount() \
+        .reindex(left.index)
+    extra = [c for c in ("op_id", "node_id", "op_name", "iteration", "dur", "launch_ts", "pid", "rank")
+             if c in trace.columns]
+    right = trace[["kernel_id", "start", *GEOMETRY, *extra]].rename(columns={"kernel_id": "trace_kernel_id",
+                                                                             **{g: f"trace_{g}" for g in GEOMETRY}})
+    right = right.assign(key=_launch_name(trace["name"]).to_numpy())
+    right["nth"] = right.sort_values(["start", "trace_kernel_id"], kind="stable").groupby("key").cumcount() \
+        .reindex(right.index)
+    pairs = left.merge(right, on=["key", "nth"], how="left")
+    mine = ncu.loc[pairs["ncu_index"], list(GEOMETRY)].astype("float64").to_numpy()
+    theirs = pairs[[f"trace_{g}" for g in GEOMETRY]].astype("float64").to_numpy()
+    known = ~(np.isnan(mine) | np.isnan(theirs))
+    agree = np.where(known, mine == theirs, True).all(axis=1)
+    any_known = known.any(axis=1) & pairs["trace_kernel_id"].notna().to_numpy()
+    pairs["geometry_match"] = pd.array(np.where(any_known, agree.astype(int), -1), dtype="Int64")
+    pairs.loc[pairs["geometry_match"] == -1, "geometry_match"] = pd.NA
+    return pairs.drop(columns=["key", "nth", "order", *[f"trace_{g}" for g in GEOMETRY]])
