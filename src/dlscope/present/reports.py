@@ -111,6 +111,7 @@ def _write_special(conn: sqlite3.Connection, name: str, agg_id: int | None, out_
     if name == "expert_systems":
         from ..experts import write_expert_report
 
+        assert agg_id is not None  # only a roofline-only request may go without an aggregation
         return [Path(p) for p in write_expert_report(conn, agg_id, out_dir, wanted)]
     from ..roofline import roofline_report
     from ..roofline.export import write_roofline
