@@ -3,7 +3,7 @@
 import { el, ns, nsSpan, int, pct, boolMark, NA, exactNs } from "./format.mjs";
 import { donut, COLORS } from "./charts.mjs";
 import { iterationChart } from "./iterchart.mjs";
-import { viewUrl, update, get } from "./state.mjs";
+import { viewUrl, update, get, shownRank } from "./state.mjs";
 import { ranksTable } from "./job.mjs";
 
 const TIPS = {
@@ -187,7 +187,9 @@ export function renderDashboard(content, data) {
     const links = f.links || {};
     const drill = Object.keys(links).length ? el("a", { class: "drill", href: viewUrl("finding", { finding: f.finding_id }), title: "Show the ops, kernels or iterations concerned", text: "»" }) : null;
     const saving = f.est_saving_ns ? el("div", { class: "saving", title: exactNs(f.est_saving_ns), text: `Estimated saving: ${ns(f.est_saving_ns)}${f.est_saving_pct !== null ? ` (${f.est_saving_pct.toFixed(1)} %)` : ""}` }) : null;
-    return el("tr", { class: `sev-${f.severity || "info"}` }, el("td", { class: "drill-cell" }, drill),
+    const when = (links.time_ranges || [])[0];
+    const tl = when ? el("a", { class: "drill timeline-link", href: viewUrl("timeline", { rank: shownRank(), start: when[0], end: when[1] }), title: "Open the timeline at this finding's first evidence time range", "data-testid": "finding-timeline", text: "⏱" }) : null;
+    return el("tr", { class: `sev-${f.severity || "info"}` }, el("td", { class: "drill-cell" }, drill, tl),
       el("td", {}, el("span", { class: "rule", text: f.rule || "" }), el("div", { text: f.problem || "" }), saving),
       el("td", {}, linkify(f.recommendation)));
   });
