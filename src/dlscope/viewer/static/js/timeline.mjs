@@ -44,7 +44,8 @@ export function renderTimeline(content, data) {
   let hover = null, seq = 0, controller = null, timer = null, waiting = [];
   const lanesY = new Map();
   let height = AXIS;
-  const api = { paints: 0, lastFetchMs: null, lastPaintMs: null, zoom, pan, setWindow, counts: () => data0 && data0.counts };
+  const api = { paints: 0, lastFetchMs: null, lastPaintMs: null, zoom, pan, setWindow, where,
+    counts: () => data0 && data0.counts, window: () => data0 && { start: data0.start, end: data0.end } };
   window.dlscopeTimeline = api;  // the benchmark and tests drive and read the view from here
 
   const plotW = () => Math.max(50, canvas.clientWidth - LABEL);
@@ -135,6 +136,20 @@ export function renderTimeline(content, data) {
   function setAbsolute(a, b) {
     if (origin === null) return;
     setWindow(Number(BigInt(a) - origin), Number(BigInt(b) - origin));
+  }
+
+  /** Where an event sent one by one is drawn ({x, y} in CSS pixels of the canvas), or null. */
+  function where(kind, id) {
+    if (!data0) return null;
+    for (const lane of data0.lanes) {
+      const cell = data0.data[String(lane.id)];
+      if (lane.kind !== kind || !cell || !cell.events.id) continue;
+      const i = cell.events.id.indexOf(id);
+      if (i < 0) continue;
+      const w = plotW(), x0 = Math.max(LABEL, xOf(cell.events.start[i], w)), x1 = Math.min(LABEL + w, xOf(cell.events.end[i], w));
+      return { x: (x0 + Math.max(x0 + 1, x1)) / 2, y: lanesY.get(lane.id) + ROW / 2 };
+    }
+    return null;
   }
 
   const xOf = (rel, w) => LABEL + ((rel - vs) / (ve - vs)) * w;
@@ -314,7 +329,7 @@ export function renderTimeline(content, data) {
     pane.replaceChildren(el("div", { class: "kernel-details", "data-testid": "timeline-details" },
       el("div", { class: "details-head" }, el("h2", { text: `${NOUN[kind][0][0].toUpperCase()}${NOUN[kind][0].slice(1)} ${id}` }),
         el("button", { class: "close", type: "button", "aria-label": "Close", text: "✕", onclick: () => { pane.hidden = true; } })),
-      el("dl", { class: "details-list" }, rows.map(([k, v]) => [el("dt", { text: k.replace(/_/g, " ") }),
+      el("dl", { class: "details-list" }, rows.flatMap(([k, v]) => [el("dt", { text: k.replace(/_/g, " ") }),
         el("dd", { text: ["start", "end", "launch_ts"].includes(k) ? String(v) : (["dur", "kernel_time", "gpu_time", "api_time"].includes(k) ? `${ns(v)} (${exactNs(v)})` : String(v)) })])),
       links));
   }
