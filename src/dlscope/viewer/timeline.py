@@ -30,29 +30,50 @@ KINDS = ("range", "op", "runtime", "kernel", "memop")
 
 @dataclass
 class Track:
-    """Events of one kind, sorted by start: ids, start, end, lane index (and the Tensor Core flag of kernels)."""
+    """Events of one kind sorted by start (ids, start, end, dur, lane, kernels' Tensor Core flag), with the
+    indexes that make a window cost O(lanes x width + events wide enough to draw), not O(events in it): the
+    events by lane (starts and cumulative durations, for per-pixel counts and busy time by binary search) and
+    by duration (the few long enough to draw one by one)."""
 
     kind: str
     ids: np.ndarray
     start: np.ndarray
     end: np.ndarray
     lane: np.ndarray
-    tc: np.ndarray | None = None
-    max_dur: int = 0
+    tc: np.ndarray | None
+    dur: np.ndarray
+    max_dur: int
+    lane_start: np.ndarray      # starts grouped by lane (lane_ptr[L]:lane_ptr[L+1]), sorted in each lane
+    lane_busy: np.ndarray       # cumulative durations in that order, with a leading 0
+    lane_ptr: np.ndarray
+    by_dur: np.ndarray          # event indexes, longest first
+    neg_dur: np.ndarray         # -dur in that order (ascending, for searchsorted)
 
     @classmethod
-    def of(cls, kind: str, ids, start, end, lane, tc=None) -> Track:
+    def of(cls, kind: str, ids, start, end, lane, n_lanes: int, tc=None) -> Track:
         order = np.argsort(start, kind="stable")
-        dur = end - start
-        return cls(kind, ids[order], start[order], end[order], lane[order], None if tc is None else tc[order],
-                   int(dur.max()) if len(dur) else 0)
+        start, end, lane, dur = start[order], end[order], lane[order], (end - start)[order]
+        by_lane = np.argsort(lane, kind="stable")
+        by_dur = np.argsort(-dur, kind="stable")
+        return cls(kind, ids[order], start, end, lane, None if tc is None else tc[order], dur,
+                   int(dur.max()) if len(dur) else 0, start[by_lane],
+                   np.concatenate([[0], np.cumsum(dur[by_lane])]),
+                   np.searchsorted(lane[by_lane], np.arange(n_lanes + 1)), by_dur, -dur[by_dur])
 
-    def overlapping(self, lo: int, hi: int) -> np.ndarray:
-        """Indexes of the events that overlap [lo, hi): a binary search on start bounded by the longest event."""
-        a = int(np.searchsorted(self.start, lo - self.max_dur, "left"))
+    def window(self, lo: int, hi: int, min_ns: float) -> tuple[int, np.ndarray, np.ndarray]:
+        """(events overlapping [lo, hi), indexes of those at least ``min_ns`` long, indexes of the short ones
+        that start before ``lo``)."""
+        a0 = int(np.searchsorted(self.start, lo - self.max_dur, "left"))
+        a = int(np.searchsorted(self.start, lo, "left"))
         b = int(np.searchsorted(self.start, hi, "left"))
-        idx = np.arange(a, b)
-        return idx[self.end[a:b] > lo] if b > a else idx
+        before = a0 + np.flatnonzero(self.end[a0:a] > lo)
+        long_total = int(np.searchsorted(self.neg_dur, -min_ns, "right"))
+        if long_total < b - a0:
+            cand = self.by_dur[:long_total]
+            cand = np.sort(cand[(self.start[cand] < hi) & (self.end[cand] > lo)])
+        else:
+            cand = a0 + np.flatnonzero((self.dur[a0:b] >= min_ns) & (self.end[a0:b] > lo))
+        return (b - a) + len(before), cand, before
 
 
 class RankEvents:
@@ -104,7 +125,7 @@ class RankEvents:
             self.lanes.append({"id": len(self.lanes), **_lane(side, a, b, sub, row)})
         self.runtime_lane = {(lane["pid"], lane["tid"]): lane["id"] for lane in self.lanes if lane["kind"] == "runtime"}
         for kind, ids, start, end, key, tc in parts:
-            self.tracks[kind] = Track.of(kind, ids, start, end, _lane_index(keys, key), tc)
+            self.tracks[kind] = Track.of(kind, ids, start, end, _lane_index(keys, key), len(keys), tc)
         starts = [t.start[0] for t in self.tracks.values() if len(t.start)]
         ends = [t.end.max() for t in self.tracks.values() if len(t.end)]
         self.first = int(min(starts)) if starts else 0
@@ -209,13 +230,20 @@ def warm(db: ProfileDB) -> None:
         CACHE.get(db, row[0] if row is not None else known[0])
 
 
+_RANKS: dict[tuple, list[int]] = {}
+
+
 def ranks(db: ProfileDB) -> list[int]:
-    for table in ("kernels", "op_instances", "ranges"):
-        if db.has(table):
-            found = [r[0] for r in db.execute(f"SELECT DISTINCT rank FROM {table} ORDER BY rank")]
-            if found:
-                return found
-    return []
+    """The ranks with events (read once per database file: every timeline request checks its rank)."""
+    key = (str(db.path), db._generation)
+    if key not in _RANKS:
+        _RANKS[key] = []
+        for table in ("kernels", "op_instances", "ranges"):
+            if db.has(table):
+                _RANKS[key] = [r[0] for r in db.execute(f"SELECT DISTINCT rank FROM {table} ORDER BY rank")]
+                if _RANKS[key]:
+                    break
+    return _RANKS[key]
 
 
 def parse_window(db: ProfileDB, params) -> tuple[int, int, int, int]:
@@ -240,40 +268,40 @@ def window(db: ProfileDB, rank: int, start: int, end: int, width: int) -> dict:
     ns_per_px = max((end - start) / width, 1.0)
     origin = ev.first
     per_lane: dict[int, dict] = {}
-    counts = {}
-    shown: dict[str, np.ndarray] = {}
-    picked = {}
-    for kind in KINDS:
-        t = ev.tracks[kind]
-        idx = t.overlapping(start, end)
-        counts[kind] = int(len(idx))
-        picked[kind] = idx
-    # one threshold for all kinds: the widest MAX_EVENTS events at most are sent one by one
+    found = {kind: ev.tracks[kind].window(start, end, ns_per_px) for kind in KINDS}
+    counts = {kind: n for kind, (n, _, _) in found.items()}
+    # one threshold for all kinds: the longest MAX_EVENTS events at most are sent one by one
     min_ns = ns_per_px
-    durs = np.concatenate([ev.tracks[k].end[picked[k]] - ev.tracks[k].start[picked[k]] for k in KINDS])
-    if int((durs >= min_ns).sum()) > MAX_EVENTS:
+    if sum(len(long) for _, long, _ in found.values()) > MAX_EVENTS:
+        durs = np.concatenate([ev.tracks[k].dur[long] for k, (_, long, _) in found.items()])
         min_ns = float(np.partition(durs, len(durs) - MAX_EVENTS)[len(durs) - MAX_EVENTS])
+    # column c holds the events starting in [edges[c], edges[c + 1]); those starting before the window in column 0
+    edges = np.minimum(start + np.ceil(np.arange(width + 1) * ns_per_px).astype(np.int64), end)
+    edges[-1] = end
+    shown: dict[str, np.ndarray] = {}
     for kind in KINDS:
-        t, idx = ev.tracks[kind], picked[kind]
-        s, e = t.start[idx], t.end[idx]
-        big = (e - s) >= min_ns
-        shown[kind] = idx[big]
-        small = idx[~big]
-        if len(small):
-            ss, se = np.maximum(t.start[small], start), np.minimum(t.end[small], end)
-            col = np.minimum(((ss - start) / ns_per_px).astype(np.int64), width - 1)
-            key = t.lane[small].astype(np.int64) * width + col
-            size = len(ev.lanes) * width
-            cnt = np.bincount(key, minlength=size)
-            busy = np.bincount(key, weights=(se - ss).astype(np.float64), minlength=size)
-            nz = np.flatnonzero(cnt)
-            lanes_of = nz // width
-            cuts = np.flatnonzero(np.diff(lanes_of)) + 1
-            for part in np.split(np.arange(len(nz)), cuts):
-                cells = nz[part]
-                per_lane.setdefault(int(lanes_of[part[0]]), _empty())["buckets"] = {
-                    "col": (cells % width).tolist(), "count": cnt[cells].tolist(),
-                    "busy": np.round(busy[cells]).astype(np.int64).tolist()}
+        t, (_, long, before) = ev.tracks[kind], found[kind]
+        long = long[t.dur[long] >= min_ns]
+        shown[kind] = long
+        drawn = long[t.start[long] >= start]
+        drawn_key = t.lane[drawn].astype(np.int64) * width + np.searchsorted(edges, t.start[drawn], "right") - 1
+        early = before[t.dur[before] < min_ns]
+        for lane in np.flatnonzero(np.diff(t.lane_ptr)):
+            lo, hi = t.lane_ptr[lane], t.lane_ptr[lane + 1]
+            idx = lo + np.searchsorted(t.lane_start[lo:hi], edges, "left")
+            cnt = np.diff(idx)
+            busy = np.diff(t.lane_busy[idx]).astype(np.float64)
+            mine = drawn_key[(drawn_key // width) == lane] % width
+            np.subtract.at(cnt, mine, 1)
+            np.subtract.at(busy, mine, t.dur[drawn][(drawn_key // width) == lane])
+            first = early[t.lane[early] == lane]
+            cnt[0] += len(first)
+            busy[0] += float(np.sum(np.minimum(t.end[first], edges[1]) - start))
+            cells = np.flatnonzero(cnt)
+            if len(cells):
+                per_lane.setdefault(int(lane), _empty())["buckets"] = {
+                    "col": cells.tolist(), "count": cnt[cells].tolist(),
+                    "busy": np.round(np.minimum(busy[cells], ns_per_px * cnt[cells])).astype(np.int64).tolist()}
     names, extra = _event_names(db, {k: t.ids[shown[k]] for k, t in ev.tracks.items()}, ev)
     name_index: dict[str, int] = {}
     for kind in KINDS:

@@ -91,6 +91,7 @@ export function renderTimeline(content, data) {
     draw();
     api.lastPaintMs = performance.now() - p0;
     api.paints += 1;
+    if (api.firstPaintAt === undefined) api.firstPaintAt = performance.now();  // ms since navigation start
     showStatus(d);
     update({ start: d.start, end: d.end, kernel: null, op: null, node: null, kernel_name: null, iteration: null });
     document.body.dataset.ready = "1";
