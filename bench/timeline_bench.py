@@ -89,12 +89,18 @@ ECHARTS = """async (n) => {
     c.on('finished', resolve);
     c.setOption({ animation: false, xAxis: { type: 'value', min: 0, max: 1000020 },
       yAxis: { type: 'value', min: 0, max: 40 }, series: [{ type: 'custom', data, encode: { x: [1, 2], y: 0 },
-      renderItem: (params, api) => { const a = api.coord([api.value(1), api.value(0)]), b = api.coord([api.value(2), api.value(0)]);
-        return { type: 'rect', shape: { x: a[0], y: a[1] - 8, width: Math.max(1, b[0] - a[0]), height: 16 }, style: { fill: '#1e88e5' } }; } }] });
+      renderItem: (params, api) => {
+        const a = api.coord([api.value(1), api.value(0)]), b = api.coord([api.value(2), api.value(0)]);
+        return { type: 'rect', shape: { x: a[0], y: a[1] - 8, width: Math.max(1, b[0] - a[0]), height: 16 },
+                 style: { fill: '#1e88e5' } };
+      } }] });
   });
   const first = performance.now() - t;
   const t2 = performance.now();
-  await new Promise((resolve) => { c.on('finished', resolve); c.dispatchAction({ type: 'dataZoom', start: 0, end: 50 }); c.setOption({ xAxis: { min: 0, max: 500010 } }); });
+  await new Promise((resolve) => {
+    c.on('finished', resolve);
+    c.setOption({ xAxis: { min: 0, max: 500010 } });
+  });
   const zoom = performance.now() - t2;
   c.dispose(); box.remove();
   return { first, zoom };

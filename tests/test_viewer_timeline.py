@@ -7,12 +7,12 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from starlette.testclient import TestClient
-
 from conftest import data_file
-from dlscope.viewer.app import create_app
 from raw_kineto import KERNEL_CATS, MEMOP_CATS, events
+from starlette.testclient import TestClient
 from test_viewer_fixtures import XSS_KERNEL, make_profile_db
+
+from dlscope.viewer.app import create_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 BASE = "http://127.0.0.1:8000"
@@ -63,7 +63,8 @@ def test_kernels_of_an_iteration_window_are_all_there(client, real, width):
         r = client.get("/api/timeline", params={"rank": 0, "start": start, "end": end, "width": width})
         assert r.status_code == 200, r.text
         body = r.json()
-        in_sql = sql(real, 'SELECT COUNT(*) FROM kernels WHERE rank = 0 AND start < ? AND "end" > ?', (end, start))[0][0]
+        in_sql = sql(real, 'SELECT COUNT(*) FROM kernels WHERE rank = 0 AND start < ? AND "end" > ?',
+                     (end, start))[0][0]
         in_json = sum(1 for e in raw if e.start < end and e.end > start)
         assert shown(body, "kernel") == body["counts"]["kernel"] == in_sql == in_json > 0, iteration
         mem_json = sum(1 for e in raw_mem if e.start < end and e.end > start)
@@ -96,7 +97,8 @@ def test_kernels_carry_their_launch(client, real):
     linked = 0
     for i, cell in body["data"].items():
         if body["lanes"][int(i)]["kind"] == "kernel" and cell["events"].get("id"):
-            for launch, lane, s in zip(cell["events"]["launch"], cell["events"]["launch_lane"], cell["events"]["start"]):
+            e = cell["events"]
+            for launch, lane, s in zip(e["launch"], e["launch_lane"], e["start"]):
                 if launch is not None and lane is not None:
                     assert lane in runtime and launch <= s
                     linked += 1

@@ -8,7 +8,6 @@ import json
 import sqlite3
 
 import pytest
-
 from conftest import data_file
 from raw_kineto import KERNEL_CATS, events
 from test_viewer_browser import Server, page, ready, real_db, real_server, shot, tiny_server  # noqa: F401 (fixtures)
@@ -72,8 +71,9 @@ def test_an_iteration_bar_opens_the_timeline_there(real_server, page):
 
 
 def test_a_finding_opens_its_evidence_range(real_server, page):
-    evidence = [json.loads(e) for (e,) in sql(real_server.db, "SELECT evidence_json FROM findings WHERE agg_id = "
-                                                               "(SELECT MAX(agg_id) FROM aggregations) ORDER BY finding_id")]
+    rows = sql(real_server.db, "SELECT evidence_json FROM findings WHERE agg_id = "
+                               "(SELECT MAX(agg_id) FROM aggregations) ORDER BY finding_id")
+    evidence = [json.loads(e) for (e,) in rows]
     first = next(e["time_ranges"][0] for e in evidence if e.get("time_ranges"))
     ready(page, f"{real_server.base}/dashboard")
     page.locator("[data-testid=finding-timeline]").first.click()

@@ -341,7 +341,8 @@ def _empty() -> dict:
 
 def _event_names(db: ProfileDB, ids: dict[str, np.ndarray], ev: RankEvents) -> tuple[dict, dict]:
     """Names of the events sent one by one, and each kernel's / memory operation's launch (time relative to the
-    origin, the lane of the runtime call that launched it), read by primary key for just those events."""
+    origin, the lane of the runtime call that launched it: its ``api_id``), read by primary key for just those
+    events."""
     names: dict[str, dict] = {k: {} for k in KINDS}
     extra: dict[str, dict] = {}
     sql = {
@@ -351,9 +352,9 @@ def _event_names(db: ProfileDB, ids: dict[str, np.ndarray], ev: RankEvents) -> t
                  "(SELECT value FROM json_each(?))",
         "runtime": "SELECT api_id, name, NULL, NULL, NULL FROM api_calls WHERE api_id IN "
                    "(SELECT value FROM json_each(?))",
-        "kernel": "SELECT k.kernel_id, k.name, COALESCE(k.launch_ts, a.start), a.pid, a.tid FROM kernels k LEFT JOIN "
+        "kernel": "SELECT k.kernel_id, k.name, a.start, a.pid, a.tid FROM kernels k LEFT JOIN "
                   "api_calls a ON a.api_id = k.api_id WHERE k.kernel_id IN (SELECT value FROM json_each(?))",
-        "memop": "SELECT m.memop_id, COALESCE(m.name, m.kind), COALESCE(m.launch_ts, a.start), a.pid, a.tid "
+        "memop": "SELECT m.memop_id, COALESCE(m.name, m.kind), a.start, a.pid, a.tid "
                  "FROM memops m LEFT JOIN api_calls a ON a.api_id = m.api_id "
                  "WHERE m.memop_id IN (SELECT value FROM json_each(?))",
     }
@@ -370,25 +371,18 @@ def _event_names(db: ProfileDB, ids: dict[str, np.ndarray], ev: RankEvents) -> t
 
 def event_details(db: ProfileDB, kind: str, event_id: int) -> dict | None:
     """The details pane of one event: what it is, when, where, and for GPU work the op that launched it."""
-    queries = {
-        "kernel": """SELECT k.kernel_id, k.name, k.rank, k.device, k.stream, k.start, k."end", k.dur, k.grid_x,
-                     k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z, k.registers, k.shared_mem, k.uses_tc,
-                     k.launch_ts, k.iteration, k.op_id, o.name AS op_name, o.op_type, o.input_shapes,
-                     o.input_dtypes, o.tc_eligible, r.name AS op_node_name, r.node_id
-                     FROM kernels k LEFT JOIN ops o ON o.op_id = k.op_id LEFT JOIN ops r ON r.op_id = k.root_op_id
-                     WHERE k.kernel_id = ?""",
-        "memop": """SELECT m.memop_id, COALESCE(m.name, m.kind) AS name, m.kind, m.copy_kind, m.src_mem, m.dst_mem,
-                    m.rank, m.device, m.stream, m.start, m."end", m.dur, m.bytes, m.launch_ts, m.iteration, m.op_id,
-                    o.name AS op_name, o.op_type FROM memops m LEFT JOIN ops o ON o.op_id = m.op_id
+    queries = {   # table.* so a database written before a column was added still shows what it has
+        "kernel": """SELECT k.*, o.name AS op_name, o.op_type, o.input_shapes, o.input_dtypes, o.tc_eligible,
+                     r.name AS op_node_name, r.node_id FROM kernels k LEFT JOIN ops o ON o.op_id = k.op_id
+                     LEFT JOIN ops r ON r.op_id = k.root_op_id WHERE k.kernel_id = ?""",
+        "memop": """SELECT m.*, o.name AS op_name, o.op_type FROM memops m LEFT JOIN ops o ON o.op_id = m.op_id
                     WHERE m.memop_id = ?""",
         "op": """SELECT op_id, name, op_type, direction, rank, pid, tid, depth, start, "end", dur, input_shapes,
                  input_dtypes, scope, data_type, iteration, node_id, tc_eligible, using_tc, kernel_count,
                  tc_kernel_count, kernel_time, gpu_time, api_time FROM ops WHERE op_id = ?""",
-        "runtime": """SELECT a.api_id, a.name, a.kind, a.rank, a.pid, a.tid, a.start, a."end", a."end" - a.start AS dur,
-                      a.correlation, a.iteration, a.op_id, o.name AS op_name FROM api_calls a LEFT JOIN ops o
+        "runtime": """SELECT a.*, a."end" - a.start AS dur, o.name AS op_name FROM api_calls a LEFT JOIN ops o
                       ON o.op_id = a.op_id WHERE a.api_id = ?""",
-        "range": """SELECT range_id, name, domain, category, rank, pid, tid, device, start, "end", "end" - start AS dur,
-                    iteration FROM ranges WHERE range_id = ?""",
+        "range": """SELECT *, "end" - start AS dur FROM ranges WHERE range_id = ?""",
     }
     if kind not in queries:
         raise BadParameter("kind", f"{kind!r}: use {', '.join(queries)}")
