@@ -168,3 +168,18 @@ def test_names_stay_data_on_a_tiny_profile(tmp_path):
         body = c.get("/api/timeline", params={"start": lo, "end": hi + 1, "width": 8192}).json()
         assert XSS_KERNEL in body["names"] or shown(body, "kernel") == body["counts"]["kernel"]
         assert shown(body, "kernel") == sql(db, "SELECT COUNT(*) FROM kernels WHERE rank = ?", (body["rank"],))[0][0]
+
+
+def test_each_rank_of_a_job_has_its_timeline(import_db):
+    job = import_db(data_file("kineto", "param_dlrm_8rank_v100"))
+    with TestClient(create_app([job]), base_url=BASE) as c:
+        for rank in (0, 3, 7):
+            t = c.get("/timeline", params={"rank": rank, "_format": "json"}).json()["timeline"]
+            agg = sql(job, "SELECT agg_id FROM aggregations WHERE rank = ? ORDER BY agg_id DESC LIMIT 1", (rank,))[0][0]
+            first = sql(job, 'SELECT start, "end" FROM agg_iterations WHERE agg_id = ? AND rank = ? AND profiled = 1 '
+                             "ORDER BY iteration LIMIT 1", (agg, rank))[0]
+            assert t["rank"] == rank and (int(t["start"]), int(t["end"])) == first
+            body = c.get("/api/timeline", params={"rank": rank, "start": t["start"], "end": t["end"]}).json()
+            in_sql = sql(job, 'SELECT COUNT(*) FROM kernels WHERE rank = ? AND start < ? AND "end" > ?',
+                         (rank, first[1], first[0]))[0][0]
+            assert shown(body, "kernel") == body["counts"]["kernel"] == in_sql > 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dlscope.distributed.job import run_aggregations
 from dlscope.viewer import timeline
 from dlscope.viewer.params import BadParameter, parse_int
 from dlscope.viewer.profile_db import ProfileDB
@@ -25,6 +26,8 @@ def view_data(viewer, db: ProfileDB, scope: dict, params: Mapping[str, str]) -> 
     rank = scope.get("rank", agg["rank"] if agg else (known[0] if known else 0))
     if known and rank not in known:
         raise BadParameter("rank", f"rank {rank} is not in this profile (have {', '.join(map(str, known))})")
+    if agg and agg["rank"] != rank:  # another rank of the job: its aggregation in the same run
+        agg = next((a for a in run_aggregations(db.connection(), agg["agg_id"]) if a["rank"] == rank), None)
     focus = None
     if params.get("start") or params.get("end"):
         _, start, end, _ = timeline.parse_window(db, {**params, "rank": str(rank)})

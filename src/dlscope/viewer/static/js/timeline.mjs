@@ -80,6 +80,8 @@ export function renderTimeline(content, data) {
       if (err.name === "AbortError") return;
       status.textContent = `Cannot show this window: ${err.message}`;
       document.body.dataset.ready = "1";
+      const failed = waiting; waiting = [];
+      failed.forEach((f) => f());
       return;
     }
     if (mine !== seq) return;
@@ -194,13 +196,14 @@ export function renderTimeline(content, data) {
     const span = ve - vs;
     const step = niceStep(span / Math.max(1, w / 110));
     ctx.fillStyle = "#455a64"; ctx.strokeStyle = "#cfd8dc"; ctx.font = "10px system-ui, sans-serif"; ctx.textBaseline = "top";
+    // the first tick says how far into the rank it is, the others how far after that tick
     const first = Math.ceil(vs / step) * step;
     for (let v = first; v <= ve; v += step) {
       const x = xOf(v, w);
       ctx.beginPath(); ctx.moveTo(x + 0.5, AXIS - 6); ctx.lineTo(x + 0.5, height); ctx.stroke();
-      ctx.fillText(`+${ns(v - first)}`, x + 3, 4);
+      ctx.fillText(v === first ? `${exactNs(v - data0.extent.start)} in` : `+${ns(v - first)}`, x + 3, 4);
     }
-    ctx.fillText(`from ${ns(first - (data0.extent ? data0.extent.start : 0))}`, 6, 4);
+    ctx.fillText("time since the rank's first event", 6, 4);
   }
 
   function niceStep(raw) {
