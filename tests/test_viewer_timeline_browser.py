@@ -120,3 +120,25 @@ def test_trace_names_stay_text_on_the_timeline(tiny_server, page):
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + y)
     assert page.evaluate("window.__pwned") is None
     assert page.errors == []
+
+
+def test_a_range_of_iterations_and_the_keyboard(real_server, page):
+    its = iterations(real_server.db)
+    ready(page, f"{real_server.base}/timeline")
+    page.wait_for_function("window.dlscopeTimeline && window.dlscopeTimeline.paints > 0")
+    paints = page.evaluate("window.dlscopeTimeline.paints")
+    page.select_option("[data-testid=iteration-from]", label=f"iteration {its[0][0]}")
+    page.wait_for_function(f"window.dlscopeTimeline.paints > {paints}")
+    paints = page.evaluate("window.dlscopeTimeline.paints")
+    page.select_option("[data-testid=iteration-to]", label=f"iteration {its[-1][0]}")
+    page.wait_for_function(f"window.dlscopeTimeline.paints > {paints}")
+    assert window_of(page) == (its[0][1], its[-1][2])
+    assert kernels_in_view(page) == raw_kernels(its[0][1], its[-1][2])
+    start, end = window_of(page)
+    paints = page.evaluate("window.dlscopeTimeline.paints")
+    page.focus("[data-testid=timeline-canvas]")
+    page.keyboard.press("w")
+    page.wait_for_function(f"window.dlscopeTimeline.paints > {paints}")
+    z0, z1 = window_of(page)
+    assert abs((z1 - z0) - 0.8 * (end - start)) <= 2 and z0 > start and z1 < end
+    assert page.errors == []

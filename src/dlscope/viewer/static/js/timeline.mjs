@@ -15,19 +15,29 @@ const NOUN = { kernel: ["kernel", "kernels"], memop: ["memory operation", "memor
 export function renderTimeline(content, data) {
   const t = data.timeline;
   const status = el("p", { class: "timeline-status", "data-testid": "timeline-status", text: "Loading the timeline…" });
-  const canvas = el("canvas", { class: "timeline-canvas", "data-testid": "timeline-canvas" });
+  const canvas = el("canvas", { class: "timeline-canvas", "data-testid": "timeline-canvas", tabindex: 0,
+    title: "Wheel or W/S: zoom · drag or A/D: pan" });
   const tip = el("div", { class: "timeline-tip", hidden: true });
   const box = el("div", { class: "timeline-box" }, canvas, tip);
-  const iterSel = t.iterations.length ? el("select", { "aria-label": "Iteration", onchange: (e) => {
-    const it = t.iterations[Number(e.target.value)];
-    if (it) setAbsolute(it.start, it.end);
-  } }, el("option", { value: "", text: "Go to iteration…" }),
-  t.iterations.map((it, i) => el("option", { value: i, text: `iteration ${it.iteration}${it.profiled ? "" : " (outside the aggregation)"}` }))) : null;
+  // an iteration, or a range of them: "from" jumps to one, "through" extends the window to another's end
+  let fromIt = null;
+  const itOptions = (label) => [el("option", { value: "", text: label }),
+    ...t.iterations.map((it, i) => el("option", { value: i, text: `iteration ${it.iteration}${it.profiled ? "" : " (outside the aggregation)"}` }))];
+  const iterSel = t.iterations.length ? el("span", { class: "iter-range" },
+    el("select", { "aria-label": "Go to iteration", "data-testid": "iteration-from", onchange: (e) => {
+      fromIt = t.iterations[Number(e.target.value)] || null;
+      if (fromIt) setAbsolute(fromIt.start, fromIt.end);
+    } }, itOptions("Go to iteration…")),
+    el("select", { "aria-label": "Through iteration", "data-testid": "iteration-to", onchange: (e) => {
+      const to = t.iterations[Number(e.target.value)];
+      const from = fromIt || to;
+      if (to && BigInt(to.end) > BigInt(from.start)) setAbsolute(from.start, to.end);
+    } }, itOptions("…through iteration"))) : null;
   const rankSel = t.ranks.length > 1 ? el("label", {}, "Rank ", el("select", { "aria-label": "Rank",
     onchange: (e) => { location.href = viewUrl("timeline", { rank: e.target.value }); } },
   t.ranks.map((r) => el("option", { value: r, selected: r === t.rank, text: String(r) })))) : null;
   content.append(el("div", { class: "view-head" }, el("h1", { text: "Timeline" }),
-    el("p", { class: "hint", text: "Mouse wheel zooms around the pointer, drag pans. Hover a kernel to see the runtime call that launched it; click any event for its details. Shaded columns sum what is narrower than a pixel." })),
+    el("p", { class: "hint", text: "Mouse wheel (or W/S) zooms around the pointer, drag (or A/D) pans. Hover a kernel to see the runtime call that launched it; click any event for its details. Shaded columns sum what is narrower than a pixel." })),
   el("section", { class: "panel timeline-panel" },
     el("div", { class: "toolbar" },
       el("button", { class: "btn", type: "button", text: "−", title: "Zoom out", "data-testid": "zoom-out", onclick: () => api.zoom(2) }),
@@ -284,6 +294,10 @@ export function renderTimeline(content, data) {
     draw();
     refetch(60);
   }, { passive: false });
+  canvas.addEventListener("keydown", (ev) => {  // W/S zoom in/out, A/D pan, as in chrome://tracing and Perfetto
+    const act = { w: () => zoom(0.8), s: () => zoom(1.25), a: () => pan(-0.2), d: () => pan(0.2) }[ev.key.toLowerCase()];
+    if (act && !ev.ctrlKey && !ev.metaKey && !ev.altKey) { ev.preventDefault(); act(); }
+  });
   canvas.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX, vs, ve, moved: false }; });
   window.addEventListener("mouseup", (ev) => {
     if (!drag) return;
