@@ -142,3 +142,19 @@ def test_a_range_of_iterations_and_the_keyboard(real_server, page):
     z0, z1 = window_of(page)
     assert abs((z1 - z0) - 0.8 * (end - start)) <= 2 and z0 > start and z1 < end
     assert page.errors == []
+
+
+def test_a_dashboard_iteration_bar_opens_the_timeline_there(real_server, page):
+    ready(page, f"{real_server.base}/dashboard")
+    iteration, start, end = iterations(real_server.db)[0]
+    point = page.evaluate("""([it, half]) => {
+        const c = document.querySelector('.p-iters .chart').chart;
+        const [x, y] = c.convertToPixel({ gridIndex: 0 }, [String(it), half]);
+        const r = c.getDom().getBoundingClientRect();
+        return { x: r.left + x, y: r.top + y };
+    }""", [iteration, (end - start) // 2])
+    page.mouse.click(point["x"], point["y"])
+    page.wait_for_url("**/timeline?**")
+    page.wait_for_function("window.dlscopeTimeline && window.dlscopeTimeline.paints > 0")
+    assert window_of(page) == (start, end)
+    assert page.errors == []

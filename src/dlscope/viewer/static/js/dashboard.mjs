@@ -179,7 +179,12 @@ export function renderDashboard(content, data) {
   // Iteration summary
   const itBox = el("div", { class: "chart wide" });
   grid.append(panel(`Iteration Summary${of}`, "p-iters wide", itBox, el("a", { class: "more", href: viewUrl("iterations"), text: "Open the Iterations view →" })));
-  if (d.iterations.rows.length) charts.push(() => iterationChart(itBox, d.iterations, { interactive: false }));
+  if (d.iterations.rows.length) charts.push(() => {
+    const ic = iterationChart(itBox, d.iterations, { interactive: false });
+    const at = d.iterations.columns.indexOf("iteration");  // a click on a bar opens the timeline at that iteration
+    ic.chart.on("click", (p) => { location.href = viewUrl("timeline", { iteration: d.iterations.rows[p.dataIndex][at], rank: d.iterations.rank }); });
+    return ic;
+  });
   else itBox.replaceWith(el("p", { class: "na", text: "No iterations were found in this profile." }));
 
   // Expert systems
