@@ -183,3 +183,16 @@ def test_each_rank_of_a_job_has_its_timeline(import_db):
             in_sql = sql(job, 'SELECT COUNT(*) FROM kernels WHERE rank = ? AND start < ? AND "end" > ?',
                          (rank, first[1], first[0]))[0][0]
             assert shown(body, "kernel") == body["counts"]["kernel"] == in_sql > 0
+
+
+@pytest.mark.parametrize("start, end, status", [
+    (-(2 ** 63), 0, 400),                        # longer than MAX_SPAN
+    (-(2 ** 63), -(2 ** 63) + 10, 200),          # far before every event: an empty window
+    (2 ** 63 - 10, 2 ** 63 - 1, 200),
+    (0, 2 ** 62, 200),
+])
+def test_windows_at_the_edges_of_int64(client, start, end, status):
+    r = client.get("/api/timeline", params={"start": start, "end": end, "width": 8192})
+    assert r.status_code == status, r.text
+    if status == 200:
+        assert sum(r.json()["counts"].values()) >= 0

@@ -1,8 +1,9 @@
 """The Timeline view's data: one rank's events in a time window, as lanes, with level of detail.
 
-A rank's ops, annotation ranges, kernels and memory operations are read once into numpy arrays sorted by start
-(``RankEvents``, cached per database and rank): a window is then a binary search and a few vectorized masks,
-whatever its size, so zoom and pan stay fast on windows of millions of events. An event at least one pixel
+A rank's ops, annotation ranges, CUDA runtime calls, kernels and memory operations are read once into numpy arrays
+(``RankEvents``, cached per database and rank): a window is then binary searches per lane and pixel column and
+a look at the few events long enough to draw, whatever its size, so zoom and pan stay fast on windows of
+millions of events. An event at least one pixel
 wide at the requested width is sent as itself; the others are summed per lane and pixel column (count, busy
 time) so what cannot be seen is still drawn and counted. Times are sent relative to the rank's ``origin``:
 epoch nanoseconds (~1.7e18) do not fit a JavaScript number exactly.
@@ -21,9 +22,11 @@ from dlscope.viewer.profile_db import ProfileDB
 
 #: Widths a client may ask for, in pixels.
 MAX_WIDTH = 8192
-#: Events sent one by one per window at most; past it the narrowest ones go into the buckets too.
+#: Events sent one by one per window at most; past it the shorter ones go into the buckets too.
+#: The longest window (ns, ~146 years): pixel edges must stay within int64.
+MAX_SPAN = 2 ** 62
 MAX_EVENTS = 50_000
-#: Ranks whose arrays stay in memory per database (a rank of 1M events holds ~50 MB).
+#: Ranks whose arrays stay in memory (a rank of 1M events holds ~80 MB).
 CACHED_RANKS = 4
 KINDS = ("range", "op", "runtime", "kernel", "memop")
 
@@ -63,7 +66,7 @@ class Track:
     def window(self, lo: int, hi: int, min_ns: float) -> tuple[int, np.ndarray, np.ndarray]:
         """(events overlapping [lo, hi), indexes of those at least ``min_ns`` long, indexes of the short ones
         that start before ``lo``)."""
-        a0 = int(np.searchsorted(self.start, lo - self.max_dur, "left"))
+        a0 = int(np.searchsorted(self.start, max(lo - self.max_dur, -(2 ** 63)), "left"))
         a = int(np.searchsorted(self.start, lo, "left"))
         b = int(np.searchsorted(self.start, hi, "left"))
         before = a0 + np.flatnonzero(self.end[a0:a] > lo)
@@ -258,6 +261,8 @@ def parse_window(db: ProfileDB, params) -> tuple[int, int, int, int]:
     start, end = parse_int("start", params["start"]), parse_int("end", params["end"])
     if end <= start:
         raise BadParameter("end", f"{end} is not after start {start}")
+    if end - start > MAX_SPAN:
+        raise BadParameter("end", f"the window is longer than {MAX_SPAN} ns")
     width = parse_int("width", params.get("width") or "1200", 1, MAX_WIDTH)
     return rank, start, end, width
 
@@ -328,11 +333,17 @@ def window(db: ProfileDB, rank: int, start: int, end: int, width: int) -> dict:
                 out["launch"] = [links.get(i, (None, None))[0] for i in out["id"]]
                 out["launch_lane"] = [links.get(i, (None, None))[1] for i in out["id"]]
     return {"rank": rank, "origin": str(origin), "start": str(start), "end": str(end),
-            "start_rel": start - origin, "end_rel": end - origin, "width": width, "ns_per_px": ns_per_px,
+            "start_rel": _js_number(start - origin), "end_rel": _js_number(end - origin), "width": width,
+            "ns_per_px": ns_per_px,
             "extent": {"start": ev.first - origin, "end": ev.last - origin, "first": str(ev.first),
                        "last": str(ev.last)},
             "lanes": ev.lanes, "counts": counts, "shown": {k: int(len(v)) for k, v in shown.items()},
             "names": list(name_index), "data": {str(k): v for k, v in per_lane.items()}}
+
+
+def _js_number(v: int) -> int | float:
+    """An offset as JSON: exact while JavaScript can hold it, else a float (a window far from every event)."""
+    return v if abs(v) < 2 ** 53 else float(v)
 
 
 def _empty() -> dict:
