@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from dlscope.distributed.job import physical_gpus, run_aggregations
 from dlscope.errors import DlscopeError
 from dlscope.store import reader
-from dlscope.viewer import export
+from dlscope.viewer import export, timeline
 from dlscope.viewer.derived import DerivedCache, derived_page
 from dlscope.viewer.jobs import Reaggregator
 from dlscope.viewer.pages import error_page, shell
@@ -66,6 +66,7 @@ class Viewer:
     def _warm(db: ProfileDB) -> None:
         try:
             warm_up(db, TABLES.values())
+            timeline.warm(db)
         except Exception:  # warming is an optimisation; requests compute the same on demand
             pass
 
@@ -277,6 +278,20 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         job = viewer.jobs.start(db, start, stop, key_node)
         return JSON(job, status_code=202)
 
+    def api_timeline(request: Request):
+        db = viewer.db(request.query_params)
+        rank, start, end, width = timeline.parse_window(db, request.query_params)
+        return JSON(timeline.window(db, rank, start, end, width))
+
+    def api_timeline_event(request: Request):
+        db = viewer.db(request.query_params)
+        kind = request.query_params.get("kind") or ""
+        event_id = parse_int("id", request.query_params.get("id") or "")
+        found = timeline.event_details(db, kind, event_id)
+        if found is None:
+            return _error(request, 404, "No such event", f"there is no {kind} {event_id} in this profile")
+        return JSON(found)
+
     def api_databases(request: Request):
         return JSON({"databases": viewer.candidates()})
 
@@ -322,6 +337,8 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         Route("/api/meta", api_meta),
         Route("/api/view/{view}", api_view),
         Route("/api/table/{table}", api_table),
+        Route("/api/timeline", api_timeline),
+        Route("/api/timeline/event", api_timeline_event),
         Route("/api/table/{table}/export.{fmt}", api_export),
         Route("/api/trace.json", api_trace),
         Route("/api/aggregate", api_aggregate, methods=["POST"]),

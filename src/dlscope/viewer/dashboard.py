@@ -37,7 +37,8 @@ def resolve_agg(db: ProfileDB, agg: int | None) -> dict | None:
 
 
 def evidence_links(evidence_json: str | None) -> dict:
-    """The drill-down lists of a finding: {"nodes": [...], "kernel_names": [...], "iterations": [...]}."""
+    """The drill-down lists of a finding: {"nodes": [...], "kernel_names": [...], "iterations": [...],
+    "time_ranges": [["start", "end"], ...]}; times as strings (epoch ns do not fit a JavaScript number)."""
     try:
         evidence = json.loads(evidence_json) if evidence_json else {}
     except ValueError:
@@ -51,6 +52,12 @@ def evidence_links(evidence_json: str | None) -> dict:
             if isinstance(value, list) and value and all(isinstance(v, (int, str)) for v in value):
                 out[name] = value
                 break
+    ranges = evidence.get("time_ranges")
+    if isinstance(ranges, list):
+        kept = [[str(r[0]), str(r[1])] for r in ranges if isinstance(r, list) and len(r) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in r) and r[1] > r[0]]
+        if kept:
+            out["time_ranges"] = kept
     return out
 
 

@@ -3,7 +3,7 @@
 import { el, ns, nsSpan, int, pct, boolMark, NA, exactNs } from "./format.mjs";
 import { donut, COLORS } from "./charts.mjs";
 import { iterationChart } from "./iterchart.mjs";
-import { viewUrl, update, get } from "./state.mjs";
+import { viewUrl, update, get, shownRank } from "./state.mjs";
 import { ranksTable } from "./job.mjs";
 
 const TIPS = {
@@ -190,7 +190,12 @@ export function renderDashboard(content, data) {
   // Iteration summary
   const itBox = el("div", { class: "chart wide" });
   grid.append(panel(`Iteration Summary${of}`, "p-iters wide", itBox, el("a", { class: "more", href: viewUrl("iterations"), text: "Open the Iterations view →" })));
-  if (d.iterations.rows.length) charts.push(() => iterationChart(itBox, d.iterations, { interactive: false }));
+  if (d.iterations.rows.length) charts.push(() => {
+    const ic = iterationChart(itBox, d.iterations, { interactive: false });
+    const at = d.iterations.columns.indexOf("iteration");  // a click on a bar opens the timeline at that iteration
+    ic.chart.on("click", (p) => { location.href = viewUrl("timeline", { iteration: d.iterations.rows[p.dataIndex][at], rank: d.iterations.rank }); });
+    return ic;
+  });
   else itBox.replaceWith(el("p", { class: "na", text: "No iterations were found in this profile." }));
 
   // Expert systems
@@ -198,7 +203,9 @@ export function renderDashboard(content, data) {
     const links = f.links || {};
     const drill = Object.keys(links).length ? el("a", { class: "drill", href: viewUrl("finding", { finding: f.finding_id }), title: "Show the ops, kernels or iterations concerned", text: "»" }) : null;
     const saving = f.est_saving_ns ? el("div", { class: "saving", title: exactNs(f.est_saving_ns), text: `Estimated saving: ${ns(f.est_saving_ns)}${f.est_saving_pct !== null ? ` (${f.est_saving_pct.toFixed(1)} %)` : ""}` }) : null;
-    return el("tr", { class: `sev-${f.severity || "info"}` }, el("td", { class: "drill-cell" }, drill),
+    const when = (links.time_ranges || [])[0];
+    const tl = when ? el("a", { class: "drill timeline-link", href: viewUrl("timeline", { rank: shownRank(), start: when[0], end: when[1] }), title: "Open the timeline at this finding's first evidence time range", "data-testid": "finding-timeline", text: "⏱" }) : null;
+    return el("tr", { class: `sev-${f.severity || "info"}` }, el("td", { class: "drill-cell" }, drill, tl),
       el("td", {}, el("span", { class: "rule", text: f.rule || "" }), el("div", { text: f.problem || "" }), saving),
       el("td", {}, linkify(f.recommendation)));
   });

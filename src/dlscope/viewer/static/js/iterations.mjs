@@ -5,7 +5,7 @@ import { chart } from "./charts.mjs";
 import { iterationChart } from "./iterchart.mjs";
 import { dataTable } from "./table.mjs";
 import { iterFormat } from "./views.mjs";
-import { boot, pageScope, update, get, query } from "./state.mjs";
+import { boot, pageScope, update, get, query, viewUrl } from "./state.mjs";
 import { startJob } from "./jobs.mjs";
 
 function spinner(label, value, min, max, onChange) {
@@ -23,7 +23,7 @@ function spinner(label, value, min, max, onChange) {
 export function renderIterations(content, data, rerender) {
   const a = (boot.aggregations || []).find((x) => String(x.agg_id) === String(data.scope.agg));
   content.append(el("div", { class: "view-head" }, el("h1", { text: "Iterations" }),
-    el("p", { class: "hint", text: "Each bar is one iteration, split by resource category. Mouse wheel zooms, drag pans. Gray iterations are outside the aggregation." })));
+    el("p", { class: "hint", text: "Each bar is one iteration, split by resource category; click a bar to open the timeline there. Mouse wheel zooms, drag pans. Gray iterations are outside the aggregation." })));
   const series = data.chart;
   if (!series || !series.rows.length) {
     content.append(el("section", { class: "panel empty" }, el("p", { text: "No iterations were found in this aggregation." })));
@@ -74,6 +74,8 @@ export function renderIterations(content, data, rerender) {
 
   requestAnimationFrame(() => {
     ic = iterationChart(box, series, { onZoom: setZoom });
+    // a click on a bar opens the timeline at that iteration
+    ic.chart.on("click", (p) => { location.href = viewUrl("timeline", { iteration: iters[p.dataIndex], rank: series.rank }); });
     ic.setBoundaries(newStart, newStop);
     document.body.dataset.ready = "1";
   });

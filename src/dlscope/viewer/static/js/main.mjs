@@ -19,6 +19,7 @@ const RENDER = {
   "finding": async (c, d) => (await import("./views.mjs")).renderFinding(c, d),
   "roofline": async (c, d) => (await import("./roofline.mjs")).renderRoofline(c, d),
   "compare": async (c, d, r) => (await import("./compare.mjs")).renderCompare(c, d, r),
+  "timeline": async (c, d) => (await import("./timeline.mjs")).renderTimeline(c, d),
 };
 
 function aggLabel(a) {
@@ -88,7 +89,7 @@ async function render() {
   content.replaceChildren();
   document.body.dataset.ready = "";
   await RENDER[boot.view](content, data, render);
-  if (!["dashboard", "iterations", "roofline", "compare", "gpus"].includes(boot.view)) document.body.dataset.ready = "1";
+  if (!["dashboard", "iterations", "roofline", "compare", "gpus", "timeline"].includes(boot.view)) document.body.dataset.ready = "1";
   window.scrollTo(0, scroll);
 }
 

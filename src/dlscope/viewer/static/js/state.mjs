@@ -60,3 +60,9 @@ export function rankTitle() {
   return run.length > 1 ? `job of ${run.length} ranks${a ? ` · rank ${a.rank}` : ""}` : "";
 }
 
+
+/** The rank of the aggregation shown (null when there is none): where the timeline opens. */
+export function shownRank() {
+  const a = shownAggregation();
+  return a ? a.rank : null;
+}

@@ -1,7 +1,7 @@
 // A DLProf-style data table over Tabulator: the server sorts, filters, pages and exports (remote mode).
 
 import { TabulatorFull as Tabulator } from "/static/vendor/tabulator_esm.min.mjs";
-import { boot, params, update, query, getJSON } from "./state.mjs";
+import { boot, params, update, query, getJSON, viewUrl } from "./state.mjs";
 import { el, cellFor, int } from "./format.mjs";
 
 const PAGE_SIZES = [10, 25, 50, 100];
@@ -66,6 +66,19 @@ export function dataTable(host, opts) {
     formatter: (cell) => (opts.format && opts.format[c.name] ? opts.format[c.name](cell.getValue(), cell.getRow().getData())
       : cellFor(c.kind, cell.getValue(), cell.getRow().getData())),
   }));
+
+  // Every kernel, op and iteration row opens the timeline at its place (the Compare view's rows are two runs').
+  const names = new Set(meta.columns.map((c) => c.name));
+  const target = opts.table.startsWith("compare_") ? null
+    : names.has("kernel_id") ? (r) => ({ kernel: r.kernel_id })
+      : names.has("kernel_name") ? (r) => ({ kernel_name: r.kernel_name })
+        : names.has("node_id") ? (r) => (r.node_id === null || r.node_id === undefined ? null : { node: r.node_id })
+          : opts.table === "iterations" ? (r) => ({ iteration: r.iteration, rank: r.rank }) : null;
+  if (target) columns.push({ title: "", field: "_timeline", headerSort: false, hozAlign: "center", width: 40, frozen: true,
+    formatter: (cell) => {
+      const where = target(cell.getRow().getData());
+      return where ? el("a", { class: "timeline-link", href: viewUrl("timeline", where), title: "Open the timeline here", "data-testid": "row-timeline", text: "⏱" }) : "";
+    } });
 
   for (const c of meta.columns) {
     const box = el("input", { type: "checkbox", checked: shown ? shown.has(c.name) : !c.hidden,

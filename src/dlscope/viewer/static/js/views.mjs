@@ -3,7 +3,7 @@
 
 import { dataTable } from "./table.mjs";
 import { el, shareBar, int, nsSpan, pct, ns as nsText } from "./format.mjs";
-import { pageScope, update, get, params, viewUrl, query } from "./state.mjs";
+import { pageScope, update, get, params, viewUrl, query, shownRank } from "./state.mjs";
 import { chart, COLORS, esc } from "./charts.mjs";
 
 function heading(content, title, hint) {
@@ -174,6 +174,10 @@ export function renderFinding(content, data) {
     onRowClick: (row) => { location.href = viewUrl("ops-kernels", { node: row.node_id }); } });
   if (s.kernel_names) dataTable(content, { table: "kernel_summary", prefix: "kernels", title: `Kernels concerned (${s.kernel_names.length})`, scope: () => ({ ...pageScope({ finding: null }), kernel_names: JSON.stringify(s.kernel_names) }), rowKey: "kernel_name" });
   if (s.iterations) dataTable(content, { table: "iterations", prefix: "iters", title: `Iterations concerned (${s.iterations.length})`, scope: () => ({ ...pageScope({ finding: null }), iterations: JSON.stringify(s.iterations) }), rowKey: "iteration", format: iterFormat });
-  if (!s.nodes && !s.kernel_names && !s.iterations) content.append(el("p", { class: "hint", text: "This finding names no ops, kernels or iterations." }));
+  if (s.time_ranges) content.append(el("section", { class: "panel" }, el("div", { class: "panel-head" }, el("h2", { text: `Time ranges concerned (${s.time_ranges.length})` }),
+    el("p", { class: "hint", text: "Each opens the timeline at that range." })),
+  el("ul", { class: "time-ranges", "data-testid": "finding-time-ranges" }, s.time_ranges.map(([a, b], i) => el("li", {},
+    el("a", { href: viewUrl("timeline", { rank: shownRank(), start: a, end: b }), "data-testid": "finding-timeline", text: `Range ${i + 1}: ${nsText(Number(BigInt(b) - BigInt(a)))} from ${a} ns` }))))));
+  if (!s.nodes && !s.kernel_names && !s.iterations && !s.time_ranges) content.append(el("p", { class: "hint", text: "This finding names no ops, kernels, iterations or time ranges." }));
   void int; void nsSpan;
 }
