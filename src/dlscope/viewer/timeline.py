@@ -139,11 +139,12 @@ def _key(*cols) -> np.ndarray:
     return np.column_stack(cols).astype(np.int64).reshape(-1, 5)
 
 
-def _packed(keys: np.ndarray, columns: np.ndarray | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
+def _packed(keys: np.ndarray, columns: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
     """Rows of small-cardinality integer columns as one integer each: every column ranked among its distinct
     values (``columns``: the distinct values to rank against), the ranks packed (np.unique over rows is 20x
     slower)."""
-    values = columns if columns is not None else [np.unique(keys[:, c]) for c in range(keys.shape[1])]
+    values: list[np.ndarray] = (columns if columns is not None
+                                else [np.unique(keys[:, c]) for c in range(keys.shape[1])])
     packed = np.zeros(len(keys), np.int64)
     for c, v in enumerate(values):
         packed = packed * (len(v) + 1) + np.searchsorted(v, keys[:, c])
@@ -319,14 +320,14 @@ def window(db: ProfileDB, rank: int, start: int, end: int, width: int) -> dict:
         lanes = t.lane[idx]
         cuts = np.flatnonzero(np.diff(lanes)) + 1
         for part in np.split(np.arange(len(idx)), cuts):
-            lane = int(lanes[part[0]])
+            lane_no = int(lanes[part[0]])
             sel, sel_ids = idx[part], ids[part]
-            out = per_lane.setdefault(lane, _empty())["events"]
+            out = per_lane.setdefault(lane_no, _empty())["events"]
             out["id"] = sel_ids.tolist()
             out["start"] = (t.start[sel] - origin).tolist()
             out["end"] = (t.end[sel] - origin).tolist()
             out["name"] = [name_index.setdefault(names[kind].get(i, ""), len(name_index)) for i in out["id"]]
-            if kind == "kernel":
+            if kind == "kernel" and t.tc is not None:  # kernels always carry their Tensor Core verdicts
                 out["tc"] = t.tc[sel].tolist()
             if kind in extra:
                 links = extra[kind]

@@ -9,6 +9,7 @@ explicit ``start``/``end`` (a finding's evidence range, a pan or zoom), one kern
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from dlscope.distributed.job import run_aggregations
 from dlscope.viewer import timeline
@@ -28,15 +29,15 @@ def view_data(viewer, db: ProfileDB, scope: dict, params: Mapping[str, str]) -> 
         raise BadParameter("rank", f"rank {rank} is not in this profile (have {', '.join(map(str, known))})")
     if agg and agg["rank"] != rank:  # another rank of the job: its aggregation in the same run
         agg = next((a for a in run_aggregations(db.connection(), agg["agg_id"]) if a["rank"] == rank), None)
-    focus = None
+    focus: dict[str, Any] | None = None
     if params.get("start") or params.get("end"):
         _, start, end, _ = timeline.parse_window(db, {**params, "rank": str(rank)})
     elif params.get("kernel"):
         focus = {"kind": "kernel", "id": parse_int("kernel", params["kernel"])}
-        rank, start, end = _padded_event(db, focus["id"])
+        rank, start, end = _padded_event(db, int(focus["id"]))
     elif params.get("op"):
         focus = {"kind": "op", "id": parse_int("op", params["op"])}
-        rank, start, end = _op_window(db, focus["id"])
+        rank, start, end = _op_window(db, int(focus["id"]))
     elif "node" in scope:
         lo = agg["window_start"] if agg and agg["window_start"] is not None else -(2 ** 63)
         row = db.execute_one("SELECT op_id FROM op_instances WHERE node_id = ? AND start >= ? ORDER BY start LIMIT 1",
