@@ -175,10 +175,12 @@ def parse_all(names: list[str]) -> list[Scenario]:
     return [parse(n) for n in names]
 
 
-def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]]) -> dict:
+def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]],
+                   unchanged: Result | None = None) -> dict:
     """Each expert finding whose advice a scenario models, priced by replay (its saving over the aggregation,
-    as findings count theirs), and all of them together (overlaps counted once)."""
-    base = win.wall(solve(g, Weights.measured(g)).t)
+    as findings count theirs), and all of them together (overlaps counted once). ``unchanged``: the unchanged
+    replay when the caller has it already."""
+    base = win.wall((unchanged or solve(g, Weights.measured(g))).t)
     rows, combined, used = [], Weights.measured(g), set()
     for rule, estimate in findings:
         sc = for_rule(rule)
