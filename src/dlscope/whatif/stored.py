@@ -42,10 +42,11 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
             base = solve(g, Weights.measured(g))
     except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
         note = f"the dependency graph could not be built ({_one_line(e)})"
+    replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
     for agg, found in zip(aggs, findings):
         if note is None:
             try:
-                _annotate_one(g, base, agg, found)
+                _annotate_one(g, base, agg, found, replays)
                 continue
             except Exception as e:  # noqa: BLE001 - one aggregation's failure leaves the others' figures
                 why = f"the critical path could not be walked ({_one_line(e)})"
@@ -54,7 +55,7 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
         _not_replayed(agg, found, why)
 
 
-def _annotate_one(g: Graph, base: Result, agg, found: list[dict]) -> None:
+def _annotate_one(g: Graph, base: Result, agg, found: list[dict], replays: dict) -> None:
     row = agg.row
     win = windows(g, int(row["rank"]), int(row["iter_start"]), int(row["iter_stop"]))
     path = path_of(g, win, base)
@@ -73,7 +74,7 @@ def _annotate_one(g: Graph, base: Result, agg, found: list[dict]) -> None:
     agg.critical_path = pd.DataFrame({"rank": cells["rank"].to_numpy(np.int64),
                                       "category": np.asarray(CATEGORIES, object)[cells["category"].to_numpy(int)],
                                       "time_ns": cells["ns"].to_numpy(np.int64)})
-    priced = price_findings(g, win, [(f["rule"], f.get("est_saving_ns")) for f in found], base)
+    priced = price_findings(g, win, [(f["rule"], f.get("est_saving_ns")) for f in found], base, replays)
     rows = iter(priced["findings"])
     for f in found:  # price_findings lists the findings a scenario models, in their order
         f["simulated_saving_ns"] = next(rows)["simulated_saving_ns"] if _modelled(f["rule"]) else None
