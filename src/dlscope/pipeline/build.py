@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -22,7 +23,7 @@ from ..model import ID_COLUMNS, TABLES, Profile
 from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
 from ..system import job_facts
-from ..whatif.job import from_analysed, from_database
+from ..whatif.job import from_analysed, from_database, world_sizes_of
 from ..whatif.stored import annotate
 from .budget import (
     check_analysis_fits,
@@ -189,10 +190,11 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
         figures = job_figures([parts[j] for j in order], pd.concat(collective_rows, ignore_index=True),
                               world_sizes(sources))
         conn = db.connect()  # the whole job's raw tables, written: its graph links the ranks as a whole import's
-        annotate(lambda: from_database(conn), aggs, [per_rank[j][1] for j in order])
+        annotate(lambda: replace(from_database(conn), world_sizes=world_sizes_of(sources),
+                                 iteration_methods=dict(methods)), aggs, [per_rank[j][1] for j in order])
         _write_results(conn, sources, name, {**(extra_meta or {}), "key_node": key_node or "",
-                                                      "iteration_methods": dict(sorted(methods.items())),
-                                                      "key_node_candidates": dict(sorted(candidates.items()))},
+                                             "iteration_methods": dict(sorted(methods.items())),
+                                             "key_node_candidates": dict(sorted(candidates.items()))},
                        ncu, aggs, [per_rank[j][1] for j in order], figures)
     return db_path
 
