@@ -88,6 +88,25 @@ def test_the_summary_shows_the_stored_path_and_savings(tmp_path):
     assert "(simulated, overlaps counted once)" in text
 
 
+def test_the_html_report_shows_the_path_and_the_savings(tmp_path):
+    import re
+
+    from dlscope.format import fmt_ns
+    from dlscope.present.html_report import render_html_report
+
+    db = _db(tmp_path, _sync_trace())
+    html = render_html_report(db)
+    a = summary_dict(db)["aggregation"]
+    combined = re.search(r'id="combined-saving">[^<]*<strong>([^<]*)</strong>', html).group(1)
+    assert combined == fmt_ns(a["findings_combined_saving_ns"])
+    section = html[html.index('id="critical-path-categories"'):]
+    assert re.findall(r"<tr><td>(\w+)</td><td class=\"num\">([^<]*)</td>", section)[:2] == [
+        ("kernel", "140.00 µs"), ("cpu_op", "24.00 µs")]
+    for f in summary_dict(db)["findings"]:
+        if f["simulated_saving_ns"] is not None:
+            assert f"simulated {fmt_ns(f['simulated_saving_ns'])}" in html
+
+
 def test_a_profile_that_cannot_be_replayed_still_imports_and_says_why(tmp_path, monkeypatch, capfd):
     import dlscope.whatif.stored as stored
 
