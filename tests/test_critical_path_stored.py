@@ -251,3 +251,25 @@ def test_dlscope_aggregate_adds_the_columns_to_an_older_database(tmp_path):
     assert a["critical_path"] is None and "before dlscope stored the critical path" in a["critical_path_note"]
     new, = aggregate(db)
     assert _stored(db, new)["ops"] == {"aten::mm": 120 * US, "aten::relu": 40 * US, "aten::add": 20 * US}
+
+
+def test_the_viewer_reads_an_older_database_without_the_columns(tmp_path):
+    from starlette.testclient import TestClient
+    from test_viewer_fixtures import make_profile_db
+
+    from dlscope.viewer.app import create_app
+
+    db = make_profile_db(tmp_path / "old.sqlite")
+    conn = sqlite3.connect(db)
+    conn.executescript("DROP INDEX agg_ops_critical_path; DROP INDEX agg_kernels_critical_path; "
+                       "ALTER TABLE agg_ops DROP COLUMN critical_path_ns; "
+                       "ALTER TABLE agg_kernels DROP COLUMN critical_path_ns;")
+    conn.close()
+    with TestClient(create_app([db]), base_url="http://127.0.0.1:8000") as client:
+        page = client.get("/api/table/ops", params={"agg": 1}).json()
+        assert page["rows"] and {r["critical_path_ns"] for r in page["rows"]} == {None}  # n/a, never 0
+        kernels = client.get("/api/table/kernel_summary", params={"agg": 1}).json()
+        assert kernels["rows"] and {r["critical_path_ns"] for r in kernels["rows"]} == {None}
+        refused = client.get("/api/table/ops", params={"agg": 1, "sort": "critical_path_ns"})
+        assert refused.status_code == 400
+        assert client.get("/api/table/ops/export.csv", params={"agg": 1}).status_code == 200
