@@ -18,6 +18,7 @@ from .graph import CATEGORIES, Graph, build
 from .job import Job
 from .predict import path_of, price_findings, windows
 from .replay import Result, Weights, solve
+from .scenarios import for_rule
 
 #: the rows of ``agg_critical_path``: time on the critical path per rank (-1: before the first event the
 #: path reaches) and category
@@ -77,7 +78,7 @@ def _annotate_one(g: Graph, base: Result, agg, found: list[dict], replays: dict)
     priced = price_findings(g, win, [(f["rule"], f.get("est_saving_ns")) for f in found], base, replays)
     rows = iter(priced["findings"])
     for f in found:  # price_findings lists the findings a scenario models, in their order
-        f["simulated_saving_ns"] = next(rows)["simulated_saving_ns"] if _modelled(f["rule"]) else None
+        f["simulated_saving_ns"] = next(rows)["simulated_saving_ns"] if for_rule(f["rule"]) else None
     row["findings_combined_saving_ns"] = priced["combined_saving_ns"]
     row["critical_path_note"] = None
 
@@ -97,12 +98,6 @@ def _lookup(frame: pd.DataFrame, key: str, values: pd.Series) -> np.ndarray:
     if frame.empty:
         return np.zeros(0, np.int64)
     return frame[key].map(values).fillna(0).to_numpy(np.int64)
-
-
-def _modelled(rule: str) -> bool:
-    from .scenarios import for_rule
-
-    return for_rule(rule) is not None
 
 
 def _not_replayed(agg, found: list[dict], why: str) -> None:
