@@ -149,7 +149,8 @@ def _aggregate(conn: sqlite3.Connection, agg: int, lo: int, hi: int) -> None:
         rows.append((agg, gid, parent, 0, level, o[1], ("/model/encoder/" if parent == 3 else "/model/") + o[1], node,
                      o[2], o[3], o[4], o[5], o[6], o[7], o[8], 0, o[9], o[10]))
     conn.executemany("INSERT INTO agg_groups VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-    conn.executemany("INSERT INTO findings VALUES (?,?,?,?,?,?,?,?,?)", [
+    conn.executemany("INSERT INTO findings (agg_id, finding_id, rule, severity, problem, recommendation, "
+                     "est_saving_ns, est_saving_pct, evidence_json) VALUES (?,?,?,?,?,?,?,?,?)", [
         (agg, 1, "tc_eligible_not_using_tc", "high", "1 op was eligible to use Tensor Cores but none of its kernels do",
          "Try enabling AMP: https://pytorch.org/docs/stable/amp.html", 31_000 * 36, 0.12,
          json.dumps({"node_ids": [2]})),

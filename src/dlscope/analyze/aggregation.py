@@ -7,7 +7,7 @@ window into disjoint pieces by priority so its seven parts add up to the wall cl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -37,6 +37,8 @@ class Aggregation:
     kernels: pd.DataFrame
     op_kernels: pd.DataFrame
     groups: pd.DataFrame
+    #: time on the critical path per rank and category (``whatif.stored.annotate`` fills it before writing)
+    critical_path: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _rank_frames(an: Analysed, rank: int) -> dict[str, pd.DataFrame]:

@@ -62,9 +62,14 @@ def write_findings(conn: sqlite3.Connection, agg_id: int, findings: list[dict]) 
     conn.execute("DELETE FROM findings WHERE agg_id = ?", (agg_id,))
     conn.executemany(
             "INSERT INTO findings (agg_id, finding_id, rule, severity, problem, recommendation, est_saving_ns, "
-        "est_saving_pct, evidence_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "est_saving_pct, evidence_json, simulated_saving_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(agg_id, i, f["rule"], f["severity"], f["problem"], f["recommendation"], f["est_saving_ns"],
-          f["est_saving_pct"], json.dumps(f["evidence"], default=_plain)) for i, f in enumerate(findings)])
+          f["est_saving_pct"], json.dumps(f["evidence"], default=_plain), _plain_or_none(f.get("simulated_saving_ns")))
+         for i, f in enumerate(findings)])
+
+
+def _plain_or_none(value):
+    return None if value is None else int(value)
 
 
 def _plain(value):

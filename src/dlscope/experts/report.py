@@ -12,12 +12,16 @@ from ..errors import DlscopeError
 from ..format import fmt_ns, write_csv
 
 FORMATS = ("csv", "json", "md")
-COLUMNS = ["rule", "severity", "problem", "recommendation", "est_saving_ns", "est_saving_pct", "evidence"]
+COLUMNS = ["rule", "severity", "problem", "recommendation", "est_saving_ns", "est_saving_pct", "evidence",
+           "simulated_saving_ns"]
 
 
 def findings_frame(conn: sqlite3.Connection, agg_id: int) -> pd.DataFrame:
+    # simulated_saving_ns: priced by replay at import (whatif.stored); a database written before has none
+    stored = any(r[1] == "simulated_saving_ns" for r in conn.execute('PRAGMA table_info("findings")'))
     frame = pd.read_sql_query("SELECT rule, severity, problem, recommendation, est_saving_ns, est_saving_pct, "
-                              "evidence_json AS evidence FROM findings WHERE agg_id = ? ORDER BY finding_id",
+                              f"evidence_json AS evidence, {'simulated_saving_ns' if stored else 'NULL'} "
+                              "AS simulated_saving_ns FROM findings WHERE agg_id = ? ORDER BY finding_id",
                               conn, params=(agg_id,))
     return frame[COLUMNS]
 
@@ -33,6 +37,8 @@ def _markdown(frame: pd.DataFrame) -> str:
                   f"{fmt_ns(f.est_saving_ns)} ({f.est_saving_pct:.1f}% of the aggregated time)")
         lines += [f"## {i}. [{f.severity}] {esc(f.rule)}", "", f"**Problem:** {esc(f.problem)}", "",
                   f"**Recommendation:** {esc(f.recommendation)}", "", f"**Estimated saving:** {saving}", ""]
+        if not pd.isna(f.simulated_saving_ns):
+            lines += [f"**Simulated saving** (replayed on the dependency graph): {fmt_ns(f.simulated_saving_ns)}", ""]
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@ import gc
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +23,8 @@ from ..model import ID_COLUMNS, MISSING, TABLES, Profile
 from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
 from ..system import job_facts
+from ..whatif.job import from_analysed, from_database, world_sizes_of
+from ..whatif.stored import annotate
 from .budget import (
     check_analysis_fits,
     check_traces_could_fit,
@@ -125,6 +128,9 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
+            if an is not None:
+                step("replaying the critical path")
+                annotate(lambda: from_analysed(an), aggs, findings)
             figures = rank_figures(an, aggs) if an is not None else None
             _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
                            profile_name or _default_name(paths),
@@ -184,9 +190,12 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
         aggs = [per_rank[j][0] for j in order]
         figures = job_figures([parts[j] for j in order], pd.concat(collective_rows, ignore_index=True),
                               world_sizes(sources))
-        _write_results(db.connect(), sources, name, {**(extra_meta or {}), "key_node": key_node or "",
-                                                      "iteration_methods": dict(sorted(methods.items())),
-                                                      "key_node_candidates": dict(sorted(candidates.items()))},
+        conn = db.connect()  # the whole job's raw tables, written: its graph links the ranks as a whole import's
+        annotate(lambda: replace(from_database(conn), world_sizes=world_sizes_of(sources),
+                                 iteration_methods=dict(methods)), aggs, [per_rank[j][1] for j in order])
+        _write_results(conn, sources, name, {**(extra_meta or {}), "key_node": key_node or "",
+                                             "iteration_methods": dict(sorted(methods.items())),
+                                             "key_node_candidates": dict(sorted(candidates.items()))},
                        ncu, aggs, [per_rank[j][1] for j in order], figures)
     return db_path
 
@@ -247,6 +256,7 @@ def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int
             resolve_range(an, r, iter_start, iter_stop)
         per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers=1, ranks=ranks)
         aggs = [agg for agg, _ in per_rank]
+        annotate(lambda: from_analysed(an), aggs, [found for _, found in per_rank])
         # the collectives as an import finds them (comm_args is stored); a database written before comm_args
         # was stored keeps the collectives its import found
         stored = None if _has_table(conn, "comm_args") else _stored_collectives(conn)
@@ -256,6 +266,7 @@ def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int
         with conn:
             if key_node:
                 _store_split(conn, an)
+            writer.add_aggregation_columns(conn)
             ids = writer.write_aggregations(conn, aggs)
             for agg_id, (_, found) in zip(ids, per_rank):
                 write_findings(conn, agg_id, found)

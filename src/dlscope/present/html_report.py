@@ -24,6 +24,7 @@ from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..store import reader
 from ..version import __version__
 from .summary import (
+    has_column,
     breakdown_labels,
     gpu_list_text,
     gpu_names_text,
@@ -135,11 +136,16 @@ def report_context(db_path: Path, agg_id: int | None = None, rank: int | None = 
     conn = reader.connect(db_path)
     try:
         a = agg["agg_id"]
+        on_path = {t: "critical_path_ns" if has_column(conn, t, "critical_path_ns") else "NULL"
+                   for t in ("agg_ops", "agg_kernels")}
         ops = _rows(conn, "SELECT op_name, op_type, direction, calls, gpu_time_ns, cpu_time_ns, cpu_overhead_ns, "
-                          "gpu_idle_ns, kernel_count, tc_eligible, using_tc FROM agg_ops WHERE agg_id = ? "
-                          "ORDER BY gpu_time_ns DESC, cpu_time_ns DESC LIMIT ?", (a, TOP_ROWS))
-        kernels = _rows(conn, "SELECT kernel_name, uses_tc, calls, gpu_time_ns, avg_ns, min_ns, max_ns "
-                              "FROM agg_kernels WHERE agg_id = ? ORDER BY gpu_time_ns DESC LIMIT ?", (a, TOP_ROWS))
+                          "gpu_idle_ns, kernel_count, tc_eligible, using_tc, "
+                          f"{on_path['agg_ops']} AS critical_path_ns "
+                          "FROM agg_ops WHERE agg_id = ? ORDER BY gpu_time_ns DESC, cpu_time_ns DESC LIMIT ?",
+                    (a, TOP_ROWS))
+        kernels = _rows(conn, "SELECT kernel_name, uses_tc, calls, gpu_time_ns, avg_ns, min_ns, max_ns, "
+                              f"{on_path['agg_kernels']} AS critical_path_ns FROM agg_kernels "
+                              "WHERE agg_id = ? ORDER BY gpu_time_ns DESC LIMIT ?", (a, TOP_ROWS))
         op_types = _rows(conn, "SELECT op_type, ops, calls, gpu_time_total, cpu_time_total, kernel_count, tc_eligible, "
                                "using_tc FROM agg_op_types WHERE agg_id = ? ORDER BY gpu_time_total DESC, "
                                "cpu_time_total DESC LIMIT ?", (a, TOP_ROWS))

@@ -100,7 +100,45 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
                 "achieved_flops_per_s": row.get("achieved_flops_per_s"),
                 "peak_flops_per_s": row.get("peak_flops_per_s"), "precision": row.get("mfu_precision"),
                 "mfu": row.get("mfu")},
+        **critical_path_section(conn, agg_id, row),
     }
+
+
+def critical_path_section(conn: sqlite3.Connection, agg_id: int, row: dict) -> dict:
+    """The aggregation's critical path as stored by the import (``whatif.stored``): time per category and, in
+    a job, per rank whose work it ran through (shares of the wall clock), the findings' combined simulated
+    saving, and why there is no path when there is none."""
+    wall = row.get("wall_clock_ns")
+    note = row.get("critical_path_note")
+    if not _has_table(conn, "agg_critical_path"):
+        note = "not computed: the database was written before dlscope stored the critical path (import it again)"
+    out = {"critical_path": None, "critical_path_ranks": None, "critical_path_note": note,
+           "findings_combined_saving_ns": row.get("findings_combined_saving_ns")}
+    if note is not None:
+        return out
+
+    def share(ns):
+        return round(ns / wall, 4) if wall else None
+
+    cats = conn.execute("SELECT category, SUM(time_ns) AS ns FROM agg_critical_path WHERE agg_id = ? "
+                        "GROUP BY category ORDER BY ns DESC, category", (agg_id,)).fetchall()
+    if not cats and wall:
+        out["critical_path_note"] = "not computed for this aggregation (written before dlscope stored the critical path)"
+        return out
+    out["critical_path"] = [{"category": c, "time_ns": ns, "share": share(ns)} for c, ns in cats]
+    if _one(conn, "SELECT COUNT(DISTINCT rank) FROM aggregations") > 1:
+        ranks = conn.execute("SELECT rank, SUM(time_ns) AS ns FROM agg_critical_path WHERE agg_id = ? AND rank >= 0 "
+                             "GROUP BY rank ORDER BY ns DESC, rank", (agg_id,)).fetchall()
+        out["critical_path_ranks"] = [{"rank": r, "time_ns": ns, "share": share(ns)} for r, ns in ranks]
+    return out
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
+
+
+def has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    return any(r[1] == column for r in conn.execute(f'PRAGMA table_info("{table}")'))
 
 
 def summary_units(aggregation: dict | None) -> MatrixUnits:
@@ -115,10 +153,13 @@ def breakdown_labels(units: MatrixUnits) -> dict[str, str]:
 
 
 def _findings(conn: sqlite3.Connection, agg_id: int) -> list[dict]:
+    simulated = "simulated_saving_ns" if has_column(conn, "findings", "simulated_saving_ns") else "NULL"
     rows = conn.execute("SELECT rule, severity, problem, recommendation, est_saving_ns, est_saving_pct, "
-                        "evidence_json FROM findings WHERE agg_id = ? ORDER BY finding_id", (agg_id,)).fetchall()
-    keys = ("rule", "severity", "problem", "recommendation", "est_saving_ns", "est_saving_pct", "evidence")
-    return [dict(zip(keys, (*r[:6], json.loads(r[6] or "{}")))) for r in rows]
+                        f"evidence_json, {simulated} FROM findings WHERE agg_id = ? ORDER BY finding_id",
+                        (agg_id,)).fetchall()
+    keys = ("rule", "severity", "problem", "recommendation", "est_saving_ns", "est_saving_pct", "evidence",
+            "simulated_saving_ns")
+    return [dict(zip(keys, (*r[:6], json.loads(r[6] or "{}"), r[7]))) for r in rows]
 
 
 def _roofline(conn: sqlite3.Connection, agg_id: int | None) -> dict:
@@ -355,6 +396,22 @@ def _render_memory(console, memory: dict | None, escape) -> None:
                       f"{inside} ({d['live_at_peak']['count']:,} allocations live){reserved}")
 
 
+def critical_path_text(a: dict, top: int = 3) -> str:
+    """One line: the categories longest on the critical path and the findings' combined simulated saving."""
+    path = a.get("critical_path")
+    if path is None:
+        return f"Critical path: {a.get('critical_path_note') or 'not computed'}"
+    shown = ", ".join(f"{c['category']} {fmt_ns(c['time_ns'])} ({fmt_pct(c['share'])})" for c in path[:top])
+    text = f"Critical path: {shown or 'empty'}"
+    ranks = a.get("critical_path_ranks") or []
+    if len(ranks) > 1:
+        text += "; through " + ", ".join(f"rank {r['rank']} {fmt_pct(r['share'])}" for r in ranks[:top])
+    combined = a.get("findings_combined_saving_ns")
+    if combined is not None:
+        text += f"; expert findings together save {fmt_ns(combined)} (simulated, overlaps counted once)"
+    return text
+
+
 def render_summary(summary: dict) -> str:
     """The terminal summary: key metrics, GPUs, breakdown, top 10 GPU ops, findings."""
     from io import StringIO
@@ -438,6 +495,7 @@ def render_summary(summary: dict) -> str:
                         f"{op['calls']:,}", "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
         console.print(top)
     _render_roofline(console, summary.get("roofline"), escape)
+    console.print(critical_path_text(a), markup=False)
     _render_memory(console, summary.get("memory"), escape)
     if summary["findings"]:
         found = Table(title="Expert systems", title_justify="left", show_lines=True)
@@ -446,6 +504,8 @@ def render_summary(summary: dict) -> str:
         for f in summary["findings"]:
             saving = (f"{fmt_ns(f['est_saving_ns'])} ({f['est_saving_pct']:.1f}%)"
                       if f.get("est_saving_ns") is not None and f.get("est_saving_pct") is not None else "n/a")
+            if f.get("simulated_saving_ns") is not None:
+                saving += f"; simulated {fmt_ns(f['simulated_saving_ns'])}"
             found.add_row(f["severity"], escape(f["problem"]), escape(f["recommendation"]), saving)
         console.print(found)
     if summary.get("capture", {}).get("ended_early"):

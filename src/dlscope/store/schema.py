@@ -121,7 +121,8 @@ CREATE TABLE aggregations (
     tensor_core_ns INTEGER, non_tensor_core_ns INTEGER, dataloader_ns INTEGER, io_ns INTEGER,
     cpu_ns INTEGER, other_ns INTEGER, op_count INTEGER, op_nodes INTEGER, tc_eligible_op_nodes INTEGER,
     op_nodes_using_tc INTEGER, tc_eligible_gpu_time_pct REAL, reader_cost_ns INTEGER, model_flops INTEGER,
-    model_flops_per_iteration INTEGER, achieved_flops_per_s REAL, peak_flops_per_s REAL, mfu_precision TEXT, mfu REAL
+    model_flops_per_iteration INTEGER, achieved_flops_per_s REAL, peak_flops_per_s REAL, mfu_precision TEXT, mfu REAL,
+    findings_combined_saving_ns INTEGER, critical_path_note TEXT
 );
 
 CREATE TABLE agg_gpus (
@@ -148,7 +149,7 @@ CREATE TABLE agg_ops (
     scope TEXT, input_shapes TEXT, data_type TEXT, calls INTEGER, kernel_count INTEGER,
     tc_kernel_count INTEGER, kernel_time_ns INTEGER, gpu_time_ns INTEGER, tc_gpu_time_ns INTEGER,
     cpu_time_ns INTEGER, api_time_ns INTEGER, cpu_overhead_ns INTEGER, gpu_idle_ns INTEGER,
-    tc_eligible INTEGER, using_tc INTEGER, kernels TEXT, model_flops INTEGER, mfu REAL,
+    tc_eligible INTEGER, using_tc INTEGER, kernels TEXT, model_flops INTEGER, mfu REAL, critical_path_ns INTEGER,
     PRIMARY KEY (agg_id, node_id)
 );
 
@@ -165,7 +166,8 @@ CREATE TABLE agg_op_types (
 -- One row per distinct kernel name in the aggregation; op_names: the op nodes that launched it.
 CREATE TABLE agg_kernels (
     agg_id INTEGER, kernel_name TEXT, uses_tc INTEGER, calls INTEGER, gpu_time_ns INTEGER,
-    avg_ns REAL, min_ns INTEGER, max_ns INTEGER, op_names TEXT, PRIMARY KEY (agg_id, kernel_name)
+    avg_ns REAL, min_ns INTEGER, max_ns INTEGER, op_names TEXT, critical_path_ns INTEGER,
+    PRIMARY KEY (agg_id, kernel_name)
 );
 
 -- Kernels summed per op node and kernel name: the "Ops and Kernels" view's lower table.
@@ -184,9 +186,19 @@ CREATE TABLE agg_groups (
     gpu_idle_ns INTEGER, tc_eligible INTEGER, using_tc INTEGER, PRIMARY KEY (agg_id, group_id)
 );
 
+-- simulated_saving_ns: the finding's advice priced by replaying the aggregation on its dependency graph
+-- (docs/whatif.md); NULL when no scenario models the advice or it cannot be priced.
 CREATE TABLE findings (
     agg_id INTEGER, finding_id INTEGER, rule TEXT, severity TEXT, problem TEXT, recommendation TEXT,
-    est_saving_ns INTEGER, est_saving_pct REAL, evidence_json TEXT, PRIMARY KEY (agg_id, finding_id)
+    est_saving_ns INTEGER, est_saving_pct REAL, evidence_json TEXT, simulated_saving_ns INTEGER,
+    PRIMARY KEY (agg_id, finding_id)
+);
+
+-- Time on the aggregation's critical path (docs/whatif.md) per rank whose work it ran through and category
+-- (whatif.graph.CATEGORIES); per aggregation the rows add up to its wall clock. rank -1: before the first event
+-- the path reaches. No rows when the profile could not be replayed (aggregations.critical_path_note says why).
+CREATE TABLE agg_critical_path (
+    agg_id INTEGER, rank INTEGER, category TEXT, time_ns INTEGER, PRIMARY KEY (agg_id, rank, category)
 );
 """
 
@@ -212,6 +224,8 @@ CREATE INDEX agg_ops_type ON agg_ops (agg_id, op_type);
 CREATE INDEX agg_ops_calls ON agg_ops (agg_id, calls);
 CREATE INDEX agg_kernels_time ON agg_kernels (agg_id, gpu_time_ns);
 CREATE INDEX agg_kernels_calls ON agg_kernels (agg_id, calls);
+CREATE INDEX agg_ops_critical_path ON agg_ops (agg_id, critical_path_ns);
+CREATE INDEX agg_kernels_critical_path ON agg_kernels (agg_id, critical_path_ns);
 CREATE INDEX agg_op_types_gpu ON agg_op_types (agg_id, gpu_time_total);
 CREATE INDEX agg_groups_parent ON agg_groups (agg_id, parent_group_id);
 CREATE INDEX agg_iterations_profiled ON agg_iterations (agg_id, profiled, iteration);

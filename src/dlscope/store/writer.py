@@ -313,13 +313,34 @@ class _ArrowIngest:
             self.adbc.close()
 
 
+def add_aggregation_columns(conn: sqlite3.Connection) -> None:
+    """Give a database written before an aggregation table or column existed that table or column (NULL: not
+    computed then), so `dlscope aggregate` can write today's aggregations into it; raw tables are left alone."""
+    model = sqlite3.connect(":memory:")
+    try:
+        model.executescript(DDL)
+        for name, sql in model.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall():
+            if name not in ("aggregations", "findings") and not name.startswith("agg_"):
+                continue
+            have = table_columns(conn, name)
+            if not have:
+                conn.execute(sql)
+                continue
+            for _, col, kind, *_ in model.execute(f'PRAGMA table_info("{name}")').fetchall():
+                if col not in have:
+                    conn.execute(f'ALTER TABLE "{name}" ADD COLUMN "{col}" {kind}')
+    finally:
+        model.close()
+
+
 def write_aggregation(conn: sqlite3.Connection, agg) -> int:
     """Store one :class:`~dlscope.analyze.aggregation.Aggregation`; returns its agg_id."""
     return write_aggregations(conn, [agg])[0]
 
 
 AGG_TABLES = {"agg_gpus": "gpus", "agg_iterations": "iterations", "agg_ops": "ops", "agg_op_types": "op_types",
-              "agg_kernels": "kernels", "agg_op_kernels": "op_kernels", "agg_groups": "groups"}
+              "agg_kernels": "kernels", "agg_op_kernels": "op_kernels", "agg_groups": "groups",
+              "agg_critical_path": "critical_path"}
 
 
 def _integer_ns(row: dict) -> dict:

@@ -34,7 +34,7 @@ from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
 from dlscope.viewer.query import searched_columns, warm_up
 from dlscope.viewer.security import SameOriginWrites, allowed_hosts
-from dlscope.viewer.tables import TABLES, column_meta
+from dlscope.viewer.tables import TABLES, column_meta, in_database
 from dlscope.viewer.views import DERIVED, VIEWS, page_scope, table_page, view_data
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -211,7 +211,7 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
             spec, source = DERIVED[name]
             db = source(viewer, db, scope, request.query_params)
         else:
-            spec = TABLES[name]
+            spec = in_database(TABLES[name], db)
         req = parse_table_request(spec, request.query_params, "", {k: v for k, v in scope.items() if spec.scope(k)})
         filename = export.export_filename(db, req, fmt)
         headers = {"Content-Disposition": f'attachment; filename="{filename}"'}

@@ -140,12 +140,17 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
                                "ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
         if db.has("agg_ops") else []
     out["iterations"] = iteration_series(db, a)
+    simulated = "simulated_saving_ns" if db.has("findings") and any(
+        r[1] == "simulated_saving_ns" for r in db.execute('PRAGMA table_info("findings")')) else "NULL"
     findings = _rows(db, "SELECT finding_id, rule, severity, problem, recommendation, est_saving_ns, "
-                         "est_saving_pct, evidence_json FROM findings WHERE agg_id = ? ORDER BY finding_id", (a,)) \
+                         f"est_saving_pct, evidence_json, {simulated} AS simulated_saving_ns FROM findings "
+                         "WHERE agg_id = ? ORDER BY finding_id", (a,)) \
         if db.has("findings") else []
     for f in findings:
         f["links"] = evidence_links(f.pop("evidence_json"))
     out["findings"] = findings
+    # all findings a scenario models, priced together by replay (whatif.stored): overlaps counted once
+    out["findings_combined_saving_ns"] = agg.get("findings_combined_saving_ns")
     return out
 
 

@@ -87,6 +87,13 @@ class ProfileDB:
     def has(self, *tables: str) -> bool:
         return all(t in self.tables for t in tables)
 
+    def columns(self, table: str) -> set[str]:
+        """The columns of a table (an older database lacks some of today's)."""
+        key = ("columns", table)
+        if key not in self.counts:
+            self.counts[key] = {r[1] for r in self.execute(f'PRAGMA table_info("{table}")')}
+        return self.counts[key]
+
     # -- aggregations ------------------------------------------------------------------------------------
     def aggregations(self) -> list[dict]:
         if not self.has("aggregations"):

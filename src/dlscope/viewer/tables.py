@@ -7,7 +7,7 @@ units with exact nanoseconds on hover).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class Column:
     #: match the search in Python, and filter with ``in_sql`` (``:p`` = JSON list of the matches), not a LIKE scan.
     lookup: str | None = None
     in_sql: str | None = None
+    #: a column of the table that databases written by an older dlscope lack: read as NULL there
+    added: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ OP_TYPES = TableSpec(
 OP_COLUMNS = (
     Column("gpu_time_ns", "GPU Time", "gpu_time_ns", "ns"),
     Column("cpu_time_ns", "CPU Time", "cpu_time_ns", "ns"),
+    Column("critical_path_ns", "Critical Path", "critical_path_ns", "ns", added=True),
     Column("node_id", "Op ID", "node_id"),
     Column("op_name", "Op Name", "op_name", "text"),
     Column("direction", "Direction", "direction", "text"),
@@ -124,7 +127,9 @@ OP_KERNELS = TableSpec(
     scopes=(AGG, Scope("node", "node_id = :node", required=True)), requires=("agg_op_kernels",))
 
 KERNEL_SUMMARY = TableSpec(
-    "kernel_summary", "Kernels", "agg_kernels", _KERNEL_SUMMARY_COLUMNS, "gpu_time_ns",
+    "kernel_summary", "Kernels", "agg_kernels",
+    (*_KERNEL_SUMMARY_COLUMNS[:4], Column("critical_path_ns", "Critical Path", "critical_path_ns", "ns", added=True),
+     *_KERNEL_SUMMARY_COLUMNS[4:]), "gpu_time_ns",
     scopes=(AGG, Scope("kernel_names", "kernel_name IN (SELECT value FROM json_each(:kernel_names))", "list")),
     requires=("agg_kernels",))
 
@@ -255,6 +260,19 @@ GROUPS = TableSpec("groups", "Group Ops", "agg_groups", GROUP_COLUMNS, "tree", d
 
 TABLES: dict[str, TableSpec] = {t.name: t for t in (OP_TYPES, OPS, OP_KERNELS, KERNEL_SUMMARY, ITERATIONS, KERNELS,
                                                       ITERATION_OPS, GROUPS)}
+
+
+def in_database(spec: TableSpec, db) -> TableSpec:
+    """The table as the database ``db`` (a ProfileDB) answers it: a column added after the database was written
+    reads as NULL ("n/a"), unsortable."""
+    if not any(c.added for c in spec.columns):
+        return spec
+    columns = db.columns(spec.source.split()[0])
+    missing = {c.name for c in spec.columns if c.added and c.sql not in columns}
+    if not missing:
+        return spec
+    return replace(spec, columns=tuple(replace(c, sql="NULL", sortable=False) if c.name in missing else c
+                                       for c in spec.columns))
 
 
 def column_meta(spec: TableSpec) -> list[dict]:

@@ -14,7 +14,7 @@ from dlscope.viewer import compare_view, dashboard, job_view, roofline_view, tim
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB
 from dlscope.viewer.query import fetch_page
-from dlscope.viewer.tables import TABLES
+from dlscope.viewer.tables import TABLES, in_database
 from dlscope.viewer.tree import fetch_tree_page, parse_open
 
 
@@ -119,6 +119,7 @@ def table_page(db: ProfileDB, table: str, params: Mapping[str, str], scope: dict
     if not db.has(*spec.requires):
         return {"table": table, "rows": [], "total": 0, "missing": f"this database has no {', '.join(spec.requires)}",
                 "page": 1, "last_page": 1, "size": 10, "count_truncated": False, "has_next": False}
+    spec = in_database(spec, db)
     req = parse_table_request(spec, params, prefix, defaults={k: v for k, v in scope.items()
                                                               if spec.scope(k) is not None})
     if spec.name == "groups":

@@ -75,7 +75,7 @@ def from_analysed(an) -> Job:
     sources = p.meta.get("sources", [p.meta])
     frames = {name: _clean(getattr(p, name) if name != "iterations" else an.iterations, cols)
               for name, cols in COLUMNS.items()}
-    return Job(**frames, world_sizes=_world_sizes(sources), iteration_methods=dict(an.iteration_methods))
+    return Job(**frames, world_sizes=world_sizes_of(sources), iteration_methods=dict(an.iteration_methods))
 
 
 def from_database(conn: sqlite3.Connection) -> Job:
@@ -89,8 +89,8 @@ def from_database(conn: sqlite3.Connection) -> Job:
     sources = [json.loads(r[0] or "{}") for r in conn.execute("SELECT meta_json FROM sources ORDER BY source_id")]
     extra = json.loads(reader.meta(conn).get("extra_json") or "{}")
     methods = {int(k): str(v) for k, v in (extra.get("iteration_methods") or {}).items()}
-    return Job(**frames, world_sizes=_world_sizes(sources), iteration_methods=methods)
+    return Job(**frames, world_sizes=world_sizes_of(sources), iteration_methods=methods)
 
 
-def _world_sizes(sources: list[dict]) -> dict[int, int]:
+def world_sizes_of(sources: list[dict]) -> dict[int, int]:
     return {int(s.get("rank", 0) or 0): int(s.get("world_size") or 1) for s in sources}

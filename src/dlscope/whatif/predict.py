@@ -175,26 +175,44 @@ def parse_all(names: list[str]) -> list[Scenario]:
     return [parse(n) for n in names]
 
 
-def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]]) -> dict:
+def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]],
+                   unchanged: Result | None = None, replays: dict | None = None) -> dict:
     """Each expert finding whose advice a scenario models, priced by replay (its saving over the aggregation,
-    as findings count theirs), and all of them together (overlaps counted once)."""
-    base = win.wall(solve(g, Weights.measured(g)).t)
-    rows, combined, used = [], Weights.measured(g), set()
+    as findings count theirs), and all of them together (overlaps counted once). ``unchanged``: the unchanged
+    replay when the caller has it already; ``replays``: replays by the scenarios applied, kept by a caller that
+    prices the windows of every rank on one graph (a scenario changes the whole job, whatever the window)."""
+    base = win.wall((unchanged or solve(g, Weights.measured(g))).t)
+    replays = {} if replays is None else replays
+    rows, used = [], []
     for rule, estimate in findings:
         sc = for_rule(rule)
         if sc is None:
             continue
-        w = Weights.measured(g)
         try:
-            sc.apply(g, w)
+            r = _replayed(g, [sc], replays)
         except DlscopeError as e:  # e.g. amp on a GPU with no known FP16 Tensor Core peak: say so, price the rest
             rows.append({"rule": rule, "scenario": sc.name, "est_saving_ns": estimate, "simulated_saving_ns": None,
                          "not_priced": str(e)})
             continue
-        if sc.name not in used:  # the same change twice (sync_memcpy and pageable_memcpy) is one change
-            sc.apply(g, combined)
-            used.add(sc.name)
+        if sc.name not in [u.name for u in used]:  # the same change twice (sync_memcpy, pageable_memcpy) is one
+            used.append(sc)
         rows.append({"rule": rule, "scenario": sc.name, "est_saving_ns": estimate,
-                     "simulated_saving_ns": base - win.wall(solve(g, w).t)})
-    together = base - win.wall(solve(g, combined).t) if used else None
+                     "simulated_saving_ns": base - win.wall(r.t)})
+    together = base - win.wall(_replayed(g, used, replays).t) if used else None
     return {"findings": rows, "combined_saving_ns": together}
+
+
+def _replayed(g: Graph, scenarios: list[Scenario], replays: dict) -> Result:
+    """The graph replayed with ``scenarios`` applied in order (or the error applying them), once per graph."""
+    key = tuple(sc.name for sc in scenarios)
+    if key not in replays:
+        w = Weights.measured(g)
+        try:
+            for sc in scenarios:
+                sc.apply(g, w)
+            replays[key] = solve(g, w)
+        except DlscopeError as e:
+            replays[key] = e
+    if isinstance(replays[key], DlscopeError):
+        raise replays[key]
+    return replays[key]

@@ -205,11 +205,16 @@ export function renderDashboard(content, data) {
     const saving = f.est_saving_ns ? el("div", { class: "saving", title: exactNs(f.est_saving_ns), text: `Estimated saving: ${ns(f.est_saving_ns)}${f.est_saving_pct !== null ? ` (${f.est_saving_pct.toFixed(1)} %)` : ""}` }) : null;
     const when = (links.time_ranges || [])[0];
     const tl = when ? el("a", { class: "drill timeline-link", href: viewUrl("timeline", { rank: shownRank(), start: when[0], end: when[1] }), title: "Open the timeline at this finding's first evidence time range", "data-testid": "finding-timeline", text: "⏱" }) : null;
+    const simulated = f.simulated_saving_ns !== null && f.simulated_saving_ns !== undefined
+      ? el("div", { class: "simulated", "data-ns": String(f.simulated_saving_ns), title: `${exactNs(f.simulated_saving_ns)}: the advice replayed on the dependency graph (dlscope whatif)`, text: `Simulated saving: ${ns(f.simulated_saving_ns)}` }) : null;
     return el("tr", { class: `sev-${f.severity || "info"}` }, el("td", { class: "drill-cell" }, drill, tl),
-      el("td", {}, el("span", { class: "rule", text: f.rule || "" }), el("div", { text: f.problem || "" }), saving),
+      el("td", {}, el("span", { class: "rule", text: f.rule || "" }), el("div", { text: f.problem || "" }), saving, simulated),
       el("td", {}, linkify(f.recommendation)));
   });
-  grid.append(panel(`Expert Systems${of}`, "p-experts wide", d.findings.length
+  const combinedNs = d.findings_combined_saving_ns;
+  const combined = combinedNs !== null && combinedNs !== undefined
+    ? el("p", { class: "combined-saving", "data-ns": String(combinedNs), title: `${exactNs(combinedNs)}: all findings whose advice a scenario models, replayed together` }, `Combined saving (simulated, overlaps counted once): ${ns(combinedNs)}`) : null;
+  grid.append(panel(`Expert Systems${of}`, "p-experts wide", combined, d.findings.length
     ? el("table", { class: "grid experts" }, el("thead", {}, el("tr", {}, el("th", { text: "" }), el("th", { text: "Problem" }), el("th", { text: "Recommendation" }))), el("tbody", {}, rows))
     : el("p", { class: "ok", text: "No issues were detected in this aggregation." })));
 

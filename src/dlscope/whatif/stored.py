@@ -1,0 +1,114 @@
+"""What the profile database keeps of the replay: each aggregation's critical path and its findings priced.
+
+The import and `dlscope aggregate` call :func:`annotate` on the aggregations they are about to write, so the
+ops and kernels tables, the summary, the dashboard and the report show the critical path without replaying.
+The graph is built and replayed unchanged once per database (a job's collectives link its ranks); each
+aggregation then walks its own windows on that replay. A profile that cannot be replayed still imports: its
+figures stay missing and ``critical_path_note`` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from .graph import CATEGORIES, Graph, build
+from .job import Job
+from .predict import path_of, price_findings, windows
+from .replay import Result, Weights, solve
+from .scenarios import for_rule
+
+#: the rows of ``agg_critical_path``: time on the critical path per rank (-1: before the first event the
+#: path reaches) and category
+PATH_COLUMNS = ["rank", "category", "time_ns"]
+
+
+def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) -> None:
+    """Add the replay's figures to aggregations before they are written (in place).
+
+    ``agg.ops`` and ``agg.kernels`` get ``critical_path_ns`` (0: never on it), ``agg.critical_path`` the time
+    per rank and category, each finding ``simulated_saving_ns`` (None: no scenario models its advice, or it
+    cannot be priced) and ``agg.row`` ``findings_combined_saving_ns`` (all priced findings at once, overlaps
+    counted once) and ``critical_path_note`` (why there is no critical path, else None).
+    """
+    g, base, note = None, None, None
+    try:
+        job = job_of()
+        if not len(job.ops) and not len(job.kernels) and not len(job.api_calls):
+            note = "no CPU or GPU events to replay"
+        else:
+            g = build(job)
+            base = solve(g, Weights.measured(g))
+    except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
+        note = f"the dependency graph could not be built ({_one_line(e)})"
+    replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
+    for agg, found in zip(aggs, findings):
+        if note is None:
+            try:
+                _annotate_one(g, base, agg, found, replays)
+                continue
+            except Exception as e:  # noqa: BLE001 - one aggregation's failure leaves the others' figures
+                why = f"the critical path could not be walked ({_one_line(e)})"
+        else:
+            why = note
+        _not_replayed(agg, found, why)
+
+
+def _annotate_one(g: Graph, base: Result, agg, found: list[dict], replays: dict) -> None:
+    row = agg.row
+    win = windows(g, int(row["rank"]), int(row["iter_start"]), int(row["iter_stop"]))
+    path = path_of(g, win, base)
+    ns = path["ns"].to_numpy(np.int64)
+    op_id = path["op_id"].to_numpy(np.int64)
+    owned = op_id >= 0
+    by_node = pd.Series(ns[owned]).groupby(op_nodes(g, op_id[owned])).sum()
+    act = path["act"].to_numpy(np.int64)
+    acts = g.activities
+    kernel = act >= 0
+    kernel[kernel] = acts["table"].to_numpy(object)[act[kernel]] == "kernel"
+    by_kernel = pd.Series(ns[kernel]).groupby(acts["name"].to_numpy(object)[act[kernel]]).sum()
+    agg.ops = agg.ops.assign(critical_path_ns=_lookup(agg.ops, "node_id", by_node))
+    agg.kernels = agg.kernels.assign(critical_path_ns=_lookup(agg.kernels, "kernel_name", by_kernel))
+    cells = path.groupby(["rank", "category"], sort=True)["ns"].sum().reset_index()
+    agg.critical_path = pd.DataFrame({"rank": cells["rank"].to_numpy(np.int64),
+                                      "category": np.asarray(CATEGORIES, object)[cells["category"].to_numpy(int)],
+                                      "time_ns": cells["ns"].to_numpy(np.int64)})
+    priced = price_findings(g, win, [(f["rule"], f.get("est_saving_ns")) for f in found], base, replays)
+    rows = iter(priced["findings"])
+    for f in found:  # price_findings lists the findings a scenario models, in their order
+        f["simulated_saving_ns"] = next(rows)["simulated_saving_ns"] if for_rule(f["rule"]) else None
+    row["findings_combined_saving_ns"] = priced["combined_saving_ns"]
+    row["critical_path_note"] = None
+
+
+def op_nodes(g: Graph, op_id: np.ndarray) -> np.ndarray:
+    """The op node (of the outermost op) each op belongs to: the nodes the ops table lists."""
+    ops = g.job.ops
+    pos = pd.Series(np.arange(len(ops)), index=ops["op_id"].to_numpy(np.int64))
+    row = pos.reindex(op_id).fillna(-1).to_numpy(np.int64)
+    root = np.where(row >= 0, ops["root_id"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
+    root = np.where(root >= 0, root, op_id)
+    root_row = pos.reindex(root).fillna(-1).to_numpy(np.int64)
+    return np.where(root_row >= 0, ops["node_id"].to_numpy(np.int64)[np.maximum(root_row, 0)], -1)
+
+
+def _lookup(frame: pd.DataFrame, key: str, values: pd.Series) -> np.ndarray:
+    if frame.empty:
+        return np.zeros(0, np.int64)
+    return frame[key].map(values).fillna(0).to_numpy(np.int64)
+
+
+def _not_replayed(agg, found: list[dict], why: str) -> None:
+    agg.ops = agg.ops.assign(critical_path_ns=None) if not agg.ops.empty else agg.ops
+    agg.kernels = agg.kernels.assign(critical_path_ns=None) if not agg.kernels.empty else agg.kernels
+    agg.critical_path = pd.DataFrame(columns=PATH_COLUMNS)
+    for f in found:
+        f["simulated_saving_ns"] = None
+    agg.row["findings_combined_saving_ns"] = None
+    agg.row["critical_path_note"] = why
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())
