@@ -24,10 +24,10 @@ from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..store import reader
 from ..version import __version__
 from .summary import (
-    has_column,
     breakdown_labels,
     gpu_list_text,
     gpu_names_text,
+    has_column,
     rank_title,
     summary_dict,
     summary_units,

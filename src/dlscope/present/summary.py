@@ -123,7 +123,8 @@ def critical_path_section(conn: sqlite3.Connection, agg_id: int, row: dict) -> d
     cats = conn.execute("SELECT category, SUM(time_ns) AS ns FROM agg_critical_path WHERE agg_id = ? "
                         "GROUP BY category ORDER BY ns DESC, category", (agg_id,)).fetchall()
     if not cats and wall:
-        out["critical_path_note"] = "not computed for this aggregation (written before dlscope stored the critical path)"
+        out["critical_path_note"] = ("not computed for this aggregation (written before dlscope stored the "
+                                     "critical path)")
         return out
     out["critical_path"] = [{"category": c, "time_ns": ns, "share": share(ns)} for c, ns in cats]
     if _one(conn, "SELECT COUNT(DISTINCT rank) FROM aggregations") > 1:

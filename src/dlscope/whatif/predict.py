@@ -183,7 +183,8 @@ def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]
     prices the windows of every rank on one graph (a scenario changes the whole job, whatever the window)."""
     base = win.wall((unchanged or solve(g, Weights.measured(g))).t)
     replays = {} if replays is None else replays
-    rows, used = [], []
+    rows: list[dict] = []
+    used: list[Scenario] = []
     for rule, estimate in findings:
         sc = for_rule(rule)
         if sc is None:

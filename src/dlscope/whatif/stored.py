@@ -47,6 +47,7 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
     for agg, found in zip(aggs, findings):
         if note is None:
             try:
+                assert g is not None and base is not None  # built above whenever there is no note
                 _annotate_one(g, base, agg, found, replays)
                 continue
             except Exception as e:  # noqa: BLE001 - one aggregation's failure leaves the others' figures
