@@ -191,6 +191,15 @@ def check_dashboard(pg, db: Path, s: dict) -> None:
         "Stop Iteration": na if a["iter_stop"] is None else str(a["iter_stop"]),
         "Average Iteration Time (ms)": na if a["avg_iteration_ns"] is None else f"{a['avg_iteration_ns'] / 1e6:.3f}",
         "Key Node": a["key_node"] or "(default)", "Iteration Method": a["iteration_method"]}
+    tp, mfu = a["throughput"], a["mfu"]  # seed 003's figures and MFU, as the summary JSON gives them
+    precision = f" · {mfu['precision'].upper()} dense peak" if mfu["precision"] else ""
+    expected.update({
+        f"Throughput ({tp['unit']}/s)": na if tp["samples_per_s"] is None else f"{tp['samples_per_s']:.1f}",
+        "Reader Cost (ms per iteration)": na if tp["reader_cost_ns"] is None else f"{tp['reader_cost_ns'] / 1e6:.3f}",
+        "Reader Cost / Batch Cost (%)": na if tp["reader_cost_ratio"] is None else f"{tp['reader_cost_ratio'] * 100:.1f}",
+        "Model FLOPs per Iteration (GFLOP)": na if mfu["model_flops_per_iteration"] is None
+        else f"{mfu['model_flops_per_iteration'] / 1e9:.3f}",
+        f"MFU (%){precision}": na if mfu["mfu"] is None else f"{mfu['mfu'] * 100:.1f}"})
     assert kv(pg, "p-summary") == expected
     titles = kv_titles(pg, "p-summary")
     assert titles["Wall Clock Time (s)"] == exact(a["wall_clock_ns"])

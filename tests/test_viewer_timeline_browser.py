@@ -149,6 +149,7 @@ def test_a_dashboard_iteration_bar_opens_the_timeline_there(real_server, page):
     iteration, start, end = iterations(real_server.db)[0]
     point = page.evaluate("""([it, half]) => {
         const c = document.querySelector('.p-iters .chart').chart;
+        c.getDom().scrollIntoView({ block: "center" });  // the panels above may push it below the fold
         const [x, y] = c.convertToPixel({ gridIndex: 0 }, [String(it), half]);
         const r = c.getDom().getBoundingClientRect();
         return { x: r.left + x, y: r.top + y };

@@ -140,6 +140,9 @@ def _flat(prefix: str, figures: dict) -> list[tuple[str, Any]]:
     for key, value in figures.items():
         if isinstance(value, dict):
             rows += _flat(f"{prefix}.{key}", value)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for i, item in enumerate(value):  # a list of records (the critical path): a row per field, numbered
+                rows += _flat(f"{prefix}.{key}.{i}", item)
         elif isinstance(value, list):
             rows.append((f"{prefix}.{key}", ", ".join(map(str, value))))
         else:
