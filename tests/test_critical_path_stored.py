@@ -273,3 +273,25 @@ def test_the_viewer_reads_an_older_database_without_the_columns(tmp_path):
         refused = client.get("/api/table/ops", params={"agg": 1, "sort": "critical_path_ns"})
         assert refused.status_code == 400
         assert client.get("/api/table/ops/export.csv", params={"agg": 1}).status_code == 200
+
+
+def test_no_critical_path_leaves_the_replay_figures_empty_and_says_why(tmp_path):
+    """``import --no-critical-path`` stores every aggregation without the replay's figures: NULL columns, no
+    rows in agg_critical_path, the note naming the option; the rest of the import is the same."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from conftest import data_file
+
+    trace = data_file("kineto", "hta_event_sync_a100.json.gz")
+    db = tmp_path / "skip.sqlite"
+    res = subprocess.run([sys.executable, "-m", "dlscope", "import", str(trace), "-o", str(db), "-q",
+                          "--no-critical-path"], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT critical_path_note FROM aggregations").fetchall() == [
+        ("not computed (--no-critical-path)",)]
+    assert conn.execute("SELECT COUNT(*) FROM agg_critical_path").fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM agg_ops WHERE critical_path_ns IS NOT NULL").fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM agg_ops").fetchone()[0] > 0

@@ -196,7 +196,8 @@ def check_dashboard(pg, db: Path, s: dict) -> None:
     expected.update({
         f"Throughput ({tp['unit']}/s)": na if tp["samples_per_s"] is None else f"{tp['samples_per_s']:.1f}",
         "Reader Cost (ms per iteration)": na if tp["reader_cost_ns"] is None else f"{tp['reader_cost_ns'] / 1e6:.3f}",
-        "Reader Cost / Batch Cost (%)": na if tp["reader_cost_ratio"] is None else f"{tp['reader_cost_ratio'] * 100:.1f}",
+        "Reader Cost / Batch Cost (%)": na if tp["reader_cost_ratio"] is None
+        else f"{tp['reader_cost_ratio'] * 100:.1f}",
         "Model FLOPs per Iteration (GFLOP)": na if mfu["model_flops_per_iteration"] is None
         else f"{mfu['model_flops_per_iteration'] / 1e9:.3f}",
         f"MFU (%){precision}": na if mfu["mfu"] is None else f"{mfu['mfu'] * 100:.1f}"})

@@ -24,7 +24,7 @@ from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
 from ..system import job_facts
 from ..whatif.job import from_analysed, from_database, world_sizes_of
-from ..whatif.stored import annotate
+from ..whatif.stored import annotate, skip
 from .budget import (
     check_analysis_fits,
     check_traces_could_fit,
@@ -80,11 +80,16 @@ def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
     return {"iterations": an.iterations, **{name: an.profile.table(name) for name in TABLES}}
 
 
+#: the note of aggregations made with --no-critical-path
+NO_CRITICAL_PATH = "not computed (--no-critical-path)"
+
+
 def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, profile_name: str | None = None,
                    iter_start: int | None = None, iter_stop: int | None = None, key_node: str | None = None,
                    force: bool = False, extra_meta: dict | None = None, progress: bool = True,
                    rules_config: str | Path | None = None, workers: int | None = None,
-                   scheduler: str | None = None, max_memory: str | int | None = None, reading=None) -> Path:
+                   scheduler: str | None = None, max_memory: str | int | None = None, reading=None,
+                   critical_path: bool = True) -> Path:
     """Import traces (and Nsight Compute CSVs) into a new profile database with one aggregation per rank.
 
     Folders expand to the traces inside; several files are the ranks of one job, imported by ``workers``
@@ -111,7 +116,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             return _build_rank_by_rank(traces, who, counters, db_path, budget, force=force, progress=progress,
                                        name=profile_name or _default_name(paths), extra_meta=extra_meta,
                                        key_node=key_node, iter_start=iter_start, iter_stop=iter_stop,
-                                       rules_config=rules_config, reading=reading)
+                                       rules_config=rules_config, reading=reading, critical_path=critical_path)
     with _progress(progress) as step, _gc_paused():
         ncu = [(p, read_ncu_csv(p)) for p in counters]
         an = None
@@ -128,9 +133,11 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
-            if an is not None:
+            if an is not None and critical_path:
                 step("replaying the critical path")
                 annotate(lambda: from_analysed(an), aggs, findings)
+            elif an is not None:
+                skip(aggs, findings, NO_CRITICAL_PATH)
             figures = rank_figures(an, aggs) if an is not None else None
             _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
                            profile_name or _default_name(paths),
@@ -158,7 +165,8 @@ def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, 
 
 def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_path: Path, budget: int, *,
                         force: bool, progress: bool, name: str, extra_meta: dict | None, key_node: str | None,
-                        iter_start: int | None, iter_stop: int | None, rules_config, reading=None) -> Path:
+                        iter_start: int | None, iter_stop: int | None, rules_config, reading=None,
+                        critical_path: bool = True) -> Path:
     """:func:`build_database` of a job one rank at a time (see :mod:`.distributed.rank_by_rank`)."""
     offsets, iterations, methods, candidates, sources = IdOffsets(), [], {}, {}, []
     per_rank, parts, collective_rows = [], [], []
@@ -191,8 +199,11 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
         figures = job_figures([parts[j] for j in order], pd.concat(collective_rows, ignore_index=True),
                               world_sizes(sources))
         conn = db.connect()  # the whole job's raw tables, written: its graph links the ranks as a whole import's
-        annotate(lambda: replace(from_database(conn), world_sizes=world_sizes_of(sources),
-                                 iteration_methods=dict(methods)), aggs, [per_rank[j][1] for j in order])
+        if critical_path:
+            annotate(lambda: replace(from_database(conn), world_sizes=world_sizes_of(sources),
+                                     iteration_methods=dict(methods)), aggs, [per_rank[j][1] for j in order])
+        else:
+            skip(aggs, [per_rank[j][1] for j in order], NO_CRITICAL_PATH)
         _write_results(conn, sources, name, {**(extra_meta or {}), "key_node": key_node or "",
                                              "iteration_methods": dict(sorted(methods.items())),
                                              "key_node_candidates": dict(sorted(candidates.items()))},
@@ -239,7 +250,7 @@ def _stored_collectives(conn) -> pd.DataFrame | None:
 
 def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int | None = None,
               key_node: str | None = None, rank: int | None = None,
-              rules_config: str | Path | None = None) -> list[int]:
+              rules_config: str | Path | None = None, critical_path: bool = True) -> list[int]:
     """Add aggregations to an existing database, as an import computes them (aggregation, expert findings,
     per-rank figures), all in one transaction; returns the new agg_ids.
 
@@ -256,7 +267,10 @@ def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int
             resolve_range(an, r, iter_start, iter_stop)
         per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers=1, ranks=ranks)
         aggs = [agg for agg, _ in per_rank]
-        annotate(lambda: from_analysed(an), aggs, [found for _, found in per_rank])
+        if critical_path:
+            annotate(lambda: from_analysed(an), aggs, [found for _, found in per_rank])
+        else:
+            skip(aggs, [found for _, found in per_rank], NO_CRITICAL_PATH)
         # the collectives as an import finds them (comm_args is stored); a database written before comm_args
         # was stored keeps the collectives its import found
         stored = None if _has_table(conn, "comm_args") else _stored_collectives(conn)

@@ -101,6 +101,12 @@ def _lookup(frame: pd.DataFrame, key: str, values: pd.Series) -> np.ndarray:
     return frame[key].map(values).fillna(0).to_numpy(np.int64)
 
 
+def skip(aggs: list, findings: list[list[dict]], why: str) -> None:
+    """The aggregations without the replay's figures (NULL, with ``why`` as their note)."""
+    for agg, found in zip(aggs, findings):
+        _not_replayed(agg, found, why)
+
+
 def _not_replayed(agg, found: list[dict], why: str) -> None:
     agg.ops = agg.ops.assign(critical_path_ns=None) if not agg.ops.empty else agg.ops
     agg.kernels = agg.kernels.assign(critical_path_ns=None) if not agg.kernels.empty else agg.kernels
