@@ -290,3 +290,17 @@ def test_the_viewer_s_reaggregation_worker_ends_with_the_viewer(job_db, tmp_path
     finally:
         viewer.kill()
         viewer.wait()
+
+
+def test_an_empty_journal_left_by_a_writer_killed_before_its_header_is_removed_by_the_next_reader(import_db,
+                                                                                                   tmp_path):
+    """A writer killed right after it created its rollback journal leaves an empty one: not hot, nothing to roll
+    back, but debris; the next opener removes it and reads the database."""
+    db = tmp_path / "r.sqlite"
+    shutil.copyfile(import_db(data_file("kineto", "hta_event_sync_a100.json.gz")), db)
+    journal = Path(f"{db}-journal")
+    journal.write_bytes(b"")
+    summary = subprocess.run([sys.executable, "-m", "dlscope", "summary", str(db), "--json"], capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert summary.returncode == 0, summary.stderr
+    assert not journal.exists()

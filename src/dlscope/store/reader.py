@@ -64,7 +64,8 @@ def _roll_back_a_killed_write(path: Path) -> None:
     journal of a writer still running is not hot (its lock says so) and is left alone."""
     journal = Path(f"{path}-journal")
     try:
-        if journal.stat().st_size == 0 or not os.access(path, os.W_OK):
+        journal.stat()  # none: nothing to do
+        if not os.access(path, os.W_OK):
             return
     except OSError:
         return
