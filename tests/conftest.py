@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,12 @@ def assert_same_rows(a, b, name: str = "") -> None:
     a = a.sort_values(list(a.columns)).reset_index(drop=True)
     b = b.sort_values(list(b.columns)).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b, obj=name)
+
+
+def sql(db, query, params=()):
+    """Rows of ``query`` on the database file ``db``: the tests' own reading, independent of dlscope's reader."""
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(query, params).fetchall()
+    finally:
+        conn.close()

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import data_file
+from conftest import data_file, sql
 from raw_kineto import KERNEL_CATS, MEMOP_CATS, events
 
 from dlscope.errors import InputError
@@ -43,14 +43,6 @@ def dlrm(import_db):
 @pytest.fixture(scope="module")
 def dlrm_summary(dlrm):
     return summary_dict(dlrm)
-
-
-def sql(db, query, params=()):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(query, params).fetchall()
-    finally:
-        conn.close()
 
 
 # -- physical GPUs ---------------------------------------------------------------------------------------------

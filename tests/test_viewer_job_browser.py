@@ -10,14 +10,13 @@ import csv
 import io
 import json
 import shutil
-import sqlite3
 import subprocess
 import sys
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
-from conftest import data_file
+from conftest import data_file, sql
 from test_viewer_browser import Server, ready, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -59,14 +58,6 @@ def summary(db: Path, rank: int | None = None) -> dict:
     cmd += ["--rank", str(rank)] if rank is not None else []
 
     return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-
-
-def sql(db, query, params=()):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(query, params).fetchall()
-    finally:
-        conn.close()
 
 
 # -- fixtures --------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import data_file
-from test_viewer_browser import Server, ready, shot
+from test_viewer_browser import Server, page, ready, shot  # noqa: F401  (page is a fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -18,16 +18,6 @@ def v100_server(import_db):
     s = Server([import_db(data_file("kineto", "hta_v100_rank1of2_5steps.json.gz"))])
     yield s
     s.stop()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1500, "height": 1000}, accept_downloads=True)
-    pg = context.new_page()
-    pg.errors = []
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    yield pg
-    context.close()
 
 
 def test_memory_panel_and_trace_download(v100_server, page):

@@ -4,10 +4,8 @@ answer 400 naming the parameter; links resolve to the right window; event detail
 
 from __future__ import annotations
 
-import sqlite3
-
 import pytest
-from conftest import data_file
+from conftest import data_file, sql
 from raw_kineto import KERNEL_CATS, MEMOP_CATS, events
 from starlette.testclient import TestClient
 from test_viewer_fixtures import XSS_KERNEL, make_profile_db
@@ -28,14 +26,6 @@ def real(import_db):
 def client(real):
     with TestClient(create_app([real]), base_url=BASE) as c:
         yield c
-
-
-def sql(db, query, params=()):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(query, params).fetchall()
-    finally:
-        conn.close()
 
 
 def shown(body: dict, kind: str) -> int:

@@ -5,23 +5,14 @@ place, a click on a kernel shows its details, zoom narrows the window, and trace
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import pytest
-from conftest import data_file
+from conftest import data_file, sql
 from raw_kineto import KERNEL_CATS, events
 from test_viewer_browser import Server, page, ready, real_db, real_server, shot, tiny_server  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 TRACE = ("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz")
-
-
-def sql(db, query, params=()):
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(query, params).fetchall()
-    finally:
-        conn.close()
 
 
 def iterations(db):
