@@ -216,17 +216,18 @@ def _kernel_precision(row: pd.Series) -> tuple[str, str | None, bool]:
     return best, *columns[best]
 
 
-def fma_ceiling(row: pd.Series, peak: float | None) -> dict:
+def fma_ceiling(row: pd.Series, peak: float | None, no_fma: float | None = None) -> dict:
     """FMA share of a CUDA-core kernel's FLOPs and the roof its instruction mix allows (ERT's FMA and no-FMA
     ceilings): an FMA issues 2 FLOPs, any other FP instruction 1, so at the issue rate of the FMA peak P a mix
-    with FMA share s reaches P / (2 - s): P with only FMAs, P / 2 (the no-FMA ceiling) with none."""
+    with FMA share s reaches P / (2 - s): P with only FMAs, P / 2 (the no-FMA ceiling) with none. ``no_fma``: the
+    spec's own no-FMA figure (a measured one), used for the no-FMA ceiling when given."""
     fma = row.get("flops_fma")
     cuda_core = [row.get(c) for c in ("flops_fp64", "flops_fp32", "flops_fp16")]
     total = sum(float(v) for v in cuda_core if v is not None and pd.notna(v))
     if fma is None or pd.isna(fma) or total <= 0:
         return {"fma_share": None, "no_fma_ceiling_flops_per_s": None, "fma_mix_ceiling_flops_per_s": None}
     share = float(fma) / total
-    return {"fma_share": share, "no_fma_ceiling_flops_per_s": peak / 2 if peak else None,
+    return {"fma_share": share, "no_fma_ceiling_flops_per_s": no_fma or (peak / 2 if peak else None),
             "fma_mix_ceiling_flops_per_s": peak / (2 - share) if peak else None}
 
 
@@ -261,7 +262,8 @@ def roofline_kernels(kernels: pd.DataFrame, ceilings: GpuCeilings | None) -> lis
             item[f"bound_{level}"] = placed.get("bound")
             if placed.get("arithmetic_intensity") and bandwidth:
                 roofs.append((placed["arithmetic_intensity"] * bandwidth, level))
-        item.update(fma_ceiling(row, peak[1] if peak and not tensor else None))
+        item.update(fma_ceiling(row, peak[1] if peak and not tensor else None,
+                                ceilings.no_fma.get(precision) if ceilings and precision and not tensor else None))
         _add_quadrant(item, flops, item["bytes_dram"], item["time_ns"], peak[1] if peak else None,
                       ceilings.bandwidth.get("dram") if ceilings else None)
         item["achieved_flops_per_s"] = (flops / (item["time_ns"] * 1e-9)
