@@ -29,7 +29,7 @@ step env 30 bash -c "nvidia-smi; $PY -c 'import torch; print(torch.__version__, 
 torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'"
 
 # Measured roofs: GEMMs per precision, L1 / L2 / HBM bandwidth, FMA / no-FMA and CUDA-core FP16/BF16 kernels.
-step characterize 240 "$PY" -m dlscope characterize -o "$OUT/h100.json"
+step characterize 200 "$PY" -m dlscope characterize -o "$OUT/h100.json"
 
 for precision in fp32 amp; do
     for mode in eager graphs; do
@@ -38,7 +38,7 @@ for precision in fp32 amp; do
             flags=(--workers "$workers")
             [ "$precision" = amp ] && flags+=(--amp)
             [ "$mode" = graphs ] && flags+=(--cuda-graphs)
-            step "profile_$name" 60 "$PY" -m dlscope profile -o "$OUT/$name.sqlite" --force \
+            step "profile_$name" 90 "$PY" -m dlscope profile -o "$OUT/$name.sqlite" --force \
                 --profile-name "$name" --batch-size 64 --sample-unit images -- \
                 "$PY" bench/gpu_train_step.py --steps 16 "${flags[@]}" &&
             step "summary_$name" 30 "$PY" -m dlscope summary --json "$OUT/$name.sqlite" &&
