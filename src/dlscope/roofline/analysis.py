@@ -358,6 +358,28 @@ def link_counters(conn: sqlite3.Connection, frame: pd.DataFrame) -> tuple[pd.Dat
     return linked, links
 
 
+def counters_by_ncu_nvtx(frame: pd.DataFrame) -> list[dict] | None:
+    """The counters summed per NVTX range that ``ncu --nvtx`` recorded in its own CSV (``nvtx_ranges``): FLOPs
+    per precision, ncu time, kernels and Tensor Core kernels; a kernel counts once in each distinct range open
+    at its launch (nested ranges each count it). None when no kernel carries NVTX ranges (no trace needed)."""
+    if "nvtx_ranges" not in frame or frame["nvtx_ranges"].isna().all():
+        return None
+    cells = frame["nvtx_ranges"].fillna("[]")
+    codes, uniques = pd.factorize(cells)
+    lists = pd.Series([sorted(set(json.loads(u))) for u in uniques], dtype=object)
+    names = pd.Series(lists.to_numpy()[codes], index=frame.index).explode().dropna()
+    if names.empty:
+        return None
+    flop_cols = ["flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor"]
+    rows = frame.loc[names.index, flop_cols + ["time_ns", "uses_tc"]].assign(range_name=names.to_numpy())
+    grouped = rows.groupby("range_name", sort=True)
+    out = grouped[flop_cols + ["time_ns"]].sum(min_count=1)
+    out["kernels"] = grouped.size()
+    out["tc_kernels"] = grouped["uses_tc"].sum()
+    return [{k: _finite(v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in out.reset_index().to_dict("records")]
+
+
 #: At most this many (kernel, range) pairs are compared at once when placing kernels in NVTX ranges.
 _PAIRS_AT_ONCE = 4_000_000
 
@@ -423,7 +445,8 @@ def roofline_report(conn: sqlite3.Connection, agg_id: int | None, gpu_spec_path:
             "ceilings": ceilings.to_dict() if ceilings else None, "ceilings_error": reason or None,
             "ops": [{k: _finite(v) for k, v in o.items()} for o in ops],
             "kernels": [{k: _finite(v) for k, v in k_.items()} for k_ in kernels],
-            "summary": summary, "counters_linked": links or None}
+            "summary": summary, "counters_linked": links or None,
+            "counters_by_nvtx": counters_by_ncu_nvtx(kernels_frame)}
 
 
 def roofline_tables(report: dict) -> dict[str, pd.DataFrame]:
