@@ -28,8 +28,9 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log its status 
 step env 30 bash -c "nvidia-smi; $PY -c 'import torch; print(torch.__version__, torch.version.cuda, \
 torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'"
 
-# Measured roofs: GEMMs per precision, L1 / L2 / HBM bandwidth, FMA / no-FMA and CUDA-core FP16/BF16 kernels.
-step characterize 200 "$PY" -m dlscope characterize -o "$OUT/h100.json"
+# Measured roofs first without the compiled elementwise kernels (GEMMs per precision, L1 / L2 / HBM bandwidth:
+# under a minute), so the captures' rooflines have roofs even if the Triton compiles run long; those come last.
+step characterize 120 "$PY" -m dlscope characterize --no-elementwise -o "$OUT/h100.json"
 
 for precision in fp32 amp; do
     for mode in eager graphs; do
@@ -50,4 +51,6 @@ for precision in fp32 amp; do
         done
     done
 done
+# FMA / no-FMA FP32 and FP64, CUDA-core FP16 / BF16: torch.compile'd chains (Triton), a few compiles.
+step characterize_elementwise 180 "$PY" -m dlscope characterize -o "$OUT/h100_full.json"
 echo "done: $(grep -c 'rc=0' "$LOG") of $(wc -l < "$LOG") steps succeeded" | tee -a "$LOG"

@@ -39,7 +39,7 @@ MIN_DRAM_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
 #: CUDA compute capabilities whose FP64 GEMMs run on Tensor Cores (DMMA).
 FP64_TENSOR_CC = {(8, 0), (9, 0), (10, 0)}
 #: Cache re-reads move at least this many bytes per call (so launch and dispatch costs are negligible).
-REREAD_BYTES = {"cuda": 8 << 30, "cpu": 256 << 20}
+REREAD_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}  # under 2³¹ float32 elements a call
 #: The GPU's L1 working set: a quarter of the smallest unified L1/shared pool of V100 and later (128 KiB per SM);
 #: torch does not report the L1 size.
 GPU_L1_WORKING_SET = 32 << 10
