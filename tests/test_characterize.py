@@ -111,3 +111,18 @@ def test_two_runs_agree_within_a_factor_of_two():
     for field in ("fp32_flops", "fp64_flops", "dram_bandwidth_bytes_per_s"):
         assert first[field] > 0 and second[field] > 0
         assert 0.5 < first[field] / second[field] < 2.0, (field, first[field], second[field])
+
+
+def test_half_precision_math_stays_in_half_on_a_gpu_and_the_switch_is_restored():
+    """Inductor's Triton code upcasts FP16/BF16 math to FP32 unless told not to; the GPU run tells it, for the
+    elementwise kernels only."""
+    torch = pytest.importorskip("torch")
+    from dlscope.roofline.characterize import _half_math
+
+    config = pytest.importorskip("torch._inductor.config")
+    before = config.triton.codegen_upcast_to_fp32
+    with _half_math(torch, True) as kept:
+        assert kept and config.triton.codegen_upcast_to_fp32 is False
+    assert config.triton.codegen_upcast_to_fp32 == before
+    with _half_math(torch, False) as kept:
+        assert not kept and config.triton.codegen_upcast_to_fp32 == before

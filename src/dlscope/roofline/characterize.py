@@ -20,10 +20,12 @@ timed repeats after a warm-up, so a slow outlier (another process, a clock ramp)
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -244,10 +246,12 @@ def _elementwise(device: str, torch: Any, sync, repeats: int, n: int | None) -> 
             ("fp64_elementwise_fma_flops", torch.float64, True), ("fp64_no_fma_flops", torch.float64, False),
             ("fp16_flops", torch.float16, True), ("bf16_flops", torch.bfloat16, True)]
     for field_name, dtype, fma in runs:
+        half = dtype in (torch.float16, torch.bfloat16)
         try:
             kernel = torch.compile(fma_chains if fma else add_chains, fullgraph=True, dynamic=False)
             x = torch.rand(n, dtype=dtype, device=device)
-            rate, calls = _best_rate(elementwise_flops(n, fma), partial(kernel, x), sync, repeats)
+            with _half_math(torch, device == "cuda" and half) as kept:
+                rate, calls = _best_rate(elementwise_flops(n, fma), partial(kernel, x), sync, repeats)
         except Exception as exc:  # no C++ compiler or Triton, an unsupported dtype: this figure is skipped
             skipped[field_name] = f"torch.compile of the elementwise kernel failed: {type(exc).__name__}: {exc}"
             continue
@@ -256,7 +260,26 @@ def _elementwise(device: str, torch: Any, sync, repeats: int, n: int | None) -> 
                                      f"{'y*a+b (FMA)' if fma else 'y+b (no FMA)'} per element, "
                                      f"{n} {str(dtype).removeprefix('torch.')} elements",
                            "flops_per_call": elementwise_flops(n, fma), "calls": calls}
+        if half:
+            how[field_name]["math_in"] = str(dtype).removeprefix("torch.") if kept else "float32 (Inductor upcast)"
     return figures, how, skipped
+
+
+@contextmanager
+def _half_math(torch: Any, wanted: bool):
+    """On a GPU, keep Inductor's half-precision math in FP16/BF16 (its Triton code upcasts to FP32 by default),
+    so the chains can run as packed half2 FMAs; yields whether the math stays in half precision."""
+    if not wanted:
+        yield False
+        return
+    try:
+        config = importlib.import_module("torch._inductor.config")
+        patch = config.patch({"triton.codegen_upcast_to_fp32": False})
+    except (AttributeError, KeyError, ImportError):        # an Inductor without the switch: it upcasts
+        yield False
+        return
+    with patch:
+        yield True
 
 
 def characterize(device: str | None = None, *, matmul_n: int | None = None, repeats: int = REPEATS,
