@@ -46,6 +46,8 @@ def roofline_quadrant(ctx, cfg):
         return None
     target = cfg["target_pct_of_roof"] / 100.0
     placed = pd.DataFrame([o for o in ops if o["bound"] is not None])
+    if placed.empty:
+        return None
     math_s = (placed["flops"] / placed["ceiling_flops_per_s"].astype(float)).where(placed["flops"] > 0, 0.0)
     roof_ns = pd.concat([math_s, placed["bytes"] / dram], axis=1).max(axis=1) * 1e9
     placed["saving_ns"] = (placed["gpu_time_ns"] - roof_ns / target).clip(lower=0.0)
