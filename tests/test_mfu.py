@@ -159,3 +159,61 @@ def test_bert_inference_model_flops_from_the_raw_trace(import_db):
     assert mfu["model_flops_per_iteration"] == flops
     assert (mfu["precision"], mfu["peak_flops_per_s"]) == ("bf16", H100_BF16_DENSE)
     assert mfu["mfu"] == pytest.approx(flops / (a["wall_clock_ns"] * 1e-9) / H100_BF16_DENSE, rel=1e-12)
+
+
+A100_TF32_DENSE = 156e12  # NVIDIA A100 datasheet: TF32 Tensor Core 156 TFLOPS (312 "with sparsity", never used)
+
+
+def _gemm_flops(name: str, dims: list) -> int | None:
+    """2·M·N·K of the GEMM-like ops this trace records, straight from their Input Dims."""
+    def prod(xs):
+        out = 1
+        for x in xs:
+            out *= x
+        return out
+
+    if name == "aten::mm":
+        return 2 * dims[0][0] * dims[0][1] * dims[1][1]
+    if name == "aten::addmm":
+        return 2 * dims[1][0] * dims[1][1] * dims[2][1]
+    if name == "aten::bmm":
+        return 2 * dims[0][0] * dims[0][1] * dims[0][2] * dims[1][2]
+    if name == "aten::linear":
+        return 2 * prod(dims[0][:-1]) * dims[1][0] * dims[1][1]
+    if name == "aten::matmul" and len(dims[1]) == 2:
+        return 2 * prod(dims[0][:-1]) * dims[0][-1] * dims[1][1]
+    return None
+
+
+def test_mfu_of_the_real_a100_pg509_200_trace_is_over_the_a100_dense_tf32_peak(import_db):
+    """The HTA A100-PG509-200 trace (6 steps of an FP32 recommender on TF32 Tensor Cores): model FLOPs = every
+    GEMM-like op of the ProfilerStep windows not nested in another counted op (per thread, from the raw JSON),
+    over the wall clock of those windows, over the A100's dense TF32 peak typed by hand."""
+    path = data_file("kineto", "hta_trace_diff_control_a100_rank3of8.json.gz")
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    steps = [e for e in events if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
+    start, end = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
+    threads: dict[tuple, list] = {}
+    for e in events:
+        if e.get("cat") == "cpu_op" and e.get("ph") == "X" and start <= e["ts"] < end:
+            threads.setdefault((e["pid"], e["tid"]), []).append(e)
+    flops = 0
+    for ops in threads.values():
+        open_ops: list[tuple[float, bool]] = []  # (end, this op or one around it counts)
+        for e in sorted(ops, key=lambda e: (e["ts"], -e["dur"])):
+            while open_ops and open_ops[-1][0] <= e["ts"]:
+                open_ops.pop()
+            covered = any(counts for _, counts in open_ops)
+            work = _gemm_flops(e["name"], e["args"].get("Input Dims") or [])
+            if work is not None and not covered:
+                flops += work
+            open_ops.append((e["ts"] + e["dur"], covered or work is not None))
+    a = summary_dict(import_db(path))["aggregation"]
+    assert a["iterations_profiled"] == len(steps) == 6
+    mfu = a["mfu"]
+    assert flops > 0 and mfu["model_flops_per_iteration"] == round(flops / 6)
+    assert (mfu["precision"], mfu["peak_flops_per_s"]) == ("tf32", A100_TF32_DENSE)
+    wall_s = (end - start) * 1e-6
+    assert mfu["mfu"] is not None
+    assert mfu["mfu"] == pytest.approx(flops / wall_s / A100_TF32_DENSE, rel=1e-9)

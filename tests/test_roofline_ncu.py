@@ -14,7 +14,7 @@ from conftest import data_file, data_files
 
 import dlscope
 from dlscope.errors import InputError
-from dlscope.roofline.ncu import read_ncu_csv, sniff_ncu_csv
+from dlscope.roofline.ncu import nvtx_range_names, read_ncu_csv, sniff_ncu_csv
 
 PREFIX = "sm__sass_thread_inst_executed_op_"
 
@@ -325,3 +325,73 @@ def test_fma_share_and_the_ceiling_its_mix_allows(tmp_path):
             assert k["no_fma_ceiling_flops_per_s"] == 15.7e12 / 2
             checked += 1
     assert checked >= 4
+
+
+NVTX_PUSH_POP = "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+NVTX_START_STOP = "Id:Domain:Start/Stop_Range:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg"
+
+
+def _nvtx(thread: int, *ranges: str, domain: str = "<default domain>") -> str:
+    """An ncu --nvtx cell: the thread (or range id), then one quoted domain:name:6 attributes per open range."""
+    return f"{thread}  " + "  ".join(f'"{domain}:{name}:none:none:none:none:none:none"' for name in ranges)
+
+
+def _nvtx_csv(path: Path) -> Path:
+    """A long-layout ncu CSV with the two NVTX columns `ncu --nvtx` adds (column names and cell layout as ncu prints
+    them; none of the real CSVs in ../shared/data was recorded with --nvtx, so this one is built here)."""
+    kernels = [  # ID, name, push/pop cell, start/stop cell, time ns, fadd, fmul, ffma
+        (0, "ampere_sgemm_128x64_nn", _nvtx(1, "train_step", "forward"), "", 100_000, 10, 20, 1000),
+        (1, "vectorized_elementwise_kernel", _nvtx(1, "train_step", "forward", "layer:0"), "", 50_000, 500, 0, 0),
+        (2, "ampere_sgemm_128x64_nt", _nvtx(1, "train_step", "backward"), _nvtx(5, "epoch", domain="MyDomain"),
+         200_000, 0, 0, 4000),
+    ]
+    header = ["ID", "Process ID", "Process Name", "Host Name", NVTX_PUSH_POP, NVTX_START_STOP, "Kernel Name",
+              "Context", "Stream", "Block Size", "Grid Size", "Device", "CC", "Section Name", "Metric Name",
+              "Metric Unit", "Metric Value"]
+    rows = [header]
+    for kid, name, push_pop, start_stop, ns, fadd, fmul, ffma in kernels:
+        metrics = {"gpu__time_duration.sum": ("nsecond", ns),
+                   **{f"sm__sass_thread_inst_executed_op_{p}{op}_pred_on.sum": ("inst", 0)
+                      for p in "dh" for op in ("add", "mul", "fma")},
+                   "sm__sass_thread_inst_executed_op_fadd_pred_on.sum": ("inst", fadd),
+                   "sm__sass_thread_inst_executed_op_fmul_pred_on.sum": ("inst", fmul),
+                   "sm__sass_thread_inst_executed_op_ffma_pred_on.sum": ("inst", ffma)}
+        for metric, (unit, value) in metrics.items():
+            rows.append([str(kid), "42", "train", "host", push_pop, start_stop, name, "1", "7", "(128, 1, 1)",
+                         "(64, 1, 1)", "0", "8.0", "Command line profiler metrics", metric, unit, f"{value:,}"])
+    with path.open("w", newline="") as f:
+        csv.writer(f, quoting=csv.QUOTE_ALL).writerows(rows)
+    return path
+
+
+def test_nvtx_range_names_of_an_ncu_cell():
+    assert nvtx_range_names(_nvtx(1, "train_step", "forward")) == ["train_step", "forward"]
+    # a range name may hold colons: the six attributes after it are counted from the end
+    cell = '1  "<default domain>:gemma_module:model.layers.0.self_attn:none:none:none:none:none:none"'
+    assert nvtx_range_names(cell) == ["gemma_module:model.layers.0.self_attn"]
+    assert nvtx_range_names("") == []
+
+
+def test_counters_are_summed_per_ncu_nvtx_range(tmp_path):
+    """Hand sums over the three kernels: FP32 FLOPs = fadd + fmul + 2 × ffma (2,030, 500, 8,000); each kernel
+    counts in every range open at its launch (push/pop and start/end), with no trace in the database."""
+    import sqlite3
+
+    from dlscope.roofline import roofline_report, write_ncu_kernels
+
+    frame = read_ncu_csv(_nvtx_csv(tmp_path / "nvtx.csv"))
+    assert [json.loads(r) for r in frame["nvtx_ranges"]] == [
+        ["train_step", "forward"], ["train_step", "forward", "layer:0"], ["train_step", "backward", "epoch"]]
+    conn = sqlite3.connect(tmp_path / "n.sqlite")
+    write_ncu_kernels(conn, frame)
+    spec = tmp_path / "gpu.json"
+    spec.write_text(json.dumps({"name": "A100", "fp32_flops": 19.5e12, "dram_bandwidth_bytes_per_s": 1.555e12}))
+    by_range = {r["range_name"]: r for r in roofline_report(conn, None, gpu_spec_path=spec)["counters_by_nvtx"]}
+    expected = {"train_step": (3, 10_530, 350_000), "forward": (2, 2_530, 150_000), "layer:0": (1, 500, 50_000),
+                "backward": (1, 8_000, 200_000), "epoch": (1, 8_000, 200_000)}
+    assert {k: (r["kernels"], r["flops_fp32"], r["time_ns"]) for k, r in by_range.items()} == expected
+
+
+def test_real_ncu_csvs_without_nvtx_columns_have_no_ranges():
+    frame = read_ncu_csv(data_file("ncu_csv", "leleucas_bert_attention_pytorch_ampere.csv"))
+    assert frame["nvtx_ranges"].isna().all()

@@ -216,17 +216,18 @@ def _kernel_precision(row: pd.Series) -> tuple[str, str | None, bool]:
     return best, *columns[best]
 
 
-def fma_ceiling(row: pd.Series, peak: float | None) -> dict:
+def fma_ceiling(row: pd.Series, peak: float | None, no_fma: float | None = None) -> dict:
     """FMA share of a CUDA-core kernel's FLOPs and the roof its instruction mix allows (ERT's FMA and no-FMA
     ceilings): an FMA issues 2 FLOPs, any other FP instruction 1, so at the issue rate of the FMA peak P a mix
-    with FMA share s reaches P / (2 - s): P with only FMAs, P / 2 (the no-FMA ceiling) with none."""
+    with FMA share s reaches P / (2 - s): P with only FMAs, P / 2 (the no-FMA ceiling) with none. ``no_fma``: the
+    spec's own no-FMA figure (a measured one), used for the no-FMA ceiling when given."""
     fma = row.get("flops_fma")
     cuda_core = [row.get(c) for c in ("flops_fp64", "flops_fp32", "flops_fp16")]
     total = sum(float(v) for v in cuda_core if v is not None and pd.notna(v))
     if fma is None or pd.isna(fma) or total <= 0:
         return {"fma_share": None, "no_fma_ceiling_flops_per_s": None, "fma_mix_ceiling_flops_per_s": None}
     share = float(fma) / total
-    return {"fma_share": share, "no_fma_ceiling_flops_per_s": peak / 2 if peak else None,
+    return {"fma_share": share, "no_fma_ceiling_flops_per_s": no_fma or (peak / 2 if peak else None),
             "fma_mix_ceiling_flops_per_s": peak / (2 - share) if peak else None}
 
 
@@ -261,7 +262,8 @@ def roofline_kernels(kernels: pd.DataFrame, ceilings: GpuCeilings | None) -> lis
             item[f"bound_{level}"] = placed.get("bound")
             if placed.get("arithmetic_intensity") and bandwidth:
                 roofs.append((placed["arithmetic_intensity"] * bandwidth, level))
-        item.update(fma_ceiling(row, peak[1] if peak and not tensor else None))
+        item.update(fma_ceiling(row, peak[1] if peak and not tensor else None,
+                                ceilings.no_fma.get(precision) if ceilings and precision and not tensor else None))
         _add_quadrant(item, flops, item["bytes_dram"], item["time_ns"], peak[1] if peak else None,
                       ceilings.bandwidth.get("dram") if ceilings else None)
         item["achieved_flops_per_s"] = (flops / (item["time_ns"] * 1e-9)
@@ -356,6 +358,28 @@ def link_counters(conn: sqlite3.Connection, frame: pd.DataFrame) -> tuple[pd.Dat
     return linked, links
 
 
+def counters_by_ncu_nvtx(frame: pd.DataFrame) -> list[dict] | None:
+    """The counters summed per NVTX range that ``ncu --nvtx`` recorded in its own CSV (``nvtx_ranges``): FLOPs
+    per precision, ncu time, kernels and Tensor Core kernels; a kernel counts once in each distinct range open
+    at its launch (nested ranges each count it). None when no kernel carries NVTX ranges (no trace needed)."""
+    if "nvtx_ranges" not in frame or frame["nvtx_ranges"].isna().all():
+        return None
+    cells = frame["nvtx_ranges"].fillna("[]")
+    codes, uniques = pd.factorize(cells)
+    lists = pd.Series([sorted(set(json.loads(u))) for u in uniques], dtype=object)
+    names = pd.Series(lists.to_numpy()[codes], index=frame.index).explode().dropna()
+    if names.empty:
+        return None
+    flop_cols = ["flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor"]
+    rows = frame.loc[names.index, flop_cols + ["time_ns", "uses_tc"]].assign(range_name=names.to_numpy())
+    grouped = rows.groupby("range_name", sort=True)
+    out = grouped[flop_cols + ["time_ns"]].sum(min_count=1)
+    out["kernels"] = grouped.size()
+    out["tc_kernels"] = grouped["uses_tc"].sum()
+    return [{k: _finite(v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in out.reset_index().to_dict("records")]
+
+
 #: At most this many (kernel, range) pairs are compared at once when placing kernels in NVTX ranges.
 _PAIRS_AT_ONCE = 4_000_000
 
@@ -421,7 +445,8 @@ def roofline_report(conn: sqlite3.Connection, agg_id: int | None, gpu_spec_path:
             "ceilings": ceilings.to_dict() if ceilings else None, "ceilings_error": reason or None,
             "ops": [{k: _finite(v) for k, v in o.items()} for o in ops],
             "kernels": [{k: _finite(v) for k, v in k_.items()} for k_ in kernels],
-            "summary": summary, "counters_linked": links or None}
+            "summary": summary, "counters_linked": links or None,
+            "counters_by_nvtx": counters_by_ncu_nvtx(kernels_frame)}
 
 
 def roofline_tables(report: dict) -> dict[str, pd.DataFrame]:

@@ -30,19 +30,24 @@ PEAK_FIELDS: dict[tuple[str, bool], tuple[str, ...]] = {
     ("bf16", True): ("bf16_tensor_flops_dense",),
     ("fp8", True): ("fp8_tensor_flops_dense",),
     ("int8", True): ("int8_tensor_ops_dense",),
-    # CUDA-core half precision has no datasheet row; the FP32 pipe rate is the roof dlscope uses.
-    ("fp16", False): ("fp32_flops",),
-    ("bf16", False): ("fp32_flops",),
+    # CUDA-core half precision: the whitepaper's non-Tensor rate where known, else the FP32 pipe rate.
+    ("fp16", False): ("fp16_flops", "fp32_flops"),
+    ("bf16", False): ("bf16_flops", "fp32_flops"),
 }
 
-#: Ceiling names as they appear in reports and charts, and the spec field each reads.
+#: Ceiling names as they appear in reports and charts, and the spec field each reads. Tensor Core roofs are
+#: the dense ones only: a datasheet's 2:4-sparse figure (``*_sparse`` fields) is twice the dense rate and is
+#: never a roof (it would halve every utilization and MFU).
 FLOP_CEILINGS = {
     "fp64": "fp64_flops", "fp64_tensor": "fp64_tensor_flops", "fp32": "fp32_flops",
+    "fp16": "fp16_flops", "bf16": "bf16_flops",
     "tf32_tensor": "tf32_tensor_flops_dense", "fp16_tensor": "fp16_tensor_flops_dense",
     "bf16_tensor": "bf16_tensor_flops_dense", "fp8_tensor": "fp8_tensor_flops_dense",
     "int8_tensor": "int8_tensor_ops_dense",
 }
 LEVELS = ("l1", "l2", "dram")
+#: ERT's no-FMA ceilings (CUDA-core precisions): the rate of a code with no FMA instruction, half the FMA peak.
+NO_FMA_FIELDS = {"fp32": "fp32_no_fma_flops", "fp64": "fp64_no_fma_flops"}
 
 _SPEC_HINT = ("pass --gpu-spec FILE with one GPU in the shape of an entry of dlscope/data/gpu_specs.json "
               "(at least \"name\", \"fp32_flops\" and \"dram_bandwidth_bytes_per_s\"; optional "
@@ -61,6 +66,7 @@ class GpuCeilings:
     matched_by: str = "name"                # "name", "model" (approximate) or "spec file"
     note: str = ""
     sources: dict[str, str] = field(default_factory=dict)
+    no_fma: dict[str, float] = field(default_factory=dict)  # "fp32" / "fp64" -> FLOP/s without FMA instructions
 
     def peak(self, precision: str | None, tensor: bool) -> tuple[str, float] | None:
         """(ceiling name, FLOP/s) for an op of this precision, on Tensor Cores or not."""
@@ -73,7 +79,7 @@ class GpuCeilings:
     def to_dict(self) -> dict:
         return {"gpu_id": self.gpu_id, "name": self.name, "matched_by": self.matched_by, "note": self.note,
                 "flops_per_s": dict(self.flops), "bytes_per_s": dict(self.bandwidth),
-                "sources": dict(self.sources)}
+                "no_fma_flops_per_s": dict(self.no_fma), "sources": dict(self.sources)}
 
 
 @lru_cache(maxsize=1)
@@ -115,11 +121,14 @@ def ceilings_from_entry(entry: dict, matched_by: str = "name", note: str = "") -
         elif empirical.get(key):
             bandwidth[level] = float(empirical[key])
             sources[level] = f"empirical: {empirical.get('method', 'measured')}"
+    cited = entry.get("field_sources") or {}
     for name in flops:
-        sources[name] = "datasheet" if matched_by != "spec file" else "spec file"
+        sources[name] = "spec file" if matched_by == "spec file" else cited.get(FLOP_CEILINGS[name], "datasheet")
+    no_fma = {p: float(entry[f]) for p, f in NO_FMA_FIELDS.items() if entry.get(f)}
     return GpuCeilings(gpu_id=str(entry.get("id") or entry.get("name") or "custom"),
                        name=str(entry.get("name") or entry.get("id") or "custom GPU"),
-                       flops=flops, bandwidth=bandwidth, matched_by=matched_by, note=note, sources=sources)
+                       flops=flops, bandwidth=bandwidth, matched_by=matched_by, note=note, sources=sources,
+                       no_fma=no_fma)
 
 
 def load_spec_file(path: str | Path) -> GpuCeilings:

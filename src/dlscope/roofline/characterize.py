@@ -9,20 +9,23 @@ timed repeats after a warm-up, so a slow outlier (another process, a clock ramp)
   off (CUDA cores) and again with TF32 on (Tensor Cores); FP16/BF16 run on Tensor Cores; FP8 with
   ``torch._scaled_mm`` on CC ≥ 8.9. FP64 goes to ``fp64_tensor_flops`` where cuBLAS uses DMMA (CC 8.0, 9.0,
   10.0), else ``fp64_flops``.
-* Bandwidth: ``dst.copy_(src)`` moves 2 × the buffer's bytes (one read, one write). Device memory: a buffer
-  of at least 4 × the last-level cache. ``l2``: a buffer of a quarter of the GPU's L2 (on a CPU: of its
-  last-level cache), so source and destination together fill half of it and stay resident while copied
-  repeatedly.
-* Not measured (``skipped`` says why): L1, FMA vs no-FMA and CUDA-core FP16 ceilings need a micro-kernel
-  whose working set and instruction mix torch calls cannot pin (a Triton or CUDA kernel: seed 004's ERT).
+* Elementwise (CUDA cores / CPU vector units): ERT's FMA kernel, ``CHAINS`` independent chains of ``ITERS``
+  dependent ``y = y·a + b`` per element, fused into one kernel by ``torch.compile`` (Triton on a GPU, C++ on a
+  CPU) so the chains run in registers; FP16/BF16 give the CUDA-core half-precision roof, and the same chains of
+  ``y = y + b`` (1 FLOP each) the no-FMA ceiling of FP32/FP64 (``elementwise_flops``).
+* Bandwidth per cache level: a working set of half the level (CPU: sizes from /sys or sysconf; GPU: half the L2,
+  and 32 KiB for L1) re-read many times in one call, ``buf.expand(R, n).sum()`` (``reread_bytes``). Device
+  memory: ``dst.copy_(src)`` of a buffer of at least 4 × the last-level cache moves 2 × its bytes.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -37,6 +40,15 @@ CPU_MATMUL_N = 512
 MIN_DRAM_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
 #: CUDA compute capabilities whose FP64 GEMMs run on Tensor Cores (DMMA).
 FP64_TENSOR_CC = {(8, 0), (9, 0), (10, 0)}
+#: Cache re-reads move at least this many bytes per call (so launch and dispatch costs are negligible).
+REREAD_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}  # under 2³¹ float32 elements a call
+#: The GPU's L1 working set: a quarter of the smallest unified L1/shared pool of V100 and later (128 KiB per SM);
+#: torch does not report the L1 size.
+GPU_L1_WORKING_SET = 32 << 10
+#: Elementwise micro-kernel: independent chains per element (instruction-level parallelism hides the FMA
+#: latency) × dependent operations per chain; elements per call.
+CHAINS, ITERS = 8, 32
+ELEMENTWISE_N = {"cuda": 1 << 24, "cpu": 1 << 14}
 
 
 def matmul_flops(n: int) -> int:
@@ -47,6 +59,34 @@ def matmul_flops(n: int) -> int:
 def copy_bytes(nbytes: int) -> int:
     """Bytes a ``dst.copy_(src)`` of an nbytes buffer moves: each byte read once and written once."""
     return 2 * nbytes
+
+
+def reread_bytes(nbytes: int, times: int) -> int:
+    """Bytes ``buf.expand(times, n).sum()`` reads: the nbytes working set, ``times`` over."""
+    return nbytes * times
+
+
+def elementwise_flops(n: int, fma: bool) -> int:
+    """FLOPs of one elementwise micro-kernel call over n elements: CHAINS × ITERS operations each, an FMA 2
+    FLOPs, an ADD 1 (the chains' setup and final sum, 2·CHAINS − 1 more operations, are not counted: a lower
+    bound by under 6 %)."""
+    return n * CHAINS * ITERS * (2 if fma else 1)
+
+
+def fma_chains(x):
+    """ERT's FMA kernel: CHAINS independent chains of ITERS dependent ``y·a + b`` per element."""
+    ys = [x + float(i) for i in range(CHAINS)]
+    for _ in range(ITERS):
+        ys = [y * 0.999 + 0.001 for y in ys]
+    return sum(ys)
+
+
+def add_chains(x):
+    """The no-FMA kernel: the same chains of ``y + b``, one FLOP per instruction."""
+    ys = [x + float(i) for i in range(CHAINS)]
+    for _ in range(ITERS):
+        ys = [y + 0.001 for y in ys]
+    return sum(ys)
 
 
 def _best_rate(work: float, step: Callable[[], None], sync: Callable[[], None],
@@ -70,37 +110,48 @@ def _best_rate(work: float, step: Callable[[], None], sync: Callable[[], None],
     return best, calls
 
 
-def _sysfs_cache_bytes() -> int | None:
-    """The largest data/unified cache of CPU 0 from /sys (Linux), in bytes."""
+def cpu_cache_levels(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
+    """Data (or unified) cache sizes of CPU 0 by level ("l1", "l2", "l3"), in bytes: Linux's /sys, else
+    sysconf; levels the OS does not report are left out."""
     from pathlib import Path
 
-    best = 0
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+    levels: dict[str, int] = {}
+    for index in sorted(Path(root).glob("index*")):
         try:
             if (index / "type").read_text().strip() == "Instruction":
                 continue
+            level = int((index / "level").read_text().strip())
             text = (index / "size").read_text().strip().upper()
-        except OSError:
+        except (OSError, ValueError):
             continue
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
         digits = text.rstrip("KMG")
-        if digits.isdigit():
-            best = max(best, int(digits) * scale)
-    return best or None
+        if digits.isdigit() and int(digits) > 0:
+            levels[f"l{level}"] = int(digits) * scale
+    if not levels:
+        for key, name in (("l1", "SC_LEVEL1_DCACHE_SIZE"), ("l2", "SC_LEVEL2_CACHE_SIZE"),
+                          ("l3", "SC_LEVEL3_CACHE_SIZE")):
+            try:
+                size = os.sysconf(name)
+            except (ValueError, OSError, AttributeError):
+                continue
+            if size and size > 0:
+                levels[key] = int(size)
+    return levels
+
+
+def _cache_levels(device: str, torch: Any) -> dict[str, int]:
+    """Cache sizes by level: the GPU's L2 (and no L1 size: torch does not report it), or the CPU's levels."""
+    if device == "cuda":
+        l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0))
+        return {"l2": l2} if l2 > 0 else {}
+    return cpu_cache_levels()
 
 
 def _cache_bytes(device: str, torch: Any) -> int | None:
     """The last-level cache of the device: the GPU's L2, or the CPU's L3 (else L2), in bytes."""
-    if device == "cuda":
-        return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)) or None
-    for name in ("SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
-        try:
-            size = os.sysconf(name)
-        except (ValueError, OSError, AttributeError):
-            continue
-        if size and size > 0:
-            return int(size)
-    return _sysfs_cache_bytes()
+    levels = _cache_levels(device, torch)
+    return max(levels.values()) if levels else None
 
 
 def _flops(device: str, torch: Any, n: int, sync, repeats: int) -> tuple[dict[str, float], dict, dict[str, str]]:
@@ -153,35 +204,92 @@ def _bandwidth(device: str, torch: Any, sync, repeats: int, dram_bytes: int | No
     figures: dict[str, float] = {}
     how: dict[str, dict] = {}
     skipped: dict[str, str] = {}
-    cache = _cache_bytes(device, torch)
-    big = dram_bytes or max(MIN_DRAM_BYTES[device], 4 * (cache or 0))
-    sizes = {"dram_bandwidth_bytes_per_s": big}
-    if cache:
-        sizes["l2_bandwidth_bytes_per_s"] = cache // 4        # source and destination: half the cache
-    else:
-        skipped["l2_bandwidth_bytes_per_s"] = "the cache size is unknown on this machine"
-    for field_name, nbytes in sizes.items():
-        elements = max(1, nbytes // 4)
-        src = torch.ones(elements, dtype=torch.float32, device=device)
-        dst = torch.empty_like(src)
-        rate, calls = _best_rate(copy_bytes(elements * 4), partial(dst.copy_, src), sync, repeats)
+    levels = _cache_levels(device, torch)
+    big = dram_bytes or max(MIN_DRAM_BYTES[device], 4 * (max(levels.values()) if levels else 0))
+    working_sets = {level: size // 2 for level, size in levels.items()}   # half of each level
+    if device == "cuda":
+        working_sets["l1"] = GPU_L1_WORKING_SET
+    for level in ("l1", "l2", "l3"):
+        field_name = f"{level}_bandwidth_bytes_per_s"
+        if level not in working_sets:
+            if level != "l3" or device == "cpu":
+                skipped[field_name] = f"the {level.upper()} size is not reported on this machine"
+            continue
+        elements = max(1, working_sets[level] // 4)
+        times = max(1, REREAD_BYTES[device] // (elements * 4))
+        buf = torch.ones(elements, dtype=torch.float32, device=device)
+        view = buf.expand(times, elements)
+        rate, calls = _best_rate(reread_bytes(elements * 4, times), view.sum, sync, repeats)
         figures[field_name] = rate
-        how[field_name] = {"kernel": f"dst.copy_(src) of {elements * 4} bytes", "calls": calls,
-                           "bytes_per_call": copy_bytes(elements * 4)}
-        del src, dst
-    skipped["l1_bandwidth_bytes_per_s"] = ("torch calls cannot keep a working set in one SM's (or core's) L1; "
-                                           "needs a Triton/CUDA micro-kernel (ERT)")
-    skipped["fma_vs_no_fma"] = "needs a micro-kernel with a chosen instruction mix (ERT)"
-    skipped["fp16_cuda_core_flops"] = "needs a micro-kernel: torch half-precision math is a GEMM or memory bound"
+        how[field_name] = {"kernel": f"buf.expand({times}, {elements}).sum(): a {elements * 4}-byte working set "
+                                     f"re-read {times} times", "calls": calls,
+                           "bytes_per_call": reread_bytes(elements * 4, times)}
+        del buf, view
+    elements = max(1, big // 4)
+    src = torch.ones(elements, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    rate, calls = _best_rate(copy_bytes(elements * 4), partial(dst.copy_, src), sync, repeats)
+    figures["dram_bandwidth_bytes_per_s"] = rate
+    how["dram_bandwidth_bytes_per_s"] = {"kernel": f"dst.copy_(src) of {elements * 4} bytes", "calls": calls,
+                                         "bytes_per_call": copy_bytes(elements * 4)}
+    del src, dst
     return figures, how, skipped
 
 
+def _elementwise(device: str, torch: Any, sync, repeats: int, n: int | None) -> tuple[dict, dict, dict]:
+    """FMA and no-FMA FP32/FP64 and FMA FP16/BF16 rates of the compiled elementwise chains."""
+    figures: dict[str, float] = {}
+    how: dict[str, dict] = {}
+    skipped: dict[str, str] = {}
+    n = n or ELEMENTWISE_N[device]
+    runs = [("fp32_elementwise_fma_flops", torch.float32, True), ("fp32_no_fma_flops", torch.float32, False),
+            ("fp64_elementwise_fma_flops", torch.float64, True), ("fp64_no_fma_flops", torch.float64, False),
+            ("fp16_flops", torch.float16, True), ("bf16_flops", torch.bfloat16, True)]
+    for field_name, dtype, fma in runs:
+        half = dtype in (torch.float16, torch.bfloat16)
+        try:
+            kernel = torch.compile(fma_chains if fma else add_chains, fullgraph=True, dynamic=False)
+            x = torch.rand(n, dtype=dtype, device=device)
+            with _half_math(torch, device == "cuda" and half) as kept:
+                rate, calls = _best_rate(elementwise_flops(n, fma), partial(kernel, x), sync, repeats)
+        except Exception as exc:  # no C++ compiler or Triton, an unsupported dtype: this figure is skipped
+            skipped[field_name] = f"torch.compile of the elementwise kernel failed: {type(exc).__name__}: {exc}"
+            continue
+        figures[field_name] = rate
+        how[field_name] = {"kernel": f"torch.compile'd {CHAINS} chains x {ITERS} "
+                                     f"{'y*a+b (FMA)' if fma else 'y+b (no FMA)'} per element, "
+                                     f"{n} {str(dtype).removeprefix('torch.')} elements",
+                           "flops_per_call": elementwise_flops(n, fma), "calls": calls}
+        if half:
+            how[field_name]["math_in"] = str(dtype).removeprefix("torch.") if kept else "float32 (Inductor upcast)"
+    return figures, how, skipped
+
+
+@contextmanager
+def _half_math(torch: Any, wanted: bool):
+    """On a GPU, keep Inductor's half-precision math in FP16/BF16 (its Triton code upcasts to FP32 by default),
+    so the chains can run as packed half2 FMAs; yields whether the math stays in half precision."""
+    if not wanted:
+        yield False
+        return
+    try:
+        config = importlib.import_module("torch._inductor.config")
+        patch = config.patch({"triton.codegen_upcast_to_fp32": False})
+    except (AttributeError, KeyError, ImportError):        # an Inductor without the switch: it upcasts
+        yield False
+        return
+    with patch:
+        yield True
+
+
 def characterize(device: str | None = None, *, matmul_n: int | None = None, repeats: int = REPEATS,
-                 dram_bytes: int | None = None, threads: int | None = None) -> dict:
+                 dram_bytes: int | None = None, threads: int | None = None, elementwise: bool = True,
+                 elementwise_n: int | None = None) -> dict:
     """Measure this machine and return a ``--gpu-spec`` entry (the shape of a gpu_specs.json entry) with a
     ``measured`` block saying how each figure was taken. ``device``: "cuda", "cpu", or None (cuda when
     torch sees a GPU). ``threads``: CPU threads torch may use (default: torch's; 1 gives per-core roofs, which
-    a busy machine disturbs least)."""
+    a busy machine disturbs least). ``elementwise``: also the compiled FMA / no-FMA / FP16 kernels (each
+    compiles for a few seconds)."""
     import torch
 
     from dlscope.errors import DlscopeError
@@ -200,6 +308,12 @@ def characterize(device: str | None = None, *, matmul_n: int | None = None, repe
     try:
         flops, how_f, skipped_f = _flops(device, torch, n, sync, repeats)
         bandwidth, how_b, skipped_b = _bandwidth(device, torch, sync, repeats, dram_bytes)
+        if elementwise:
+            scalar, how_e, skipped_e = _elementwise(device, torch, sync, repeats, elementwise_n)
+        else:
+            scalar, how_e = {}, {}
+            skipped_e = {f: "not asked for (--no-elementwise)" for f in
+                         ("fp32_no_fma_flops", "fp64_no_fma_flops", "fp16_flops", "bf16_flops")}
         used_threads = torch.get_num_threads()
     finally:
         torch.set_num_threads(previous_threads)
@@ -211,11 +325,14 @@ def characterize(device: str | None = None, *, matmul_n: int | None = None, repe
 
         name, cc, sms = this_machine().get("cpu_model") or platform.processor() or "CPU", None, None
     entry: dict[str, Any] = {"id": f"measured-{device}", "name": name, "name_strings": [name],
-                             "compute_capability": cc, "sm_count": sms, **flops, **bandwidth}
+                             "compute_capability": cc, "sm_count": sms, **flops, **bandwidth,
+                             **{k: v for k, v in scalar.items() if not k.endswith("_elementwise_fma_flops")}}
     entry["measured"] = {
         "method": "dlscope characterize: best of repeated torch calls after a warm-up (seed 004, ERT)",
         "device": device, "torch": torch.__version__, "threads": used_threads if device == "cpu" else None,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "how": {**how_f, **how_b}, "skipped": {**skipped_f, **skipped_b},
+        "how": {**how_f, **how_b, **how_e}, "skipped": {**skipped_f, **skipped_b, **skipped_e},
+        "elementwise_fma_flops": {k.removesuffix("_elementwise_fma_flops"): v for k, v in scalar.items()
+                                  if k.endswith("_elementwise_fma_flops")},
     }
     return entry

@@ -16,7 +16,9 @@ import click
 @click.option("--matmul-n", type=int, default=None, help="Matrix size of the FLOP/s GEMMs (default 8192 GPU, 512 CPU).")
 @click.option("--repeats", type=int, default=5, show_default=True, help="Timed calls per figure (the best counts).")
 @click.option("--threads", type=int, default=None, help="CPU threads torch may use (default: torch's).")
-def characterize_command(output, device, matmul_n, repeats, threads) -> None:
+@click.option("--no-elementwise", "no_elementwise", is_flag=True,
+              help="Skip the torch.compile'd FMA / no-FMA / CUDA-core FP16 kernels (each compiles for seconds).")
+def characterize_command(output, device, matmul_n, repeats, threads, no_elementwise) -> None:
     """Measure peak FLOP/s per precision and bandwidth per memory level (seed 004's Empirical Roofline
     Toolkit, with torch) and write a --gpu-spec file for `dlscope report --reports roofline`."""
     from ..errors import DlscopeError
@@ -25,12 +27,15 @@ def characterize_command(output, device, matmul_n, repeats, threads) -> None:
 
     if (matmul_n is not None and matmul_n < 1) or repeats < 1 or (threads is not None and threads < 1):
         raise DlscopeError("--matmul-n, --repeats and --threads must be positive")
-    entry = characterize(device, matmul_n=matmul_n, repeats=repeats, threads=threads)
+    entry = characterize(device, matmul_n=matmul_n, repeats=repeats, threads=threads,
+                         elementwise=not no_elementwise)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(entry, indent=1) + "\n")
     ceilings = load_spec_file(output)  # what the roofline will read back
     for name, rate in ceilings.flops.items():
         click.echo(f"{name:>12}: {rate / 1e12:9.3f} TFLOP/s")
+    for precision, rate in ceilings.no_fma.items():
+        click.echo(f"{precision + ' no-FMA':>12}: {rate / 1e12:9.3f} TFLOP/s")
     for level, rate in ceilings.bandwidth.items():
         click.echo(f"{level:>12}: {rate / 1e9:9.1f} GB/s")
     click.echo(str(output))

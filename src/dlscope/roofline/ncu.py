@@ -35,7 +35,7 @@ NCU_COLUMNS = ("kernel_id", "process_id", "kernel_name", "device", "device_name"
                "time_source", "flops_fp64", "flops_fp32", "flops_fp16", "flops_tensor", "flops_fma", "bytes_l1",
                "bytes_l2", "bytes_dram", "tensor_pipe_inst", "cycles", "cycles_per_second", "mma_inst",
                "total_inst", "tensor_share", "uses_tc", "uses_tc_source", "tensor_flops_basis",
-               "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+               "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "nvtx_ranges")
 #: The launch geometry columns (ncu "Grid Size" / "Block Size", the trace's kernels.grid_x ... block_z).
 GEOMETRY = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
@@ -45,6 +45,14 @@ _IDENTITY = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Ke
              "Metric Unit", "Metric Value", "Rule Name", "Rule Type", "Rule Description", "Demangled Name",
              "Mangled Name", "Function Name", "Estimated Speedup", "Estimated Speedup Type"}
 _HEADER = re.compile(r'^"?ID"?,')
+#: ``ncu --nvtx`` adds one column per NVTX range kind: "thread Domain:Push/Pop_Range:PL_Type:PL_Value:CLR_Type:
+#: Color:Msg_Type:Msg" and "Id:Domain:Start/Stop_Range:...". A cell is the thread (or range id) followed by one
+#: double-quoted "domain:name:payload type:payload:color type:color:message type:message" per open range,
+#: outermost first.
+_NVTX_COLUMN = re.compile(r"Push/Pop_Range|Start/Stop_Range")
+_NVTX_RANGE = re.compile(r'"([^"]*)"')
+#: The six attributes after a range's name in an ncu NVTX cell.
+_NVTX_ATTRIBUTES = 6
 _LOG_PREFIX = ("==PROF==", "==WARNING==", "==ERROR==", "==INFO==")
 
 
@@ -253,6 +261,32 @@ def tensor_core_verdicts(numeric: pd.DataFrame, names: pd.Series) -> pd.DataFram
                         index=numeric.index)
 
 
+def nvtx_range_names(cell: str) -> list[str]:
+    """The NVTX range names of one ncu ``--nvtx`` cell, outermost first: each quoted
+    "domain:name:PL_Type:PL_Value:CLR_Type:Color:Msg_Type:Msg" gives its name (which may itself hold colons)."""
+    names = []
+    for text in _NVTX_RANGE.findall(cell or ""):
+        parts = text.split(":")
+        name = ":".join(parts[1:-_NVTX_ATTRIBUTES]) if len(parts) > _NVTX_ATTRIBUTES + 1 else ":".join(parts[1:])
+        if name:
+            names.append(name)
+    return names
+
+
+def _nvtx_ranges(identity: pd.DataFrame) -> pd.Series:
+    """Per kernel, the JSON list of the NVTX ranges open at its launch (push/pop stack, then start/end ranges),
+    from the columns ``ncu --nvtx`` adds; None when the file has no such column. Each distinct cell is parsed
+    once."""
+    columns = [c for c in identity.columns if _NVTX_COLUMN.search(str(c))]
+    if not columns:
+        return pd.Series(None, index=identity.index, dtype=object)
+    joined = identity[columns].astype(str).agg("\x1f".join, axis=1)
+    codes, cells = pd.factorize(joined)
+    parsed = np.array([json.dumps([n for part in cell.split("\x1f") for n in nvtx_range_names(part)])
+                       for cell in cells], dtype=object)
+    return pd.Series(parsed[codes], index=identity.index, dtype=object)
+
+
 def read_ncu_csv(path: str | Path) -> pd.DataFrame:
     """One row per profiled kernel launch with the roofline quantities (columns ``NCU_COLUMNS``).
 
@@ -292,6 +326,7 @@ def read_ncu_csv(path: str | Path) -> pd.DataFrame:
         parts = text.str.extract(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
         for i, axis in enumerate(axes):
             out[axis] = pd.to_numeric(parts[i], errors="coerce").astype("float64")
+    out["nvtx_ranges"] = _nvtx_ranges(identity)
     out = out.sort_values("kernel_id", kind="stable").reset_index(drop=True)
     out["kernel_id"] = out["kernel_id"].astype("Int64")
     for axis in GEOMETRY:
@@ -305,7 +340,7 @@ def write_ncu_kernels(conn: sqlite3.Connection, frame: pd.DataFrame, source: str
     have = {r[1] for r in conn.execute("PRAGMA table_info(ncu_kernels)")}
     for name, kind in (("mma_inst", "REAL"), ("total_inst", "REAL"), ("tensor_share", "REAL"),
                        ("uses_tc", "INTEGER"), ("uses_tc_source", "TEXT"), ("tensor_flops_basis", "TEXT"),
-                       ("flops_fma", "REAL"), *((axis, "INTEGER") for axis in GEOMETRY)):
+                       ("flops_fma", "REAL"), *((axis, "INTEGER") for axis in GEOMETRY), ("nvtx_ranges", "TEXT")):
         if name not in have:  # a database written before the Tensor Core verdict existed
             conn.execute(f"ALTER TABLE ncu_kernels ADD COLUMN {name} {kind}")
     cols = ["source", *NCU_COLUMNS]

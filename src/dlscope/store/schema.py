@@ -266,7 +266,8 @@ CREATE INDEX IF NOT EXISTS collectives_match ON collectives (collective, call_in
 COUNTERS_DDL = """
 -- One Nsight Compute kernel launch with its counters (FLOPs, bytes per memory level, cycles) and the Tensor Core
 -- verdict they give (uses_tc_source 'counters'), else the kernel name's ('name'); tensor_flops_basis says how
--- flops_tensor was obtained (ops_path counters, or tensor-pipe instructions x FLOPs per instruction of a shape).
+-- flops_tensor was obtained (ops_path counters, or tensor-pipe instructions x FLOPs per instruction of a shape);
+-- nvtx_ranges is the JSON list of the NVTX ranges open at the launch as ncu --nvtx recorded them (outermost first).
 CREATE TABLE IF NOT EXISTS ncu_kernels (
     ncu_id INTEGER PRIMARY KEY, source TEXT, kernel_id INTEGER, process_id INTEGER, kernel_name TEXT,
     device INTEGER, device_name TEXT, cc TEXT, time_ns REAL, time_source TEXT,
@@ -274,7 +275,8 @@ CREATE TABLE IF NOT EXISTS ncu_kernels (
     bytes_l1 REAL, bytes_l2 REAL, bytes_dram REAL, tensor_pipe_inst REAL,
     cycles REAL, cycles_per_second REAL, mma_inst REAL, total_inst REAL, tensor_share REAL,
     uses_tc INTEGER, uses_tc_source TEXT, tensor_flops_basis TEXT, flops_fma REAL,
-    grid_x INTEGER, grid_y INTEGER, grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER
+    grid_x INTEGER, grid_y INTEGER, grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER,
+    nvtx_ranges TEXT
 );
 CREATE INDEX IF NOT EXISTS ncu_kernels_name ON ncu_kernels (kernel_name);
 """

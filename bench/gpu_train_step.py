@@ -1,0 +1,98 @@
+"""A small CNN training step for the device session (bench/gpu_session.sh): FP32 or AMP, eager or CUDA graphs,
+DataLoader workers 0 or more, so one short GPU session records the variants dlscope's experts compare.
+
+    dlscope profile -o fp32_eager_w0.sqlite -- python bench/gpu_train_step.py
+    dlscope profile -o amp_graphs_w4.sqlite -- python bench/gpu_train_step.py --amp --cuda-graphs --workers 4
+
+--cuda-graphs captures the model's forward and backward with ``torch.cuda.make_graphed_callables`` (the loss and
+the optimizer stay eager). --amp autocasts to FP16 on a GPU (with a GradScaler) and BF16 on a CPU. Runs on a CPU
+too (without --cuda-graphs), which is how the script is tested where no GPU is lent.
+"""
+
+import argparse
+import sys
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Images(Dataset):
+    """Random 3×64×64 images made (and lightly augmented) per item, so DataLoader workers have work to take."""
+
+    def __init__(self, length: int, classes: int = 10):
+        self.length, self.classes = length, classes
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        g = torch.Generator().manual_seed(index)
+        image = torch.randn(3, 64, 64, generator=g)
+        if index % 2:
+            image = image.flip(-1)
+        return image, index % self.classes
+
+
+def model(classes: int = 10) -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(128, 256, 3, padding=1), nn.BatchNorm2d(256), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, classes),
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=16, help="training steps")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    parser.add_argument("--amp", action="store_true", help="autocast (FP16 + GradScaler on a GPU, BF16 on a CPU)")
+    parser.add_argument("--cuda-graphs", action="store_true", help="replay forward and backward as CUDA graphs")
+    args = parser.parse_args()
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.cuda_graphs and device != "cuda":
+        print("gpu_train_step.py: --cuda-graphs needs a GPU (torch sees none)", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    net = model().to(device)
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    amp_dtype = torch.float16 if device == "cuda" else torch.bfloat16
+    scaler = torch.amp.GradScaler(device, enabled=args.amp and device == "cuda")
+    loader = DataLoader(Images(args.steps * args.batch_size), batch_size=args.batch_size, shuffle=False,
+                        num_workers=args.workers, pin_memory=device == "cuda", drop_last=True)
+
+    def autocast():
+        # cache_enabled=False: required when the autocast region is captured into a CUDA graph
+        return torch.autocast(device, dtype=amp_dtype, enabled=args.amp, cache_enabled=False)
+
+    if args.cuda_graphs:
+        sample = torch.randn(args.batch_size, 3, 64, 64, device=device)
+        with autocast():                                     # it warms up on a side stream, then captures
+            net = torch.cuda.make_graphed_callables(net, (sample,))
+
+    start = time.perf_counter()
+    steps = 0
+    for x, y in loader:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast():
+            loss = nn.functional.cross_entropy(net(x).float(), y)
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)                               # dlscope counts a step at optimizer.step()
+        scaler.update()
+        steps += 1
+    if device == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    mode = f"{'amp' if args.amp else 'fp32'} {'graphs' if args.cuda_graphs else 'eager'} workers={args.workers}"
+    print(f"gpu_train_step ({mode}, {device}): {steps} steps, loss {loss.item():.4f}, "
+          f"{1e3 * elapsed / max(steps, 1):.2f} ms/step")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The run's roofline quadrant (seed 002's four quadrants of bandwidth) as a finding, with the quadrant's advice.
+
+The roofline report places every modelled op node under its GPU's roofs (``roofline.analysis.roofline_ops``:
+analytic FLOPs and ideal bytes from the recorded shapes) and the run in one quadrant by its compute and memory
+utilization (``roofline.quadrants.run_utilization``). The saving is what the modelled ops would gain running at
+``target_pct_of_roof`` of their roof: per op node, its GPU time minus its roof time ÷ target, where the roof
+time = max(FLOPs ÷ peak of its precision, bytes ÷ DRAM bandwidth); ops already closer to their roof save
+nothing. Advice comes from ``data/roofline_advice.json`` (2:4 sparsity only on CC ≥ 8.0 for GEMM/convolution
+work).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ...roofline.analysis import roofline_ops
+from ...roofline.quadrants import run_utilization
+from ..evidence import fmt_ns
+from ..finding import Finding
+from ..registry import rule
+
+
+def _op_rows(ctx) -> pd.DataFrame:
+    """The aggregation's op nodes with GPU time, with the shapes, dtypes and arguments of each node's first
+    call (the roofline report's rows)."""
+    nodes = ctx.agg_ops[ctx.agg_ops["gpu_time_ns"] > 0]
+    calls = ctx.ops[["node_id", "input_shapes", "input_dtypes", "concrete_inputs"]]
+    first = calls[calls["node_id"].isin(nodes["node_id"])].drop_duplicates("node_id")
+    return (nodes.drop(columns=["input_shapes"], errors="ignore").merge(first, on="node_id", how="inner")
+            .sort_values(["gpu_time_ns", "node_id"], ascending=[False, True]))
+
+
+@rule("roofline_quadrant", gpu=True)
+def roofline_quadrant(ctx, cfg):
+    ceilings = ctx.ceilings
+    if ceilings is None or "dram" not in ceilings.bandwidth or ctx.agg_ops.empty:
+        return None
+    ops, _ = roofline_ops(_op_rows(ctx), ceilings)
+    dram = ceilings.bandwidth["dram"]
+    cc = None if ctx.compute_capability is None else f"{ctx.compute_capability:.1f}"
+    points = [{"time_ns": o["gpu_time_ns"], "flops": o["flops"], "bytes": o["bytes"],
+               "peak": o["ceiling_flops_per_s"], "precision": o["precision"], "tensor_cores": o["tensor_cores"],
+               "family": o["family"]} for o in ops]
+    util = run_utilization(points, dram, cc, "ops")
+    if util is None or util["quadrant"] not in cfg["quadrants"]:
+        return None
+    target = cfg["target_pct_of_roof"] / 100.0
+    placed = pd.DataFrame([o for o in ops if o["bound"] is not None])
+    if placed.empty:
+        return None
+    math_s = (placed["flops"] / placed["ceiling_flops_per_s"].astype(float)).where(placed["flops"] > 0, 0.0)
+    roof_ns = pd.concat([math_s, placed["bytes"] / dram], axis=1).max(axis=1) * 1e9
+    placed["saving_ns"] = (placed["gpu_time_ns"] - roof_ns / target).clip(lower=0.0)
+    saving = int(placed["saving_ns"].sum())
+    if saving <= 0 or ctx.pct(saving) < cfg["min_pct"]:
+        return None
+    n = ctx.config["evidence"]["max_items"]
+    top = placed[placed["saving_ns"] > 0].nlargest(n, "saving_ns")
+    worst = top.iloc[0]
+    problem = (
+        f"The {len(placed)} modelled op nodes ({fmt_ns(int(placed['gpu_time_ns'].sum()))} of GPU time) sit in the "
+        f"{util['quadrant_label']} quadrant of the roofline: compute utilization "
+        f"{util['compute_utilization_pct']:.1f}%, memory utilization {util['memory_utilization_pct']:.1f}% of "
+        f"{ceilings.name} (high from {util['high_utilization_pct']:.0f}%); the math with the most GPU time is "
+        f"{util['dominant_precision']}{' on Tensor Cores' if util['dominant_tensor_cores'] else ''}, the op family "
+        f"with the most is {util['dominant_family'] or 'unknown'}. The op furthest below its roof, "
+        f"{worst['op_name']}, runs at {worst['pct_of_ceiling']:.1f}% of its {worst['bound']} roof for "
+        f"{fmt_ns(int(worst['gpu_time_ns']))}.")
+    hints = " ".join(util["advice"])
+    return Finding(
+        "roofline_quadrant", problem,
+        ctx.advice("roofline_quadrant", hints) + f" See {ctx.link('roofline_quadrant')}",
+        saving,
+        {"node_ids": [int(v) for v in top["node_id"]],
+         "quadrant": util["quadrant"], "compute_utilization_pct": util["compute_utilization_pct"],
+         "memory_utilization_pct": util["memory_utilization_pct"], "gpu": ceilings.name,
+         "dominant_precision": util["dominant_precision"], "dominant_family": util["dominant_family"],
+         "ops": [{"node_id": int(r["node_id"]), "op_name": r["op_name"], "precision": r["precision"],
+                  "gpu_time_ns": int(r["gpu_time_ns"]), "pct_of_ceiling": r["pct_of_ceiling"],
+                  "saving_ns": int(r["saving_ns"])} for _, r in top.iterrows()],
+         "saving_basis": f"per op node: GPU time - max(FLOPs / peak, bytes / DRAM bandwidth) / "
+                         f"{cfg['target_pct_of_roof']:g}% (its time at that share of its roof), at least 0"})
