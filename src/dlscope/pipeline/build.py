@@ -77,7 +77,8 @@ def _progress(enabled: bool) -> Iterator:
 
 
 def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
-    return {"iterations": an.iterations, **{name: an.profile.table(name) for name in TABLES}}
+    return {"iterations": an.iterations, **{name: an.profile.table(name) for name in TABLES},
+            "python_tree": an.python_tree}
 
 
 #: the note of aggregations made with --no-critical-path
@@ -222,11 +223,11 @@ def profile_from_database(conn) -> Profile:
     """Rebuild the imported model from a database's raw tables (for re-aggregation without re-import)."""
     profile = Profile()
     for name in TABLES:
-        if name == "comm_args" and not _has_table(conn, name):  # a database written before it was stored
+        if name in ("comm_args", "python_frames") and not _has_table(conn, name):  # written before it was stored
             continue
         frame = reader.read_table(conn, name)
         cols = list(TABLES[name])
-        frame = frame[cols].copy()
+        frame = frame.reindex(columns=cols).copy()  # a column added since (ops.stack) reads as missing
         for col, dtype in TABLES[name].items():
             frame[col] = frame[col].fillna(MISSING[dtype]).astype(dtype)
         setattr(profile, name, frame)
