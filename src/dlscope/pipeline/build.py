@@ -103,6 +103,9 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
     db_path = Path(db_path)
     paths = prepare_inputs(trace_paths, db_path, force)
     kinds = {p: sniff(p) for p in paths}
+    if "cprofile" in kinds.values():
+        return build_cprofile_database(paths, db_path, force=force, profile_name=profile_name,
+                                       extra_meta=extra_meta)
     counters = [p for p in paths if kinds[p] == "ncu_csv"]
     traces = [p for p in paths if p not in counters]
     budget = parse_size(max_memory)
@@ -146,6 +149,23 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                             "iteration_methods": an.iteration_methods if an else {},
                             "key_node_candidates": an.key_node_candidates if an else {}},
                            ncu, aggs, findings, figures)
+    return db_path
+
+
+def build_cprofile_database(paths: list[Path], db_path: Path, *, force: bool = False,
+                            profile_name: str | None = None, extra_meta: dict | None = None) -> Path:
+    """A database of one cProfile output: its call tree (``python_tree``) and its source, nothing timed."""
+    from ..importers.cprofile import load_cprofile
+
+    if len(paths) != 1:
+        raise DlscopeError(f"{paths[0]}: a cProfile output is imported on its own (got {len(paths)} files)")
+    tree, source = load_cprofile(paths[0])
+    with writer.atomic_database(db_path, force) as db:
+        db.write_raw({"python_tree": tree})
+        conn = db.connect()
+        writer.write_sources(conn, [source])
+        writer.write_meta(conn, profile_name or _default_name(paths),
+                          {**(extra_meta or {}), "source_format": "cprofile"}, None)
     return db_path
 
 
