@@ -113,6 +113,11 @@ TABLES: dict[str, dict[str, str]] = {
     },
 }
 
+#: The Python call tree's columns (``python_tree``: frames merged by call path, per thread), as the analysis
+#: builds it from a trace's frames and the cProfile importer from a cProfile output.
+PYTHON_TREE_COLUMNS = ["rank", "node_id", "parent_node_id", "pid", "tid", "depth", "name", "file", "line",
+                       "function", "calls", "total_ns", "self_ns"]
+
 #: Each table's row id column (ids are row numbers once analysed).
 ID_COLUMNS = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
               "memops": "memop_id", "syncs": "sync_id", "python_frames": "frame_id"}

@@ -2,7 +2,8 @@
 
 The trace's own ids link a frame to its parent (Kineto's ``Python id`` / ``Python parent id``); frames without
 ids are nested by time on their thread (the innermost frame enclosing a frame's start, as ops are). The call
-tree merges the frames of one thread with the same call path (the names from the thread's outermost frame down),
+tree merges the frames of one thread with the same call path (the functions from the thread's outermost frame down;
+a function is its file, line and name, a built-in's without the address of the object it was called on),
 like a flame graph: a node's total time is the sum of its frames' durations, its self time that total less its
 children's totals, its calls the number of frames. An op's frame is the innermost frame enclosing its start
 on its thread; its stack is the innermost *user* frame at or above that frame (``file.py:123``).
@@ -14,12 +15,12 @@ import numpy as np
 import pandas as pd
 
 from ..importers.python_frames import is_user_file, where
+from ..model import PYTHON_TREE_COLUMNS as TREE_COLUMNS
 from ..model import string_column
 from .attribution import take, thread_keys
 from .nesting import Nesting, _depth_and_root, levels
 
-TREE_COLUMNS = ["rank", "node_id", "parent_node_id", "pid", "tid", "depth", "name", "file", "line", "function",
-                "calls", "total_ns", "self_ns"]
+__all__ = ["TREE_COLUMNS", "analyse_frames", "call_tree", "link_frames", "op_frames", "user_places"]
 
 
 def link_frames(frames: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -67,7 +68,8 @@ def call_tree(frames: pd.DataFrame, parent: np.ndarray, depth: np.ndarray) -> tu
         return pd.DataFrame({c: pd.Series([], dtype=object if c in ("name", "file", "function") else np.int64)
                              for c in TREE_COLUMNS}), node
     keys, = thread_keys([frames])
-    names = pd.factorize(frames["name"].to_numpy(dtype=object))[0].astype(np.int64)
+    # one function: the same file, line and function (a built-in's name without its object's address)
+    names = frames.groupby(["file", "line", "function"], sort=False).ngroup().to_numpy(np.int64)
     next_id = 0
     for rows in levels(depth):  # top-down: a node is (thread, parent's node, name)
         up = take(node, parent[rows])
@@ -90,13 +92,21 @@ def call_tree(frames: pd.DataFrame, parent: np.ndarray, depth: np.ndarray) -> tu
         "rank": rank, "node_id": ids, "parent_node_id": node_parent,
         "pid": frames["pid"].to_numpy(np.int64)[first], "tid": frames["tid"].to_numpy(np.int64)[first],
         "depth": depth[first],
-        "name": string_column(frames["name"].take(first).to_numpy(dtype=object)),
+        "name": string_column(_labels(frames, first)),
         "file": string_column(frames["file"].take(first).to_numpy(dtype=object)),
         "line": frames["line"].to_numpy(np.int64)[first],
         "function": string_column(frames["function"].take(first).to_numpy(dtype=object)),
         "calls": count, "total_ns": total, "self_ns": total - children,
     })
     return tree, node
+
+
+def _labels(frames: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """A node's name: "file.py(123): func" as Kineto writes it, or the built-in's function."""
+    files = frames["file"].to_numpy(dtype=object)[rows]
+    lines = frames["line"].to_numpy(np.int64)[rows]
+    funcs = frames["function"].to_numpy(dtype=object)[rows]
+    return np.array([f"{f}({ln}): {fn}" if f else fn for f, ln, fn in zip(files, lines, funcs)], dtype=object)
 
 
 def user_places(frames: pd.DataFrame, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analyze.call_tree import TREE_COLUMNS
 from ..errors import InputError
+from ..model import PYTHON_TREE_COLUMNS as TREE_COLUMNS
 
 #: a path of less than this share of its root's cumulative time is not walked
 MIN_SHARE = 1e-4

@@ -19,6 +19,9 @@ import numpy as np
 import pandas as pd
 
 _FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<function>.*)$", re.S)
+#: the object address in a built-in's name ("<built-in method view of Tensor object at 0x7f...>"): it differs per
+#: object, not per function, so it is dropped from the function (the name keeps it)
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 @lru_cache(maxsize=1)
@@ -32,10 +35,11 @@ MAX_FRAMES: int = settings()["max_frames"]
 
 @lru_cache(maxsize=65536)
 def parse_name(name: str) -> tuple[str, int, str]:
-    """("path/file.py", 123, "func") from "path/file.py(123): func"; ("", -1, name) for a built-in."""
+    """("path/file.py", 123, "func") from "path/file.py(123): func"; ("", -1, name less any object address)
+    for a built-in."""
     m = _FRAME.match(name)
     if m is None:
-        return "", -1, name
+        return "", -1, _ADDRESS.sub("", name)
     return m.group("file"), int(m.group("line")), m.group("function")
 
 
