@@ -322,7 +322,9 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
 
     def root(request: Request):
         query = ("?" + str(request.query_params)) if request.query_params else ""
-        return RedirectResponse("/dashboard" + query)
+        db = viewer.db(request.query_params)
+        only_python = not db.aggregations() and bool(python_view.threads(db))  # a cProfile output
+        return RedirectResponse(("/python" if only_python else "/dashboard") + query)
 
     # Starlette types every handler as taking an Exception; each is registered for its own class below
     async def bad_parameter(request: Request, exc: Exception):
