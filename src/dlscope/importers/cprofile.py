@@ -97,7 +97,9 @@ def call_tree(stats: dict[Func, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
     rows: list[tuple] = []
     skipped_small = skipped_cap = 0
     # (function, parent node, share of the function's cumtime on this path, path, depth, calls)
-    todo = [(f, -1, 1.0, (f,), 0, stats[f][1]) for f in sorted(roots, key=lambda f: -stats[f][3])][::-1]
+    todo: list[tuple[Func, int, float, tuple[Func, ...], int, int]] = []
+    for f in sorted(roots, key=lambda f: stats[f][3]):  # the longest root last: walked first
+        todo.append((f, -1, 1.0, (f,), 0, int(stats[f][1])))
     root_total = {f: stats[f][3] for f in roots}
     left = {f: float(v[3]) for f, v in stats.items()}  # cumulative time not yet given to a node
     while todo:

@@ -17,7 +17,7 @@ def python_section(conn: sqlite3.Connection) -> dict | None:
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "python_tree" not in tables:
         return None
-    frames = {"recorded": 0, "kept": 0, "dropped": 0}
+    frames: dict = {"recorded": 0, "kept": 0, "dropped": 0}
     reasons, source = [], "trace"
     for fmt, meta_json in conn.execute("SELECT format, meta_json FROM sources ORDER BY source_id"):
         meta = json.loads(meta_json or "{}")

@@ -70,7 +70,7 @@ def _cprofile_databases(paths: Sequence[Path]) -> Iterator[list[Path]]:
     from dlscope.importers import MARSHAL_DICT, sniff
 
     with tempfile.TemporaryDirectory(prefix="dlscope-view-") as tmp:
-        out = []
+        out: list[Path] = []
         for path in paths:
             try:
                 with open(path, "rb") as f:

@@ -70,6 +70,7 @@ def tree(db: ProfileDB, params: Mapping[str, str]) -> dict:
     if not db.has("python_tree"):
         raise BadParameter("db", "this profile has no Python call tree")
     cols = ", ".join(f't."{c}"' for c in _NODE_COLUMNS)
+    start_params: tuple[int, ...]
     if params.get("node"):
         rank = parse_int("rank", params.get("rank") or "")
         node = parse_int("node", params["node"])

@@ -31,8 +31,8 @@ from ... import processes
 from ...errors import InputError
 from ...model import Profile
 from ..exact_ns import TimeOutOfRange
-from . import pieces
 from ..python_frames import MAX_FRAMES
+from . import pieces
 from .columns import Tables, identity, meta, rank_of
 from .events import Trace, Unsplittable
 from .stream import ijson_tables
@@ -68,10 +68,11 @@ class Reading:
 
     ``method``: "auto" (in memory unless the budget says stream), "in_memory" (pieces of the text in
     memory), "streamed" (pieces cut while the file is read in blocks) or "ijson" (event by event).
-    ``max_python_frames``: the most Python frames kept. ``processes``: in-memory pieces decoded by 1 or 2 processes; None: 2 for files of ``PARALLEL_MIN_BYTES``
+    ``processes``: in-memory pieces decoded by 1 or 2 processes; None: 2 for files of ``PARALLEL_MIN_BYTES``
     of JSON or more, where dlscope may fork and two cores exist. ``piece_bytes`` / ``block_bytes``: the
     size of a piece and of a streamed block. ``fallback``: read a file the pieces cannot cut with ijson
-    (off in tests that prove the pieces handled a file on their own).
+    (off in tests that prove the pieces handled a file on their own). ``max_python_frames``: the most Python
+    frames kept (the longest).
     """
 
     method: str = "auto"

@@ -109,7 +109,7 @@ class Tables:
         meta: dict[str, Any] = {"recorded": n, "kept": n, "dropped": 0, "max_frames": max_frames}
         if not n:
             return make_table("python_frames", {}, 0), meta
-        keep = bounded(columns["start"], columns["end"], max_frames)
+        keep = bounded(np.asarray(columns["start"]), np.asarray(columns["end"]), max_frames)
         if len(keep) < n:
             columns["python_parent_id"] = kept_parent_ids(columns, keep)
             columns = {col: (np.asarray(v)[keep] if isinstance(v, np.ndarray) else [v[i] for i in keep])
