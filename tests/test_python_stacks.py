@@ -326,3 +326,40 @@ def test_capture_with_stack_has_frames_and_ops_show_the_users_file_line(tmp_path
     finally:
         conn.close()
     assert capture["capture"]["with_stack"] is True
+
+
+def test_a_job_imported_rank_by_rank_stores_the_same_frames_and_tree(tmp_path, monkeypatch):
+    import gzip
+
+    from test_distributed import _db_tables, _rank_by_rank
+
+    from dlscope import pipeline
+
+    with gzip.open(data_file(*BERT), "rt") as f:
+        doc = json.load(f)
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for rank in (0, 1):
+        doc["distributedInfo"] = {"rank": rank, "world_size": 2}
+        with gzip.open(folder / f"rank{rank}.json.gz", "wt") as f:
+            json.dump(doc, f)
+    pipeline.build_database([folder], tmp_path / "whole.sqlite", progress=False, workers=1)
+    seen = _rank_by_rank(monkeypatch)
+    pipeline.build_database([folder], tmp_path / "ranks.sqlite", progress=False, max_memory="16GB")
+    assert len(seen) == 2
+    whole, ranks = _db_tables(tmp_path / "whole.sqlite", True), _db_tables(tmp_path / "ranks.sqlite", True)
+    for table in ("python_frames", "python_tree", "op_instances", "op_nodes"):
+        assert ranks[table] == whole[table], table
+    assert sql(tmp_path / "whole.sqlite", "SELECT COUNT(DISTINCT rank), COUNT(*) FROM python_tree") == [(2, 2 * 1071)]
+
+
+@pytest.mark.parametrize("reading", [Reading(method="streamed", piece_bytes=50_000, block_bytes=7_919, fallback=False),
+                                     Reading(method="ijson")], ids=["streamed", "ijson"])
+def test_every_reader_keeps_the_same_python_frames_and_stacks(reading):
+    from conftest import assert_same_rows
+
+    path = data_file(*LEGACY) if reading.method == "ijson" else data_file(*BERT)
+    whole, other = load_kineto(path), load_kineto(path, reading=reading)
+    assert_same_rows(whole.python_frames, other.python_frames, "python_frames")
+    assert sorted(whole.ops["stack"]) == sorted(other.ops["stack"])
+    assert whole.meta["python_frames"] == other.meta["python_frames"]

@@ -61,7 +61,7 @@ def _acyclic(parent: np.ndarray) -> np.ndarray:
 
 
 def call_tree(frames: pd.DataFrame, parent: np.ndarray, depth: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
-    """The call tree (``TREE_COLUMNS``) and each frame's node in it. Node ids are unique per rank."""
+    """The call tree (``TREE_COLUMNS``) and each frame's node in it. Node ids are numbered per rank (0, 1, ...)."""
     n = len(frames)
     node = np.full(n, -1, dtype=np.int64)
     if n == 0:
@@ -87,9 +87,12 @@ def call_tree(frames: pd.DataFrame, parent: np.ndarray, depth: np.ndarray) -> tu
     has_parent = node_parent >= 0
     np.add.at(children, node_parent[has_parent], total[has_parent])
     rank = frames["rank"].to_numpy(np.int64)[first]
-    ids = np.arange(next_id, dtype=np.int64)
+    # ids numbered within each rank (a job imported rank by rank numbers them the same), in creation order
+    local = pd.Series(np.arange(next_id)).groupby(rank, sort=False).cumcount().to_numpy(np.int64)
+    node_parent = take(local, node_parent)
+    node = local[node]
     tree = pd.DataFrame({
-        "rank": rank, "node_id": ids, "parent_node_id": node_parent,
+        "rank": rank, "node_id": local, "parent_node_id": node_parent,
         "pid": frames["pid"].to_numpy(np.int64)[first], "tid": frames["tid"].to_numpy(np.int64)[first],
         "depth": depth[first],
         "name": string_column(_labels(frames, first)),
@@ -98,7 +101,8 @@ def call_tree(frames: pd.DataFrame, parent: np.ndarray, depth: np.ndarray) -> tu
         "function": string_column(frames["function"].take(first).to_numpy(dtype=object)),
         "calls": count, "total_ns": total, "self_ns": total - children,
     })
-    return tree, node
+    order = np.lexsort((local, pd.factorize(rank)[0]))  # rank by rank, in the order the ranks come
+    return tree.iloc[order].reset_index(drop=True), node
 
 
 def _labels(frames: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
