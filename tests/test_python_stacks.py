@@ -239,6 +239,17 @@ def test_cprofile_tree_equals_the_marshalled_statistics(prof, tmp_path):
     assert s["python"]["frames"]["functions"] == len(raw)
 
 
+def test_a_cprofile_database_is_not_aggregated_or_reported_as_zeros(prof, tmp_path):
+    db = tmp_path / "c.sqlite"
+    assert dlscope("import", str(prof), "-o", str(db), "--quiet").returncode == 0
+    for args in (("aggregate", str(db)), ("report", str(db), "-o", str(tmp_path / "reports"))):
+        res = dlscope(*args)
+        assert res.returncode == 2 and "cProfile output's Python call tree only" in res.stderr, args
+        assert len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "reports").exists()
+    assert sql(db, "SELECT COUNT(*) FROM aggregations") == [(0,)]
+
+
 OTHER = {"a": 1}  # referenced by a name, so marshal writes it with its reference flag, as cProfile's dict is
 
 

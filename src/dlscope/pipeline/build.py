@@ -280,6 +280,7 @@ def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int
     """
     conn = reader.connect(db_path, readonly=False)
     try:
+        reader.check_timed(conn, db_path, "aggregate")
         an = analyse(profile_from_database(conn), key_node)
         if rank is not None and rank not in an.ranks:
             raise DlscopeError(f"no rank {rank} in the database (ranks: {', '.join(map(str, an.ranks))})")
