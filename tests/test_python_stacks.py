@@ -111,6 +111,18 @@ def test_a_bounded_import_hangs_kept_frames_from_their_nearest_kept_ancestor(imp
     assert summary["kept"] == 300 and summary["kept"] + summary["dropped"] == len(frames)
 
 
+def test_import_says_how_many_frames_it_dropped(tmp_path):
+    path = data_file(*BERT)
+    res = dlscope("import", str(path), "-o", str(tmp_path / "b.sqlite"), "--max-python-frames", "500")
+    assert res.returncode == 0, res.stderr
+    raw = len(raw_frames(path))
+    text = " ".join(res.stdout.split())  # the terminal summary wraps at 120 columns
+    assert f"Python frames: 500 kept of {raw:,} recorded" in text
+    assert f"{raw - 500:,} dropped (more than 500 frames: the shortest were dropped)" in text
+    s = json.loads(dlscope("summary", str(tmp_path / "b.sqlite"), "--json").stdout)["python"]
+    assert s["frames"]["kept"] == 500 and s["frames"]["dropped"] == raw - 500 and s["source"] == "trace"
+
+
 def test_call_tree_totals_equal_sums_of_the_raw_frames(import_db):
     path = data_file(*BERT)
     db = import_db(path)
