@@ -13,7 +13,7 @@ import pytest
 from conftest import data_file, sql
 from raw_kineto import events
 from test_python_stacks import BERT, PROGRAM, db_paths, function_of, raw_frames, raw_tree
-from test_viewer_browser import Server, page, ready, shot  # noqa: F401 (page is a fixture)
+from test_viewer_browser import Server, cell_texts, page, ready, shot  # noqa: F401 (page is a fixture)
 from trace_builder import PID, TID, KinetoTrace
 
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -98,6 +98,27 @@ def test_flame_graph_root_and_a_clicked_frame_show_the_raw_totals(bert_server, p
     page.click("[data-testid=flame-root]")
     page.wait_for_selector("body[data-ready='1']")
     assert shown_ns(page, "total") == total[(*key[:2], key[2][:-1])]
+    assert page.errors == []
+
+
+def test_the_ops_table_shows_the_innermost_user_file_line(bert_server, page):
+    """On this trace the user's code is the TraceLens app's ``moca`` package (everything else is a library): an op's
+    stack is the innermost ``moca/`` frame above it, by the raw Python ids."""
+    path = data_file(*BERT)
+    frames = raw_frames(path)
+    by_id = {(e.pid, e.args["Python id"]): e for e in frames}
+    expected = set()
+    for op in (e for e in events(path) if e.cat == "cpu_op"):
+        around = [f for f in frames if (f.pid, f.tid) == (op.pid, op.tid) and f.start <= op.start < f.end]
+        f = max(around, key=lambda x: (x.start, -x.end))
+        while not f.name.startswith("moca/"):
+            f = by_id[(f.pid, f.args["Python parent id"])]
+        file, line = f.name.split("(")[0], f.name.split("(")[1].split(")")[0]
+        expected.add(f"{file}:{line}")
+    (where,) = expected  # every op of this inference runs under one user line
+    ready(page, f"{bert_server.base}/ops-kernels")
+    cells = cell_texts(page, "ops", "scope")
+    assert cells and all(c == where for c in cells)
     assert page.errors == []
 
 
