@@ -386,3 +386,11 @@ def test_every_reader_keeps_the_same_python_frames_and_stacks(reading):
     assert_same_rows(whole.python_frames, other.python_frames, "python_frames")
     assert sorted(whole.ops["stack"]) == sorted(other.ops["stack"])
     assert whole.meta["python_frames"] == other.meta["python_frames"]
+
+
+def test_a_trace_without_python_frames_has_no_python_section(import_db):
+    from dlscope.present.summary import summary_dict
+
+    db = import_db(data_file("kineto", "hta_event_sync_a100.json.gz"))
+    assert summary_dict(db)["python"] is None
+    assert sql(db, "SELECT COUNT(*) FROM python_frames") == sql(db, "SELECT COUNT(*) FROM python_tree") == [(0,)]

@@ -267,9 +267,13 @@ def _op_columns(evs: list[Event]) -> dict[str, Any]:
     }
 
 
-def _legacy_stacks(stacks: list[Any]) -> list[str]:
-    """The innermost user ``file.py:123`` of each op's legacy ``Call stack`` arg ("" when absent)."""
-    return [innermost_user_frame(s) if isinstance(s, str) and s else "" for s in stacks]
+def _legacy_stacks(stacks: list[Any]) -> np.ndarray:
+    """The innermost user ``file.py:123`` of each op's legacy ``Call stack`` arg ("" when absent); stacks repeat,
+    so each distinct one is read once."""
+    codes, uniques = pd.factorize(pd.Series(stacks, dtype=object), use_na_sentinel=False)
+    places = np.array([innermost_user_frame(s) if isinstance(s, str) and s else "" for s in uniques] or [""],
+                      dtype=object)
+    return places[codes] if len(codes) else np.zeros(0, dtype=object)
 
 
 def _python_frame_columns(evs: list[Event]) -> dict[str, Any]:
