@@ -168,6 +168,7 @@ def test_a_cprofile_database_says_what_it_is(tmp_path, page):
     try:
         ready(page, f"{s.base}/python")
         assert "From a cProfile output" in page.inner_text("#content")
+        shot(page, "cprofile-python")
         top = sql(db, "SELECT MAX(total_ns) FROM python_tree WHERE parent_node_id < 0")[0][0]
         assert shown_ns(page, "total") >= top > 0
         ready(page, f"{s.base}/dashboard")

@@ -48,8 +48,8 @@ export function renderPython(content, data) {
   let current = null;
   function showDetail(n, label) {
     detail.replaceChildren(el("b", { text: label }), " ",
-      el("span", { class: "flame-name", "data-testid": "detail-name", text: n.name }), " · ",
-      el("span", { "data-testid": "detail-place", text: n.node_id === null ? "" : place(n) }), " · total ",
+      el("span", { class: "flame-name", "data-testid": "detail-name", text: n.name }),
+      n.node_id === null ? "" : " · ", el("span", { "data-testid": "detail-place", text: n.node_id === null ? "" : place(n) }), " · total ",
       el("span", { class: "ns", "data-testid": "detail-total", title: exactNs(n.total_ns), "data-ns": String(n.total_ns), text: ns(n.total_ns) }),
       " · self ", el("span", { class: "ns", "data-testid": "detail-self", title: exactNs(n.self_ns), "data-ns": String(n.self_ns), text: ns(n.self_ns) }),
       n.calls === null || n.calls === undefined ? "" : ` · ${int(n.calls)} calls`);
@@ -57,7 +57,8 @@ export function renderPython(content, data) {
 
   async function showOps(n) {
     if (n.node_id === null) {
-      opsBox.replaceChildren(el("h2", { text: "Ops called" }), el("p", { class: "hint", text: "Click a frame to see the ops it called." }));
+      opsBox.replaceChildren(el("h2", { text: "Ops called" }), el("p", { class: "hint",
+        text: py.source === "cprofile" ? "A cProfile output records no ops." : "Click a frame to see the ops it called." }));
       return;
     }
     opsBox.replaceChildren(el("h2", { text: `Ops called by ${n.function || n.name}` }), el("p", { class: "hint", text: "Loading…" }));
