@@ -351,7 +351,7 @@ def test_capture_with_stack_has_frames_and_ops_show_the_users_file_line(tmp_path
     assert capture["capture"]["with_stack"] is True
 
 
-def test_a_job_imported_rank_by_rank_stores_the_same_frames_and_tree(tmp_path, monkeypatch):
+def test_a_job_imported_rank_by_rank_or_by_workers_stores_the_same_frames_and_tree(tmp_path, monkeypatch):
     import gzip
 
     from test_distributed import _db_tables, _rank_by_rank
@@ -367,12 +367,14 @@ def test_a_job_imported_rank_by_rank_stores_the_same_frames_and_tree(tmp_path, m
         with gzip.open(folder / f"rank{rank}.json.gz", "wt") as f:
             json.dump(doc, f)
     pipeline.build_database([folder], tmp_path / "whole.sqlite", progress=False, workers=1)
+    pipeline.build_database([folder], tmp_path / "pooled.sqlite", progress=False, workers=2)
     seen = _rank_by_rank(monkeypatch)
     pipeline.build_database([folder], tmp_path / "ranks.sqlite", progress=False, max_memory="16GB")
     assert len(seen) == 2
     whole, ranks = _db_tables(tmp_path / "whole.sqlite", True), _db_tables(tmp_path / "ranks.sqlite", True)
+    pooled = _db_tables(tmp_path / "pooled.sqlite", True)
     for table in ("python_frames", "python_tree", "op_instances", "op_nodes"):
-        assert ranks[table] == whole[table], table
+        assert ranks[table] == whole[table] == pooled[table], table
     assert sql(tmp_path / "whole.sqlite", "SELECT COUNT(DISTINCT rank), COUNT(*) FROM python_tree") == [(2, 2 * 1071)]
 
 
