@@ -188,9 +188,10 @@ def test_cuda_sync_events_map_to_sync_kinds():
     assert Counter(multistream.syncs["kind"]) == {"event": 3, "stream_wait_event": 1, "device": 1}
 
 
-def test_python_functions_are_dropped_and_counted():
+def test_python_functions_are_python_frames_not_ranges():
     profile = load_kineto(data_file("kineto", "tracelens_b200_llm_serving_rank0of8.json.gz"))
-    assert profile.meta["dropped_python_functions"] == 15230
+    assert len(profile.python_frames) == profile.meta["python_frames"]["kept"] == 15230
+    assert profile.meta["dropped_python_functions"] == profile.meta["python_frames"]["dropped"] == 0
     assert "python_function" not in set(profile.ranges["domain"])
 
 

@@ -107,4 +107,5 @@ def test_the_stored_raw_tables_are_what_the_analysis_produces(tmp_path):
             assert columns(name) == set(an.profile.table(name).columns), name
     assert columns("op_nodes") | columns("op_instances") == set(an.profile.ops.columns)
     assert columns("iterations") == set(an.iterations.columns)
-    assert set(RAW_TABLES) == (set(TABLES) - {"ops"}) | {"op_nodes", "op_instances", "iterations"}
+    assert columns("python_tree") == set(an.python_tree.columns)
+    assert set(RAW_TABLES) == (set(TABLES) - {"ops"}) | {"op_nodes", "op_instances", "iterations", "python_tree"}

@@ -162,6 +162,8 @@ def route_parameters() -> dict[str, set[str]]:
     out["/api/trace.json"] = {"db", "agg", "rank", "iterations"}
     out["/api/timeline"] = {"db", "rank", "start", "end", "width"}
     out["/api/timeline/event"] = {"db", "kind", "id"}
+    out["/api/python/tree"] = {"db", "thread", "rank", "node"}
+    out["/api/python/ops"] = {"db", "rank", "node"}
     return out
 
 
@@ -169,7 +171,7 @@ def test_route_list_covers_every_get_route(client):
     declared = {r.path for r in client.app.routes if isinstance(r, Route) and "GET" in (r.methods or ())}
     covered = {"/", "/api/meta", "/api/view/{view}", "/api/table/{table}", "/api/table/{table}/export.{fmt}",
                "/api/jobs/{job}", "/{view}", "/api/databases", "/api/trace.json", "/api/timeline",
-               "/api/timeline/event"}
+               "/api/timeline/event", "/api/python/tree", "/api/python/ops"}
     assert declared <= covered, declared - covered
 
 
@@ -179,7 +181,7 @@ EDGE_VALUES = [str(2**63), str(-(2**63) - 1), str(10**20), "١٢", "\x00' OR 1=1
                "[9223372036854775808]",
                "1..99999999999999999999"]
 FULL_ROUTES = ("/api/table/kernels", "/api/table/ops", "/api/view/kernels-by-op", "/gpus", "/api/meta", "/api/timeline",
-               "/api/timeline/event", "/timeline")
+               "/api/timeline/event", "/timeline", "/api/python/tree", "/api/python/ops", "/python")
 
 
 def _sweep(client, routes: dict[str, set[str]], values: list[str]) -> list:

@@ -69,19 +69,27 @@ def cli() -> None:
               help="Samples per step when a step takes several batches or counts tokens (default: --batch-size).")
 @click.option("--sample-unit", default=None, help="What a sample is: images, tokens, sequences … [default: samples].")
 @CRITICAL_PATH_OPTION
+@click.option("--max-python-frames", type=click.IntRange(min=0), default=None,
+              help="Most Python frames (python_function events) kept per trace; the shortest are dropped and "
+                   "counted [default: 2,000,000].")
 @click.option("--quiet", "-q", is_flag=True, help="Print no summary.")
 def import_command(traces, output, profile_name, iter_start, iter_stop, key_node, force, rules_config, workers,
                    scheduler, max_memory, batch_size, samples_per_step, sample_unit, no_critical_path,
-                   quiet) -> None:
+                   max_python_frames, quiet) -> None:
     """Import PyTorch/Kineto traces, Nsight Systems SQLite exports or nsys NVTX CSVs (files or folders;
     one file per rank) and Nsight Compute CSVs into a profile database."""
     from .pipeline import build_database
     from .present.summary import render_summary, summary_dict
 
+    reading = None
+    if max_python_frames is not None:
+        from .importers.kineto import Reading
+
+        reading = Reading(max_python_frames=max_python_frames)
     build_database(traces, output, profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop,
                    key_node=key_node, force=force, progress=not quiet, rules_config=rules_config,
                    workers=workers, scheduler=scheduler, max_memory=max_memory,
-                   critical_path=not no_critical_path,
+                   critical_path=not no_critical_path, reading=reading,
                    extra_meta={"throughput": {"batch_size": batch_size, "samples_per_step": samples_per_step,
                                               "unit": sample_unit}})
     if not quiet:

@@ -38,6 +38,9 @@ TABLES: dict[str, dict[str, str]] = {
         # "" for a framework op; the domain ("user_annotation", "nvtx") of an annotation range that launched
         # GPU work outside any op and so stands for one (it owns those launches, never other ops)
         "range_domain": S,
+        # the innermost user Python frame the op was called from, "file.py:123", when the trace recorded
+        # Python stacks (the legacy ``Call stack`` arg, or the python_function frames enclosing it); ""
+        "stack": S,
     },
     # Annotation ranges that are not ops: ProfilerStep#N, user annotations, NVTX ranges, data loading,
     # gpu_user_annotation (device >= 0 for ranges drawn on a GPU lane).
@@ -95,6 +98,14 @@ TABLES: dict[str, dict[str, str]] = {
         "dtype": S, "pg_name": S,
         "pg_ranks": S,          # the process group's ranks as the trace lists them; ""
     },
+    # Python frames (Kineto python_function events, with_stack=True; or a cProfile output): one call of a
+    # Python function on a CPU thread. name as recorded ("path/file.py(123): func" or "<built-in method ...>"),
+    # parsed into file, line (-1 for built-ins) and function. python_id / python_parent_id: Kineto's ids
+    # (-1 when absent); the analysis links each frame to its parent frame (``parent_id``, ``depth``).
+    "python_frames": {
+        "frame_id": I, "rank": I, "pid": I, "tid": I, "name": S, "file": S, "line": I, "function": S,
+        "start": I, "end": I, "python_id": I, "python_parent_id": I,
+    },
     # One row per GPU seen (per rank).
     "gpus": {
         "rank": I, "device": I, "name": S, "sm_count": I, "memory_bytes": I,
@@ -102,18 +113,25 @@ TABLES: dict[str, dict[str, str]] = {
     },
 }
 
+#: The Python call tree's columns (``python_tree``: frames merged by call path, per thread), as the analysis
+#: builds it from a trace's frames and the cProfile importer from a cProfile output.
+PYTHON_TREE_COLUMNS = ["rank", "node_id", "parent_node_id", "pid", "tid", "depth", "name", "file", "line",
+                       "function", "calls", "total_ns", "self_ns"]
+
 #: Each table's row id column (ids are row numbers once analysed).
 ID_COLUMNS = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",
-              "memops": "memop_id", "syncs": "sync_id"}
+              "memops": "memop_id", "syncs": "sync_id", "python_frames": "frame_id"}
 #: Columns that refer to rows: table -> {column: the table whose ids it holds ("nodes": op nodes)}. The
 #: analysis adds all but the id columns; a job imported rank by rank shifts them all by the rows before.
 REFERENCES = {
-    "ops": {"op_id": "ops", "parent_id": "ops", "root_id": "ops", "node_id": "nodes", "parent_node_id": "nodes"},
+    "ops": {"op_id": "ops", "parent_id": "ops", "root_id": "ops", "node_id": "nodes", "parent_node_id": "nodes",
+            "frame_id": "python_frames"},
     "ranges": {"range_id": "ranges"},
     "api_calls": {"api_id": "api_calls", "op_id": "ops"},
     "kernels": {"kernel_id": "kernels", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
     "memops": {"memop_id": "memops", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
     "syncs": {"sync_id": "syncs", "api_id": "api_calls", "op_id": "ops", "root_op_id": "ops"},
+    "python_frames": {"frame_id": "python_frames", "parent_id": "python_frames"},
 }
 
 MISSING_INT = -1
@@ -197,6 +215,7 @@ class Profile:
     syncs: pd.DataFrame = field(default_factory=lambda: empty_table("syncs"))
     memory: pd.DataFrame = field(default_factory=lambda: empty_table("memory"))
     comm_args: pd.DataFrame = field(default_factory=lambda: empty_table("comm_args"))
+    python_frames: pd.DataFrame = field(default_factory=lambda: empty_table("python_frames"))
     gpus: pd.DataFrame = field(default_factory=lambda: empty_table("gpus"))
     meta: dict[str, Any] = field(default_factory=dict)
 

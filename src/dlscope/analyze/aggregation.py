@@ -164,9 +164,9 @@ def _iteration_table(its_all: pd.DataFrame, profiled: np.ndarray, stop_end: int,
 NODE_COLUMNS = ["node_id", "op_name", "op_type", "direction", "scope", "input_shapes", "data_type", "calls",
                 "kernel_count", "tc_kernel_count", "kernel_time_ns", "gpu_time_ns", "tc_gpu_time_ns",
                 "cpu_time_ns", "api_time_ns", "cpu_overhead_ns", "gpu_idle_ns", "tc_eligible", "using_tc",
-                "kernels"]
+                "kernels", "stack"]
 _NODE_TEXT = {"op_name": "name", "op_type": "op_type", "direction": "direction", "scope": "scope",
-              "input_shapes": "input_shapes", "data_type": "data_type"}
+              "input_shapes": "input_shapes", "data_type": "data_type", "stack": "stack"}
 _NODE_SUMS = {"kernel_count": "kernel_count", "tc_kernel_count": "tc_kernel_count", "kernel_time_ns": "kernel_time",
               "gpu_time_ns": "gpu_time", "tc_gpu_time_ns": "tc_gpu_time", "cpu_time_ns": "dur",
               "api_time_ns": "api_time", "gpu_idle_ns": "gpu_idle"}

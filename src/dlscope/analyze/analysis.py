@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..model import ID_COLUMNS, TABLES, Profile, make_table, string_column
 from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, link_launches, take, thread_keys
+from .call_tree import TREE_COLUMNS, analyse_frames
 from .categories import matches
 from .dtypes import numpy_name
 from .iterations import assign, find_iterations
@@ -31,6 +32,8 @@ class Analysed:
     key_node: str | None = None
     #: per rank, key-node candidates seen when the split is a guess (or there is none)
     key_node_candidates: dict[int, list[str]] = field(default_factory=dict)
+    #: the Python call tree per thread (:mod:`.call_tree`), empty when the trace has no Python frames
+    python_tree: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TREE_COLUMNS))
     _by_rank: dict | None = field(default=None, repr=False)
 
     RAW = tuple(TABLES)
@@ -221,8 +224,9 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     for col in WAVE_COLUMNS:
         kernels[col] = waves[col].to_numpy()
     _op_metrics(ops, kernels, memops, tree)
+    python_tree = analyse_frames(ops, profile.python_frames)
     _op_nodes(ops, tree)
-    return Analysed(profile, iterations, methods, key_node, candidates)
+    return Analysed(profile, iterations, methods, key_node, candidates, python_tree)
 
 
 def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> None:

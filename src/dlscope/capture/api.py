@@ -98,7 +98,7 @@ class profile:  # noqa: A001 - reads as dlscope.profile(...)
                  duration: float | None = None, trace_dir: str | Path | None = None, batch_size: int | None = None,
                  profile_name: str | None = None, iter_start: int | None = None, iter_stop: int | None = None,
                  key_node: str | None = None, force: bool = False, summary: bool = True,
-                 profile_memory: bool = False):
+                 profile_memory: bool = False, with_stack: bool = False):
         self.db_path = Path(db_path) if db_path is not None else None
         if self.db_path is not None and self.db_path.exists() and not force:
             from ..errors import DlscopeError
@@ -112,7 +112,7 @@ class profile:  # noqa: A001 - reads as dlscope.profile(...)
         self.trace_dir = Path(trace_dir)
         self.window = CaptureWindow(wait=wait, warmup=warmup, active=steps, delay_s=delay, duration_s=duration)
         self.session = CaptureSession(self.trace_dir, window=self.window, batch_size=batch_size,
-                                      profile_memory=profile_memory)
+                                      profile_memory=profile_memory, with_stack=with_stack)
         self._build: dict[str, Any] = dict(profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop,
                                            key_node=key_node, force=force)
         self.summary = summary

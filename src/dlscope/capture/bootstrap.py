@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=None)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--profile-memory", action="store_true", help="torch.profiler's profile_memory")
+    p.add_argument("--with-stack", action="store_true", help="torch.profiler's with_stack (Python frames)")
     p.add_argument("--nvtx", action="store_true", help="run under nsys: NVTX ranges instead of torch.profiler")
     p.add_argument("--framework", default="torch", choices=["torch", "jax", "tf", "paddle"],
                    help="whose profiler records: torch.profiler, or JAX's, TensorFlow's or Paddle's own")
@@ -101,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
         session = SESSIONS[opts.framework](opts.trace_dir, window=window, batch_size=opts.batch_size)
     else:
         session = CaptureSession(opts.trace_dir, window=window, backend="nvtx" if opts.nvtx else "torch",
-                                 batch_size=opts.batch_size, profile_memory=opts.profile_memory)
+                                 batch_size=opts.batch_size, profile_memory=opts.profile_memory,
+                                 with_stack=opts.with_stack)
     _write_sidecar(opts.sidecar, {"started": True})
     # A SIGTERM (e.g. a job scheduler's) becomes an exception so the open window is written out;
     # the program's own handler, if it installs one, replaces this.

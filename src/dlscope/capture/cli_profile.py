@@ -54,12 +54,16 @@ are recorded and the program runs on without the profiler.
 @click.option("--profile-memory", is_flag=True,
               help="Record every allocation and free (torch.profiler's profile_memory): memory over time, the peak "
                    "per iteration and the op at each peak (torch backend).")
+@click.option("--with-stack", is_flag=True,
+              help="Record Python call stacks (torch.profiler's with_stack): the Python Call Stacks view (a flame "
+                   "graph of CPU time per Python frame) and each op's file:line (torch backend).")
 @click.option("--view", is_flag=True, help="Open the viewer when done.")
 @click.option("--force", is_flag=True, help="Overwrite the output database.")
 @click.option("--keep-trace", is_flag=True, help="Keep the raw trace next to the database.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def profile_command(output, backend, framework, delay, duration, steps, wait, warmup, iter_start, iter_stop, key_node,
-                    profile_name, batch_size, sample_unit, profile_memory, view, force, keep_trace, command):
+                    profile_name, batch_size, sample_unit, profile_memory, with_stack, view, force, keep_trace,
+                    command):
     """Run COMMAND as if run directly, capture it, import it into a profile database and print the summary.
 
     COMMAND is a Python program (`python train.py ...`, `python -m pkg ...`, `train.py`); with
@@ -73,7 +77,8 @@ def profile_command(output, backend, framework, delay, duration, steps, wait, wa
                              duration=duration, steps=steps, wait=wait, warmup=warmup, iter_start=iter_start,
                              iter_stop=iter_stop, key_node=key_node, profile_name=profile_name, batch_size=batch_size,
                              sample_unit=sample_unit,
-                             force=force, keep_trace=keep_trace, profile_memory=profile_memory)
+                             force=force, keep_trace=keep_trace, profile_memory=profile_memory,
+                             with_stack=with_stack)
     status = run_profile(request)
     if view and status != DLSCOPE_FAILED and output.is_file():
         from ..viewer.cli_view import serve

@@ -45,6 +45,7 @@ class ProfileRequest:
     force: bool = False
     keep_trace: bool = False
     profile_memory: bool = False
+    with_stack: bool = False  # torch.profiler's with_stack: Python frames and each op's file:line
     summary: bool = True
 
 
@@ -63,6 +64,8 @@ def _bootstrap_options(req: ProfileRequest, trace_dir: Path, sidecar: Path, nvtx
         opts += ["--framework", req.framework]
     if req.profile_memory:
         opts.append("--profile-memory")
+    if req.with_stack:
+        opts.append("--with-stack")
     if nvtx:  # --delay/--duration go to nsys, which then times the window itself
         opts.append("--nvtx")
     else:

@@ -57,7 +57,7 @@ class CaptureSession:
     def __init__(self, trace_dir: str | Path, *, window: CaptureWindow | None = None, backend: str = "torch",
                  batch_size: int | None = None, record_shapes: bool = True, module_ranges: bool = True,
                  on_trace: Callable[[Path], None] | None = None, worker_name: str | None = None,
-                 profile_memory: bool = False):
+                 profile_memory: bool = False, with_stack: bool = False):
         if backend not in ("torch", "nvtx"):
             raise ValueError(f"unknown capture backend {backend!r}")
         self.trace_dir = Path(trace_dir)
@@ -67,6 +67,7 @@ class CaptureSession:
         self.batch_size_source = "option" if batch_size else None
         self.record_shapes = record_shapes
         self.profile_memory = profile_memory  # every allocation and free: memory over time and its peaks
+        self.with_stack = with_stack  # Python frames (python_function events) and each op's call stack
         self.module_ranges = module_ranges
         self.on_trace = on_trace
         self.worker_name = worker_name or f"{platform.node()}_{os.getpid()}"
@@ -114,7 +115,7 @@ class CaptureSession:
             activities.append(ProfilerActivity.CUDA)
         self._prof = profile(activities=activities, schedule=self.window.torch_schedule(),
                              on_trace_ready=self._export, record_shapes=self.record_shapes,
-                             with_modules=True, profile_memory=self.profile_memory)
+                             with_modules=True, profile_memory=self.profile_memory, with_stack=self.with_stack)
         if hasattr(self._prof, "preset_metadata_json"):  # the facts travel with the trace file
             self._prof.preset_metadata_json(TRACE_KEY, trace_metadata(self.system))
         self._prof.start()
@@ -197,6 +198,7 @@ class CaptureSession:
         return {
             "backend": "torch" if self.backend == "torch" else "nsys",
             "profile_memory": self.profile_memory,
+            "with_stack": self.with_stack,
             "torch_version": getattr(self, "torch_version", None),
             "python_version": platform.python_version(),
             "cuda_available": getattr(self, "cuda", None),

@@ -19,6 +19,8 @@ from ..model import Profile
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
+#: the first byte of a marshalled dict (with the reference flag), as cProfile / profile write their statistics
+MARSHAL_DICT = b"\xfb"
 _HEAD_BYTES = 4096
 #: leading whitespace read past while looking for the first byte of a JSON document
 _MAX_LEADING_BLANK = 64 * 2**20
@@ -27,13 +29,18 @@ _BLANK = b"\xef\xbb\xbf \t\r\n"
 
 def sniff(path: Path) -> str:
     """Return the format name of ``path``: "kineto", "nsys", "ncu_csv", "nsys_stats_csv", "tf_trace",
-    "paddle" or "xspace" (or raise InputError)."""
+    "paddle", "xspace" or "cprofile" (or raise InputError)."""
     from .streams import source
 
     with os_errors_as_input_errors(path), open(source(path), "rb") as f:
         head = f.read(_HEAD_BYTES)
         if not head:
             raise InputError(path, "is empty")
+        if head.startswith(MARSHAL_DICT):  # what cProfile writes: checked whole, or one line saying why not
+            from .cprofile import read_stats
+
+            read_stats(Path(source(path)))
+            return "cprofile"
         if head.startswith(SQLITE_MAGIC):
             return "nsys"
         if head.startswith(GZIP_MAGIC):
@@ -107,6 +114,8 @@ def load(path: str | Path, *, max_memory: int | None = None, progress: Callable[
         from .nsys_stats_csv import load_nsys_stats_csv
 
         profile = load_nsys_stats_csv(path)
+    elif kind == "cprofile":
+        raise InputError(path, "is a cProfile output: import it on its own (it has a call tree, no timeline)")
     else:
         raise InputError(path, f"{kind} files carry no timeline; import them next to a trace "
                                "(roofline counters)")

@@ -77,7 +77,8 @@ def _progress(enabled: bool) -> Iterator:
 
 
 def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
-    return {"iterations": an.iterations, **{name: an.profile.table(name) for name in TABLES}}
+    return {"iterations": an.iterations, **{name: an.profile.table(name) for name in TABLES},
+            "python_tree": an.python_tree}
 
 
 #: the note of aggregations made with --no-critical-path
@@ -102,6 +103,9 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
     db_path = Path(db_path)
     paths = prepare_inputs(trace_paths, db_path, force)
     kinds = {p: sniff(p) for p in paths}
+    if "cprofile" in kinds.values():
+        return build_cprofile_database(paths, db_path, force=force, profile_name=profile_name,
+                                       extra_meta=extra_meta)
     counters = [p for p in paths if kinds[p] == "ncu_csv"]
     traces = [p for p in paths if p not in counters]
     budget = parse_size(max_memory)
@@ -145,6 +149,23 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                             "iteration_methods": an.iteration_methods if an else {},
                             "key_node_candidates": an.key_node_candidates if an else {}},
                            ncu, aggs, findings, figures)
+    return db_path
+
+
+def build_cprofile_database(paths: list[Path], db_path: Path, *, force: bool = False,
+                            profile_name: str | None = None, extra_meta: dict | None = None) -> Path:
+    """A database of one cProfile output: its call tree (``python_tree``) and its source, nothing timed."""
+    from ..importers.cprofile import load_cprofile
+
+    if len(paths) != 1:
+        raise DlscopeError(f"{paths[0]}: a cProfile output is imported on its own (got {len(paths)} files)")
+    tree, source = load_cprofile(paths[0])
+    with writer.atomic_database(db_path, force) as db:
+        db.write_raw({"python_tree": tree})
+        conn = db.connect()
+        writer.write_sources(conn, [source])
+        writer.write_meta(conn, profile_name or _default_name(paths),
+                          {**(extra_meta or {}), "source_format": "cprofile"}, None)
     return db_path
 
 
@@ -222,11 +243,11 @@ def profile_from_database(conn) -> Profile:
     """Rebuild the imported model from a database's raw tables (for re-aggregation without re-import)."""
     profile = Profile()
     for name in TABLES:
-        if name == "comm_args" and not _has_table(conn, name):  # a database written before it was stored
+        if name in ("comm_args", "python_frames") and not _has_table(conn, name):  # written before it was stored
             continue
         frame = reader.read_table(conn, name)
         cols = list(TABLES[name])
-        frame = frame[cols].copy()
+        frame = frame.reindex(columns=cols).copy()  # a column added since (ops.stack) reads as missing
         for col, dtype in TABLES[name].items():
             frame[col] = frame[col].fillna(MISSING[dtype]).astype(dtype)
         setattr(profile, name, frame)
@@ -259,6 +280,7 @@ def aggregate(db_path: str | Path, iter_start: int | None = None, iter_stop: int
     """
     conn = reader.connect(db_path, readonly=False)
     try:
+        reader.check_timed(conn, db_path, "aggregate")
         an = analyse(profile_from_database(conn), key_node)
         if rank is not None and rank not in an.ranks:
             raise DlscopeError(f"no rank {rank} in the database (ranks: {', '.join(map(str, an.ranks))})")

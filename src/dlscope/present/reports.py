@@ -74,12 +74,17 @@ def write_reports(db_path: Path, out_dir: Path, reports: list[str], formats: lis
         from ..roofline import load_spec_file
 
         load_spec_file(gpu_spec)  # a bad spec fails before any report folder or file is made
+    conn = reader.connect(db_path)
+    try:
+        reader.check_timed(conn, db_path, "report")  # before any report folder or file is made
+    finally:
+        conn.close()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     summary = summary_dict(db_path, agg_id) if "summary" in reports else None
     conn = reader.connect(db_path)
     try:
-        if summary:
+        if summary and summary["aggregation"] is not None:
             agg = summary["aggregation"]["agg_id"]
         elif agg_id is None and set(reports) <= {"roofline"} and reader.current_agg_id(conn) is None:
             agg = None  # a counters-only database (ncu CSVs): the roofline of its kernels needs no aggregation

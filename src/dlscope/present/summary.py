@@ -18,6 +18,7 @@ from ..nanoseconds import round_ns
 from ..store import reader
 from ..system import stored_facts
 from .memory import memory_section
+from .python_stacks import python_lines, python_section
 
 
 def _one(conn: sqlite3.Connection, sql: str, params: tuple = ()):
@@ -187,7 +188,8 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | Non
             profile = {**_profile_section(conn, methods), "iterations_total": None}
             return {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                     "system": stored_facts(meta), "profile": profile, "job": None, "aggregation": None, "findings": [],
-                    "roofline": _roofline(conn, None), "ranks": [], "collectives": [], "memory": None}
+                    "roofline": _roofline(conn, None), "ranks": [], "collectives": [], "memory": None,
+                    "python": python_section(conn)}
         agg_id = reader.resolve_agg_id(conn, agg_id)
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                "system": stored_facts(meta), "profile": _profile_section(conn, methods),
@@ -196,7 +198,7 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | Non
                "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id),
                "ranks": summary_ranks(conn, agg_id),
                "collectives": collective_calls(conn, run_aggregations(conn, agg_id)),
-               "memory": memory_section(conn, agg_id)}
+               "memory": memory_section(conn, agg_id), "python": python_section(conn)}
         if extra.get("capture"):
             out["capture"] = extra["capture"]
         return out
@@ -431,6 +433,10 @@ def render_summary(summary: dict) -> str:
     if system:
         console.print(f"System: {system}", markup=False)
     units = summary_units(a)
+    if a is None and summary.get("python"):
+        for line in python_lines(summary["python"]):
+            console.print(line, markup=False)
+        return buf.getvalue()
     if a is None:
         console.print("No timeline in this database (counters only): see `dlscope report DB --reports roofline "
                       "[--gpu-spec FILE]` (a spec from the table, or one `dlscope characterize` measured).")
@@ -478,6 +484,8 @@ def render_summary(summary: dict) -> str:
         key.add_row(f"[bold]{label}[/bold]", value)
     console.print(key)
     _render_dropped(console, p.get("dropped_events") or [])
+    for line in python_lines(summary.get("python")):
+        console.print(line, markup=False)
     wall = a["wall_clock_ns"] or 0
     bd = Table(title="Resource usage breakdown", title_justify="left")
     bd.add_column("Category")

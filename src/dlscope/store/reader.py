@@ -115,6 +115,15 @@ def current_agg_id(conn: sqlite3.Connection) -> int | None:
     return row[0] if row else None
 
 
+def check_timed(conn: sqlite3.Connection, path: str | Path, doing: str) -> None:
+    """Refuse ``doing`` (aggregate, report) on a database made from a cProfile output: it holds a Python call tree
+    and nothing timed, so every figure would be a zero that was never measured."""
+    formats = {r[0] for r in conn.execute("SELECT DISTINCT format FROM sources")}
+    if formats == {"cprofile"}:
+        raise DlscopeError(f"{path}: holds a cProfile output's Python call tree only (no timeline, ops or GPU work): "
+                           f"nothing to {doing}; see it with `dlscope summary` or `dlscope view`")
+
+
 def resolve_agg_id(conn: sqlite3.Connection, agg_id: int | None) -> int:
     """The aggregation asked for, else the current one; a clear error when there is none."""
     if agg_id is None:

@@ -37,7 +37,7 @@ CREATE TABLE iterations (
 CREATE TABLE op_nodes (
     node_id INTEGER PRIMARY KEY, rank INTEGER, name TEXT, op_type TEXT, direction TEXT, scope TEXT,
     input_shapes TEXT, input_dtypes TEXT, concrete_inputs TEXT, data_type TEXT, tc_eligible INTEGER,
-    parent_node_id INTEGER, range_domain TEXT
+    parent_node_id INTEGER, range_domain TEXT, stack TEXT
 );
 
 -- One call of an op. Its GPU figures include everything launched beneath it (its nested ops' too).
@@ -45,19 +45,40 @@ CREATE TABLE op_instances (
     op_id INTEGER PRIMARY KEY, node_id INTEGER, rank INTEGER, pid INTEGER, tid INTEGER, start INTEGER,
     "end" INTEGER, dur INTEGER, parent_id INTEGER, root_id INTEGER, depth INTEGER, external_id INTEGER,
     seq INTEGER, iteration INTEGER, using_tc INTEGER, kernel_count INTEGER, tc_kernel_count INTEGER,
-    kernel_time INTEGER, gpu_time INTEGER, tc_gpu_time INTEGER, api_time INTEGER, gpu_idle INTEGER
+    kernel_time INTEGER, gpu_time INTEGER, tc_gpu_time INTEGER, api_time INTEGER, gpu_idle INTEGER,
+    frame_id INTEGER
 );
 
 CREATE VIEW ops AS
 SELECT i.op_id, i.rank, i.pid, i.tid, n.name, n.op_type, i.start, i."end", i.dur, i.parent_id, i.root_id,
        i.depth, i.external_id, i.seq, n.direction, n.input_shapes, n.input_dtypes, n.concrete_inputs, n.scope,
        n.data_type, i.iteration, i.node_id, n.parent_node_id, n.range_domain, n.tc_eligible, i.using_tc,
-       i.kernel_count, i.tc_kernel_count, i.kernel_time, i.gpu_time, i.tc_gpu_time, i.api_time, i.gpu_idle
+       i.kernel_count, i.tc_kernel_count, i.kernel_time, i.gpu_time, i.tc_gpu_time, i.api_time, i.gpu_idle,
+       n.stack, i.frame_id
 FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id;
 
 CREATE TABLE ranges (
     range_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, device INTEGER, name TEXT,
     domain TEXT, start INTEGER, "end" INTEGER, category TEXT, iteration INTEGER
+);
+
+-- One call of a Python function on a CPU thread (Kineto python_function frames, with_stack=True; or a cProfile
+-- output's call tree). name as recorded, parsed into file, line (-1: a built-in) and function; parent_id: the
+-- frame it was called from (-1: the thread's outermost), by the trace's Python ids, else by time on the thread;
+-- node_id: its node in python_tree (unique per rank). Bounded at import (sources' meta_json "python_frames").
+CREATE TABLE python_frames (
+    frame_id INTEGER PRIMARY KEY, rank INTEGER, pid INTEGER, tid INTEGER, name TEXT, file TEXT, line INTEGER,
+    function TEXT, start INTEGER, "end" INTEGER, python_id INTEGER, python_parent_id INTEGER, parent_id INTEGER,
+    depth INTEGER, node_id INTEGER
+);
+
+-- The Python call tree per thread, frames merged by call path (a flame graph's boxes): total_ns = the sum of its
+-- frames' durations, self_ns = total_ns less its children's, calls = its frames. Keyed by (rank, node_id).
+-- An op's frame is op_instances.frame_id (the innermost frame enclosing its start on its thread).
+CREATE TABLE python_tree (
+    rank INTEGER, node_id INTEGER, parent_node_id INTEGER, pid INTEGER, tid INTEGER, depth INTEGER, name TEXT,
+    file TEXT, line INTEGER, function TEXT, calls INTEGER, total_ns INTEGER, self_ns INTEGER,
+    PRIMARY KEY (rank, node_id)
 );
 
 CREATE TABLE api_calls (
@@ -143,14 +164,15 @@ CREATE TABLE agg_iterations (
 
 -- One row per op node (the outermost ops) with its calls summed; each call's GPU figures include everything
 -- launched beneath it. gpu_time_ns = kernel and memory-operation time; kernels: its kernels by GPU time;
--- model_flops (its calls' matrix-product FLOPs) and mfu (model_flops / gpu_time_ns against the dense peak).
+-- model_flops (its calls' matrix-product FLOPs) and mfu (model_flops / gpu_time_ns against the dense peak);
+-- stack: the innermost user Python frame (file:line) of its first call, '' when no Python stack was recorded.
 CREATE TABLE agg_ops (
     agg_id INTEGER, node_id INTEGER, rank INTEGER, op_name TEXT, op_type TEXT, direction TEXT,
     scope TEXT, input_shapes TEXT, data_type TEXT, calls INTEGER, kernel_count INTEGER,
     tc_kernel_count INTEGER, kernel_time_ns INTEGER, gpu_time_ns INTEGER, tc_gpu_time_ns INTEGER,
     cpu_time_ns INTEGER, api_time_ns INTEGER, cpu_overhead_ns INTEGER, gpu_idle_ns INTEGER,
     tc_eligible INTEGER, using_tc INTEGER, kernels TEXT, model_flops INTEGER, mfu REAL, critical_path_ns INTEGER,
-    PRIMARY KEY (agg_id, node_id)
+    stack TEXT, PRIMARY KEY (agg_id, node_id)
 );
 
 CREATE TABLE agg_op_types (
@@ -217,6 +239,9 @@ CREATE INDEX op_nodes_name ON op_nodes (name);
 CREATE INDEX memops_iteration ON memops (rank, iteration, start);
 CREATE INDEX api_calls_iteration ON api_calls (rank, iteration, start);
 CREATE INDEX ranges_start ON ranges (rank, start);
+CREATE INDEX python_frames_node ON python_frames (rank, node_id);
+CREATE INDEX python_tree_parent ON python_tree (rank, parent_node_id);
+CREATE INDEX op_instances_frame ON op_instances (frame_id);
 CREATE INDEX agg_ops_gpu_time ON agg_ops (agg_id, gpu_time_ns);
 CREATE INDEX agg_ops_cpu_time ON agg_ops (agg_id, cpu_time_ns);
 CREATE INDEX agg_ops_name ON agg_ops (agg_id, op_name);
@@ -233,7 +258,7 @@ CREATE INDEX agg_iterations_profiled ON agg_iterations (agg_id, profiled, iterat
 
 #: Raw tables written from the analysed model, in DDL column order.
 RAW_TABLES = ("gpus", "iterations", "op_nodes", "op_instances", "ranges", "api_calls", "kernels", "memops", "syncs",
-              "memory", "comm_args")
+              "memory", "comm_args", "python_frames", "python_tree")
 
 
 #: A job's tables (per-rank figures, collectives): created with the aggregations that need them.

@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 from dlscope.distributed.job import physical_gpus, run_aggregations
 from dlscope.errors import DlscopeError
 from dlscope.store import reader
-from dlscope.viewer import export, timeline
+from dlscope.viewer import export, python_view, timeline
 from dlscope.viewer.derived import DerivedCache, derived_page
 from dlscope.viewer.jobs import Reaggregator
 from dlscope.viewer.pages import error_page, shell
@@ -113,7 +113,8 @@ class Viewer:
     def boot(self, db: ProfileDB, view_slug: str, agg: int | None = None) -> dict:
         ranks = _run(db, agg)
         multi = len(ranks) > 1
-        hidden = {"gpus": _gpu_count(db) < 2, "compare": False, "ranks": not multi, "collectives": not multi}
+        hidden = {"gpus": _gpu_count(db) < 2, "compare": False, "ranks": not multi, "collectives": not multi,
+                  "python": not python_view.threads(db)}
         return {"view": view_slug, "db": db.key, "profile_name": db.profile_name, "notice": db.notice,
                 "profiles": [{"key": d.key, "name": d.profile_name, "path": str(d.path)} for d in self.dbs],
                 "aggregations": db.aggregations(), "run": ranks,
@@ -292,6 +293,12 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
             return _error(request, 404, "No such event", f"there is no {kind} {event_id} in this profile")
         return JSON(found)
 
+    def api_python_tree(request: Request):
+        return JSON(python_view.tree(viewer.db(request.query_params), request.query_params))
+
+    def api_python_ops(request: Request):
+        return JSON(python_view.frame_ops(viewer.db(request.query_params), request.query_params))
+
     def api_databases(request: Request):
         return JSON({"databases": viewer.candidates()})
 
@@ -315,7 +322,9 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
 
     def root(request: Request):
         query = ("?" + str(request.query_params)) if request.query_params else ""
-        return RedirectResponse("/dashboard" + query)
+        db = viewer.db(request.query_params)
+        only_python = not db.aggregations() and bool(python_view.threads(db))  # a cProfile output
+        return RedirectResponse(("/python" if only_python else "/dashboard") + query)
 
     # Starlette types every handler as taking an Exception; each is registered for its own class below
     async def bad_parameter(request: Request, exc: Exception):
@@ -339,6 +348,8 @@ def create_app(db_paths: Sequence[str | Path], aggregate: Callable | None = None
         Route("/api/table/{table}", api_table),
         Route("/api/timeline", api_timeline),
         Route("/api/timeline/event", api_timeline_event),
+        Route("/api/python/tree", api_python_tree),
+        Route("/api/python/ops", api_python_ops),
         Route("/api/table/{table}/export.{fmt}", api_export),
         Route("/api/trace.json", api_trace),
         Route("/api/aggregate", api_aggregate, methods=["POST"]),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
 import sys
+import tempfile
 import threading
 import webbrowser
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import click
@@ -61,6 +63,29 @@ def serve(db_paths: Sequence[str | Path], host: str = DEFAULT_HOST, port: int = 
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 
+@contextlib.contextmanager
+def _cprofile_databases(paths: Sequence[Path]) -> Iterator[list[Path]]:
+    """The paths to serve: a cProfile output (``python -m cProfile -o run.prof``) is imported into a database in
+    a temporary folder that is removed when the viewer stops; databases are served as they are."""
+    from dlscope.importers import MARSHAL_DICT, sniff
+
+    with tempfile.TemporaryDirectory(prefix="dlscope-view-") as tmp:
+        out: list[Path] = []
+        for path in paths:
+            try:
+                with open(path, "rb") as f:
+                    marshalled = f.read(1) == MARSHAL_DICT
+            except OSError:
+                marshalled = False  # the viewer names the problem
+            if marshalled and sniff(path) == "cprofile":
+                from dlscope.pipeline.build import build_cprofile_database
+
+                out.append(build_cprofile_database([path], Path(tmp) / f"{len(out)}-{path.stem}.sqlite"))
+            else:
+                out.append(path)
+        yield out
+
+
 @click.command("view")
 @click.argument("databases", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("-b", "--bind", "host", default=DEFAULT_HOST, show_default=True, metavar="ADDRESS",
@@ -77,11 +102,13 @@ def serve(db_paths: Sequence[str | Path], host: str = DEFAULT_HOST, port: int = 
 def view_command(databases: tuple[Path, ...], host: str, port: int, open_browser: bool,
                  allow_hosts: tuple[str, ...], gpu_spec: Path | None) -> None:
     """Browse profile databases (DB [DB2]) in the web viewer: dashboard, ops, kernels, iterations, GPUs,
-    roofline; with two databases (BASE NEW) also the Compare view."""
+    roofline, Python call stacks; with two databases (BASE NEW) also the Compare view. A cProfile output
+    (run.prof) is imported into a temporary database, removed when the viewer stops."""
     if len(databases) > 2:
         raise click.UsageError("give one database, or two to compare or switch between them")
     try:
-        serve(databases, host, port, open_browser, gpu_spec=gpu_spec, allow_hosts=allow_hosts)
+        with _cprofile_databases(databases) as paths:
+            serve(paths, host, port, open_browser, gpu_spec=gpu_spec, allow_hosts=allow_hosts)
     except DlscopeError as exc:  # also when the command runs outside dlscope's main (tests, embedding)
         click.echo(f"dlscope: error: {exc}", err=True)
         sys.exit(exc.exit_code)

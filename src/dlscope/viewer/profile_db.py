@@ -50,6 +50,9 @@ class ProfileDB:
         self.tables = tables
         self.schema_version: int | None = version  # None: a DerivedDB, built in memory
         self.notice = None
+        if '"source_format": "cprofile"' in (meta.get("extra_json") or ""):
+            self.notice = ("this is a cProfile output: a Python call tree only, with no timeline, ops or GPU work "
+                           "(nothing else was measured); see Python Call Stacks")
         self.profile_name = meta.get("profile_name") or self.path.stem
         self._generation += 1
         self.counts: dict = {}

@@ -28,6 +28,8 @@ class Column:
     in_sql: str | None = None
     #: a column of the table that databases written by an older dlscope lack: read as NULL there
     added: bool = False
+    #: (column the sql needs, sql without it): a column shown from a newer one when the database has it
+    newer: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,9 @@ OP_COLUMNS = (
     Column("model_flops", "Model FLOPs", "model_flops", hidden=True),
     Column("mfu", "MFU", "mfu", "pct", hidden=True),
     Column("input_shapes", "Input Shapes", "input_shapes", "text"),
-    Column("scope", "Stack Trace / Scope", "scope", "text"),
+    # the innermost user Python frame (file:line) when the trace recorded stacks, else the scope
+    Column("scope", "Stack Trace / Scope", "CASE WHEN stack <> '' THEN stack ELSE scope END", "text",
+           newer=("stack", "scope")),
     Column("rank", "Rank", "rank", hidden=True),
 )
 
@@ -265,13 +269,15 @@ TABLES: dict[str, TableSpec] = {t.name: t for t in (OP_TYPES, OPS, OP_KERNELS, K
 def in_database(spec: TableSpec, db) -> TableSpec:
     """The table as the database ``db`` (a ProfileDB) answers it: a column added after the database was written
     reads as NULL ("n/a"), unsortable."""
-    if not any(c.added for c in spec.columns):
+    if not any(c.added or c.newer for c in spec.columns):
         return spec
     columns = db.columns(spec.source.split()[0])
     missing = {c.name for c in spec.columns if c.added and c.sql not in columns}
-    if not missing:
+    older = {c.name: c.newer[1] for c in spec.columns if c.newer and c.newer[0] not in columns}
+    if not missing and not older:
         return spec
-    return replace(spec, columns=tuple(replace(c, sql="NULL", sortable=False) if c.name in missing else c
+    return replace(spec, columns=tuple(replace(c, sql="NULL", sortable=False) if c.name in missing else
+                                       replace(c, sql=older[c.name]) if c.name in older else c
                                        for c in spec.columns))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from dlscope.viewer import compare_view, dashboard, job_view, roofline_view, timeline_view
+from dlscope.viewer import compare_view, dashboard, job_view, python_view, roofline_view, timeline_view
 from dlscope.viewer.params import BadParameter, parse_int, parse_table_request
 from dlscope.viewer.profile_db import ProfileDB
 from dlscope.viewer.query import fetch_page
@@ -56,6 +56,7 @@ VIEWS = {v.slug: v for v in (
     View("gpus", "GPUs", (ViewTable("gpus", "gpus"),)),
     View("timeline", "Timeline", (), params=timeline_view.PAGE_PARAMS, data=timeline_view.view_data),
     View("kernels", "All Kernels", (ViewTable("kernels", "kernels"),)),
+    View("python", "Python Call Stacks", (), params=python_view.PAGE_PARAMS, data=python_view.view_data),
     View("roofline", "Roofline", (ViewTable("ops", "roofline_ops"), ViewTable("kernels", "roofline_kernels")),
          params=roofline_view.PAGE_PARAMS, data=roofline_view.view_data),
     View("compare", "Compare Runs", (ViewTable("types", "compare_op_types"), ViewTable("ops", "compare_ops"),

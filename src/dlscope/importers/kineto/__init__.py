@@ -31,6 +31,7 @@ from ... import processes
 from ...errors import InputError
 from ...model import Profile
 from ..exact_ns import TimeOutOfRange
+from ..python_frames import MAX_FRAMES
 from . import pieces
 from .columns import Tables, identity, meta, rank_of
 from .events import Trace, Unsplittable
@@ -70,7 +71,8 @@ class Reading:
     ``processes``: in-memory pieces decoded by 1 or 2 processes; None: 2 for files of ``PARALLEL_MIN_BYTES``
     of JSON or more, where dlscope may fork and two cores exist. ``piece_bytes`` / ``block_bytes``: the
     size of a piece and of a streamed block. ``fallback``: read a file the pieces cannot cut with ijson
-    (off in tests that prove the pieces handled a file on their own).
+    (off in tests that prove the pieces handled a file on their own). ``max_python_frames``: the most Python
+    frames kept (the longest).
     """
 
     method: str = "auto"
@@ -78,6 +80,8 @@ class Reading:
     piece_bytes: int = PIECE_BYTES
     block_bytes: int = STREAM_BLOCK_BYTES
     fallback: bool = True
+    #: the most python_function frames kept (the longest; the count dropped goes into the meta and the summary)
+    max_python_frames: int = MAX_FRAMES
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -98,7 +102,8 @@ def load_kineto(path: Path, *, max_memory: int | None = None, progress: Progress
     try:
         with text_limit(json_limit):
             header, tables, event_count = _read(path, max_memory, progress, reading or Reading())
-        profile = tables.profile(rank_of(header), header.deviceProperties)
+        reading = reading or Reading()
+        profile = tables.profile(rank_of(header), header.deviceProperties, reading.max_python_frames)
     except TimeOutOfRange as e:
         raise InputError(path, f"has an event whose {e}") from None
     except TooMuchText as e:

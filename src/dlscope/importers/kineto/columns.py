@@ -22,6 +22,7 @@ import pandas as pd
 from ...model import ID_COLUMNS, Profile, make_table
 from ...system import cuda_version, known
 from ..exact_ns import TimeOutOfRange, checked_end, us_to_ns
+from ..python_frames import MAX_FRAMES, bounded, innermost_user_frame, parse_names
 from .events import Args, Event, Trace
 
 OP_CATS = ("cpu_op", "Operator")
@@ -44,12 +45,11 @@ class Tables:
         self.names: dict[str, str] = {}  # names repeat: one string object per distinct name, not per event
         self.rows: Counter[str] = Counter()
         self.unmapped: Counter[str] = Counter()
-        self.dropped_python_functions = 0
 
     def state(self) -> dict:
         """Plain, picklable contents (to send from a worker process)."""
         return {"chunks": {t: dict(cols) for t, cols in self.chunks.items()}, "rows": dict(self.rows),
-                "unmapped": dict(self.unmapped), "dropped_python_functions": self.dropped_python_functions}
+                "unmapped": dict(self.unmapped)}
 
     def absorb(self, later: dict) -> None:
         """Append the tables of the events after ours (a worker's :meth:`state`)."""
@@ -58,14 +58,13 @@ class Tables:
                 self.chunks[table][col].extend(chunks)
         self.rows.update(later["rows"])
         self.unmapped.update(later["unmapped"])
-        self.dropped_python_functions += later["dropped_python_functions"]
 
     def add(self, events: list[Event]) -> None:
         by_cat, memory_events = _group(events)
         ops, steps = _split_profiler_steps(_take(by_cat, OP_CATS))
         python_functions = by_cat.pop("python_function", [])
-        data_loading = _data_loading(python_functions)
-        self.dropped_python_functions += len(python_functions) - len(data_loading)
+        data_loading = _data_loading(python_functions)  # also kept as ranges: the data-loading figures read them
+        self._add("python_frames", _python_frame_columns(python_functions))
         self._add("ops", _op_columns(ops))
         self._add("comm_args", _comm_columns(ops, "op"))
         self._add("ranges", _range_columns(by_cat.pop("user_annotation", []) + steps,
@@ -88,17 +87,40 @@ class Tables:
                 self.chunks[table][col].append(values)
             self.rows[table] += n
 
-    def profile(self, rank: int, device_properties: Any) -> Profile:
+    def profile(self, rank: int, device_properties: Any, max_python_frames: int = MAX_FRAMES) -> Profile:
         tables = {name: self._frame(name, rank) for name in
                   ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")}
         tables["gpus"] = gpus_frame(device_properties, tables["kernels"]["device"], rank)
-        profile = Profile(**tables, comm_args=self._comm_frame(rank))
+        frames, frames_meta = self._python_frames(rank, max_python_frames)
+        profile = Profile(**tables, comm_args=self._comm_frame(rank), python_frames=frames)
         profile.meta = {
             "trace_start_ns": first_start(profile),
-            "dropped_python_functions": self.dropped_python_functions,
+            "python_frames": frames_meta,
+            "dropped_python_functions": frames_meta["dropped"],
             "unmapped_categories": dict(self.unmapped),
         }
         return profile
+
+    def _python_frames(self, rank: int, max_frames: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+        """The python_function frames, at most ``max_python_frames`` of them (the longest), and what was kept."""
+        n = self.rows["python_frames"]
+        chunks = self.chunks.pop("python_frames", {})
+        columns = {col: _concat(values) for col, values in chunks.items()} if n else {}
+        meta: dict[str, Any] = {"recorded": n, "kept": n, "dropped": 0, "max_frames": max_frames}
+        if not n:
+            return make_table("python_frames", {}, 0), meta
+        keep = bounded(np.asarray(columns["start"]), np.asarray(columns["end"]), max_frames)
+        if len(keep) < n:
+            columns["python_parent_id"] = kept_parent_ids(columns, keep)
+            columns = {col: (np.asarray(v)[keep] if isinstance(v, np.ndarray) else [v[i] for i in keep])
+                       for col, v in columns.items()}
+            meta.update(kept=len(keep), dropped=n - len(keep),
+                        dropped_reason=f"more than {max_frames} frames: the shortest were dropped")
+        files, lines, functions = parse_names(columns["name"])
+        m = len(keep)
+        return make_table("python_frames", {**columns, "file": files, "line": lines, "function": functions,
+                                            "rank": np.full(m, rank, np.int64),
+                                            "frame_id": np.arange(m, dtype=np.int64)}, m), meta
 
     def _comm_frame(self, rank: int) -> pd.DataFrame:
         chunks = self.chunks.pop("comm_args", {})
@@ -241,7 +263,47 @@ def _op_columns(evs: list[Event]) -> dict[str, Any]:
         "input_shapes": _json_strings([a.input_dims for a in args]),
         "input_dtypes": _json_strings([a.input_types for a in args]),
         "concrete_inputs": _json_strings([a.concrete_inputs for a in args]),
+        "stack": _legacy_stacks([a.call_stack for a in args]),
     }
+
+
+def _legacy_stacks(stacks: list[Any]) -> np.ndarray:
+    """The innermost user ``file.py:123`` of each op's legacy ``Call stack`` arg ("" when absent); stacks repeat,
+    so each distinct one is read once."""
+    codes, uniques = pd.factorize(pd.Series(stacks, dtype=object), use_na_sentinel=False)
+    places = np.array([innermost_user_frame(s) if isinstance(s, str) and s else "" for s in uniques] or [""],
+                      dtype=object)
+    return places[codes] if len(codes) else np.zeros(0, dtype=object)
+
+
+def _python_frame_columns(evs: list[Event]) -> dict[str, Any]:
+    start, end = _times(evs)
+    return {
+        "pid": _ints([e.pid for e in evs]),
+        "tid": _ints([e.tid for e in evs]),
+        "name": [e.name for e in evs],
+        "start": start,
+        "end": end,
+        "python_id": _ints([e.args.python_id for e in evs]),
+        "python_parent_id": _ints([e.args.python_parent_id for e in evs]),
+    }
+
+
+def kept_parent_ids(columns: dict[str, Any], keep: np.ndarray) -> np.ndarray:
+    """Each frame's Python parent id, skipping dropped frames: the id of its nearest kept ancestor (by the
+    trace's ids; frames without ids are nested by time later, which needs no help)."""
+    pid, own, parent = (np.asarray(columns[c], dtype=np.int64) for c in ("pid", "python_id", "python_parent_id"))
+    index = pd.MultiIndex.from_arrays([pid, own])
+    up = np.where(parent >= 0, index.get_indexer(pd.MultiIndex.from_arrays([pid, parent])), -1)
+    kept = np.zeros(len(own), dtype=bool)
+    kept[keep] = True
+    for _ in range(64):  # pointer jumping (halves the dropped chains each step); a cycle of ids ends as roots
+        climb = (up >= 0) & ~kept[np.maximum(up, 0)]
+        if not climb.any():
+            break
+        up[climb] = up[up[climb]]
+    up[(up >= 0) & ~kept[np.maximum(up, 0)]] = -1
+    return np.where(up >= 0, own[np.maximum(up, 0)], -1)
 
 
 def _comm_columns(evs: list[Event], kind: str) -> dict[str, Any]:

@@ -58,6 +58,10 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     comm_dtype: Any = field(name="dtype", default="")
     pg_name: Any = field(name="Process Group Name", default="")
     pg_ranks: Any = field(name="Process Group Ranks", default="")
+    # Python frames (python_function events) and the legacy per-op Python stack (torch <= 1.10)
+    python_id: Int = field(name="Python id", default=-1)
+    python_parent_id: Int = field(name="Python parent id", default=-1)
+    call_stack: Any = field(name="Call stack", default="")
 
 
 NO_ARGS = Args()  # shared by every event without args (flows, metadata), so they cost no allocation

@@ -3,7 +3,7 @@
 import { el, ns, nsSpan, int, pct, boolMark, NA, exactNs } from "./format.mjs";
 import { donut, COLORS } from "./charts.mjs";
 import { iterationChart } from "./iterchart.mjs";
-import { viewUrl, update, get, shownRank } from "./state.mjs";
+import { viewUrl, update, get, shownRank, boot } from "./state.mjs";
 import { ranksTable } from "./job.mjs";
 
 const TIPS = {
@@ -109,6 +109,12 @@ function jobPanels(grid, job, a) {
 export function renderDashboard(content, data) {
   const d = data.dashboard;
   const a = d.aggregation;
+  if (!a && (boot.views || []).some((v) => v.slug === "python" && v.menu) && d.notice) {
+    content.append(el("section", { class: "panel empty", "data-testid": "python-only" }, el("h2", { text: "A Python call tree" }),
+      el("p", { text: `Nothing to aggregate: ${d.notice}.` }), el("a", { href: viewUrl("python"), text: "Open Python Call Stacks" })));
+    document.body.dataset.ready = "1";
+    return;
+  }
   if (!a) {
     content.append(el("section", { class: "panel empty" }, el("h2", { text: "No aggregation yet" }),
       el("p", { text: "This database holds no aggregation: run `dlscope aggregate DB` or re-aggregate from the Iterations view." })));

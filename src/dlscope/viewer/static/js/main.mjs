@@ -20,6 +20,7 @@ const RENDER = {
   "roofline": async (c, d) => (await import("./roofline.mjs")).renderRoofline(c, d),
   "compare": async (c, d, r) => (await import("./compare.mjs")).renderCompare(c, d, r),
   "timeline": async (c, d) => (await import("./timeline.mjs")).renderTimeline(c, d),
+  "python": async (c, d) => (await import("./python.mjs")).renderPython(c, d),
 };
 
 function aggLabel(a) {
@@ -89,7 +90,7 @@ async function render() {
   content.replaceChildren();
   document.body.dataset.ready = "";
   await RENDER[boot.view](content, data, render);
-  if (!["dashboard", "iterations", "roofline", "compare", "gpus", "timeline"].includes(boot.view)) document.body.dataset.ready = "1";
+  if (!["dashboard", "iterations", "roofline", "compare", "gpus", "timeline", "python"].includes(boot.view)) document.body.dataset.ready = "1";
   window.scrollTo(0, scroll);
 }
 
