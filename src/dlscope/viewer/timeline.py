@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import orjson
+import pandas as pd
 
+from dlscope.analyze.memory import allocator_series
 from dlscope.viewer.params import BadParameter, parse_int
 from dlscope.viewer.profile_db import ProfileDB
 
@@ -79,8 +81,39 @@ class Track:
         return (b - a) + len(before), cand, before
 
 
+@dataclass
+class Counter:
+    """One allocator counter of one device (allocated or reserved bytes after each sample), sorted by time: the
+    value holds from a sample to the next, so a window is the value carried in at its start plus the samples in
+    it, reduced per pixel column to max, min and last (a peak is never thinned away)."""
+
+    lane: int
+    ts: np.ndarray
+    value: np.ndarray
+
+    def window(self, edges: np.ndarray, origin: int) -> dict | None:
+        """Per pixel column [edges[c], edges[c + 1]) holding samples: the largest value and the time of its first
+        sample, the smallest, the last; ``before``: the value carried into the window (None: no sample yet)."""
+        i = np.searchsorted(self.ts, edges, "left")
+        before = int(self.value[i[0] - 1]) if i[0] > 0 else None
+        cnt = np.diff(i)
+        cols = np.flatnonzero(cnt)
+        if not len(cols) and before is None:
+            return None
+        vals = self.value[i[0]:i[-1]]
+        offsets = i[cols] - i[0]
+        top = np.maximum.reduceat(vals, offsets) if len(cols) else vals[:0]
+        seg = np.repeat(np.arange(len(cols)), cnt[cols])
+        hits = np.flatnonzero(vals == top[seg])
+        first = hits[np.searchsorted(seg[hits], np.arange(len(cols)))]
+        return {"before": before, "col": cols.tolist(), "max": top.tolist(),
+                "max_at": (self.ts[i[0] + first] - origin).tolist(),
+                "min": (np.minimum.reduceat(vals, offsets) if len(cols) else vals[:0]).tolist(),
+                "last": self.value[i[cols + 1] - 1].tolist(), "samples": int(i[-1] - i[0])}
+
+
 class RankEvents:
-    """Everything the timeline draws of one rank, in memory: lanes and one track per kind."""
+    """Everything the timeline draws of one rank, in memory: lanes, one track per kind and the memory counters."""
 
     def __init__(self, db: ProfileDB, rank: int):
         self.rank = rank
@@ -104,6 +137,7 @@ class RankEvents:
                    "COALESCE(uses_tc, 0) FROM kernels WHERE rank = ?", 6)
         mem = read("memops", 'SELECT memop_id, COALESCE(device, -1), COALESCE(stream, -1), start, "end" FROM memops '
                    "WHERE rank = ?", 5)
+        samples = _memory_samples(db, rank)
         depth = _nesting_depth(rng)
         gpu_rng = rng[:, 3] >= 0
 
@@ -123,9 +157,19 @@ class RankEvents:
                   _key(const(ker, 1), ker[:, 1], ker[:, 2], const(ker, 1), const(ker, 0)), ker[:, 5]),
                  ("memop", mem[:, 0], mem[:, 3], mem[:, 4],
                   _key(const(mem, 1), mem[:, 1], mem[:, 2], const(mem, 2), const(mem, 0)), None)]
-        keys = _distinct_rows(np.concatenate([p[4] for p in parts]))
+        series = samples["series"]
+        counter_keys = np.array([_counter_key(device, what) for device, what, _, _ in series],
+                                np.int64).reshape(-1, 5)
+        keys = _distinct_rows(np.concatenate([p[4] for p in parts] + [counter_keys]))
         for side, a, b, sub, row in keys.tolist():
             self.lanes.append({"id": len(self.lanes), **_lane(side, a, b, sub, row)})
+        self.counters: list[Counter] = []
+        for (device, _, ts, value), lane in zip(series, _lane_index(keys, counter_keys).tolist()):
+            same = [v for d, _, _, v in series if d == device]
+            self.lanes[lane].update(scale_min=int(min(0, *(int(v.min()) for v in same))),
+                                    scale_max=int(max(int(v.max()) for v in same)),
+                                    peak=int(value.max()), basis=samples["basis"][device])
+            self.counters.append(Counter(lane, ts, value))
         self.runtime_lane = {(lane["pid"], lane["tid"]): lane["id"] for lane in self.lanes if lane["kind"] == "runtime"}
         for kind, ids, start, end, key, tc in parts:
             self.tracks[kind] = Track.of(kind, ids, start, end, _lane_index(keys, key), len(keys), tc)
@@ -133,6 +177,40 @@ class RankEvents:
         ends = [t.end.max() for t in self.tracks.values() if len(t.end)]
         self.first = int(min(starts)) if starts else 0
         self.last = int(max(ends)) if ends else 0
+
+
+def _memory_samples(db: ProfileDB, rank: int) -> dict:
+    """The rank's allocator samples with allocated and reserved bytes after each (``analyze.memory``'s reading:
+    totals when the trace has them, else the deltas summed from the trace's start), as arrays per device."""
+    out: dict = {"series": [], "basis": {}}
+    if not db.has("memory"):
+        return out
+    cols = ("device", "ts", "bytes_delta", "total_allocated", "total_reserved")
+    rows = db.connection().execute("SELECT COALESCE(device, -1), ts, COALESCE(bytes_delta, 0), "
+                                   "COALESCE(total_allocated, -1), COALESCE(total_reserved, -1) FROM memory "
+                                   "WHERE rank = ? AND ts IS NOT NULL ORDER BY rowid", (rank,)).fetchall()
+    if not rows:
+        return out
+    s = allocator_series(pd.DataFrame(np.array(rows, np.int64), columns=list(cols)))
+    for device, part in s.groupby("device", sort=True):
+        out["basis"][int(device)] = str(part["basis"].iloc[0])
+        ts = part["ts"].to_numpy(np.int64)
+        for what in ("allocated", "reserved"):
+            value = part[what].to_numpy(np.int64)
+            if what == "reserved" and (value < 0).all():
+                continue  # unknown (a trace of deltas, the CPU allocator): no lane
+            out["series"].append((int(device), what, ts, value))
+    return out
+
+
+#: Counter lanes sort before a GPU's annotation rows (stream -1) and streams: memory heads the GPU's group.
+_COUNTER_ROW = -(2 ** 40)
+
+
+def _counter_key(device: int, what: str) -> tuple[int, int, int, int, int]:
+    """The lane key of a device's counter: in the GPU's group, or a group of its own for the CPU allocator."""
+    row = ("allocated", "reserved").index(what)
+    return (1, device, _COUNTER_ROW, 3, row) if device >= 0 else (2, device, _COUNTER_ROW, 3, row)
 
 
 def _key(*cols) -> np.ndarray:
@@ -170,6 +248,10 @@ def _lane_index(keys: np.ndarray, key: np.ndarray) -> np.ndarray:
 
 
 def _lane(side: int, a: int, b: int, sub: int, row: int) -> dict:
+    if sub == 3:
+        what = ("allocated", "reserved")[row]
+        return {"kind": "counter", "group": f"GPU {a}" if side == 1 else "CPU memory (host allocator)",
+                "label": f"memory · {what}", "device": a, "counter": what}
     if side == 0:
         kind = ("range", "op", "runtime")[sub]
         label = ("annotations · depth {}", "ops · depth {}", "CUDA runtime")[sub].format(row)
@@ -308,6 +390,10 @@ def window(db: ProfileDB, rank: int, start: int, end: int, width: int) -> dict:
                 per_lane.setdefault(int(lane), _empty())["buckets"] = {
                     "col": cells.tolist(), "count": cnt[cells].tolist(),
                     "busy": np.round(np.minimum(busy[cells], ns_per_px * cnt[cells])).astype(np.int64).tolist()}
+    for counter in ev.counters:
+        cell = counter.window(edges, origin)
+        if cell is not None:
+            per_lane.setdefault(counter.lane, _empty())["counter"] = cell
     names, extra = _event_names(db, {k: t.ids[shown[k]] for k, t in ev.tracks.items()}, ev)
     name_index: dict[str, int] = {}
     for kind in KINDS:
