@@ -119,6 +119,7 @@ def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFra
             "peak_reserved_ts": int(series.at[rows[1], "ts"]) if reserved_known else None,
             "peak_reserved_iteration": int(top_res["iteration"]) if reserved_known else None,
             "peak_reserved_op": names[1] if reserved_known else None,
+            "peak_reserved_op_node": node_names[1] if reserved_known else None,
             "live_at_peak": {"count": len(live), "bytes": int(live["bytes_delta"].sum()),
                              "largest": [{"bytes": int(b), "ts": int(t), "op": n}
                                          for b, t, n in zip(live["bytes_delta"][:LIVE_LISTED],

@@ -187,10 +187,11 @@ CREATE TABLE agg_groups (
 );
 
 -- simulated_saving_ns: the finding's advice priced by replaying the aggregation on its dependency graph
--- (docs/whatif.md); NULL when no scenario models the advice or it cannot be priced.
+-- (docs/whatif.md); NULL when no scenario models the advice or it cannot be priced. not_priced: why a finding
+-- has no estimated saving (a risk, e.g. memory near capacity, rather than time lost); NULL for a priced one.
 CREATE TABLE findings (
     agg_id INTEGER, finding_id INTEGER, rule TEXT, severity TEXT, problem TEXT, recommendation TEXT,
-    est_saving_ns INTEGER, est_saving_pct REAL, evidence_json TEXT, simulated_saving_ns INTEGER,
+    est_saving_ns INTEGER, est_saving_pct REAL, evidence_json TEXT, simulated_saving_ns INTEGER, not_priced TEXT,
     PRIMARY KEY (agg_id, finding_id)
 );
 
