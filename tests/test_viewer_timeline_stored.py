@@ -18,7 +18,7 @@ from dlscope.viewer.timeline import load_rank, rank_from_rows, ranks
 TRACES = [("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz"), ("kineto", "hta_v100_rank1of2_5steps.json.gz"),
           ("kineto", "tbplugin_resnet50_v100_workers0.pt.trace.json.gz")]
 TRACK_FIELDS = ("ids", "start", "end", "lane", "tc", "dur", "lane_start", "lane_busy", "lane_ptr", "by_dur",
-                "neg_dur")
+                "neg_dur", "by_lane")
 
 
 def assert_same(a, b):

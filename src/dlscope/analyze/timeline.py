@@ -35,7 +35,7 @@ COLUMNS: dict[str, tuple[str, tuple[tuple[str, int | None], ...]]] = {
 #: The allocator samples' columns, in the order ``RankTimeline.build`` takes them.
 MEMORY_COLUMNS = ("device", "ts", "bytes_delta", "total_allocated", "total_reserved")
 #: Bumped when what ``to_arrays`` stores changes: a database holding another format is read from its rows.
-ARRAYS_FORMAT = "1"
+ARRAYS_FORMAT = "2"
 
 
 def select_sql(kind: str) -> str:
@@ -98,17 +98,22 @@ class Track:
     lane_ptr: np.ndarray
     by_dur: np.ndarray          # event indexes, longest first
     neg_dur: np.ndarray         # -dur in that order (ascending, for searchsorted)
+    by_lane: np.ndarray         # event indexes grouped by lane (stable: by start in each lane)
 
     @classmethod
     def of(cls, kind: str, ids, start, end, lane, n_lanes: int, tc=None) -> Track:
         order = np.lexsort((ids, start))  # ties by id: the same order whatever order the rows came in
         start, end, lane, dur = start[order], end[order], lane[order], (end - start)[order]
-        by_lane = np.argsort(lane, kind="stable")
-        by_dur = np.argsort(-dur, kind="stable")
-        return cls(kind, ids[order], start, end, lane, None if tc is None else tc[order], dur,
-                   int(dur.max()) if len(dur) else 0, start[by_lane],
+        return cls.indexed(kind, ids[order], start, end, lane, n_lanes, None if tc is None else tc[order],
+                           np.argsort(lane, kind="stable"), np.argsort(-dur, kind="stable"))
+
+    @classmethod
+    def indexed(cls, kind: str, ids, start, end, lane, n_lanes: int, tc, by_lane, by_dur) -> Track:
+        """Events already sorted by start, with their by-lane and by-duration orders (as ``of`` makes them)."""
+        dur = end - start
+        return cls(kind, ids, start, end, lane, tc, dur, int(dur.max()) if len(dur) else 0, start[by_lane],
                    np.concatenate([[0], np.cumsum(dur[by_lane])]),
-                   np.searchsorted(lane[by_lane], np.arange(n_lanes + 1)), by_dur, -dur[by_dur])
+                   np.searchsorted(lane[by_lane], np.arange(n_lanes + 1)), by_dur, -dur[by_dur], by_lane)
 
     def window(self, lo: int, hi: int, min_ns: float) -> tuple[int, np.ndarray, np.ndarray]:
         """(events overlapping [lo, hi), indexes of those at least ``min_ns`` long, indexes of the short ones
@@ -215,7 +220,7 @@ class RankTimeline:
         out = {"format": ARRAYS_FORMAT.encode(), "lanes": json.dumps(self.lanes).encode()}
         for kind, t in self.tracks.items():
             for name, values in (("ids", t.ids), ("start", t.start), ("end", t.end), ("lane", t.lane),
-                                 ("tc", t.tc)):
+                                 ("tc", t.tc), ("by_lane", _index(t.by_lane)), ("by_dur", _index(t.by_dur))):
                 if values is not None:
                     out[f"{kind}.{name}"] = _npy(values)
         for i, c in enumerate(self.counters):
@@ -226,7 +231,7 @@ class RankTimeline:
     @classmethod
     def from_arrays(cls, rank: int, stored: dict[str, bytes]) -> RankTimeline | None:
         """The rank as ``to_arrays`` stored it (None when the stored format is another), with the tracks'
-        indexes rebuilt (sorts of sorted arrays and by duration: a fraction of reading the rows)."""
+        cumulative indexes rebuilt (gathers and a cumulative sum per kind: no sort)."""
         if stored.get("format") != ARRAYS_FORMAT.encode():
             return None
         lanes = json.loads(stored["lanes"])
@@ -234,12 +239,19 @@ class RankTimeline:
                   if name not in ("format", "lanes")}
         tracks = {}
         for kind in KINDS:
-            tracks[kind] = Track.of(kind, arrays[f"{kind}.ids"], arrays[f"{kind}.start"], arrays[f"{kind}.end"],
-                                    arrays[f"{kind}.lane"], len(lanes), arrays.get(f"{kind}.tc"))
+            tracks[kind] = Track.indexed(kind, arrays[f"{kind}.ids"], arrays[f"{kind}.start"],
+                                         arrays[f"{kind}.end"], arrays[f"{kind}.lane"], len(lanes),
+                                         arrays.get(f"{kind}.tc"), arrays[f"{kind}.by_lane"].astype(np.intp),
+                                         arrays[f"{kind}.by_dur"].astype(np.intp))
         n = sum(1 for name in arrays if name.startswith("counter.") and name.endswith(".lane"))
         counters = [Counter(int(arrays[f"counter.{i}.lane"][0]), arrays[f"counter.{i}.ts"],
                             arrays[f"counter.{i}.value"]) for i in range(n)]
         return cls(rank, lanes, tracks, counters)
+
+
+def _index(order: np.ndarray) -> np.ndarray:
+    """A permutation in 4 bytes per event when it fits (half the blob)."""
+    return order.astype(np.int32) if len(order) < 2 ** 31 else order
 
 
 def _npy(values: np.ndarray) -> bytes:
