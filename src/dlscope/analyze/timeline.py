@@ -201,17 +201,17 @@ class RankTimeline:
                   _key(const(mem, 1), mem[:, 1], mem[:, 2], const(mem, 2), const(mem, 0)), None)]
         counter_keys = np.array([_counter_key(device, what) for device, what, _, _ in series],
                                 np.int64).reshape(-1, 5)
-        keys = _distinct_rows(np.concatenate([p[4] for p in parts] + [counter_keys]))
+        keys, lane_of = _lanes_of([p[4] for p in parts] + [counter_keys])
         lanes = [{"id": i, **_lane(side, a, b, sub, row)} for i, (side, a, b, sub, row) in enumerate(keys.tolist())]
         counters: list[Counter] = []
-        for (device, _, ts, value), lane in zip(series, _lane_index(keys, counter_keys).tolist()):
+        for (device, _, ts, value), lane in zip(series, lane_of[-1].tolist()):
             same = [v for d, _, _, v in series if d == device]
             lanes[lane].update(scale_min=int(min(0, *(int(v.min()) for v in same))),
                                scale_max=int(max(int(v.max()) for v in same)),
                                peak=int(value.max()), basis=basis[device])
             counters.append(Counter(lane, ts, value))
-        tracks = {kind: Track.of(kind, ids, start, end, _lane_index(keys, key), len(keys), tc)
-                  for kind, ids, start, end, key, tc in parts}
+        tracks = {kind: Track.of(kind, ids, start, end, lane_ids, len(keys), tc)
+                  for (kind, ids, start, end, _, tc), lane_ids in zip(parts, lane_of)}
         return cls(rank, lanes, tracks, counters)
 
     def to_arrays(self) -> dict[str, bytes]:
@@ -306,22 +306,15 @@ def _packed(keys: np.ndarray, columns: list[np.ndarray] | None = None) -> tuple[
     return packed, values
 
 
-def _distinct_rows(keys: np.ndarray) -> np.ndarray:
-    """The distinct rows of ``keys``, sorted."""
-    if not len(keys):
-        return keys
-    packed, _ = _packed(keys)
-    _, first = np.unique(packed, return_index=True)
-    return keys[first]
-
-
-def _lane_index(keys: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """The row of ``keys`` (sorted, distinct) equal to each row of ``key``."""
-    if not len(key):
-        return np.zeros(0, np.int32)
-    packed_keys, values = _packed(keys)
-    packed, _ = _packed(key, values)
-    return np.searchsorted(packed_keys, packed).astype(np.int32)
+def _lanes_of(keys: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The distinct rows of all ``keys`` (sorted: the lanes in order) and, for each array, the lane of each row."""
+    every = np.concatenate(keys)
+    if not len(every):
+        return every, [np.zeros(0, np.int32) for _ in keys]
+    packed, _ = _packed(every)
+    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
+    cuts = np.cumsum([len(k) for k in keys])[:-1]
+    return every[first], np.split(inverse.reshape(-1).astype(np.int32), cuts)
 
 
 def _lane(side: int, a: int, b: int, sub: int, row: int) -> dict:
