@@ -1,7 +1,7 @@
 """The Timeline arrays the import stores (table ``timeline_arrays``) are exactly what the viewer builds from the
 database's rows: same lanes, same events in the same order with the same indexes, same memory counters, for
-real traces of one rank and for a job of eight imported whole and rank by rank. A database without them, or with
-unreadable ones, is read from its rows."""
+real traces of one rank (Kineto, Nsight Systems) and for a job of eight imported whole and rank by rank. A
+database without them, or with unreadable ones, is read from its rows."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from dlscope.viewer.profile_db import ProfileDB
 from dlscope.viewer.timeline import load_rank, rank_from_rows, ranks
 
 TRACES = [("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz"), ("kineto", "hta_v100_rank1of2_5steps.json.gz"),
-          ("kineto", "tbplugin_resnet50_v100_workers0.pt.trace.json.gz")]
+          ("kineto", "tbplugin_resnet50_v100_workers0.pt.trace.json.gz"),
+          ("nsys_sqlite", "pipit_cloverleaf_a100x4_nsys2024.5.sqlite")]
 TRACK_FIELDS = ("ids", "start", "end", "lane", "tc", "dur", "lane_start", "lane_busy", "lane_ptr", "by_dur",
                 "neg_dur", "by_lane")
 
