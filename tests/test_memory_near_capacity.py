@@ -14,6 +14,7 @@ from trace_builder import PID, TID, KinetoTrace
 from dlscope.cli import main
 from dlscope.experts import Finding, priced, unpriced_risk
 from dlscope.experts.report import write_expert_report
+from dlscope.present.html_report import render_html_report
 from dlscope.present.summary import render_summary, summary_dict
 
 GIB = 2**30
@@ -80,6 +81,7 @@ def test_near_capacity_without_allocator_calls_is_a_risk_finding_naming_the_op_a
     records = json.loads(next(p for p in written if p.suffix == ".json").read_text())
     (rec,) = [r for r in records if r["rule"] == "gpu_memory_near_capacity"]
     assert rec["est_saving_ns"] is None and rec["not_priced"] == f["not_priced"]
+    assert f"(no time saving: {f['not_priced']})" in render_html_report(db)
 
 
 def test_near_capacity_with_allocator_calls_is_priced_by_their_time(tmp_path):
