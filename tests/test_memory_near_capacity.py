@@ -68,6 +68,11 @@ def test_near_capacity_without_allocator_calls_is_a_risk_finding_naming_the_op_a
     ev = f["evidence"]
     assert (ev["headroom_bytes"], ev["peak_bytes"], ev["capacity_bytes"]) == (HEADROOM, PEAK, CAPACITY)
     assert (ev["peak_op"], ev["peak_op_node"]) == ("aten::mm", "aten::linear")
+    # the reserved peak (constant) is first reached in step 0, whose window runs to step 1's start (1000 µs)
+    assert ev["iterations"] == [0] and ev["time_ranges"] == [[0, 1_000_000]]
+    with sqlite3.connect(db) as conn:
+        (linear,) = conn.execute("SELECT node_id FROM agg_ops WHERE op_name = 'aten::linear'").fetchone()
+    assert ev["node_ids"] == [linear]
     # stored as NULL with its reason, never as 0
     with sqlite3.connect(db) as conn:
         stored = conn.execute("SELECT est_saving_ns, not_priced FROM findings WHERE rule = ?",

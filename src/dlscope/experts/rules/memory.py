@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..evidence import fmt_ns
+from ..evidence import fmt_ns, node_ids
 from ..finding import Finding
 from ..registry import rule
 
@@ -66,6 +66,12 @@ def gpu_memory_underutilized(ctx, cfg):
          "saving_basis": f"per-step CPU/Other overhead × (1 − 1/{factor}) over the aggregated window"})
 
 
+def _window_of(iterations, iteration: int) -> list[list[int]]:
+    """The iteration's window as the evidence's time range (the Timeline opens there, memory lanes included)."""
+    row = iterations[iterations["iteration"] == iteration]
+    return [[int(row["start"].iloc[0]), int(row["end"].iloc[0])]] if len(row) else []
+
+
 def _op_in_node(d: dict, held: str = "allocated") -> str:
     """'aten::empty (in aten::linear)': the op at the ``held`` peak and the op node it runs in."""
     op, node = d[f"peak_{held}_op"], d.get(f"peak_{held}_op_node")
@@ -108,14 +114,14 @@ def gpu_memory_near_capacity(ctx, cfg):
     op = d[f"peak_{held}_op"]
     node = d.get(f"peak_{held}_op_node")
     headroom = d["capacity_bytes"] - used
+    iteration = d["peak_reserved_iteration"] if reserved else d["peak_allocated_iteration"]
     live = d["live_at_peak"]
     largest = "; ".join(f"{a['bytes'] / 2**20:,.0f} MiB from {a['op'] or 'an unknown op'}" for a in live["largest"][:3])
     gib = 2**30
     return Finding(
         "gpu_memory_near_capacity",
         f"GPU memory is near capacity: the allocator {held} {used / gib:,.2f} GiB of {d['capacity_bytes'] / gib:,.1f} "
-        f"GiB ({100 * share:.1f}%) on GPU {d['device']} in iteration "
-        f"{d['peak_reserved_iteration'] if reserved else d['peak_allocated_iteration']}, "
+        f"GiB ({100 * share:.1f}%) on GPU {d['device']} in iteration {iteration}, "
         f"while {_op_in_node(d, held)} ran, leaving {headroom:,} bytes ({headroom / gib:,.2f} GiB) of headroom. "
         f"At the allocated peak ({d['peak_allocated_bytes'] / gib:,.2f} GiB, during "
         f"{_op_in_node(d)}) {live['count']:,} allocations of this trace were live"
@@ -134,8 +140,9 @@ def gpu_memory_near_capacity(ctx, cfg):
          "peak_op": op, "peak_allocated_op": d["peak_allocated_op"],
          "peak_allocated_op_node": d.get("peak_allocated_op_node"), "live_allocations": live["count"],
          "live_bytes": live["bytes"], "allocator_calls": len(allocator),
-         "iterations": [d["peak_reserved_iteration"] if reserved else d["peak_allocated_iteration"]],
-         "node_ids": [], "saving_basis": "time of the allocator's driver calls in the profiled iterations"},
+         "iterations": [iteration], "time_ranges": _window_of(ctx.iterations, iteration),
+         "node_ids": node_ids(ctx, [d["peak_allocated_node_op_id"]]) if d["peak_allocated_node_op_id"] >= 0 else [],
+         "saving_basis": "time of the allocator's driver calls in the profiled iterations"},
         severity=None if saving > 0 else cfg["unpriced_severity"],
         not_priced=None if saving > 0 else (
             f"a risk, not time lost: no allocator driver call ({', '.join(cfg['allocator_calls'][:2])}, …) ran in "
