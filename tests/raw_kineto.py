@@ -155,3 +155,33 @@ def activity_by_op_node(path: Path) -> dict[int, list[Event]]:
         pos = bisect.bisect_right(starts[key], (owner.start, -owner.end, owner.index)) - 1
         out[by_thread[key][pos].index].append(by_index[index])
     return out
+
+
+@dataclass(frozen=True)
+class MemorySample:
+    index: int          # position in traceEvents
+    device: int         # CUDA device index, -1 for the CPU allocator
+    ts: int             # ns
+    delta: int
+    allocated: int | None   # the allocator's totals after the sample, None when the trace has only deltas
+    reserved: int | None
+
+
+@lru_cache(maxsize=4)
+def memory_samples(path: Path) -> tuple[MemorySample, ...]:
+    """Every allocator ``[memory]`` instant event of CUDA devices and the CPU allocator, in file order."""
+    with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as f:
+        doc = json.load(f, parse_float=Decimal)
+    raw = doc["traceEvents"] if isinstance(doc, dict) else doc
+    out = []
+    for i, e in enumerate(raw):
+        if not isinstance(e, dict) or e.get("ph") != "i" or e.get("name") != "[memory]":
+            continue
+        a = e.get("args") or {}
+        kind = a.get("Device Type")
+        if kind not in (0, 1):
+            continue
+        device = int(a.get("Device Id", -1)) if kind == 1 else -1
+        out.append(MemorySample(i, device, ns(e["ts"]), int(a.get("Bytes", 0)), a.get("Total Allocated"),
+                                a.get("Total Reserved")))
+    return tuple(out)

@@ -107,6 +107,7 @@ def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFra
         names = take(ops["name"].to_numpy(dtype=object), op_rows, None)
         node_names = take(ops["name"].to_numpy(dtype=object), node_rows, None)
         op_ids = take(ops["op_id"].to_numpy(np.int64), op_rows)
+        node_op_ids = take(ops["op_id"].to_numpy(np.int64), node_rows)
         reserved_known = int(top_res["peak_reserved"]) >= 0
         devices.append({
             "device": int(device), "basis": str(top_alloc["basis"]), "capacity_bytes": capacity.get(int(device)),
@@ -114,11 +115,12 @@ def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFra
             "peak_allocated_ts": int(series.at[rows[0], "ts"]),
             "peak_allocated_iteration": int(top_alloc["iteration"]),
             "peak_allocated_op": names[0], "peak_allocated_op_id": int(op_ids[0]),
-            "peak_allocated_op_node": node_names[0],
+            "peak_allocated_op_node": node_names[0], "peak_allocated_node_op_id": int(node_op_ids[0]),
             "peak_reserved_bytes": int(top_res["peak_reserved"]) if reserved_known else None,
             "peak_reserved_ts": int(series.at[rows[1], "ts"]) if reserved_known else None,
             "peak_reserved_iteration": int(top_res["iteration"]) if reserved_known else None,
             "peak_reserved_op": names[1] if reserved_known else None,
+            "peak_reserved_op_node": node_names[1] if reserved_known else None,
             "live_at_peak": {"count": len(live), "bytes": int(live["bytes_delta"].sum()),
                              "largest": [{"bytes": int(b), "ts": int(t), "op": n}
                                          for b, t, n in zip(live["bytes_delta"][:LIVE_LISTED],

@@ -4,13 +4,12 @@ change is worth. ``evaluate`` runs every registered rule; ``write_findings`` sto
 Each rule lives in its own module under ``experts/rules`` and registers itself (``registry.rule``); its
 thresholds live in ``data/rules.json`` and can be overridden with ``--rules-config FILE``. Two things are
 decided here, once, for every rule: GPU rules do not run on a profile without GPU kernels, and a finding
-without a positive estimated saving is dropped (:func:`priced`).
+without a positive estimated saving is dropped unless it says why it has none (:func:`priced`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from pathlib import Path
 
@@ -40,7 +39,7 @@ def evaluate(tables: dict, aggregation, rules_config: Path | str | None = None) 
         if not cfg.get("enabled", True) or (rule_id in GPU_RULES and not ctx.has_gpu):
             continue
         for finding in as_list(check(ctx, cfg)):
-            if priced(finding):
+            if priced(finding) or unpriced_risk(finding):
                 out.append(finding.to_dict(ctx.wall, config["severity"], int(config["evidence"]["max_items"])))
     out.sort(key=lambda f: (_SEVERITY_ORDER[f["severity"]], -(f["est_saving_ns"] or 0), f["rule"]))
     return out
@@ -49,11 +48,13 @@ def evaluate(tables: dict, aggregation, rules_config: Path | str | None = None) 
 def priced(finding: Finding) -> bool:
     """A finding with no saving is not a finding: every rule's output passes here, and one whose estimated
     saving is missing, not a number, or under 1 ns is dropped (so no rule can report "0 ns" or "n/a")."""
-    saving = finding.est_saving_ns
-    try:
-        return saving is not None and math.isfinite(float(saving)) and int(saving) > 0
-    except (TypeError, ValueError):
-        return False
+    return finding.has_saving
+
+
+def unpriced_risk(finding: Finding) -> bool:
+    """A finding that saves no time but names a risk (``not_priced``: why no saving can be shown) is kept and
+    shown as such; its saving is stored as NULL, never as 0."""
+    return not priced(finding) and bool(finding.not_priced and str(finding.not_priced).strip())
 
 
 def write_findings(conn: sqlite3.Connection, agg_id: int, findings: list[dict]) -> None:
@@ -62,10 +63,10 @@ def write_findings(conn: sqlite3.Connection, agg_id: int, findings: list[dict]) 
     conn.execute("DELETE FROM findings WHERE agg_id = ?", (agg_id,))
     conn.executemany(
             "INSERT INTO findings (agg_id, finding_id, rule, severity, problem, recommendation, est_saving_ns, "
-        "est_saving_pct, evidence_json, simulated_saving_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "est_saving_pct, evidence_json, simulated_saving_ns, not_priced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(agg_id, i, f["rule"], f["severity"], f["problem"], f["recommendation"], f["est_saving_ns"],
-          f["est_saving_pct"], json.dumps(f["evidence"], default=_plain), _plain_or_none(f.get("simulated_saving_ns")))
-         for i, f in enumerate(findings)])
+          f["est_saving_pct"], json.dumps(f["evidence"], default=_plain), _plain_or_none(f.get("simulated_saving_ns")),
+          f.get("not_priced")) for i, f in enumerate(findings)])
 
 
 def _plain_or_none(value):

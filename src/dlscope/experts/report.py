@@ -13,15 +13,18 @@ from ..format import fmt_ns, write_csv
 
 FORMATS = ("csv", "json", "md")
 COLUMNS = ["rule", "severity", "problem", "recommendation", "est_saving_ns", "est_saving_pct", "evidence",
-           "simulated_saving_ns"]
+           "simulated_saving_ns", "not_priced"]
 
 
 def findings_frame(conn: sqlite3.Connection, agg_id: int) -> pd.DataFrame:
     # simulated_saving_ns: priced by replay at import (whatif.stored); a database written before has none
-    stored = any(r[1] == "simulated_saving_ns" for r in conn.execute('PRAGMA table_info("findings")'))
+    have = {r[1] for r in conn.execute('PRAGMA table_info("findings")')}
+    stored = "simulated_saving_ns" in have
+    not_priced = "not_priced" if "not_priced" in have else "NULL"  # why a risk finding has no saving
     frame = pd.read_sql_query("SELECT rule, severity, problem, recommendation, est_saving_ns, est_saving_pct, "
                               f"evidence_json AS evidence, {'simulated_saving_ns' if stored else 'NULL'} "
-                              "AS simulated_saving_ns FROM findings WHERE agg_id = ? ORDER BY finding_id",
+                              f"AS simulated_saving_ns, {not_priced} AS not_priced FROM findings WHERE agg_id = ? "
+                              "ORDER BY finding_id",
                               conn, params=(agg_id,))
     return frame[COLUMNS]
 
@@ -33,7 +36,8 @@ def _markdown(frame: pd.DataFrame) -> str:
             .replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
     lines = [f"# Expert systems: {len(frame)} issue{'s' if len(frame) != 1 else ''} detected", ""]
     for i, f in enumerate(frame.itertuples(index=False), 1):
-        saving = ("n/a" if pd.isna(f.est_saving_ns) else fmt_ns(f.est_saving_ns) if pd.isna(f.est_saving_pct) else
+        saving = (f"none: {esc(f.not_priced)}" if pd.isna(f.est_saving_ns) and not pd.isna(f.not_priced) else
+                  "n/a" if pd.isna(f.est_saving_ns) else fmt_ns(f.est_saving_ns) if pd.isna(f.est_saving_pct) else
                   f"{fmt_ns(f.est_saving_ns)} ({f.est_saving_pct:.1f}% of the aggregated time)")
         lines += [f"## {i}. [{f.severity}] {esc(f.rule)}", "", f"**Problem:** {esc(f.problem)}", "",
                   f"**Recommendation:** {esc(f.recommendation)}", "", f"**Estimated saving:** {saving}", ""]

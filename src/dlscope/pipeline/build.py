@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..analyze.aggregation import resolve_range
 from ..analyze.analysis import Analysed, analyse
+from ..analyze.timeline import RankTimeline, matrices_from_frames
 from ..distributed import write_distributed
 from ..distributed.figures import collective_rows as job_collective_rows
 from ..distributed.figures import job_figures, rank_figures, rank_parts, world_sizes
@@ -143,12 +144,13 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             elif an is not None:
                 skip(aggs, findings, NO_CRITICAL_PATH)
             figures = rank_figures(an, aggs) if an is not None else None
+            timelines = timeline_arrays(an) if an is not None else {}
             _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
                            profile_name or _default_name(paths),
                            {**(extra_meta or {}), "key_node": key_node or "",
                             "iteration_methods": an.iteration_methods if an else {},
                             "key_node_candidates": an.key_node_candidates if an else {}},
-                           ncu, aggs, findings, figures)
+                           ncu, aggs, findings, figures, timelines)
     return db_path
 
 
@@ -169,9 +171,18 @@ def build_cprofile_database(paths: list[Path], db_path: Path, *, force: bool = F
     return db_path
 
 
+def timeline_arrays(an: Analysed, ranks: list[int] | None = None) -> dict[int, dict[str, bytes]]:
+    """Each rank's Timeline arrays (``analyze.timeline``) from the tables written as the raw tables, for the
+    viewer to read a rank in milliseconds."""
+    tables = _raw_tables(an)
+    return {rank: RankTimeline.build(rank, *matrices_from_frames(tables, rank)).to_arrays()
+            for rank in (an.ranks if ranks is None else ranks)}
+
+
 def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, aggs: list, findings: list,
-                   figures) -> None:
-    """Everything but the raw tables: sources, meta, counters, aggregations, findings, the job's figures."""
+                   figures, timelines: dict[int, dict[str, bytes]]) -> None:
+    """Everything but the raw tables: sources, meta, counters, aggregations, findings, the job's figures, the
+    timeline's arrays."""
     if sources:
         writer.write_sources(conn, sources)
     writer.write_meta(conn, name, meta, job_facts(sources, (meta.get("capture") or {}).get("system")))
@@ -182,6 +193,7 @@ def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, 
         write_findings(conn, agg_id, found)
     if figures is not None:
         write_distributed(conn, None, aggs, agg_ids, figures)
+    writer.write_timeline_arrays(conn, timelines)
 
 
 def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_path: Path, budget: int, *,
@@ -191,6 +203,7 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
     """:func:`build_database` of a job one rank at a time (see :mod:`.distributed.rank_by_rank`)."""
     offsets, iterations, methods, candidates, sources = IdOffsets(), [], {}, {}, []
     per_rank, parts, collective_rows = [], [], []
+    timelines: dict[int, dict[str, bytes]] = {}
     with _progress(progress) as step, _gc_paused(), writer.atomic_database(db_path, force) as db:
         ncu = [(p, read_ncu_csv(p)) for p in counters]
         sizes = [file_size(p) for p in traces]
@@ -212,6 +225,7 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
             methods.update(an.iteration_methods)
             candidates.update(an.key_node_candidates)
             sources.append(profile.meta)
+            timelines.update(timeline_arrays(an, [identity.rank]))
             del an, profile
         step("writing database")
         db.write_raw({"iterations": by_rank(iterations)}, first=False, last=True)
@@ -228,7 +242,7 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
         _write_results(conn, sources, name, {**(extra_meta or {}), "key_node": key_node or "",
                                              "iteration_methods": dict(sorted(methods.items())),
                                              "key_node_candidates": dict(sorted(candidates.items()))},
-                       ncu, aggs, [per_rank[j][1] for j in order], figures)
+                       ncu, aggs, [per_rank[j][1] for j in order], figures, timelines)
     return db_path
 
 

@@ -156,12 +156,13 @@ def breakdown_labels(units: MatrixUnits) -> dict[str, str]:
 
 def _findings(conn: sqlite3.Connection, agg_id: int) -> list[dict]:
     simulated = "simulated_saving_ns" if has_column(conn, "findings", "simulated_saving_ns") else "NULL"
+    not_priced = "not_priced" if has_column(conn, "findings", "not_priced") else "NULL"  # older databases lack it
     rows = conn.execute("SELECT rule, severity, problem, recommendation, est_saving_ns, est_saving_pct, "
-                        f"evidence_json, {simulated} FROM findings WHERE agg_id = ? ORDER BY finding_id",
+                        f"evidence_json, {simulated}, {not_priced} FROM findings WHERE agg_id = ? ORDER BY finding_id",
                         (agg_id,)).fetchall()
     keys = ("rule", "severity", "problem", "recommendation", "est_saving_ns", "est_saving_pct", "evidence",
-            "simulated_saving_ns")
-    return [dict(zip(keys, (*r[:6], json.loads(r[6] or "{}"), r[7]))) for r in rows]
+            "simulated_saving_ns", "not_priced")
+    return [dict(zip(keys, (*r[:6], json.loads(r[6] or "{}"), *r[7:]))) for r in rows]
 
 
 def _roofline(conn: sqlite3.Connection, agg_id: int | None) -> dict:
@@ -512,7 +513,8 @@ def render_summary(summary: dict) -> str:
             found.add_column(col, justify="right" if col == "Saving" else "left", overflow="fold")
         for f in summary["findings"]:
             saving = (f"{fmt_ns(f['est_saving_ns'])} ({f['est_saving_pct']:.1f}%)"
-                      if f.get("est_saving_ns") is not None and f.get("est_saving_pct") is not None else "n/a")
+                      if f.get("est_saving_ns") is not None and f.get("est_saving_pct") is not None
+                      else f"not priced: {escape(f['not_priced'])}" if f.get("not_priced") else "n/a")
             if f.get("simulated_saving_ns") is not None:
                 saving += f"; simulated {fmt_ns(f['simulated_saving_ns'])}"
             found.add_row(f["severity"], escape(f["problem"]), escape(f["recommendation"]), saving)

@@ -120,6 +120,14 @@ CREATE TABLE memory (
     total_reserved INTEGER, pid INTEGER, tid INTEGER, addr INTEGER
 );
 
+-- The Timeline view's arrays of one rank (analyze/timeline.py), computed at import so that the viewer reads a
+-- rank of millions of events as a few blobs instead of turning each row into a Python tuple: name 'format' and
+-- 'lanes' (JSON), else one numpy array in .npy format (e.g. 'kernel.start': the rank's kernel starts, sorted).
+-- A database without these rows (written before) is read from its event tables, with the same result.
+CREATE TABLE timeline_arrays (
+    rank INTEGER, name TEXT, data BLOB, PRIMARY KEY (rank, name)
+);
+
 -- Collective metadata of record_param_comms ops (kind 'op') and NCCL kernels (kind 'kernel') as Kineto records
 -- it; keyed to the op by (rank, pid, tid, start, name), to the kernel by (rank, device, stream, start).
 CREATE TABLE comm_args (
@@ -209,10 +217,11 @@ CREATE TABLE agg_groups (
 );
 
 -- simulated_saving_ns: the finding's advice priced by replaying the aggregation on its dependency graph
--- (docs/whatif.md); NULL when no scenario models the advice or it cannot be priced.
+-- (docs/whatif.md); NULL when no scenario models the advice or it cannot be priced. not_priced: why a finding
+-- has no estimated saving (a risk, e.g. memory near capacity, rather than time lost); NULL for a priced one.
 CREATE TABLE findings (
     agg_id INTEGER, finding_id INTEGER, rule TEXT, severity TEXT, problem TEXT, recommendation TEXT,
-    est_saving_ns INTEGER, est_saving_pct REAL, evidence_json TEXT, simulated_saving_ns INTEGER,
+    est_saving_ns INTEGER, est_saving_pct REAL, evidence_json TEXT, simulated_saving_ns INTEGER, not_priced TEXT,
     PRIMARY KEY (agg_id, finding_id)
 );
 

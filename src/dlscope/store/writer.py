@@ -245,6 +245,13 @@ def write_sources(conn: sqlite3.Connection, sources: list[dict]) -> None:
     conn.executemany("INSERT INTO sources VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
 
+def write_timeline_arrays(conn: sqlite3.Connection, arrays: dict[int, dict[str, bytes]]) -> None:
+    """Store each rank's timeline arrays (``analyze.timeline.RankTimeline.to_arrays``), inside the caller's
+    transaction."""
+    conn.executemany("INSERT INTO timeline_arrays (rank, name, data) VALUES (?, ?, ?)",
+                     [(rank, name, data) for rank, named in sorted(arrays.items()) for name, data in named.items()])
+
+
 def stored_name(table: str) -> str:
     """The database table holding a model table's rows (an op call is a row of ``op_instances``)."""
     return "op_instances" if table == "ops" else table

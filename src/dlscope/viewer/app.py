@@ -64,9 +64,9 @@ class Viewer:
 
     @staticmethod
     def _warm(db: ProfileDB) -> None:
-        try:
-            warm_up(db, TABLES.values())
+        try:  # the timeline's rank first: read from its stored arrays it takes a tenth of the tables' name lists
             timeline.warm(db)
+            warm_up(db, TABLES.values())
         except Exception:  # warming is an optimisation; requests compute the same on demand
             pass
 

@@ -142,8 +142,11 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
     out["iterations"] = iteration_series(db, a)
     simulated = "simulated_saving_ns" if db.has("findings") and any(
         r[1] == "simulated_saving_ns" for r in db.execute('PRAGMA table_info("findings")')) else "NULL"
+    not_priced = "not_priced" if db.has("findings") and any(
+        r[1] == "not_priced" for r in db.execute('PRAGMA table_info("findings")')) else "NULL"
     findings = _rows(db, "SELECT finding_id, rule, severity, problem, recommendation, est_saving_ns, "
-                         f"est_saving_pct, evidence_json, {simulated} AS simulated_saving_ns FROM findings "
+                         f"est_saving_pct, evidence_json, {simulated} AS simulated_saving_ns, "
+                         f"{not_priced} AS not_priced FROM findings "
                          "WHERE agg_id = ? ORDER BY finding_id", (a,)) \
         if db.has("findings") else []
     for f in findings:

@@ -1,7 +1,8 @@
 """The Timeline view's data: one rank's events in a time window, as lanes, with level of detail.
 
-A rank's ops, annotation ranges, CUDA runtime calls, kernels and memory operations are read once into numpy arrays
-(``RankEvents``, cached per database and rank): a window is then binary searches per lane and pixel column and
+A rank's ops, annotation ranges, CUDA runtime calls, kernels, memory operations and allocator samples are read
+once into numpy arrays (``analyze.timeline.RankTimeline``, stored by the import, cached per database and rank):
+a window is then binary searches per lane and pixel column and
 a look at the few events long enough to draw, whatever its size, so zoom and pan stay fast on windows of
 millions of events. An event at least one pixel
 wide at the requested width is sent as itself; the others are summed per lane and pixel column (count, busy
@@ -11,12 +12,13 @@ epoch nanoseconds (~1.7e18) do not fit a JavaScript number exactly.
 
 from __future__ import annotations
 
+import itertools
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 import orjson
 
+from dlscope.analyze.timeline import COLUMNS, KINDS, MEMORY_COLUMNS, RankTimeline, select_sql
 from dlscope.viewer.params import BadParameter, parse_int
 from dlscope.viewer.profile_db import ProfileDB
 
@@ -28,193 +30,57 @@ MAX_SPAN = 2 ** 62
 MAX_EVENTS = 50_000
 #: Ranks whose arrays stay in memory (a rank of 1M events holds ~80 MB).
 CACHED_RANKS = 4
-KINDS = ("range", "op", "runtime", "kernel", "memop")
 
 
-@dataclass
-class Track:
-    """Events of one kind sorted by start (ids, start, end, dur, lane, kernels' Tensor Core flag), with the
-    indexes that make a window cost O(lanes x width + events wide enough to draw), not O(events in it): the
-    events by lane (starts and cumulative durations, for per-pixel counts and busy time by binary search) and
-    by duration (the few long enough to draw one by one)."""
-
-    kind: str
-    ids: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    lane: np.ndarray
-    tc: np.ndarray | None
-    dur: np.ndarray
-    max_dur: int
-    lane_start: np.ndarray      # starts grouped by lane (lane_ptr[L]:lane_ptr[L+1]), sorted in each lane
-    lane_busy: np.ndarray       # cumulative durations in that order, with a leading 0
-    lane_ptr: np.ndarray
-    by_dur: np.ndarray          # event indexes, longest first
-    neg_dur: np.ndarray         # -dur in that order (ascending, for searchsorted)
-
-    @classmethod
-    def of(cls, kind: str, ids, start, end, lane, n_lanes: int, tc=None) -> Track:
-        order = np.argsort(start, kind="stable")
-        start, end, lane, dur = start[order], end[order], lane[order], (end - start)[order]
-        by_lane = np.argsort(lane, kind="stable")
-        by_dur = np.argsort(-dur, kind="stable")
-        return cls(kind, ids[order], start, end, lane, None if tc is None else tc[order], dur,
-                   int(dur.max()) if len(dur) else 0, start[by_lane],
-                   np.concatenate([[0], np.cumsum(dur[by_lane])]),
-                   np.searchsorted(lane[by_lane], np.arange(n_lanes + 1)), by_dur, -dur[by_dur])
-
-    def window(self, lo: int, hi: int, min_ns: float) -> tuple[int, np.ndarray, np.ndarray]:
-        """(events overlapping [lo, hi), indexes of those at least ``min_ns`` long, indexes of the short ones
-        that start before ``lo``)."""
-        a0 = int(np.searchsorted(self.start, max(lo - self.max_dur, -(2 ** 63)), "left"))
-        a = int(np.searchsorted(self.start, lo, "left"))
-        b = int(np.searchsorted(self.start, hi, "left"))
-        before = a0 + np.flatnonzero(self.end[a0:a] > lo)
-        long_total = int(np.searchsorted(self.neg_dur, -min_ns, "right"))
-        if long_total < b - a0:
-            cand = self.by_dur[:long_total]
-            cand = np.sort(cand[(self.start[cand] < hi) & (self.end[cand] > lo)])
-        else:
-            cand = a0 + np.flatnonzero((self.dur[a0:b] >= min_ns) & (self.end[a0:b] > lo))
-        return (b - a) + len(before), cand, before
+def load_rank(db: ProfileDB, rank: int) -> RankTimeline:
+    """The rank's timeline: as the import stored it (table ``timeline_arrays``: a few blobs, milliseconds), else
+    (a database written before, or holding another format) built from its rows (seconds for millions)."""
+    if db.has("timeline_arrays"):
+        stored = {name: bytes(data) for name, data in db.connection().execute(
+            "SELECT name, data FROM timeline_arrays WHERE rank = ?", (rank,))}
+        if stored:
+            try:
+                built = RankTimeline.from_arrays(rank, stored)
+            except (ValueError, KeyError, OSError, TypeError):  # unreadable: the rows still say it all
+                built = None
+            if built is not None:
+                return built
+    return rank_from_rows(db, rank)
 
 
-class RankEvents:
-    """Everything the timeline draws of one rank, in memory: lanes and one track per kind."""
-
-    def __init__(self, db: ProfileDB, rank: int):
-        self.rank = rank
-        self.lanes: list[dict] = []
-        self.tracks: dict[str, Track] = {}
-        conn = db.connection()
-
-        def read(table: str, sql: str, ncols: int) -> np.ndarray:
-            if not db.has(table):
-                return np.zeros((0, ncols), np.int64)
-            rows = conn.execute(sql, (rank,)).fetchall()
-            return np.array(rows, dtype=np.int64).reshape(-1, ncols) if rows else np.zeros((0, ncols), np.int64)
-
-        ops = read("op_instances", 'SELECT op_id, COALESCE(pid, -1), COALESCE(tid, -1), COALESCE(depth, 0), start, '
-                   '"end" FROM op_instances WHERE rank = ?', 6)
-        rng = read("ranges", 'SELECT range_id, COALESCE(pid, -1), COALESCE(tid, -1), COALESCE(device, -1), start, '
-                   '"end" FROM ranges WHERE rank = ?', 6)
-        api = read("api_calls", 'SELECT api_id, COALESCE(pid, -1), COALESCE(tid, -1), start, "end" FROM api_calls '
-                   "WHERE rank = ?", 5)
-        ker = read("kernels", 'SELECT kernel_id, COALESCE(device, -1), COALESCE(stream, -1), start, "end", '
-                   "COALESCE(uses_tc, 0) FROM kernels WHERE rank = ?", 6)
-        mem = read("memops", 'SELECT memop_id, COALESCE(device, -1), COALESCE(stream, -1), start, "end" FROM memops '
-                   "WHERE rank = ?", 5)
-        depth = _nesting_depth(rng)
-        gpu_rng = rng[:, 3] >= 0
-
-        def const(rows, value):
-            return np.full(len(rows), value, np.int64)
-
-        # Lane keys (side, a, b, row kind, row): each CPU thread (annotation rows, op rows by depth, its CUDA
-        # runtime calls), then each GPU (annotation rows, then each stream's kernels and memory operations).
-        rng_key = np.where(gpu_rng[:, None], _key(const(rng, 1), rng[:, 3], const(rng, -1), const(rng, 0), depth),
-                           _key(const(rng, 0), rng[:, 1], rng[:, 2], const(rng, 0), depth))
-        parts = [("range", rng[:, 0], rng[:, 4], rng[:, 5], rng_key, None),
-                 ("op", ops[:, 0], ops[:, 4], ops[:, 5],
-                  _key(const(ops, 0), ops[:, 1], ops[:, 2], const(ops, 1), ops[:, 3]), None),
-                 ("runtime", api[:, 0], api[:, 3], api[:, 4],
-                  _key(const(api, 0), api[:, 1], api[:, 2], const(api, 2), const(api, 0)), None),
-                 ("kernel", ker[:, 0], ker[:, 3], ker[:, 4],
-                  _key(const(ker, 1), ker[:, 1], ker[:, 2], const(ker, 1), const(ker, 0)), ker[:, 5]),
-                 ("memop", mem[:, 0], mem[:, 3], mem[:, 4],
-                  _key(const(mem, 1), mem[:, 1], mem[:, 2], const(mem, 2), const(mem, 0)), None)]
-        keys = _distinct_rows(np.concatenate([p[4] for p in parts]))
-        for side, a, b, sub, row in keys.tolist():
-            self.lanes.append({"id": len(self.lanes), **_lane(side, a, b, sub, row)})
-        self.runtime_lane = {(lane["pid"], lane["tid"]): lane["id"] for lane in self.lanes if lane["kind"] == "runtime"}
-        for kind, ids, start, end, key, tc in parts:
-            self.tracks[kind] = Track.of(kind, ids, start, end, _lane_index(keys, key), len(keys), tc)
-        starts = [t.start[0] for t in self.tracks.values() if len(t.start)]
-        ends = [t.end.max() for t in self.tracks.values() if len(t.end)]
-        self.first = int(min(starts)) if starts else 0
-        self.last = int(max(ends)) if ends else 0
-
-
-def _key(*cols) -> np.ndarray:
-    return np.column_stack(cols).astype(np.int64).reshape(-1, 5)
-
-
-def _packed(keys: np.ndarray, columns: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Rows of small-cardinality integer columns as one integer each: every column ranked among its distinct
-    values (``columns``: the distinct values to rank against), the ranks packed (np.unique over rows is 20x
-    slower)."""
-    values: list[np.ndarray] = (columns if columns is not None
-                                else [np.unique(keys[:, c]) for c in range(keys.shape[1])])
-    packed = np.zeros(len(keys), np.int64)
-    for c, v in enumerate(values):
-        packed = packed * (len(v) + 1) + np.searchsorted(v, keys[:, c])
-    return packed, values
-
-
-def _distinct_rows(keys: np.ndarray) -> np.ndarray:
-    """The distinct rows of ``keys``, sorted."""
-    if not len(keys):
-        return keys
-    packed, _ = _packed(keys)
-    _, first = np.unique(packed, return_index=True)
-    return keys[first]
-
-
-def _lane_index(keys: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """The row of ``keys`` (sorted, distinct) equal to each row of ``key``."""
-    if not len(key):
-        return np.zeros(0, np.int32)
-    packed_keys, values = _packed(keys)
-    packed, _ = _packed(key, values)
-    return np.searchsorted(packed_keys, packed).astype(np.int32)
-
-
-def _lane(side: int, a: int, b: int, sub: int, row: int) -> dict:
-    if side == 0:
-        kind = ("range", "op", "runtime")[sub]
-        label = ("annotations · depth {}", "ops · depth {}", "CUDA runtime")[sub].format(row)
-        return {"kind": kind, "group": f"CPU thread {b}" + (f" (process {a})" if a >= 0 else ""), "label": label,
-                "pid": a, "tid": b, "depth": row}
-    kind = ("range", "kernel", "memop")[sub]
-    label = f"annotations · depth {row}" if sub == 0 else f"stream {b} · {'kernels' if sub == 1 else 'memory'}"
-    where = {"stream": b} if sub else {"depth": row}
-    return {"kind": kind, "group": f"GPU {a}", "label": label, "device": a, **where}
-
-
-def _nesting_depth(rng: np.ndarray) -> np.ndarray:
-    """Row of each annotation range among the ranges of its thread (or GPU): how many enclosing ranges are still
-    open at its start. Sorted by (start, longest first), the k-th range of a lane has k ranges started before
-    it; those ended by its start are not around it. Vectorized per lane (a loop over lanes, not events)."""
-    depth = np.zeros(len(rng), np.int64)
-    if not len(rng):
-        return depth
-    gpu = rng[:, 3] >= 0
-    lane_key = np.column_stack([np.where(gpu, -2, rng[:, 1]), np.where(gpu, -2, rng[:, 2]), rng[:, 3]])
-    _, lane = np.unique(_packed(lane_key)[0], return_inverse=True)
-    lane = lane.reshape(-1)
-    for k in np.unique(lane):
-        rows = np.flatnonzero(lane == k)
-        start, end = rng[rows, 4], rng[rows, 5]
-        order = np.lexsort((-(end - start), start))
-        ends = np.sort(end)
-        ended = np.searchsorted(ends, start[order], "right")
-        depth[rows[order]] = np.maximum(np.arange(len(rows)) - ended, 0)
-    return depth
+def rank_from_rows(db: ProfileDB, rank: int) -> RankTimeline:
+    """The rank's timeline built from the database's rows (what the import stores, computed again)."""
+    conn = db.connection()
+    matrices = {}
+    for kind, (table, cols) in COLUMNS.items():
+        if not db.has(table):
+            matrices[kind] = np.zeros((0, len(cols)), np.int64)
+            continue
+        flat = np.fromiter(itertools.chain.from_iterable(conn.execute(select_sql(kind), (rank,))), np.int64)
+        matrices[kind] = flat.reshape(-1, len(cols))
+    memory = np.zeros((0, len(MEMORY_COLUMNS)), np.int64)
+    if db.has("memory"):
+        flat = np.fromiter(itertools.chain.from_iterable(conn.execute(
+            "SELECT COALESCE(device, -1), ts, COALESCE(bytes_delta, 0), COALESCE(total_allocated, -1), "
+            "COALESCE(total_reserved, -1) FROM memory WHERE rank = ? AND ts IS NOT NULL ORDER BY rowid",
+            (rank,))), np.int64)
+        memory = flat.reshape(-1, len(MEMORY_COLUMNS))
+    return RankTimeline.build(rank, matrices, memory)
 
 
 class TimelineCache:
-    """``RankEvents`` per (database file generation, rank), built once under a lock, the newest few kept."""
+    """``RankTimeline`` per (database file generation, rank), read once under a lock, the newest few kept."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._items: dict[tuple, RankEvents] = {}
+        self._items: dict[tuple, RankTimeline] = {}
 
-    def get(self, db: ProfileDB, rank: int) -> RankEvents:
+    def get(self, db: ProfileDB, rank: int) -> RankTimeline:
         key = (str(db.path), db._generation, rank)
         with self._lock:
             hit = self._items.pop(key, None)
             if hit is None:
-                hit = RankEvents(db, rank)
+                hit = load_rank(db, rank)
             self._items[key] = hit
             while len(self._items) > CACHED_RANKS:
                 self._items.pop(next(iter(self._items)))
@@ -308,6 +174,10 @@ def window(db: ProfileDB, rank: int, start: int, end: int, width: int) -> dict:
                 per_lane.setdefault(int(lane), _empty())["buckets"] = {
                     "col": cells.tolist(), "count": cnt[cells].tolist(),
                     "busy": np.round(np.minimum(busy[cells], ns_per_px * cnt[cells])).astype(np.int64).tolist()}
+    for counter in ev.counters:
+        cell = counter.window(edges, origin)
+        if cell is not None:
+            per_lane.setdefault(counter.lane, _empty())["counter"] = cell
     names, extra = _event_names(db, {k: t.ids[shown[k]] for k, t in ev.tracks.items()}, ev)
     name_index: dict[str, int] = {}
     for kind in KINDS:
@@ -351,7 +221,7 @@ def _empty() -> dict:
     return {"events": {}, "buckets": None}
 
 
-def _event_names(db: ProfileDB, ids: dict[str, np.ndarray], ev: RankEvents) -> tuple[dict, dict]:
+def _event_names(db: ProfileDB, ids: dict[str, np.ndarray], ev: RankTimeline) -> tuple[dict, dict]:
     """Names of the events sent one by one, and each kernel's / memory operation's launch (time relative to the
     origin, the lane of the runtime call that launched it: its ``api_id``), read by primary key for just those
     events."""

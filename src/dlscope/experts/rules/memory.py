@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..evidence import fmt_ns
+from ..evidence import fmt_ns, node_ids
 from ..finding import Finding
 from ..registry import rule
 
@@ -66,9 +66,15 @@ def gpu_memory_underutilized(ctx, cfg):
          "saving_basis": f"per-step CPU/Other overhead × (1 − 1/{factor}) over the aggregated window"})
 
 
-def _op_in_node(d: dict) -> str:
-    """'aten::empty (in aten::linear)': the op at the allocated peak and the op node it runs in."""
-    op, node = d["peak_allocated_op"], d.get("peak_allocated_op_node")
+def _window_of(iterations, iteration: int) -> list[list[int]]:
+    """The iteration's window as the evidence's time range (the Timeline opens there, memory lanes included)."""
+    row = iterations[iterations["iteration"] == iteration]
+    return [[int(row["start"].iloc[0]), int(row["end"].iloc[0])]] if len(row) else []
+
+
+def _op_in_node(d: dict, held: str = "allocated") -> str:
+    """'aten::empty (in aten::linear)': the op at the ``held`` peak and the op node it runs in."""
+    op, node = d[f"peak_{held}_op"], d.get(f"peak_{held}_op_node")
     if not op:
         return "no recorded op"
     return op if not node or node == op else f"{op} (in {node})"
@@ -79,9 +85,10 @@ def gpu_memory_near_capacity(ctx, cfg):
     """The peak the allocator held (reserved, else allocated) within the profiled iterations is at least
     ``min_used_share`` of the GPU's memory: the next larger input runs out of memory, and the caching allocator
     already returns blocks to the driver and asks again. The finding names the op running at the peak and the
-    allocations live then. Priced by what memory pressure costs in time here: the allocator's driver calls
-    (``allocator_calls``: cudaMalloc/cudaFree and kin) inside the profiled iterations; without any, no saving can
-    be shown and nothing is reported."""
+    allocations live then, and the headroom left. Priced by what memory pressure costs in time here: the
+    allocator's driver calls (``allocator_calls``: cudaMalloc/cudaFree and kin) inside the profiled iterations.
+    Without any, the run loses no time to it yet but is one larger batch or sequence from running out of memory:
+    reported as a risk (``not_priced`` says so, severity ``unpriced_severity``), never as a 0 ns saving."""
     from ...analyze.memory import memory_peaks
 
     mem, gpus = ctx.memory, ctx.gpus
@@ -104,30 +111,40 @@ def gpu_memory_near_capacity(ctx, cfg):
     saving = int((allocator["end"] - allocator["start"]).sum())
     reserved = d["peak_reserved_bytes"] is not None and d["peak_reserved_bytes"] >= d["peak_allocated_bytes"]
     held = "reserved" if reserved else "allocated"
-    op = d["peak_reserved_op"] if reserved else d["peak_allocated_op"]
+    op = d[f"peak_{held}_op"]
+    node = d.get(f"peak_{held}_op_node")
+    headroom = d["capacity_bytes"] - used
+    iteration = d["peak_reserved_iteration"] if reserved else d["peak_allocated_iteration"]
     live = d["live_at_peak"]
     largest = "; ".join(f"{a['bytes'] / 2**20:,.0f} MiB from {a['op'] or 'an unknown op'}" for a in live["largest"][:3])
     gib = 2**30
     return Finding(
         "gpu_memory_near_capacity",
         f"GPU memory is near capacity: the allocator {held} {used / gib:,.2f} GiB of {d['capacity_bytes'] / gib:,.1f} "
-        f"GiB ({100 * share:.1f}%) on GPU {d['device']} in iteration "
-        f"{d['peak_reserved_iteration'] if reserved else d['peak_allocated_iteration']}, "
-        f"while {op or 'no recorded op'} "
-        f"ran. At the allocated peak ({d['peak_allocated_bytes'] / gib:,.2f} GiB, during "
+        f"GiB ({100 * share:.1f}%) on GPU {d['device']} in iteration {iteration}, "
+        f"while {_op_in_node(d, held)} ran, leaving {headroom:,} bytes ({headroom / gib:,.2f} GiB) of headroom. "
+        f"At the allocated peak ({d['peak_allocated_bytes'] / gib:,.2f} GiB, during "
         f"{_op_in_node(d)}) {live['count']:,} allocations of this trace were live"
-        + (f", the largest {largest}" if largest else "") + f"; {len(allocator):,} allocator calls "
-        f"({', '.join(sorted(set(allocator['name'])))}) took {fmt_ns(saving)}.",
+        + (f", the largest {largest}" if largest else "")
+        + (f"; {len(allocator):,} allocator calls ({', '.join(sorted(set(allocator['name'])))}) took {fmt_ns(saving)}."
+           if saving > 0 else "; the allocator made no driver calls in the profiled iterations."),
         f"Lower the peak before it runs out: recompute activations of the layers live at the peak "
         f"(torch.utils.checkpoint), run them in BF16/FP16 (autocast), or split the batch into micro-batches with "
         f"gradient accumulation; when reserved is far above allocated, set "
         f"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation. See "
         f"{ctx.link('gpu_memory_near_capacity')}",
-        saving,
+        saving if saving > 0 else None,
         {"device": d["device"], "peak_bytes": used, "capacity_bytes": d["capacity_bytes"], "share": round(share, 4),
+         "headroom_bytes": headroom, "peak_op_node": node,
          "peak_allocated_bytes": d["peak_allocated_bytes"], "peak_reserved_bytes": d["peak_reserved_bytes"],
          "peak_op": op, "peak_allocated_op": d["peak_allocated_op"],
          "peak_allocated_op_node": d.get("peak_allocated_op_node"), "live_allocations": live["count"],
          "live_bytes": live["bytes"], "allocator_calls": len(allocator),
-         "iterations": [d["peak_reserved_iteration"] if reserved else d["peak_allocated_iteration"]],
-         "node_ids": [], "saving_basis": "time of the allocator's driver calls in the profiled iterations"})
+         "iterations": [iteration], "time_ranges": _window_of(ctx.iterations, iteration),
+         "node_ids": node_ids(ctx, [d["peak_allocated_node_op_id"]]) if d["peak_allocated_node_op_id"] >= 0 else [],
+         "saving_basis": "time of the allocator's driver calls in the profiled iterations"},
+        severity=None if saving > 0 else cfg["unpriced_severity"],
+        not_priced=None if saving > 0 else (
+            f"a risk, not time lost: no allocator driver call ({', '.join(cfg['allocator_calls'][:2])}, …) ran in "
+            f"the profiled iterations, so memory pressure costs no time yet; with {headroom / gib:,.2f} GiB of "
+            f"headroom a larger batch or input runs out of memory"))

@@ -209,12 +209,13 @@ export function renderDashboard(content, data) {
     const links = f.links || {};
     const drill = Object.keys(links).length ? el("a", { class: "drill", href: viewUrl("finding", { finding: f.finding_id }), title: "Show the ops, kernels or iterations concerned", text: "»" }) : null;
     const saving = f.est_saving_ns ? el("div", { class: "saving", title: exactNs(f.est_saving_ns), text: `Estimated saving: ${ns(f.est_saving_ns)}${f.est_saving_pct !== null ? ` (${f.est_saving_pct.toFixed(1)} %)` : ""}` }) : null;
+    const unpriced = !f.est_saving_ns && f.not_priced ? el("div", { class: "saving not-priced", "data-testid": "finding-not-priced", text: `No time saving: ${f.not_priced}` }) : null;
     const when = (links.time_ranges || [])[0];
     const tl = when ? el("a", { class: "drill timeline-link", href: viewUrl("timeline", { rank: shownRank(), start: when[0], end: when[1] }), title: "Open the timeline at this finding's first evidence time range", "data-testid": "finding-timeline", text: "⏱" }) : null;
     const simulated = f.simulated_saving_ns !== null && f.simulated_saving_ns !== undefined
       ? el("div", { class: "simulated", "data-ns": String(f.simulated_saving_ns), title: `${exactNs(f.simulated_saving_ns)}: the advice replayed on the dependency graph (dlscope whatif)`, text: `Simulated saving: ${ns(f.simulated_saving_ns)}` }) : null;
     return el("tr", { class: `sev-${f.severity || "info"}` }, el("td", { class: "drill-cell" }, drill, tl),
-      el("td", {}, el("span", { class: "rule", text: f.rule || "" }), el("div", { text: f.problem || "" }), saving, simulated),
+      el("td", {}, el("span", { class: "rule", text: f.rule || "" }), el("div", { text: f.problem || "" }), saving, unpriced, simulated),
       el("td", {}, linkify(f.recommendation)));
   });
   const combinedNs = d.findings_combined_saving_ns;

@@ -3,12 +3,16 @@
 // per-pixel sums for the rest (/api/timeline), so a window of millions of events draws as fast as a small one.
 // Wheel zooms around the pointer, drag pans; the view redraws at once from what it has and refetches the window.
 // Names are drawn with fillText on the canvas or set as textContent: trace names never become HTML.
+// Memory: each device's allocated and reserved bytes are counter lanes at the head of its group, a step chart on
+// one scale per device; per pixel column the server sends the max (with its time), min and last, so no peak is lost.
 
-import { el, ns, exactNs, int } from "./format.mjs";
+import { el, ns, exactNs, int, bytes } from "./format.mjs";
 import { update, getJSON, query, pageScope, viewUrl } from "./state.mjs";
 
-const ROW = 16, GROUP = 20, LABEL = 220, AXIS = 26, MIN_SPAN = 100;
-const COLOR = { op: "#1e88e5", range: "#8e24aa", runtime: "#fb8c00", kernel: "#8bc34a", tc: "#2e7d32", memop: "#e53935" };
+const ROW = 16, COUNTER = 40, GROUP = 20, LABEL = 220, AXIS = 26, MIN_SPAN = 100;
+const COLOR = { op: "#1e88e5", range: "#8e24aa", runtime: "#fb8c00", kernel: "#8bc34a", tc: "#2e7d32", memop: "#e53935",
+  allocated: "#00897b", reserved: "#6d4c41" };
+const laneHeight = (lane) => (lane.kind === "counter" ? COUNTER : ROW);
 const NOUN = { kernel: ["kernel", "kernels"], memop: ["memory operation", "memory operations"], op: ["op", "ops"],
   range: ["annotation", "annotations"], runtime: ["runtime call", "runtime calls"] };
 
@@ -17,7 +21,8 @@ export function renderTimeline(content, data) {
   const status = el("p", { class: "timeline-status", "data-testid": "timeline-status", text: "Loading the timeline…" });
   const canvas = el("canvas", { class: "timeline-canvas", "data-testid": "timeline-canvas", tabindex: 0,
     title: "Wheel or W/S: zoom · drag or A/D: pan" });
-  const tip = el("div", { class: "timeline-tip", hidden: true });
+  const tip = el("div", { class: "timeline-tip", hidden: true, "data-testid": "timeline-tip" });
+  const memory = el("ul", { class: "timeline-memory", "data-testid": "memory-in-view", hidden: true });
   const box = el("div", { class: "timeline-box" }, canvas, tip);
   // an iteration, or a range of them: "from" jumps to one, "through" extends the window to another's end
   let fromIt = null;
@@ -46,7 +51,7 @@ export function renderTimeline(content, data) {
       el("button", { class: "btn", type: "button", text: "▶", title: "Pan right", onclick: () => api.pan(0.5) }),
       el("button", { class: "btn", type: "button", text: "Whole rank", onclick: () => data0 && api.setWindow(data0.extent.start, data0.extent.end) }),
       iterSel, rankSel, el("span", { class: "spacer" })),
-    status, box));
+    status, memory, box));
 
   let data0 = null;          // the latest response
   let vs = 0, ve = 1;        // the window shown, ns relative to the rank's origin
@@ -54,7 +59,7 @@ export function renderTimeline(content, data) {
   let hover = null, seq = 0, controller = null, timer = null, waiting = [];
   const lanesY = new Map();
   let height = AXIS;
-  const api = { paints: 0, lastFetchMs: null, lastPaintMs: null, zoom, pan, setWindow, where,
+  const api = { paints: 0, lastFetchMs: null, lastPaintMs: null, zoom, pan, setWindow, where, wherePeak,
     counts: () => data0 && data0.counts, window: () => data0 && { start: data0.start, end: data0.end } };
   window.dlscopeTimeline = api;  // the benchmark and tests drive and read the view from here
 
@@ -66,7 +71,7 @@ export function renderTimeline(content, data) {
     for (const lane of lanes) {
       if (lane.group !== group) { group = lane.group; y += GROUP; }
       lanesY.set(lane.id, y);
-      y += ROW;
+      y += laneHeight(lane);
     }
     height = y + 4;
     canvas.style.height = `${height}px`;
@@ -105,6 +110,7 @@ export function renderTimeline(content, data) {
     api.paints += 1;
     if (api.firstPaintAt === undefined) api.firstPaintAt = performance.now();  // ms since navigation start
     showStatus(d);
+    showMemory(d);
     update({ start: d.start, end: d.end, kernel: null, op: null, node: null, kernel_name: null, iteration: null });
     document.body.dataset.ready = "1";
     const done = waiting; waiting = [];
@@ -127,6 +133,28 @@ export function renderTimeline(content, data) {
       ` · ${parts.slice(1).join(" · ")} · window ${ns(d.end_rel - d.start_rel)} (rank ${d.rank}, ${d.start} to ${d.end} ns) · `,
       `${int(drawn)} drawn one by one, ${int(total - drawn)} summed per pixel`);
     status.title = `window from ${exactNs(d.start_rel)} to ${exactNs(d.end_rel)} after the rank's first event`;
+  }
+
+  /** The largest allocated / reserved value of each memory lane in the window (the value carried in included). */
+  function peaks(d) {
+    const out = [];
+    for (const lane of d.lanes) {
+      const c = lane.kind === "counter" && d.data[String(lane.id)] && d.data[String(lane.id)].counter;
+      if (!c) continue;
+      let top = c.before, at = null, col = null;
+      for (let i = 0; i < c.col.length; i++) if (top === null || c.max[i] > top) { top = c.max[i]; at = c.max_at[i]; col = c.col[i]; }
+      if (top !== null) out.push({ lane, top, at, col });
+    }
+    return out;
+  }
+
+  function showMemory(d) {
+    const found = peaks(d);
+    memory.hidden = !found.length;
+    memory.replaceChildren(...found.map(({ lane, top, at }) => el("li", { "data-testid": "memory-peak-in-view",
+      "data-device": lane.device, "data-counter": lane.counter, "data-bytes": top,
+      title: `${int(top)} bytes`,
+      text: `${lane.group}: ${lane.counter} peaks at ${bytes(top)} in this window${at === null ? " (held since before it)" : ` at ${exactNs(at - d.extent.start)} in`}${lane.basis === "deltas" ? " (summed from the trace's start)" : ""}` })));
   }
 
   function zoom(factor, anchor = 0.5) {
@@ -165,6 +193,15 @@ export function renderTimeline(content, data) {
     return null;
   }
 
+  /** Where a memory lane's peak in the window is drawn ({x, y} in CSS pixels of the canvas), or null. */
+  function wherePeak(device, counter) {
+    if (!data0) return null;
+    const p = peaks(data0).find((q) => q.lane.device === device && q.lane.counter === counter && q.at !== null);
+    if (!p) return null;  // the left edge of the peak's pixel column, a third of a pixel in
+    return { x: xOf(data0.start_rel + p.col * data0.ns_per_px, plotW()) + 0.3, y: lanesY.get(p.lane.id) + COUNTER / 2,
+      bytes: p.top, at: p.at };
+  }
+
   const xOf = (rel, w) => LABEL + ((rel - vs) / (ve - vs)) * w;
 
   function draw() {
@@ -190,11 +227,18 @@ export function renderTimeline(content, data) {
         ctx.font = "11px system-ui, sans-serif";
       }
       ctx.fillStyle = "#546e7a";
-      ctx.fillText(lane.label, 14, y + ROW / 2, LABEL - 20);
+      const lh = laneHeight(lane);
+      ctx.fillText(lane.label, 14, y + lh / 2, LABEL - 20);
+      if (lane.kind === "counter") {
+        ctx.fillStyle = "#90a4ae"; ctx.font = "10px system-ui, sans-serif";
+        ctx.fillText(`0 – ${bytes(lane.scale_max)}`, 14, y + lh / 2 + 11, LABEL - 20);
+        ctx.font = "11px system-ui, sans-serif";
+      }
       const cell = data0.data[String(lane.id)];
       if (!cell) continue;
       ctx.save();
-      ctx.beginPath(); ctx.rect(LABEL, y, w, ROW); ctx.clip();
+      ctx.beginPath(); ctx.rect(LABEL, y, w, lh); ctx.clip();
+      if (cell.counter) drawCounter(ctx, lane, cell.counter, y, w);
       if (cell.buckets) drawBuckets(ctx, lane, cell.buckets, y, w);
       if (cell.events.id) drawEvents(ctx, lane, cell.events, y, w);
       ctx.restore();
@@ -235,6 +279,50 @@ export function renderTimeline(content, data) {
     ctx.globalAlpha = 1;
   }
 
+  // A step chart: the level holds from a sample to the next; a column with samples is a bar to its max (its
+  // min marked by the darker part), then the level goes on from the column's last value.
+  function drawCounter(ctx, lane, c, y, w) {
+    const npp = data0.ns_per_px, base = data0.start_rel;
+    const px = Math.max(1, (npp / (ve - vs)) * w);
+    const lo = Math.min(0, lane.scale_min), span = Math.max(1, lane.scale_max - lo);
+    const yOf = (v) => y + COUNTER - 2 - ((v - lo) / span) * (COUNTER - 6);
+    const y0 = yOf(0);
+    ctx.fillStyle = COLOR[lane.counter] || COLOR.allocated;
+    let level = c.before, x = xOf(base, w);
+    const hold = (to) => {
+      if (level !== null && to > x) { const yl = yOf(level); ctx.fillRect(x, Math.min(yl, y0), to - x, Math.max(1, Math.abs(y0 - yl))); }
+    };
+    ctx.globalAlpha = 0.45;
+    for (let i = 0; i < c.col.length; i++) {
+      const xc = xOf(base + c.col[i] * npp, w);
+      hold(xc);
+      const top = yOf(c.max[i]);
+      ctx.fillRect(xc, Math.min(top, y0), px, Math.max(1, Math.abs(y0 - top)));
+      ctx.globalAlpha = 1;
+      const bottom = yOf(c.min[i]);
+      ctx.fillRect(xc, top, px, Math.max(1, bottom - top));
+      ctx.globalAlpha = 0.45;
+      level = c.last[i]; x = xc + px;
+    }
+    hold(xOf(data0.end_rel, w));
+    ctx.globalAlpha = 1;
+  }
+
+  /** The tooltip of a memory lane at time ``at``: the column's max (and when), min and samples, else the level. */
+  function counterTip(lane, c, at) {
+    const npp = data0.ns_per_px, col = Math.floor((at - data0.start_rel) / npp + 1e-6);
+    let lo = 0, hi = c.col.length;  // the last column with samples at or before the pointer's
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (c.col[mid] <= col) lo = mid + 1; else hi = mid; }
+    const i = lo - 1, since = (t) => `${exactNs(t - data0.extent.start)} in`;
+    const what = `${lane.group} ${lane.counter}`;
+    if (i >= 0 && c.col[i] === col) {
+      return c.max[i] === c.min[i] ? `${what}: ${bytes(c.max[i])} at ${since(c.max_at[i])}`
+        : `${what}: max ${bytes(c.max[i])} at ${since(c.max_at[i])}, min ${bytes(c.min[i])} in this pixel`;
+    }
+    const level = i >= 0 ? c.last[i] : c.before;
+    return level === null ? `${what}: no sample yet` : `${what}: ${bytes(level)} at ${since(at)}`;
+  }
+
   function drawEvents(ctx, lane, e, y, w) {
     const focus = data.timeline.focus;
     for (let i = 0; i < e.id.length; i++) {
@@ -272,10 +360,12 @@ export function renderTimeline(content, data) {
     const w = plotW();
     for (const lane of data0.lanes) {
       const y = lanesY.get(lane.id);
-      if (my < y || my >= y + ROW) continue;
+      if (my < y || my >= y + laneHeight(lane)) continue;
       const cell = data0.data[String(lane.id)];
+      const at = vs + ((mx - LABEL) / w) * (ve - vs);
+      if (lane.kind === "counter") return cell && cell.counter ? { lane, tip: counterTip(lane, cell.counter, at) } : null;
       if (!cell || !cell.events.id) return null;
-      const e = cell.events, at = vs + ((mx - LABEL) / w) * (ve - vs), slack = (2 / w) * (ve - vs);
+      const e = cell.events, slack = (2 / w) * (ve - vs);
       let lo = 0, hi = e.start.length;  // the last event starting before the pointer (within 2 px)
       while (lo < hi) { const mid = (lo + hi) >> 1; if (e.start[mid] <= at + slack) lo = mid + 1; else hi = mid; }
       for (let i = lo - 1; i >= 0 && i >= lo - 4; i--) if (e.end[i] + slack >= at) return { lane, e, i };
@@ -306,7 +396,7 @@ export function renderTimeline(content, data) {
     if (wasDrag) { refetch(0); return; }
     const r = canvas.getBoundingClientRect();
     const h = hit(ev.clientX - r.left, ev.clientY - r.top);
-    if (h) showDetails(h.lane.kind, h.e.id[h.i]);
+    if (h && h.e) showDetails(h.lane.kind, h.e.id[h.i]);
   });
   canvas.addEventListener("mousemove", (ev) => {
     const r = canvas.getBoundingClientRect();
@@ -318,13 +408,15 @@ export function renderTimeline(content, data) {
       draw();
       return;
     }
-    const h = hit(ev.clientX - r.left, ev.clientY - r.top);
+    let h = hit(ev.clientX - r.left, ev.clientY - r.top);
+    const text = h && (h.tip || `${data0.names[h.e.name[h.i]]} · ${ns(h.e.end[h.i] - h.e.start[h.i])}`);
+    if (h && h.tip) h = null;  // a memory lane: a tooltip, no event to outline
     const changed = (h && h.e.id[h.i]) !== (hover && hover.e.id[hover.i]);
     hover = h;
     if (changed) draw();
-    if (h) {
+    if (text) {
       tip.hidden = false;
-      tip.textContent = `${data0.names[h.e.name[h.i]]} · ${ns(h.e.end[h.i] - h.e.start[h.i])}`;
+      tip.textContent = text;
       tip.style.left = `${Math.min(ev.clientX - r.left + 12, canvas.clientWidth - 260)}px`;
       tip.style.top = `${ev.clientY - r.top + 14}px`;
     } else tip.hidden = true;
