@@ -21,7 +21,7 @@ from ..errors import DlscopeError
 from ..nanoseconds import round_ns
 from ..processes import ForkedCall, ThreadCall, in_background, owned_name, remove_dead
 from ..version import __version__
-from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION
+from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION, SEARCH_DDL
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -69,6 +69,7 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
         if create:
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
             conn.executescript(DDL)
+            create_search_tables(conn)
         columns_of = {name: table_columns(conn, name) for name in RAW_TABLES}
     finally:
         conn.close()
@@ -76,13 +77,110 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
         with _ArrowIngest(path, columns_of) as ingest:
             for name, frame in tables.items():
                 ingest.add(name, frame)
-    if indexes:
+    names = raw_names(tables)
+    if names or indexes:
         conn = sqlite3.connect(path)
         try:
-            conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
-            conn.executescript(INDEXES)
+            add_names(conn, names)
+            if indexes:
+                conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
+                conn.executescript(INDEXES)
+                index_names(conn, {})
+            conn.commit()
         finally:
             conn.close()
+
+
+def raw_names(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The distinct searched names of raw tables (source -> frame of name, kernels, name_key), counted with
+    pandas as they are written: kernel names with their kernels, the outermost ops' names with the kernels
+    launched beneath them, op types."""
+    out = {}
+    kernels = tables.get("kernels")
+    if kernels is not None and not kernels.empty:
+        counts = kernels["name"].value_counts(sort=False)
+        out["kernels.name"] = pd.DataFrame({"name": counts.index, "kernels": counts.to_numpy(),
+                                            "name_key": name_keys(counts.index.to_series())})
+    ops = tables.get("ops")
+    if ops is not None and not ops.empty:
+        outer = ops[ops["parent_id"] < 0].groupby("name", sort=False)["kernel_count"].sum()
+        out["ops.name"] = pd.DataFrame({"name": outer.index, "kernels": outer.to_numpy(), "name_key": None})
+        types = ops["op_type"].dropna().unique()
+        out["op_nodes.op_type"] = pd.DataFrame({"name": types, "kernels": None, "name_key": None})
+    return out
+
+
+def add_names(conn: sqlite3.Connection, names: dict[str, pd.DataFrame]) -> None:
+    """Add distinct names to ``search_names`` (a few thousand rows), summing the kernels of a name already
+    there (a job written rank by rank adds each rank's); nothing where the file has no search tables."""
+    if not names or not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'search_names'").fetchone():
+        return
+    rows = [(source, name, name.lower(), None if pd.isna(k) else int(k), None if pd.isna(h) else int(h))
+            for source, frame in names.items()
+            for name, k, h in zip(frame["name"].tolist(), frame["kernels"].tolist(), frame["name_key"].tolist())
+            if isinstance(name, str)]
+    conn.executemany("INSERT INTO search_names (source, name, folded, kernels, name_key) VALUES (?, ?, ?, ?, ?) "
+                     "ON CONFLICT (source, name) DO UPDATE SET kernels = CASE WHEN excluded.kernels IS NULL "
+                     "THEN kernels ELSE COALESCE(kernels, 0) + excluded.kernels END", rows)
+
+
+#: The searched name columns of the raw tables: source -> SQL of (name, kernels it covers, name_key), as the
+#: viewer's tables name them (``viewer.tables``: a column's ``names``); the import counts them with pandas
+#: (``raw_names``), this SQL recounts a database's rows (bench/viewer_bench.py after growing its kernels).
+RAW_NAMES = {
+    "kernels.name": "SELECT name, COUNT(*), MIN(name_key) FROM kernels GROUP BY name",
+    "ops.name": "SELECT n.name, SUM(i.kernel_count), NULL FROM op_instances i JOIN op_nodes n "
+                "ON n.node_id = i.node_id WHERE i.parent_id < 0 GROUP BY n.name",
+    "op_nodes.op_type": "SELECT DISTINCT op_type, NULL, NULL FROM op_nodes",
+}
+#: The same for the aggregations' name columns, indexed as each aggregation is written.
+AGG_NAMES = {
+    "agg_ops.op_name": "SELECT DISTINCT op_name, NULL, NULL FROM agg_ops",
+    "agg_ops.op_type": "SELECT DISTINCT op_type, NULL, NULL FROM agg_ops",
+    "agg_op_types.op_type": "SELECT DISTINCT op_type, NULL, NULL FROM agg_op_types",
+    "agg_kernels.kernel_name": "SELECT DISTINCT kernel_name, NULL, NULL FROM agg_kernels",
+    "agg_op_kernels.kernel_name": "SELECT DISTINCT kernel_name, NULL, NULL FROM agg_op_kernels",
+}
+
+
+def create_search_tables(conn: sqlite3.Connection) -> bool:
+    """A new file's kernels.name_key column and search tables (SEARCH_DDL); False where this SQLite has no FTS5
+    trigram tokenizer (built without FTS5, or before 3.34): the file then has no search tables, and the viewer
+    matches the names it reads from the rows, as for a database written by an older dlscope."""
+    try:
+        for statement in SEARCH_DDL.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    except sqlite3.OperationalError:
+        conn.execute("DROP TABLE IF EXISTS search_names")
+        return False
+    return True
+
+
+def name_keys(names: pd.Series) -> pd.arrays.IntegerArray:
+    """kernels.name_key: a 64-bit hash of each name (pandas' SipHash, hashed once per distinct name), NULL for no
+    name. Two names with one key would share an index range, so the viewer uses the keys only when the
+    database's kernel names have distinct keys (search_names says)."""
+    values = names.to_numpy(object, na_value=None)
+    missing = pd.isna(values)
+    keys = pd.util.hash_array(np.where(missing, "", values).astype(object), categorize=True).view(np.int64)
+    return pd.arrays.IntegerArray(keys, missing.astype(bool))
+
+
+def index_names(conn: sqlite3.Connection, sources: dict[str, str]) -> bool:
+    """Add the distinct names of ``sources`` (source -> SQL of name, kernels, name_key) to ``search_names`` and
+    rebuild their trigram index (a few thousand names: milliseconds), so a viewer search reads matching names
+    instead of millions of rows. A database without the tables (an older dlscope's, or a SQLite without FTS5)
+    is left as it is: returns False."""
+    if conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name IN ('search_names', 'search_names_trigram')"
+                    ).fetchone()[0] < 2:
+        return False
+    for source, sql in sources.items():
+        found = [(source, n, n.lower(), k, h) for n, k, h in conn.execute(sql).fetchall() if isinstance(n, str)]
+        conn.executemany("INSERT OR IGNORE INTO search_names (source, name, folded, kernels, name_key) "
+                         "VALUES (?, ?, ?, ?, ?)", found)
+    conn.execute("INSERT INTO search_names_trigram (search_names_trigram) VALUES ('rebuild')")
+    return True
 
 
 def _one_line(error: BaseException) -> str:
@@ -298,6 +396,8 @@ class _ArrowIngest:
             return
         if frame.empty:
             return
+        if name == "kernels" and "name_key" in self.columns_of[name]:
+            frame = frame.assign(name_key=name_keys(frame["name"]))
         columns = [c for c in self.columns_of[name] if c in frame.columns]
         first = _arrow_rows(frame, columns, 0)
         rest = (_arrow_rows(frame, columns, lo, first.schema) for lo in range(INGEST_ROWS, len(frame), INGEST_ROWS))
@@ -361,4 +461,5 @@ def write_aggregations(conn: sqlite3.Connection, aggs: list) -> list[int]:
                   if not getattr(agg, field).empty]
         if frames:
             insert_frame(conn, table, pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
+    index_names(conn, AGG_NAMES)
     return ids

@@ -51,6 +51,91 @@ def matching(db: ProfileDB, sql: str, needle: str) -> tuple[list[str], float]:
     return [v for v, _ in found], (sum(c or 0 for _, c in found) / total if total else 0.0)
 
 
+#: A kernel-name search is answered by merging each matching name's range of a (name_key, sort column) index when
+#: it matches at most this many names (SQLite's compound SELECT allows 500 arms).
+MERGE_NAMES = 200
+#: Sorts of the kernels table that a (name_key, ...) index serves, in the sort's own order (then kernel_id).
+KEY_SORTS = {"dur", "start", "device", "iteration", "op_id", "kernel_id"}
+
+
+def name_index(db: ProfileDB) -> set[str]:
+    """The name columns (``search_names.source``) this database indexes; empty for an older database."""
+    key = ("name_sources",)
+    if key not in db.counts:
+        db.counts[key] = ({r[0] for r in db.execute("SELECT DISTINCT source FROM search_names", limit_ms=10_000)}
+                          if db.has("search_names", "search_names_trigram") else set())
+    return db.counts[key]
+
+
+def find_names(db: ProfileDB, source: str, needle: str) -> list[tuple[str, int | None, int | None]]:
+    """(name, kernels, name_key) of the names of ``source`` containing ``needle``, ignoring case (Python's
+    str.lower, as the index folds them): a phrase query of the trigram index for 3 characters or more, else a
+    scan of the distinct names (thousands at most, never the rows)."""
+    folded = needle.lower()
+    cache_key = (str(db.path), db._generation, source, folded)
+    found = NAME_MATCHES.get(cache_key)
+    if found is not None:
+        return found
+    if len(folded) >= 3:
+        rows = db.execute("SELECT s.name, s.folded, s.kernels, s.name_key FROM search_names_trigram t "
+                          "JOIN search_names s ON s.name_id = t.rowid "
+                          "WHERE search_names_trigram MATCH :phrase AND s.source = :source",
+                          {"phrase": '"' + folded.replace('"', '""') + '"', "source": source}, 10_000)
+    else:
+        rows = db.execute("SELECT name, folded, kernels, name_key FROM search_names "
+                          "WHERE source = :source AND instr(folded, :needle) > 0",
+                          {"source": source, "needle": folded}, 10_000)
+    found = sorted((name, kernels, key) for name, text, kernels, key in rows if folded in text)
+    NAME_MATCHES.put(cache_key, found)
+    return found
+
+
+def name_total(db: ProfileDB, source: str) -> int:
+    """The kernels all names of ``source`` cover (the denominator of a search's share)."""
+    key = ("name_total", source)
+    if key not in db.counts:
+        db.counts[key] = db.execute_one("SELECT COALESCE(SUM(kernels), 0) FROM search_names WHERE source = ?",
+                                        (source,), 10_000)[0]
+    return db.counts[key]
+
+
+def keys_distinct(db: ProfileDB) -> bool:
+    """Whether every kernel name has its own name_key (a 64-bit hash: a clash is all but impossible, but then the
+    keys cannot stand for the names)."""
+    key = ("keys_distinct",)
+    if key not in db.counts:
+        db.counts[key] = bool(db.execute_one(
+            "SELECT COUNT(*) = COUNT(DISTINCT name_key) AND COUNT(*) = COUNT(name_key) FROM search_names "
+            "WHERE source = 'kernels.name'", (), 10_000)[0])
+    return db.counts[key]
+
+
+def _name_search(db: ProfileDB | None, spec: TableSpec, col, needle: str) -> tuple[list[str], float] | None:
+    """The names of column ``col`` containing ``needle`` and the share of the table's kernels they cover, through
+    the database's name index, else (an older database) through the names read from the rows; None when the
+    column is matched with LIKE instead (a small table without the index, or not a name column)."""
+    if db is None:
+        return None
+    if col.names and col.names in name_index(db):
+        found = find_names(db, col.names, needle)
+        total = name_total(db, col.names) if spec.huge else 0
+        return [f[0] for f in found], (sum(f[1] or 0 for f in found) / total if total else 0.0)
+    if spec.huge and col.lookup:
+        return matching(db, col.lookup, needle)
+    return None
+
+
+def _in_term(req: TableRequest, col, param: str, share: float, counting: bool) -> str:
+    """Rows whose ``col`` is in the JSON list ``:param`` of names. On a huge table, a common match walks the
+    sort index (unary + keeps SQLite off the name index: cheap per match found); a rarer one, or one sorted by
+    that name, reads its matches through the name index (in name order)."""
+    if col.in_sql is None:
+        return f"{col.sql} IN (SELECT value FROM json_each(:{param}))"
+    term = col.in_sql.replace(":p", f":{param}")
+    walk = req.spec.huge and not counting and share > WALK_SORT_INDEX_SHARE and req.sort != col.name
+    return "+" + term if walk else term
+
+
 def where_clause(req: TableRequest, db: ProfileDB | None = None,
                  counting: bool = False) -> tuple[list[str], dict, set[str]]:
     """WHERE terms, bound parameters and joins needed by the scopes, column searches and global search."""
@@ -69,17 +154,14 @@ def where_clause(req: TableRequest, db: ProfileDB | None = None,
         col = spec.column(name)
         assert col is not None  # parse_table_request admitted only the spec's columns
         p = f"f{i}"
-        if op == "contains" and db is not None and spec.huge and col.lookup:
-            values, share = matching(db, col.lookup, value)
-            if not values:
+        found = _name_search(db, spec, col, value) if op == "contains" else None
+        if found is not None:
+            names, share = found
+            if not names:
                 terms.append("0")  # no name contains it: nothing to scan
                 continue
-            assert col.in_sql is not None  # a lookup column is filtered through its in_sql
-            term = col.in_sql.replace(":p", f":{p}")
-            if not counting and share > WALK_SORT_INDEX_SHARE:
-                term = "+" + term  # unary + keeps SQLite off the name index: walk the sort index instead
-            terms.append(term)
-            params[p] = json.dumps(values)
+            terms.append(_in_term(req, col, p, share, counting))
+            params[p] = json.dumps(names)
             continue
         if op == "contains" and spec.huge and not narrowed and db is not None and table_rows(db, spec) > BIG_TABLE_ROWS:
             raise BadParameter(f"f.{name}", f"searching {col.label!r} over all {table_rows(db, spec):,} {spec.name} "
@@ -98,13 +180,14 @@ def where_clause(req: TableRequest, db: ProfileDB | None = None,
     if req.q:
         ors = []
         for j, c in enumerate(searched_columns(spec)):
-            if db is not None and spec.huge and c.lookup:
-                found, share = matching(db, c.lookup, req.q)
-                if found:
-                    term = c.in_sql.replace(":p", f":q{j}")
-                    ors.append(("+" + term) if not counting and share > WALK_SORT_INDEX_SHARE else term)
-                    params[f"q{j}"] = json.dumps(found)
+            found = _name_search(db, spec, c, req.q)
+            if found is not None:
+                if found[0]:
+                    ors.append(_in_term(req, c, f"q{j}", found[1], counting))
+                    params[f"q{j}"] = json.dumps(found[0])
                 continue
+            if spec.huge and c.lookup:
+                continue  # no database to match the names against (SQL text only): never a LIKE scan
             if c.join:
                 joins.add(c.join)
             ors.append(f"{c.sql} LIKE :q ESCAPE '\\'")
@@ -112,6 +195,33 @@ def where_clause(req: TableRequest, db: ProfileDB | None = None,
         if any("LIKE :q " in o for o in ors):
             params["q"] = _like(req.q)
     return terms, params, joins
+
+
+def kernel_name_plan(db: ProfileDB | None, req: TableRequest) -> list[tuple[str, int, int]] | None:
+    """For a search of the kernels table that only asks for kernel names (a Kernel Name filter and/or a global
+    search no op name matches; no scope, no other filter): the matching kernel names with their kernels and
+    name_key, in name order. None when the request is anything else or the database has no name keys."""
+    spec = req.spec
+    if (db is None or not spec.huge or req.scope or not (req.filters or req.q)
+            or set(req.filters) - {"kernel_name"} or spec.column("kernel_name") is None):
+        return None
+    if "kernels.name" not in name_index(db) or not keys_distinct(db):
+        return None
+    searches = []
+    if "kernel_name" in req.filters:
+        op, value = req.filters["kernel_name"]
+        if op != "contains":
+            return None
+        searches.append(value)
+    if req.q:
+        for c in searched_columns(spec):
+            if c.name != "kernel_name" and (not c.names or c.names not in name_index(db)
+                                            or find_names(db, c.names, req.q)):
+                return None  # an op name matches too: the rows are not a union of kernel names
+        searches.append(req.q)
+    found = [find_names(db, "kernels.name", text) for text in searches]
+    both = set.intersection(*({f[0] for f in names} for names in found))
+    return [(name, kernels or 0, key) for name, kernels, key in found[0] if name in both and key is not None]
 
 
 def searched_columns(spec: TableSpec) -> list:
@@ -122,15 +232,22 @@ def searched_columns(spec: TableSpec) -> list:
     return [c for c in text if c.lookup] if spec.huge else text
 
 
-def order_clause(req: TableRequest) -> tuple[str, set[str]]:
+def order_exprs(req: TableRequest) -> list[str]:
+    """The ORDER BY expressions of the request's sort, ending with the row key (a total order for paging)."""
     spec = req.spec
     col = spec.column(req.sort)
     assert col is not None  # parse_table_request admitted only the spec's columns
-    direction = "DESC" if req.desc else "ASC"
     exprs = [e.strip() for e in (col.order or col.sql).split(",")]
     if spec.key and spec.key not in exprs:
         exprs.append(spec.key)
-    return ", ".join(f"{e} {direction}" for e in exprs), ({col.join} if col.join else set())
+    return exprs
+
+
+def order_clause(req: TableRequest) -> tuple[str, set[str]]:
+    col = req.spec.column(req.sort)
+    assert col is not None  # parse_table_request admitted only the spec's columns
+    direction = "DESC" if req.desc else "ASC"
+    return ", ".join(f"{e} {direction}" for e in order_exprs(req)), ({col.join} if col.join else set())
 
 
 def check_big_sort(db: ProfileDB, req: TableRequest) -> None:
@@ -169,6 +286,9 @@ def select_sql(req: TableRequest, limit: int | None = None, offset: int = 0,
     if limit is None:
         return f"SELECT {cols} FROM {_from(spec, all_joins)}{where} ORDER BY {order}", params
     params = {**params, "_limit": limit, "_offset": offset}
+    plan = kernel_name_plan(db, req)
+    if plan is not None and spec.key and req.sort in KEY_SORTS and len(plan) <= MERGE_NAMES:
+        return _merged_page(req, plan, params, cols)
     if spec.key and spec.huge:
         inner = (f"SELECT {spec.key} AS _key FROM {_from(spec, joins | order_joins)}{where} "
                  f"ORDER BY {order} LIMIT :_limit OFFSET :_offset")
@@ -177,6 +297,27 @@ def select_sql(req: TableRequest, limit: int | None = None, offset: int = 0,
                f"{outer_joins} ORDER BY {order}")
         return sql, params
     return f"SELECT {cols} FROM {_from(spec, all_joins)}{where} ORDER BY {order} LIMIT :_limit OFFSET :_offset", params
+
+
+def _merged_page(req: TableRequest, plan: list[tuple[str, int, int]], params: dict, cols: str) -> tuple[str, dict]:
+    """A page of a kernel-name search sorted by a column that a (name_key, column) index orders: one arm per
+    matching name, each walking its name's index range already in the sort's order, merged by SQLite's ordered
+    compound SELECT up to the page (reading offset + limit index entries, none of the other names' rows)."""
+    spec = req.spec
+    order, _ = order_clause(req)
+    exprs = order_exprs(req)
+    direction = "DESC" if req.desc else "ASC"
+    keyed = {f"_nk{i}": key for i, (_, _, key) in enumerate(plan)}
+    if not keyed:
+        return f"SELECT {cols} FROM {_from(spec, set(spec.joins))} WHERE 0", {}
+    select = ", ".join(f"{e} AS _s{i}" for i, e in enumerate(exprs))
+    arms = " UNION ALL ".join(f"SELECT {select} FROM {spec.source} WHERE k.name_key = :{p}" for p in keyed)
+    by = ", ".join(f"{i + 1} {direction}" for i in range(len(exprs)))
+    inner = f"SELECT _s{exprs.index(spec.key)} AS _key FROM ({arms} ORDER BY {by} LIMIT :_limit OFFSET :_offset)"
+    outer_joins = " ".join(spec.joins[j] for j in sorted(spec.joins))
+    sql = (f"SELECT {cols} FROM ({inner}) AS _page JOIN {spec.source} ON {spec.key} = _page._key "
+           f"{outer_joins} ORDER BY {order}")
+    return sql, {"_limit": params["_limit"], "_offset": params["_offset"], **keyed}
 
 
 def count_sql(req: TableRequest, db: ProfileDB | None = None) -> tuple[str, dict]:
@@ -206,6 +347,8 @@ class CountCache:
 
 
 COUNTS = CountCache()
+#: Names matching a search, by (database, generation, name column, folded text).
+NAME_MATCHES = CountCache(256)
 
 
 _BACKGROUND = ThreadPoolExecutor(1, thread_name_prefix="dlscope-count")
@@ -217,6 +360,9 @@ def count_rows(db: ProfileDB, req: TableRequest, limit_ms: float | None = None) 
     background and cached, so the next page (or the same page reloaded) shows it."""
     if limit_ms is None:
         limit_ms = HUGE_COUNT_LIMIT_MS if req.spec.huge else COUNT_LIMIT_MS
+    plan = kernel_name_plan(db, req)
+    if plan is not None:
+        return sum(kernels for _, kernels, _ in plan)  # the index holds each name's kernels
     sql, params = count_sql(req, db)
     if req.spec.huge and sql == f"SELECT COUNT(*) FROM {req.spec.source}":
         return table_rows(db, req.spec)
@@ -259,10 +405,11 @@ def fetch_page(db: ProfileDB, req: TableRequest) -> dict:
 
 
 def warm_up(db: ProfileDB, specs) -> None:
-    """Count huge tables and list their indexed names ahead of the first request (runs in a thread)."""
+    """Count huge tables and, for a database without a name index, list their names ahead of the first request
+    (runs in a thread)."""
     for spec in specs:
         if spec.huge and db.has(*spec.requires):
             table_rows(db, spec)
             for col in spec.columns:
-                if col.lookup:
+                if col.lookup and not (col.names and col.names in name_index(db)):
                     distinct_values(db, col.lookup)
