@@ -211,12 +211,6 @@ CREATE INDEX kernels_dur ON kernels (dur);
 CREATE INDEX kernels_name ON kernels (name);
 CREATE INDEX kernels_start ON kernels (start);
 CREATE INDEX kernels_device ON kernels (device, start);
-CREATE INDEX kernels_name_key ON kernels (name_key);
-CREATE INDEX kernels_name_key_dur ON kernels (name_key, dur);
-CREATE INDEX kernels_name_key_start ON kernels (name_key, start);
-CREATE INDEX kernels_name_key_device ON kernels (name_key, device, start);
-CREATE INDEX kernels_name_key_iteration ON kernels (name_key, rank, iteration, start);
-CREATE INDEX kernels_name_key_op ON kernels (name_key, op_id);
 CREATE INDEX op_instances_iteration ON op_instances (rank, iteration, start);
 CREATE INDEX op_instances_node ON op_instances (node_id);
 CREATE INDEX op_nodes_name ON op_nodes (name);
@@ -292,6 +286,17 @@ CREATE TABLE IF NOT EXISTS search_names (
 CREATE VIRTUAL TABLE IF NOT EXISTS search_names_trigram USING fts5(
     folded, content='search_names', content_rowid='name_id', tokenize='trigram case_sensitive 1'
 );
+"""
+
+#: A kernel-name search sorted by any column that sorts all kernels: each matching name's range of one of these
+#: indexes is already in the sort's order (built with the other indexes where kernels has name_key).
+SEARCH_INDEXES = """
+CREATE INDEX kernels_name_key ON kernels (name_key);
+CREATE INDEX kernels_name_key_dur ON kernels (name_key, dur);
+CREATE INDEX kernels_name_key_start ON kernels (name_key, start);
+CREATE INDEX kernels_name_key_device ON kernels (name_key, device, start);
+CREATE INDEX kernels_name_key_iteration ON kernels (name_key, rank, iteration, start);
+CREATE INDEX kernels_name_key_op ON kernels (name_key, op_id);
 """
 
 #: Nsight Compute counters of kernels (only when a CSV was imported).

@@ -21,7 +21,7 @@ from ..errors import DlscopeError
 from ..nanoseconds import round_ns
 from ..processes import ForkedCall, ThreadCall, in_background, owned_name, remove_dead
 from ..version import __version__
-from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION, SEARCH_DDL
+from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION, SEARCH_DDL, SEARCH_INDEXES
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -85,7 +85,9 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
             if indexes:
                 conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
                 conn.executescript(INDEXES)
-                index_names(conn, {})
+                if "name_key" in columns_of["kernels"]:
+                    conn.executescript(SEARCH_INDEXES)
+                index_names(conn, {}, renumber=True)
             conn.commit()
         finally:
             conn.close()
@@ -167,18 +169,25 @@ def name_keys(names: pd.Series) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(keys, missing.astype(bool))
 
 
-def index_names(conn: sqlite3.Connection, sources: dict[str, str]) -> bool:
+def index_names(conn: sqlite3.Connection, sources: dict[str, str], renumber: bool = False) -> bool:
     """Add the distinct names of ``sources`` (source -> SQL of name, kernels, name_key) to ``search_names`` and
     rebuild their trigram index (a few thousand names: milliseconds), so a viewer search reads matching names
-    instead of millions of rows. A database without the tables (an older dlscope's, or a SQLite without FTS5)
-    is left as it is: returns False."""
+    instead of millions of rows. ``renumber``: give every name its id in (source, name) order, so that a job
+    written rank by rank has the ids of a whole import. A database without the tables (an older dlscope's, or
+    a SQLite without FTS5) is left as it is: returns False."""
     if conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name IN ('search_names', 'search_names_trigram')"
                     ).fetchone()[0] < 2:
         return False
     for source, sql in sources.items():
-        found = [(source, n, n.lower(), k, h) for n, k, h in conn.execute(sql).fetchall() if isinstance(n, str)]
+        found = sorted((source, n, n.lower(), k, h) for n, k, h in conn.execute(sql).fetchall() if isinstance(n, str))
         conn.executemany("INSERT OR IGNORE INTO search_names (source, name, folded, kernels, name_key) "
                          "VALUES (?, ?, ?, ?, ?)", found)
+    if renumber:
+        rows = conn.execute("SELECT source, name, folded, kernels, name_key FROM search_names "
+                            "ORDER BY source, name").fetchall()
+        conn.execute("DELETE FROM search_names")
+        conn.executemany("INSERT INTO search_names (name_id, source, name, folded, kernels, name_key) "
+                         "VALUES (?, ?, ?, ?, ?, ?)", [(i, *row) for i, row in enumerate(rows, 1)])
     conn.execute("INSERT INTO search_names_trigram (search_names_trigram) VALUES ('rebuild')")
     return True
 

@@ -304,6 +304,7 @@ def _merged_page(req: TableRequest, plan: list[tuple[str, int, int]], params: di
     matching name, each walking its name's index range already in the sort's order, merged by SQLite's ordered
     compound SELECT up to the page (reading offset + limit index entries, none of the other names' rows)."""
     spec = req.spec
+    assert spec.key is not None  # the caller checked: the page is found by its rows' keys
     order, _ = order_clause(req)
     exprs = order_exprs(req)
     direction = "DESC" if req.desc else "ASC"
