@@ -13,6 +13,7 @@ import pytest
 from conftest import data_file
 from starlette.testclient import TestClient
 
+from dlscope.viewer import query
 from dlscope.viewer.app import create_app
 from dlscope.viewer.tables import KERNELS
 
@@ -59,11 +60,18 @@ def old_db_path(db_path, tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module", params=["indexed", "older database"])
+@pytest.fixture(scope="module", params=["indexed", "indexed, op names by WHERE", "older database"])
 def served(request, db_path, old_db_path):
-    path = db_path if request.param == "indexed" else old_db_path
-    with TestClient(create_app([path]), base_url="http://127.0.0.1:8000") as client:
-        yield request.param, path, client
+    """The viewer on the indexed database, on it with Op Name searches left to the WHERE clause (as when their
+    kernel names' ranges would be walked too far), and on the older database."""
+    path = old_db_path if request.param == "older database" else db_path
+    walk = query.MAX_WALK
+    query.MAX_WALK = 0 if request.param == "indexed, op names by WHERE" else walk
+    try:
+        with TestClient(create_app([path]), base_url="http://127.0.0.1:8000") as client:
+            yield request.param.split(",")[0], path, client
+    finally:
+        query.MAX_WALK = walk
 
 
 def _rows(path, query, params=()):
@@ -195,6 +203,12 @@ def test_the_index_holds_every_distinct_name_once_with_its_kernels(db_path):
     assert len({s["name_key"] for s in stored.values()}) == len(stored)
     keys = {(r[0], r[1]) for r in _rows_t(db_path, "SELECT name, name_key FROM kernels")}
     assert keys == {(n, s["name_key"]) for n, s in stored.items()}
+    pairs: dict = {}
+    for r in raw:
+        if r["op_name"] is not None:
+            pair = (r["op_name"], stored[r["name"]]["name_key"])
+            pairs[pair] = pairs.get(pair, 0) + 1
+    assert dict(((a, b), c) for a, b, c in _rows_t(db_path, "SELECT * FROM search_op_kernels")) == pairs
 
 
 def _rows_t(path, query):

@@ -286,6 +286,11 @@ CREATE TABLE IF NOT EXISTS search_names (
 CREATE VIRTUAL TABLE IF NOT EXISTS search_names_trigram USING fts5(
     folded, content='search_names', content_rowid='name_id', tokenize='trigram case_sensitive 1'
 );
+-- Per outermost op name and kernel name_key: the kernels of that name launched beneath calls of that op. An Op
+-- Name search over all kernels becomes the kernel names its ops launched, each name's rows checked for the op.
+CREATE TABLE IF NOT EXISTS search_op_kernels (
+    op_name TEXT NOT NULL, name_key INTEGER NOT NULL, kernels INTEGER NOT NULL, PRIMARY KEY (op_name, name_key)
+);
 """
 
 #: A kernel-name search sorted by any column that sorts all kernels: each matching name's range of one of these

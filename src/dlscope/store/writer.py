@@ -73,6 +73,9 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
         columns_of = {name: table_columns(conn, name) for name in RAW_TABLES}
     finally:
         conn.close()
+    kernels = tables.get("kernels")
+    if kernels is not None and "name_key" in columns_of["kernels"]:
+        tables = {**tables, "kernels": kernels.assign(name_key=name_keys(kernels["name"]))}
     if tables:
         with _ArrowIngest(path, columns_of) as ingest:
             for name, frame in tables.items():
@@ -96,7 +99,8 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
 def raw_names(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """The distinct searched names of raw tables (source -> frame of name, kernels, name_key), counted with
     pandas as they are written: kernel names with their kernels, the outermost ops' names with the kernels
-    launched beneath them, op types."""
+    launched beneath them, op types; and under "op_kernels" the (op name, kernel name_key) pairs with their
+    kernels (kernels with name_key only)."""
     out = {}
     kernels = tables.get("kernels")
     if kernels is not None and not kernels.empty:
@@ -109,14 +113,22 @@ def raw_names(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         out["ops.name"] = pd.DataFrame({"name": outer.index, "kernels": outer.to_numpy(), "name_key": None})
         types = ops["op_type"].dropna().unique()
         out["op_nodes.op_type"] = pd.DataFrame({"name": types, "kernels": None, "name_key": None})
+        if kernels is not None and "name_key" in kernels and not kernels.empty:
+            root = kernels["root_op_id"].map(pd.Series(ops["name"].to_numpy(), index=ops["op_id"].to_numpy()))
+            pairs = pd.DataFrame({"name": root.to_numpy(object), "name_key": kernels["name_key"].to_numpy(object)})
+            pairs = pairs.dropna().groupby(["name", "name_key"], sort=False).size()
+            out["op_kernels"] = pd.DataFrame({"name": pairs.index.get_level_values(0),
+                                              "name_key": pairs.index.get_level_values(1), "kernels": pairs.to_numpy()})
     return out
 
 
 def add_names(conn: sqlite3.Connection, names: dict[str, pd.DataFrame]) -> None:
-    """Add distinct names to ``search_names`` (a few thousand rows), summing the kernels of a name already
-    there (a job written rank by rank adds each rank's); nothing where the file has no search tables."""
+    """Add distinct names to ``search_names`` and (op name, kernel name) pairs to ``search_op_kernels`` (a few
+    thousand rows), summing the kernels of one already there (a job written rank by rank adds each rank's);
+    nothing where the file has no search tables."""
     if not names or not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'search_names'").fetchone():
         return
+    pairs = names.pop("op_kernels", None)
     rows = [(source, name, name.lower(), None if pd.isna(k) else int(k), None if pd.isna(h) else int(h))
             for source, frame in names.items()
             for name, k, h in zip(frame["name"].tolist(), frame["kernels"].tolist(), frame["name_key"].tolist())
@@ -124,6 +136,11 @@ def add_names(conn: sqlite3.Connection, names: dict[str, pd.DataFrame]) -> None:
     conn.executemany("INSERT INTO search_names (source, name, folded, kernels, name_key) VALUES (?, ?, ?, ?, ?) "
                      "ON CONFLICT (source, name) DO UPDATE SET kernels = CASE WHEN excluded.kernels IS NULL "
                      "THEN kernels ELSE COALESCE(kernels, 0) + excluded.kernels END", rows)
+    if pairs is not None:
+        conn.executemany("INSERT INTO search_op_kernels (op_name, name_key, kernels) VALUES (?, ?, ?) "
+                         "ON CONFLICT (op_name, name_key) DO UPDATE SET kernels = kernels + excluded.kernels",
+                         zip(pairs["name"].tolist(), map(int, pairs["name_key"].tolist()),
+                             map(int, pairs["kernels"].tolist())))
 
 
 #: The searched name columns of the raw tables: source -> SQL of (name, kernels it covers, name_key), as the
@@ -135,6 +152,9 @@ RAW_NAMES = {
                 "ON n.node_id = i.node_id WHERE i.parent_id < 0 GROUP BY n.name",
     "op_nodes.op_type": "SELECT DISTINCT op_type, NULL, NULL FROM op_nodes",
 }
+#: The (op name, kernel name_key) pairs of search_op_kernels, recounted from a database's rows.
+OP_KERNEL_PAIRS = ("SELECT n.name, k.name_key, COUNT(*) FROM kernels k JOIN op_instances i ON i.op_id = k.root_op_id "
+                   "JOIN op_nodes n ON n.node_id = i.node_id WHERE k.name_key IS NOT NULL GROUP BY n.name, k.name_key")
 #: The same for the aggregations' name columns, indexed as each aggregation is written.
 AGG_NAMES = {
     "agg_ops.op_name": "SELECT DISTINCT op_name, NULL, NULL FROM agg_ops",
@@ -155,6 +175,7 @@ def create_search_tables(conn: sqlite3.Connection) -> bool:
                 conn.execute(statement)
     except sqlite3.OperationalError:
         conn.execute("DROP TABLE IF EXISTS search_names")
+        conn.execute("DROP TABLE IF EXISTS search_op_kernels")
         return False
     return True
 
@@ -405,8 +426,6 @@ class _ArrowIngest:
             return
         if frame.empty:
             return
-        if name == "kernels" and "name_key" in self.columns_of[name]:
-            frame = frame.assign(name_key=name_keys(frame["name"]))
         columns = [c for c in self.columns_of[name] if c in frame.columns]
         first = _arrow_rows(frame, columns, 0)
         rest = (_arrow_rows(frame, columns, lo, first.schema) for lo in range(INGEST_ROWS, len(frame), INGEST_ROWS))

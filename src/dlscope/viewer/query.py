@@ -12,10 +12,13 @@ import json
 import re
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from dlscope.viewer.params import BadParameter, TableRequest
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
-from dlscope.viewer.tables import TableSpec
+from dlscope.viewer.tables import KERNELS, TableSpec
+
+KERNEL_OP_NAME = KERNELS.column("op_name")
 
 ROW_LIMIT_MS = 2000
 COUNT_LIMIT_MS = 400
@@ -56,6 +59,9 @@ def matching(db: ProfileDB, sql: str, needle: str) -> tuple[list[str], float]:
 MERGE_NAMES = 200
 #: Sorts of the kernels table that a (name_key, ...) index serves, in the sort's own order (then kernel_id).
 KEY_SORTS = {"dur", "start", "device", "iteration", "op_id", "kernel_id"}
+#: An Op Name search walks its kernel names' index ranges checking each row's op: taken when the page needs at
+#: most this many index entries (rows read), else the WHERE clause answers it.
+MAX_WALK = 100_000
 
 
 def name_index(db: ProfileDB) -> set[str]:
@@ -197,31 +203,64 @@ def where_clause(req: TableRequest, db: ProfileDB | None = None,
     return terms, params, joins
 
 
-def kernel_name_plan(db: ProfileDB | None, req: TableRequest) -> list[tuple[str, int, int]] | None:
-    """For a search of the kernels table that only asks for kernel names (a Kernel Name filter and/or a global
-    search no op name matches; no scope, no other filter): the matching kernel names with their kernels and
-    name_key, in name order. None when the request is anything else or the database has no name keys."""
+@dataclass
+class KernelPlan:
+    """A kernels-table search answered name by name: the matching kernel names in name order as (name, name_key,
+    rows they hold), ``ops`` the op names the rows must launch beneath (an Op Name search) or None, ``count``
+    the rows in all, ``walk`` index entries read per row found (1 without ops; for ops, the names' kernels over
+    those beneath the ops)."""
+    arms: list[tuple[str, int, int]]
+    ops: list[str] | None
+    count: int
+    walk: float = 1.0
+
+
+def kernel_names_by_key(db: ProfileDB) -> dict[int, tuple[str, int]]:
+    """name_key -> (kernel name, kernels) from the name index (thousands of names)."""
+    key = ("kernel_names_by_key",)
+    if key not in db.counts:
+        db.counts[key] = {h: (n, k or 0) for n, k, h in db.execute(
+            "SELECT name, kernels, name_key FROM search_names WHERE source = 'kernels.name' AND name_key IS NOT NULL",
+            (), 10_000)}
+    return db.counts[key]
+
+
+def kernel_search_plan(db: ProfileDB | None, req: TableRequest) -> KernelPlan | None:
+    """For a search of the kernels table by kernel name (a Kernel Name filter, a global search no op name
+    matches) and/or by op name (an Op Name filter), with no scope and no other filter: the kernel names whose
+    rows answer it (see KernelPlan). None when the request is anything else or the database lacks the name
+    keys (then the WHERE clause answers it)."""
     spec = req.spec
     if (db is None or not spec.huge or req.scope or not (req.filters or req.q)
-            or set(req.filters) - {"kernel_name"} or spec.column("kernel_name") is None):
+            or set(req.filters) - {"kernel_name", "op_name"} or spec.column("kernel_name") is None
+            or any(op != "contains" for op, _ in req.filters.values())):
         return None
     if "kernels.name" not in name_index(db) or not keys_distinct(db):
         return None
-    searches = []
-    if "kernel_name" in req.filters:
-        op, value = req.filters["kernel_name"]
-        if op != "contains":
-            return None
-        searches.append(value)
+    texts = [req.filters["kernel_name"][1]] if "kernel_name" in req.filters else []
     if req.q:
         for c in searched_columns(spec):
             if c.name != "kernel_name" and (not c.names or c.names not in name_index(db)
                                             or find_names(db, c.names, req.q)):
                 return None  # an op name matches too: the rows are not a union of kernel names
-        searches.append(req.q)
-    found = [find_names(db, "kernels.name", text) for text in searches]
-    both = set.intersection(*({f[0] for f in names} for names in found))
-    return [(name, kernels or 0, key) for name, kernels, key in found[0] if name in both and key is not None]
+        texts.append(req.q)
+    by_key = kernel_names_by_key(db)
+    rows = {key: kernels for key, (_, kernels) in by_key.items()}
+    for text in texts:
+        keep = {f[2] for f in find_names(db, "kernels.name", text)}
+        rows = {key: n for key, n in rows.items() if key in keep}
+    ops = None
+    if "op_name" in req.filters:
+        if "ops.name" not in name_index(db) or not db.has("search_op_kernels"):
+            return None
+        ops = [f[0] for f in find_names(db, "ops.name", req.filters["op_name"][1])]
+        pairs = dict(db.execute("SELECT name_key, SUM(kernels) FROM search_op_kernels WHERE op_name IN "
+                                "(SELECT value FROM json_each(?)) GROUP BY name_key", (json.dumps(ops),), 10_000))
+        rows = {key: pairs[key] for key in rows if key in pairs}
+    arms = sorted((by_key[key][0], key, n) for key, n in rows.items() if n)
+    count = sum(n for _, _, n in arms)
+    walk = sum(by_key[key][1] for _, key, _ in arms) / count if ops is not None and count else 1.0
+    return KernelPlan(arms, ops, count, walk)
 
 
 def searched_columns(spec: TableSpec) -> list:
@@ -286,9 +325,13 @@ def select_sql(req: TableRequest, limit: int | None = None, offset: int = 0,
     if limit is None:
         return f"SELECT {cols} FROM {_from(spec, all_joins)}{where} ORDER BY {order}", params
     params = {**params, "_limit": limit, "_offset": offset}
-    plan = kernel_name_plan(db, req)
-    if plan is not None and spec.key and req.sort in KEY_SORTS and len(plan) <= MERGE_NAMES:
-        return _merged_page(req, plan, params, cols)
+    plan = kernel_search_plan(db, req)
+    if (plan is not None and spec.key and len(plan.arms) <= MERGE_NAMES
+            and (plan.ops is None or (offset + limit) * plan.walk <= MAX_WALK)):
+        if req.sort in KEY_SORTS:
+            return _merged_page(req, plan, params, cols)
+        if req.sort == "kernel_name" and plan.ops is not None:
+            return _name_ordered_page(req, plan, offset, limit, cols)
     if spec.key and spec.huge:
         inner = (f"SELECT {spec.key} AS _key FROM {_from(spec, joins | order_joins)}{where} "
                  f"ORDER BY {order} LIMIT :_limit OFFSET :_offset")
@@ -299,26 +342,69 @@ def select_sql(req: TableRequest, limit: int | None = None, offset: int = 0,
     return f"SELECT {cols} FROM {_from(spec, all_joins)}{where} ORDER BY {order} LIMIT :_limit OFFSET :_offset", params
 
 
-def _merged_page(req: TableRequest, plan: list[tuple[str, int, int]], params: dict, cols: str) -> tuple[str, dict]:
-    """A page of a kernel-name search sorted by a column that a (name_key, column) index orders: one arm per
-    matching name, each walking its name's index range already in the sort's order, merged by SQLite's ordered
-    compound SELECT up to the page (reading offset + limit index entries, none of the other names' rows)."""
+def _empty_page(spec: TableSpec, cols: str) -> tuple[str, dict]:
+    return f"SELECT {cols} FROM {_from(spec, set(spec.joins))} WHERE 0", {}
+
+
+def _op_term(plan: KernelPlan, params: dict) -> str:
+    """The rows launched beneath the plan's op names (the Op Name column's own filter), or nothing."""
+    if plan.ops is None:
+        return ""
+    params["_ops"] = json.dumps(plan.ops)
+    assert KERNEL_OP_NAME is not None and KERNEL_OP_NAME.in_sql is not None
+    return " AND " + KERNEL_OP_NAME.in_sql.replace(":p", ":_ops")
+
+
+def _outer(req: TableRequest, inner: str, cols: str) -> str:
+    spec = req.spec
+    order, _ = order_clause(req)
+    outer_joins = " ".join(spec.joins[j] for j in sorted(spec.joins))
+    return (f"SELECT {cols} FROM ({inner}) AS _page JOIN {spec.source} ON {spec.key} = _page._key "
+            f"{outer_joins} ORDER BY {order}")
+
+
+def _merged_page(req: TableRequest, plan: KernelPlan, params: dict, cols: str) -> tuple[str, dict]:
+    """A page of a name search sorted by a column that a (name_key, column) index orders: one arm per matching
+    kernel name, each walking its name's index range already in the sort's order, merged by SQLite's ordered
+    compound SELECT up to the page (offset + limit index entries, times ``walk`` for an op's rows)."""
     spec = req.spec
     assert spec.key is not None  # the caller checked: the page is found by its rows' keys
-    order, _ = order_clause(req)
+    if not plan.arms:
+        return _empty_page(spec, cols)
     exprs = order_exprs(req)
     direction = "DESC" if req.desc else "ASC"
-    keyed = {f"_nk{i}": key for i, (_, _, key) in enumerate(plan)}
-    if not keyed:
-        return f"SELECT {cols} FROM {_from(spec, set(spec.joins))} WHERE 0", {}
+    out = {"_limit": params["_limit"], "_offset": params["_offset"]}
+    op_term = _op_term(plan, out)
     select = ", ".join(f"{e} AS _s{i}" for i, e in enumerate(exprs))
-    arms = " UNION ALL ".join(f"SELECT {select} FROM {spec.source} WHERE k.name_key = :{p}" for p in keyed)
+    arms = []
+    for i, (_, key, _) in enumerate(plan.arms):
+        out[f"_nk{i}"] = key
+        arms.append(f"SELECT {select} FROM {spec.source} WHERE k.name_key = :_nk{i}{op_term}")
     by = ", ".join(f"{i + 1} {direction}" for i in range(len(exprs)))
-    inner = f"SELECT _s{exprs.index(spec.key)} AS _key FROM ({arms} ORDER BY {by} LIMIT :_limit OFFSET :_offset)"
-    outer_joins = " ".join(spec.joins[j] for j in sorted(spec.joins))
-    sql = (f"SELECT {cols} FROM ({inner}) AS _page JOIN {spec.source} ON {spec.key} = _page._key "
-           f"{outer_joins} ORDER BY {order}")
-    return sql, {"_limit": params["_limit"], "_offset": params["_offset"], **keyed}
+    inner = (f"SELECT _s{exprs.index(spec.key)} AS _key FROM ({' UNION ALL '.join(arms)} ORDER BY {by} "
+             "LIMIT :_limit OFFSET :_offset)")
+    return _outer(req, inner, cols), out
+
+
+def _name_ordered_page(req: TableRequest, plan: KernelPlan, offset: int, limit: int, cols: str) -> tuple[str, dict]:
+    """A page of an Op Name search sorted by kernel name: the names' row counts (from the index) say which
+    names hold the page's rows and from where; each such name's rows come in id order from its name_key index."""
+    spec = req.spec
+    arms = plan.arms[::-1] if req.desc else plan.arms
+    direction = "DESC" if req.desc else "ASC"
+    params: dict = {}
+    op_term = _op_term(plan, params)
+    parts, start = [], 0
+    for i, (_, key, n) in enumerate(arms):
+        lo, hi = max(offset - start, 0), min(offset + limit - start, n)
+        if lo < hi:
+            params.update({f"_nk{i}": key, f"_l{i}": hi - lo, f"_o{i}": lo})
+            parts.append(f"SELECT _key FROM (SELECT {spec.key} AS _key FROM {spec.source} WHERE k.name_key = :_nk{i}"
+                         f"{op_term} ORDER BY {spec.key} {direction} LIMIT :_l{i} OFFSET :_o{i})")
+        start += n
+    if not parts:
+        return _empty_page(spec, cols)
+    return _outer(req, " UNION ALL ".join(parts), cols), params
 
 
 def count_sql(req: TableRequest, db: ProfileDB | None = None) -> tuple[str, dict]:
@@ -361,9 +447,9 @@ def count_rows(db: ProfileDB, req: TableRequest, limit_ms: float | None = None) 
     background and cached, so the next page (or the same page reloaded) shows it."""
     if limit_ms is None:
         limit_ms = HUGE_COUNT_LIMIT_MS if req.spec.huge else COUNT_LIMIT_MS
-    plan = kernel_name_plan(db, req)
+    plan = kernel_search_plan(db, req)
     if plan is not None:
-        return sum(kernels for _, kernels, _ in plan)  # the index holds each name's kernels
+        return plan.count  # the index holds each name's kernels (beneath each op)
     sql, params = count_sql(req, db)
     if req.spec.huge and sql == f"SELECT COUNT(*) FROM {req.spec.source}":
         return table_rows(db, req.spec)
