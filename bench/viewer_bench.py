@@ -58,11 +58,11 @@ def build(source: Path, target: Path, kernels: int) -> int:
         conn.execute(sql)
     conn.commit()
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'search_names'").fetchone():
-        from dlscope.store.writer import AGG_NAMES, OP_KERNEL_PAIRS, RAW_NAMES, index_names
+        from dlscope.store.writer import AGG_NAMES, KERNEL_PAIRS, RAW_NAMES, index_names
         conn.execute("DELETE FROM search_names")  # the names' kernel counts grew with the copies
         index_names(conn, {**RAW_NAMES, **AGG_NAMES}, renumber=True)
-        conn.execute("DELETE FROM search_op_kernels")
-        conn.execute(f"INSERT INTO search_op_kernels {OP_KERNEL_PAIRS}")
+        conn.execute("DELETE FROM search_kernel_pairs")
+        conn.execute(f"INSERT INTO search_kernel_pairs {KERNEL_PAIRS}")
         conn.commit()
     total = conn.execute("SELECT COUNT(*) FROM kernels").fetchone()[0]
     conn.close()

@@ -51,27 +51,27 @@ def old_db_path(db_path, tmp_path_factory):
     path = tmp_path_factory.mktemp("old") / "old.sqlite"
     shutil.copy(db_path, path)
     conn = sqlite3.connect(path)
-    conn.executescript("DROP TABLE search_names_trigram; DROP TABLE search_names;")
-    for (index,) in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'kernels_name_key%'").fetchall():
+    conn.executescript("DROP TABLE search_names_trigram; DROP TABLE search_names; DROP TABLE search_kernel_pairs;")
+    for (index,) in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'kernels_search_key%'").fetchall():
         conn.execute(f"DROP INDEX {index}")
-    conn.execute("ALTER TABLE kernels DROP COLUMN name_key")
+    conn.execute("ALTER TABLE kernels DROP COLUMN search_key")
     conn.commit()
     conn.close()
     return path
 
 
-@pytest.fixture(scope="module", params=["indexed", "indexed, op names by WHERE", "older database"])
+@pytest.fixture(scope="module", params=["indexed", "indexed, searches by WHERE", "older database"])
 def served(request, db_path, old_db_path):
-    """The viewer on the indexed database, on it with Op Name searches left to the WHERE clause (as when their
-    kernel names' ranges would be walked too far), and on the older database."""
+    """The viewer on the indexed database, on it with every search left to the WHERE clause (as when it matches
+    more pairs than one merge takes), and on the older database."""
     path = old_db_path if request.param == "older database" else db_path
-    walk = query.MAX_WALK
-    query.MAX_WALK = 0 if request.param == "indexed, op names by WHERE" else walk
+    pairs = query.MERGE_PAIRS
+    query.MERGE_PAIRS = -1 if request.param == "indexed, searches by WHERE" else pairs
     try:
         with TestClient(create_app([path]), base_url="http://127.0.0.1:8000") as client:
             yield request.param.split(",")[0], path, client
     finally:
-        query.MAX_WALK = walk
+        query.MERGE_PAIRS = pairs
 
 
 def _rows(path, query, params=()):
@@ -193,6 +193,8 @@ def test_aggregated_table_searches_find_what_a_pass_over_their_rows_finds(served
 
 
 def test_the_index_holds_every_distinct_name_once_with_its_kernels(db_path):
+    """search_names: each kernel name once, lower-cased, with its kernels; search_kernel_pairs: each (kernel name,
+    outermost op name) pair of the raw rows once with its kernels, under the one search_key its rows carry."""
     raw = _raw_kernels(db_path)
     stored = {r["name"]: r for r in _rows(db_path, "SELECT * FROM search_names WHERE source = 'kernels.name'")}
     counts: dict = {}
@@ -200,15 +202,15 @@ def test_the_index_holds_every_distinct_name_once_with_its_kernels(db_path):
         counts[r["name"]] = counts.get(r["name"], 0) + 1
     assert {n: s["kernels"] for n, s in stored.items()} == counts
     assert all(s["folded"] == n.lower() for n, s in stored.items())
-    assert len({s["name_key"] for s in stored.values()}) == len(stored)
-    keys = {(r[0], r[1]) for r in _rows_t(db_path, "SELECT name, name_key FROM kernels")}
-    assert keys == {(n, s["name_key"]) for n, s in stored.items()}
     pairs: dict = {}
     for r in raw:
-        if r["op_name"] is not None:
-            pair = (r["op_name"], stored[r["name"]]["name_key"])
-            pairs[pair] = pairs.get(pair, 0) + 1
-    assert dict(((a, b), c) for a, b, c in _rows_t(db_path, "SELECT * FROM search_op_kernels")) == pairs
+        pairs[(r["name"], r["op_name"])] = pairs.get((r["name"], r["op_name"]), 0) + 1
+    rows = _rows(db_path, "SELECT * FROM search_kernel_pairs")
+    assert {(r["kernel_name"], r["op_name"]): r["kernels"] for r in rows} == pairs
+    keys = {(a, b, c) for a, b, c in _rows_t(db_path, "SELECT k.name, n.name, k.search_key FROM kernels k LEFT JOIN "
+                                                      "op_instances i ON i.op_id = k.root_op_id LEFT JOIN op_nodes n "
+                                                      "ON n.node_id = i.node_id")}
+    assert keys == {(r["kernel_name"], r["op_name"], r["search_key"]) for r in rows}
 
 
 def _rows_t(path, query):

@@ -267,41 +267,40 @@ CREATE INDEX IF NOT EXISTS collectives_match ON collectives (collective, call_in
 #: aggregation), only where SQLite has FTS5's trigram tokenizer; a database without them is searched by name
 #: lists read from the rows (older databases).
 SEARCH_DDL = """
--- kernels.name_key: a 64-bit hash of the kernel's name (``store.writer.name_keys``), so that an index per sorted
--- column can lead with the name in 8 bytes: a name search sorted by any column merges each matching name's
--- index range and reads only the rows it shows.
-ALTER TABLE kernels ADD COLUMN name_key INTEGER;
+-- kernels.search_key: a 64-bit hash of the kernel's name and the name of the outermost op it was launched beneath
+-- (``store.writer.search_keys``), so that an index per sorted column can lead with both names in 8 bytes: a kernel
+-- or op name search sorted by any such column merges the matching pairs' index ranges and reads only its page.
+ALTER TABLE kernels ADD COLUMN search_key INTEGER;
 
 -- Every distinct value of a searched name column once: source names the column ('kernels.name', 'ops.name' for
 -- the outermost ops' names, 'op_nodes.op_type', 'agg_ops.op_name', ...), folded the name in lower case
--- (Python's str.lower, every alphabet), kernels the kernels of that name (kernels.name) or launched under the
--- outermost calls of that op name (ops.name), else NULL, name_key the kernels' name_key of a kernel name.
--- A search reads the matching names here, never the rows.
+-- (Python's str.lower, every alphabet), kernels the kernels of that name (kernels.name) or launched beneath the
+-- outermost calls of that op name (ops.name), else NULL. A search reads the matching names here, never the rows.
 CREATE TABLE IF NOT EXISTS search_names (
     name_id INTEGER PRIMARY KEY, source TEXT NOT NULL, name TEXT NOT NULL, folded TEXT NOT NULL, kernels INTEGER,
-    name_key INTEGER, UNIQUE (source, name)
+    UNIQUE (source, name)
 );
 -- SQLite FTS5 index of search_names.folded by trigrams (case_sensitive 1: folded is already lower case): the names
 -- containing any text of 3 characters or more are a phrase query away.
 CREATE VIRTUAL TABLE IF NOT EXISTS search_names_trigram USING fts5(
     folded, content='search_names', content_rowid='name_id', tokenize='trigram case_sensitive 1'
 );
--- Per outermost op name and kernel name_key: the kernels of that name launched beneath calls of that op. An Op
--- Name search over all kernels becomes the kernel names its ops launched, each name's rows checked for the op.
-CREATE TABLE IF NOT EXISTS search_op_kernels (
-    op_name TEXT NOT NULL, name_key INTEGER NOT NULL, kernels INTEGER NOT NULL, PRIMARY KEY (op_name, name_key)
+-- Per (kernel name, outermost op name) pair of the kernels (NULL: none) its search_key and kernels: a search by
+-- kernel name, op name or both is the union of the pairs whose names match, each a range of the search_key indexes.
+CREATE TABLE IF NOT EXISTS search_kernel_pairs (
+    search_key INTEGER PRIMARY KEY, kernel_name TEXT, op_name TEXT, kernels INTEGER NOT NULL
 );
 """
 
-#: A kernel-name search sorted by any column that sorts all kernels: each matching name's range of one of these
-#: indexes is already in the sort's order (built with the other indexes where kernels has name_key).
+#: A kernel or op name search sorted by any column that sorts all kernels: each matching pair's range of one of
+#: these indexes is already in the sort's order (built with the other indexes where kernels has search_key).
 SEARCH_INDEXES = """
-CREATE INDEX kernels_name_key ON kernels (name_key);
-CREATE INDEX kernels_name_key_dur ON kernels (name_key, dur);
-CREATE INDEX kernels_name_key_start ON kernels (name_key, start);
-CREATE INDEX kernels_name_key_device ON kernels (name_key, device, start);
-CREATE INDEX kernels_name_key_iteration ON kernels (name_key, rank, iteration, start);
-CREATE INDEX kernels_name_key_op ON kernels (name_key, op_id);
+CREATE INDEX kernels_search_key ON kernels (search_key);
+CREATE INDEX kernels_search_key_dur ON kernels (search_key, dur);
+CREATE INDEX kernels_search_key_start ON kernels (search_key, start);
+CREATE INDEX kernels_search_key_device ON kernels (search_key, device, start);
+CREATE INDEX kernels_search_key_iteration ON kernels (search_key, rank, iteration, start);
+CREATE INDEX kernels_search_key_op ON kernels (search_key, op_id);
 """
 
 #: Nsight Compute counters of kernels (only when a CSV was imported).

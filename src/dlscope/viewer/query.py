@@ -16,9 +16,7 @@ from dataclasses import dataclass
 
 from dlscope.viewer.params import BadParameter, TableRequest
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
-from dlscope.viewer.tables import KERNELS, TableSpec
-
-KERNEL_OP_NAME = KERNELS.column("op_name")
+from dlscope.viewer.tables import TableSpec
 
 ROW_LIMIT_MS = 2000
 COUNT_LIMIT_MS = 400
@@ -54,14 +52,11 @@ def matching(db: ProfileDB, sql: str, needle: str) -> tuple[list[str], float]:
     return [v for v, _ in found], (sum(c or 0 for _, c in found) / total if total else 0.0)
 
 
-#: A kernel-name search is answered by merging each matching name's range of a (name_key, sort column) index when
-#: it matches at most this many names (SQLite's compound SELECT allows 500 arms).
-MERGE_NAMES = 200
-#: Sorts of the kernels table that a (name_key, ...) index serves, in the sort's own order (then kernel_id).
+#: A kernel or op name search is answered by merging each matching (kernel name, op name) pair's range of a
+#: (search_key, sort column) index when it matches at most this many pairs (SQLite's compound SELECT allows 500).
+MERGE_PAIRS = 400
+#: Sorts of the kernels table that a (search_key, ...) index serves, in the sort's own order (then kernel_id).
 KEY_SORTS = {"dur", "start", "device", "iteration", "op_id", "kernel_id"}
-#: An Op Name search walks its kernel names' index ranges checking each row's op: taken when the page needs at
-#: most this many index entries (rows read), else the WHERE clause answers it.
-MAX_WALK = 100_000
 
 
 def name_index(db: ProfileDB) -> set[str]:
@@ -73,8 +68,8 @@ def name_index(db: ProfileDB) -> set[str]:
     return db.counts[key]
 
 
-def find_names(db: ProfileDB, source: str, needle: str) -> list[tuple[str, int | None, int | None]]:
-    """(name, kernels, name_key) of the names of ``source`` containing ``needle``, ignoring case (Python's
+def find_names(db: ProfileDB, source: str, needle: str) -> list[tuple[str, int | None]]:
+    """(name, kernels) of the names of ``source`` containing ``needle``, ignoring case (Python's
     str.lower, as the index folds them): a phrase query of the trigram index for 3 characters or more, else a
     scan of the distinct names (thousands at most, never the rows)."""
     folded = needle.lower()
@@ -83,15 +78,15 @@ def find_names(db: ProfileDB, source: str, needle: str) -> list[tuple[str, int |
     if found is not None:
         return found
     if len(folded) >= 3:
-        rows = db.execute("SELECT s.name, s.folded, s.kernels, s.name_key FROM search_names_trigram t "
+        rows = db.execute("SELECT s.name, s.folded, s.kernels FROM search_names_trigram t "
                           "JOIN search_names s ON s.name_id = t.rowid "
                           "WHERE search_names_trigram MATCH :phrase AND s.source = :source",
                           {"phrase": '"' + folded.replace('"', '""') + '"', "source": source}, 10_000)
     else:
-        rows = db.execute("SELECT name, folded, kernels, name_key FROM search_names "
+        rows = db.execute("SELECT name, folded, kernels FROM search_names "
                           "WHERE source = :source AND instr(folded, :needle) > 0",
                           {"source": source, "needle": folded}, 10_000)
-    found = sorted((name, kernels, key) for name, text, kernels, key in rows if folded in text)
+    found = sorted((name, kernels) for name, text, kernels in rows if folded in text)
     NAME_MATCHES.put(cache_key, found)
     return found
 
@@ -102,17 +97,6 @@ def name_total(db: ProfileDB, source: str) -> int:
     if key not in db.counts:
         db.counts[key] = db.execute_one("SELECT COALESCE(SUM(kernels), 0) FROM search_names WHERE source = ?",
                                         (source,), 10_000)[0]
-    return db.counts[key]
-
-
-def keys_distinct(db: ProfileDB) -> bool:
-    """Whether every kernel name has its own name_key (a 64-bit hash: a clash is all but impossible, but then the
-    keys cannot stand for the names)."""
-    key = ("keys_distinct",)
-    if key not in db.counts:
-        db.counts[key] = bool(db.execute_one(
-            "SELECT COUNT(*) = COUNT(DISTINCT name_key) AND COUNT(*) = COUNT(name_key) FROM search_names "
-            "WHERE source = 'kernels.name'", (), 10_000)[0])
     return db.counts[key]
 
 
@@ -205,62 +189,51 @@ def where_clause(req: TableRequest, db: ProfileDB | None = None,
 
 @dataclass
 class KernelPlan:
-    """A kernels-table search answered name by name: the matching kernel names in name order as (name, name_key,
-    rows they hold), ``ops`` the op names the rows must launch beneath (an Op Name search) or None, ``count``
-    the rows in all, ``walk`` index entries read per row found (1 without ops; for ops, the names' kernels over
-    those beneath the ops)."""
-    arms: list[tuple[str, int, int]]
-    ops: list[str] | None
+    """A kernels-table search answered by (kernel name, outermost op name) pairs: the matching pairs as (kernel
+    name, search_key, rows they hold) in kernel-name order (no name first), and the rows in all."""
+    arms: list[tuple[str | None, int, int]]
     count: int
-    walk: float = 1.0
 
 
-def kernel_names_by_key(db: ProfileDB) -> dict[int, tuple[str, int]]:
-    """name_key -> (kernel name, kernels) from the name index (thousands of names)."""
-    key = ("kernel_names_by_key",)
+def kernel_pairs(db: ProfileDB) -> list[tuple[int, str | None, str | None, int]]:
+    """The database's (search_key, kernel name, op name, kernels) pairs (thousands), or [] without them."""
+    key = ("kernel_pairs",)
     if key not in db.counts:
-        db.counts[key] = {h: (n, k or 0) for n, k, h in db.execute(
-            "SELECT name, kernels, name_key FROM search_names WHERE source = 'kernels.name' AND name_key IS NOT NULL",
-            (), 10_000)}
+        db.counts[key] = (db.execute("SELECT search_key, kernel_name, op_name, kernels FROM search_kernel_pairs",
+                                     (), 10_000) if db.has("search_kernel_pairs") else [])
     return db.counts[key]
 
 
 def kernel_search_plan(db: ProfileDB | None, req: TableRequest) -> KernelPlan | None:
-    """For a search of the kernels table by kernel name (a Kernel Name filter, a global search no op name
-    matches) and/or by op name (an Op Name filter), with no scope and no other filter: the kernel names whose
-    rows answer it (see KernelPlan). None when the request is anything else or the database lacks the name
-    keys (then the WHERE clause answers it)."""
+    """For a search of the kernels table by kernel name and/or op name (their column filters, the global search)
+    with no scope and no other filter: the pairs whose names match (see KernelPlan). None when the request is
+    anything else or the database has no pairs (then the WHERE clause answers it)."""
     spec = req.spec
     if (db is None or not spec.huge or req.scope or not (req.filters or req.q)
             or set(req.filters) - {"kernel_name", "op_name"} or spec.column("kernel_name") is None
-            or any(op != "contains" for op, _ in req.filters.values())):
+            or any(op != "contains" for op, _ in req.filters.values())
+            or not {"kernels.name", "ops.name"} <= name_index(db)):
         return None
-    if "kernels.name" not in name_index(db) or not keys_distinct(db):
+    pairs = kernel_pairs(db)
+    if not pairs:
         return None
-    texts = [req.filters["kernel_name"][1]] if "kernel_name" in req.filters else []
-    if req.q:
-        for c in searched_columns(spec):
-            if c.name != "kernel_name" and (not c.names or c.names not in name_index(db)
-                                            or find_names(db, c.names, req.q)):
-                return None  # an op name matches too: the rows are not a union of kernel names
-        texts.append(req.q)
-    by_key = kernel_names_by_key(db)
-    rows = {key: kernels for key, (_, kernels) in by_key.items()}
-    for text in texts:
-        keep = {f[2] for f in find_names(db, "kernels.name", text)}
-        rows = {key: n for key, n in rows.items() if key in keep}
-    ops = None
+
+    def names(source: str, text: str) -> set[str]:
+        return {f[0] for f in find_names(db, source, text)}
+
+    tests = []
+    if "kernel_name" in req.filters:
+        kernel_names = names("kernels.name", req.filters["kernel_name"][1])
+        tests.append(lambda k, o: k in kernel_names)
     if "op_name" in req.filters:
-        if "ops.name" not in name_index(db) or not db.has("search_op_kernels"):
-            return None
-        ops = [f[0] for f in find_names(db, "ops.name", req.filters["op_name"][1])]
-        pairs = dict(db.execute("SELECT name_key, SUM(kernels) FROM search_op_kernels WHERE op_name IN "
-                                "(SELECT value FROM json_each(?)) GROUP BY name_key", (json.dumps(ops),), 10_000))
-        rows = {key: pairs[key] for key in rows if key in pairs}
-    arms = sorted((by_key[key][0], key, n) for key, n in rows.items() if n)
-    count = sum(n for _, _, n in arms)
-    walk = sum(by_key[key][1] for _, key, _ in arms) / count if ops is not None and count else 1.0
-    return KernelPlan(arms, ops, count, walk)
+        op_names = names("ops.name", req.filters["op_name"][1])
+        tests.append(lambda k, o: o in op_names)
+    if req.q:
+        q_kernels, q_ops = names("kernels.name", req.q), names("ops.name", req.q)
+        tests.append(lambda k, o: k in q_kernels or o in q_ops)
+    arms = sorted(((k, key, n) for key, k, o, n in pairs if all(t(k, o) for t in tests)),
+                  key=lambda a: (a[0] is not None, a[0] or "", a[1]))
+    return KernelPlan(arms, sum(n for _, _, n in arms))
 
 
 def searched_columns(spec: TableSpec) -> list:
@@ -326,11 +299,10 @@ def select_sql(req: TableRequest, limit: int | None = None, offset: int = 0,
         return f"SELECT {cols} FROM {_from(spec, all_joins)}{where} ORDER BY {order}", params
     params = {**params, "_limit": limit, "_offset": offset}
     plan = kernel_search_plan(db, req)
-    if (plan is not None and spec.key and len(plan.arms) <= MERGE_NAMES
-            and (plan.ops is None or (offset + limit) * plan.walk <= MAX_WALK)):
+    if plan is not None and spec.key and len(plan.arms) <= MERGE_PAIRS:
         if req.sort in KEY_SORTS:
             return _merged_page(req, plan, params, cols)
-        if req.sort == "kernel_name" and plan.ops is not None:
+        if req.sort == "kernel_name":
             return _name_ordered_page(req, plan, offset, limit, cols)
     if spec.key and spec.huge:
         inner = (f"SELECT {spec.key} AS _key FROM {_from(spec, joins | order_joins)}{where} "
@@ -346,15 +318,6 @@ def _empty_page(spec: TableSpec, cols: str) -> tuple[str, dict]:
     return f"SELECT {cols} FROM {_from(spec, set(spec.joins))} WHERE 0", {}
 
 
-def _op_term(plan: KernelPlan, params: dict) -> str:
-    """The rows launched beneath the plan's op names (the Op Name column's own filter), or nothing."""
-    if plan.ops is None:
-        return ""
-    params["_ops"] = json.dumps(plan.ops)
-    assert KERNEL_OP_NAME is not None and KERNEL_OP_NAME.in_sql is not None
-    return " AND " + KERNEL_OP_NAME.in_sql.replace(":p", ":_ops")
-
-
 def _outer(req: TableRequest, inner: str, cols: str) -> str:
     spec = req.spec
     order, _ = order_clause(req)
@@ -363,44 +326,54 @@ def _outer(req: TableRequest, inner: str, cols: str) -> str:
             f"{outer_joins} ORDER BY {order}")
 
 
-def _merged_page(req: TableRequest, plan: KernelPlan, params: dict, cols: str) -> tuple[str, dict]:
-    """A page of a name search sorted by a column that a (name_key, column) index orders: one arm per matching
-    kernel name, each walking its name's index range already in the sort's order, merged by SQLite's ordered
-    compound SELECT up to the page (offset + limit index entries, times ``walk`` for an op's rows)."""
+def _merge(req: TableRequest, keys: list[int], exprs: list[str], params: dict, limit: str, offset: str) -> str:
+    """Row keys of the given search_keys' rows in the order of ``exprs``: one arm per key, each a range of a
+    (search_key, ...) index already in that order, merged by SQLite's ordered compound SELECT (it reads offset +
+    limit index entries)."""
     spec = req.spec
     assert spec.key is not None  # the caller checked: the page is found by its rows' keys
-    if not plan.arms:
-        return _empty_page(spec, cols)
-    exprs = order_exprs(req)
     direction = "DESC" if req.desc else "ASC"
-    out = {"_limit": params["_limit"], "_offset": params["_offset"]}
-    op_term = _op_term(plan, out)
     select = ", ".join(f"{e} AS _s{i}" for i, e in enumerate(exprs))
     arms = []
-    for i, (_, key, _) in enumerate(plan.arms):
-        out[f"_nk{i}"] = key
-        arms.append(f"SELECT {select} FROM {spec.source} WHERE k.name_key = :_nk{i}{op_term}")
+    for key in keys:
+        name = f"_sk{len(params)}"
+        params[name] = key
+        arms.append(f"SELECT {select} FROM {spec.source} WHERE k.search_key = :{name}")
     by = ", ".join(f"{i + 1} {direction}" for i in range(len(exprs)))
-    inner = (f"SELECT _s{exprs.index(spec.key)} AS _key FROM ({' UNION ALL '.join(arms)} ORDER BY {by} "
-             "LIMIT :_limit OFFSET :_offset)")
+    return (f"SELECT _s{exprs.index(spec.key)} AS _key FROM ({' UNION ALL '.join(arms)} ORDER BY {by} "
+            f"LIMIT :{limit} OFFSET :{offset})")
+
+
+def _merged_page(req: TableRequest, plan: KernelPlan, params: dict, cols: str) -> tuple[str, dict]:
+    """A page of a name search sorted by a column that a (search_key, column) index orders: the matching pairs'
+    ranges merged up to the page, reading none of the other rows."""
+    if not plan.arms:
+        return _empty_page(req.spec, cols)
+    out = {"_limit": params["_limit"], "_offset": params["_offset"]}
+    inner = _merge(req, [key for _, key, _ in plan.arms], order_exprs(req), out, "_limit", "_offset")
     return _outer(req, inner, cols), out
 
 
 def _name_ordered_page(req: TableRequest, plan: KernelPlan, offset: int, limit: int, cols: str) -> tuple[str, dict]:
-    """A page of an Op Name search sorted by kernel name: the names' row counts (from the index) say which
-    names hold the page's rows and from where; each such name's rows come in id order from its name_key index."""
+    """A page of a name search sorted by kernel name: the pairs' row counts (from the index) say which kernel
+    names hold the page's rows and from where; each such name's pairs are merged in kernel id order."""
     spec = req.spec
-    arms = plan.arms[::-1] if req.desc else plan.arms
-    direction = "DESC" if req.desc else "ASC"
+    assert spec.key is not None
+    groups: dict = {}
+    for name, key, n in plan.arms:
+        groups.setdefault(name, ([], [0]))
+        groups[name][0].append(key)
+        groups[name][1][0] += n
+    ordered = list(groups.values())[::-1] if req.desc else list(groups.values())
     params: dict = {}
-    op_term = _op_term(plan, params)
-    parts, start = [], 0
-    for i, (_, key, n) in enumerate(arms):
+    parts: list[str] = []
+    start = 0
+    for keys, (n,) in ordered:
         lo, hi = max(offset - start, 0), min(offset + limit - start, n)
         if lo < hi:
-            params.update({f"_nk{i}": key, f"_l{i}": hi - lo, f"_o{i}": lo})
-            parts.append(f"SELECT _key FROM (SELECT {spec.key} AS _key FROM {spec.source} WHERE k.name_key = :_nk{i}"
-                         f"{op_term} ORDER BY {spec.key} {direction} LIMIT :_l{i} OFFSET :_o{i})")
+            i = len(parts)
+            params.update({f"_l{i}": hi - lo, f"_o{i}": lo})
+            parts.append(f"SELECT _key FROM ({_merge(req, keys, [spec.key], params, f'_l{i}', f'_o{i}')})")
         start += n
     if not parts:
         return _empty_page(spec, cols)
@@ -449,7 +422,7 @@ def count_rows(db: ProfileDB, req: TableRequest, limit_ms: float | None = None) 
         limit_ms = HUGE_COUNT_LIMIT_MS if req.spec.huge else COUNT_LIMIT_MS
     plan = kernel_search_plan(db, req)
     if plan is not None:
-        return plan.count  # the index holds each name's kernels (beneath each op)
+        return plan.count  # the index holds each (kernel name, op name) pair's kernels
     sql, params = count_sql(req, db)
     if req.spec.huge and sql == f"SELECT COUNT(*) FROM {req.spec.source}":
         return table_rows(db, req.spec)
