@@ -12,7 +12,7 @@ import json
 import re
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlscope.viewer.params import BadParameter, TableRequest
 from dlscope.viewer.profile_db import ProfileDB, QueryTimeout
@@ -346,17 +346,24 @@ def _merge(req: TableRequest, keys: list[int], exprs: list[str], params: dict, l
 
 def _merged_page(req: TableRequest, plan: KernelPlan, params: dict, cols: str) -> tuple[str, dict]:
     """A page of a name search sorted by a column that a (search_key, column) index orders: the matching pairs'
-    ranges merged up to the page, reading none of the other rows."""
+    ranges merged up to the page, reading none of the other rows. A page past the middle is read from the other
+    end (the pairs' counts give the total), so the entries read are at most half the matches."""
     if not plan.arms:
         return _empty_page(req.spec, cols)
-    out = {"_limit": params["_limit"], "_offset": params["_offset"]}
+    page_req = req  # the page's own order, whichever end it is read from
+    offset, limit = params["_offset"], params["_limit"]
+    if offset > plan.count // 2:
+        lo = max(plan.count - offset - limit, 0)
+        offset, limit, req = lo, max(plan.count - offset - lo, 0), replace(req, desc=not req.desc)
+    out = {"_limit": limit, "_offset": offset}
     inner = _merge(req, [key for _, key, _ in plan.arms], order_exprs(req), out, "_limit", "_offset")
-    return _outer(req, inner, cols), out
+    return _outer(page_req, inner, cols), out
 
 
 def _name_ordered_page(req: TableRequest, plan: KernelPlan, offset: int, limit: int, cols: str) -> tuple[str, dict]:
     """A page of a name search sorted by kernel name: the pairs' row counts (from the index) say which kernel
-    names hold the page's rows and from where; each such name's pairs are merged in kernel id order."""
+    names hold the page's rows and from where; each such name's pairs are merged in kernel id order (from the
+    name's other end past its middle)."""
     spec = req.spec
     assert spec.key is not None
     groups: dict = {}
@@ -372,8 +379,9 @@ def _name_ordered_page(req: TableRequest, plan: KernelPlan, offset: int, limit: 
         lo, hi = max(offset - start, 0), min(offset + limit - start, n)
         if lo < hi:
             i = len(parts)
-            params.update({f"_l{i}": hi - lo, f"_o{i}": lo})
-            parts.append(f"SELECT _key FROM ({_merge(req, keys, [spec.key], params, f'_l{i}', f'_o{i}')})")
+            part = req if lo <= n // 2 else replace(req, desc=not req.desc)
+            params.update({f"_l{i}": hi - lo, f"_o{i}": lo if part is req else n - hi})
+            parts.append(f"SELECT _key FROM ({_merge(part, keys, [spec.key], params, f'_l{i}', f'_o{i}')})")
         start += n
     if not parts:
         return _empty_page(spec, cols)
