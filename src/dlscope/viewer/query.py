@@ -44,7 +44,7 @@ def distinct_values(db: ProfileDB, sql: str) -> dict[str, int]:
 
 
 def matching(db: ProfileDB, sql: str, needle: str) -> tuple[list[str], float]:
-    """Values containing ``needle`` (case-insensitive for ASCII, like SQL LIKE) and the share of rows they hold."""
+    """Values containing ``needle`` (ignoring case: str.lower, as the name index does) and their share of rows."""
     n = needle.lower()
     values = distinct_values(db, sql)
     found = [(v, c) for v, c in values.items() if n in v.lower()]
