@@ -4,6 +4,7 @@ memory with and without --max-memory. Writes figures as JSON lines to stdout; se
     python bench/distributed_bench.py job  [--copies 8] [--hta /tmp/hta-venv/bin/python]
     python bench/distributed_bench.py big  [--repeat 60] [--max-memory 8GB,4GB]
     python bench/distributed_bench.py bigjob [--ranks 4] [--repeat 20] [--max-memory 3GB]
+    python bench/distributed_bench.py scaling [--copies 8] [--repeat 3]   # parallel efficiency, markdown table
 
 The job is built from the 8 real rank traces of ../shared/data/kineto/param_dlrm_8rank_v100: copy k of
 rank r becomes rank 8k+r, its timestamps shifted by k ms, its ids (External id, correlation, Ev Idx)
@@ -176,6 +177,76 @@ def bench_bigjob(args) -> None:
     os.unlink(db)
 
 
+#: (label, N, --workers, scheduler): local worker processes, then a Dask LocalCluster of N processes
+SCALING = (("local, 1 process (`--workers 1`)", 1, 1, ""), ("local, `--workers 2`", 2, 2, ""),
+           ("Dask LocalCluster, 1 process", 1, 1, "local"), ("Dask LocalCluster, 2 processes", 2, 2, "local"),
+           ("Dask LocalCluster, 4 processes", 4, 4, "local"))
+#: columns that say when or how a database was written, not what it holds
+VOLATILE = {"created_at", "run_id"}
+
+
+def database_digest(db: Path) -> dict[str, str]:
+    """Per table, a digest of its rows in a fixed order (VOLATILE columns and dlscope_meta's created_at and
+    extra_json left out): two imports of one job hold the same data when their digests are equal."""
+    import hashlib
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        out = {}
+        tables = [r[0] for r in conn.execute(  # an FTS5 index's storage follows from search_names
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'search_names_trigram%' "
+            "ORDER BY name")]
+        for table in tables:
+            cols = [f'"{r[1]}"' for r in conn.execute(f'PRAGMA table_info("{table}")') if r[1] not in VOLATILE]
+            where = " WHERE key NOT IN ('created_at', 'extra_json')" if table == "dlscope_meta" else ""
+            digest = hashlib.sha256()
+            for row in conn.execute(f'SELECT {", ".join(cols)} FROM "{table}"{where} ORDER BY {", ".join(cols)}'):
+                digest.update(repr(row).encode())
+            out[table] = digest.hexdigest()
+        return out
+    finally:
+        conn.close()
+
+
+def bench_scaling(args) -> None:
+    """Parallel efficiency of the job import: wall time of each configuration (median of --repeat runs), the
+    speed-up over the one local process and over the one-process Dask cluster, speed-up / N, and whether every
+    configuration wrote the same database. Prints a markdown table."""
+    import statistics
+
+    folder = make_job(args.copies)
+    tmp = Path(tempfile.mkdtemp())
+    rows, digests = [], {}
+    for label, n, workers, scheduler in SCALING:
+        db = tmp / f"job_{workers}_{scheduler or 'local'}.sqlite"
+        runs = [measured([sys.executable, "-c", IMPORT, str(folder), str(db), str(workers), scheduler, ""])
+                for _ in range(args.repeat)]
+        digests[label] = database_digest(db)
+        wall = statistics.median(r["wall_s"] for r in runs)
+        cpu = statistics.median(r["cpu_s"] for r in runs)
+        rows.append((label, n, wall, cpu, [r["wall_s"] for r in runs]))
+        db.unlink()
+    serial, dask1 = rows[0][2], rows[2][2]
+    same = {label: d == digests[rows[0][0]] for label, d in digests.items()}
+    cores = os.cpu_count()
+    print(f"\n{8 * args.copies}-rank job ({folder}), {args.repeat} runs each, {cores} cores"
+          f"{' (N > cores: oversubscribed)' if any(r[1] > (cores or 1) for r in rows) else ''}, load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end\n")
+    print("| configuration | N | wall s (median) | runs | CPU s | speed-up vs 1 local process | efficiency "
+          "(speed-up / N) | speed-up vs 1 Dask process | Dask efficiency | same database |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---|")
+    for label, n, wall, cpu, walls in rows:
+        dask = f"{dask1 / wall:.2f}× | {dask1 / wall / n:.0%}" if "Dask" in label else "– | –"
+        print(f"| {label} | {n} | {wall:.2f} | {', '.join(f'{w:.2f}' for w in walls)} | {cpu:.1f} | "
+              f"{serial / wall:.2f}× | {serial / wall / n:.0%} | {dask} | {'yes' if same[label] else '**no**'} |")
+    if not all(same.values()):
+        differ = {label: sorted(t for t in d if d[t] != digests[rows[0][0]].get(t)) for label, d in digests.items()
+                  if not same[label]}
+        print(f"\ntables that differ from the one-process import: {differ}")
+        raise SystemExit(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
@@ -189,8 +260,11 @@ def main() -> None:
     bigjob.add_argument("--ranks", type=int, default=4)
     bigjob.add_argument("--repeat", type=int, default=20)
     bigjob.add_argument("--max-memory", default="3GB")
+    scaling = sub.add_parser("scaling")
+    scaling.add_argument("--copies", type=int, default=8)
+    scaling.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    {"job": bench_job, "big": bench_big, "bigjob": bench_bigjob}[args.what](args)
+    {"job": bench_job, "big": bench_big, "bigjob": bench_bigjob, "scaling": bench_scaling}[args.what](args)
 
 
 if __name__ == "__main__":

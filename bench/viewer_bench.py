@@ -57,6 +57,13 @@ def build(source: Path, target: Path, kernels: int) -> int:
     for (sql,) in indexes:
         conn.execute(sql)
     conn.commit()
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'search_names'").fetchone():
+        from dlscope.store.writer import AGG_NAMES, KERNEL_PAIRS, RAW_NAMES, index_names
+        conn.execute("DELETE FROM search_names")  # the names' kernel counts grew with the copies
+        index_names(conn, {**RAW_NAMES, **AGG_NAMES}, renumber=True)
+        conn.execute("DELETE FROM search_kernel_pairs")
+        conn.execute(f"INSERT INTO search_kernel_pairs {KERNEL_PAIRS}")
+        conn.commit()
     total = conn.execute("SELECT COUNT(*) FROM kernels").fetchone()[0]
     conn.close()
     tmp.rename(target)
@@ -133,7 +140,57 @@ def cases(db: Path) -> list[tuple[str, str]]:
     return out
 
 
-def time_requests(base: str, items, repeat: int) -> list[tuple[str, float, float, int]]:
+#: Searches over all kernels: (what, column filter or global search, text). Counts on the 5M-kernel database:
+#: "elementwise" 3.0M rows, "sgemm" 690k, "128x32_nt" 98k (2%), "64x64_tt" 1,295, "add_" (op) 2.0M kernels.
+SEARCHES = (
+    ("kernel name, many rows", "f.kernel_name", "elementwise"),
+    ("kernel name, many rows", "f.kernel_name", "sgemm"),
+    ("kernel name, ~2% of rows", "f.kernel_name", "128x32_nt"),
+    ("kernel name, few rows", "f.kernel_name", "64X64_TT"),
+    ("kernel name, no match", "f.kernel_name", "no-such-kernel-zzz"),
+    ("kernel name, 2 characters", "f.kernel_name", "nt"),
+    ("kernel name, 1 character", "f.kernel_name", "k"),
+    ("kernel name, hostile text", "f.kernel_name", "%_'\"ü"),
+    ("op name, many rows", "f.op_name", "add_"),
+    ("op name, few rows", "f.op_name", "ones_like"),
+    ("op name, 2 characters", "f.op_name", "_l"),
+    ("global, many rows", "q", "gemm"),
+    ("global, few rows", "q", "magma"),
+    ("global, no match", "q", "no-such-name-zzz"),
+    ("global, 2 characters", "q", "sg"),
+)
+
+
+def search_cases(db: Path) -> list[tuple[str, str]]:
+    """(label, URL) of searches that match many rows, few, none, and short texts, at the first page and at page
+    1,000, sorted by every column that sorts all kernels, both directions; then searches of the aggregated
+    tables (ops, op types, kernel summary)."""
+    from urllib.parse import quote
+
+    from dlscope.viewer.tables import KERNELS
+    conn = sqlite3.connect(db)
+    iteration = conn.execute("SELECT MIN(iteration) FROM agg_iterations WHERE profiled = 1").fetchone()[0]
+    conn.close()
+    out = []
+    for what, param, text in SEARCHES:
+        for col in KERNELS.columns:
+            if col.sortable and col.big_sort:
+                for order in ("desc", "asc"):
+                    for page in (1, 1000):
+                        out.append((f"{what} {param}={text!r}, sort {col.name} {order}, page {page}",
+                                    f"/api/table/kernels?{param}={quote(text)}&sort={col.name}&order={order}"
+                                    f"&page={page}"))
+    for table, param, text in (("ops", "q", "aten"), ("ops", "f.op_name", "backward"), ("ops", "q", "zz"),
+                               ("op_types", "f.op_type", "add"), ("op_types", "q", "a"),
+                               ("kernel_summary", "f.kernel_name", "sgemm"), ("kernel_summary", "q", "_"),
+                               (f"iteration_ops?iteration={iteration}&", "f.op_name", "aten")):
+        path = table if "?" in table else table + "?"
+        out.append((f"{table.split('?')[0]} {param}={text!r}", f"/api/table/{path}{param}={quote(text)}"))
+    return out
+
+
+def time_requests(base: str, items, repeat: int) -> list[tuple[str, float, float, int, float]]:
+    """(label, median ms, first ms, status, max ms) per request."""
     rows = []
     with httpx.Client(base_url=base, timeout=60) as client:
         for label, url in items:
@@ -144,7 +201,7 @@ def time_requests(base: str, items, repeat: int) -> list[tuple[str, float, float
                 r = client.get(url)
                 times.append((time.perf_counter() - t) * 1000)
                 status = r.status_code
-            rows.append((label, statistics.median(times), times[0], status))
+            rows.append((label, statistics.median(times), times[0], status, max(times)))
     return rows
 
 
@@ -167,6 +224,20 @@ def dashboard_time(base: str, repeat: int) -> list[float]:
     return out
 
 
+def report_searches(base: str, db: Path, repeat: int) -> None:
+    """Time every search case; print the slowest and a summary (every search must answer in < 500 ms)."""
+    rows = time_requests(base, search_cases(db), repeat)
+    print(f"\nsearches on {db.name}, {repeat} runs each; the 25 slowest by max:\n"
+          "| request | median ms | max ms | first ms | status |\n|---|---:|---:|---:|---:|")
+    for label, med, first, status, worst in sorted(rows, key=lambda r: -r[4])[:25]:
+        print(f"| {label} | {med:.1f} | {worst:.1f} | {first:.1f} | {status} |")
+    meds, worst = [r[1] for r in rows], [r[4] for r in rows]
+    bad = [r for r in rows if r[3] != 200]
+    print(f"\nsearches: {len(rows)}, median of medians {statistics.median(meds):.1f} ms, slowest median "
+          f"{max(meds):.1f} ms, slowest run {max(worst):.1f} ms; over 500 ms: {sum(w >= 500 for w in worst)} "
+          f"(by median: {sum(m >= 500 for m in meds)}); not 200: {len(bad)} {[(r[0], r[3]) for r in bad][:5]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", type=Path, required=True, help="a database made by dlscope import")
@@ -174,6 +245,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--db", type=Path, default=OUT / "viewer_5m.sqlite")
     ap.add_argument("--warm", type=float, default=10.0, help="seconds to let the server warm up before timing")
+    ap.add_argument("--searches", action="store_true",
+                    help="time only the searches (SEARCHES at page 1 and 1,000 by every sort; < 500 ms each)")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     t = time.perf_counter()
@@ -185,9 +258,12 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     time.sleep(args.warm)  # the server counts the kernels and lists their names in the background at start
     try:
+        if args.searches:
+            report_searches(base, args.db, args.repeat)
+            return
         rows = time_requests(base, cases(args.db), args.repeat)
         print("\n| request | median ms | first ms | status |\n|---|---:|---:|---:|")
-        for label, med, first, status in rows:
+        for label, med, first, status, _ in rows:
             print(f"| {label} | {med:.1f} | {first:.1f} | {status} |")
         meds = [r[1] for r in rows]
         print(f"\ntable requests: {len(rows)}, slowest median {max(meds):.1f} ms, median of medians "

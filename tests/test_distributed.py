@@ -63,7 +63,8 @@ def _db_tables(db: Path, in_order: bool = False) -> dict[str, list]:
     ``in_order`` as stored (then ids and row order must match too)."""
     conn = sqlite3.connect(db)
     try:
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                                            "'search_names_trigram_%' ORDER BY name")]  # FTS5's own storage
         out = {}
         for name in names:
             cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{name}")') if r[1] != "created_at"]

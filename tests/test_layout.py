@@ -71,12 +71,12 @@ def test_the_readme_names_every_package_in_how_it_is_built():
 def test_the_schema_doc_is_generated_from_the_ddl():
     """docs/schema.md's list of every table and column is the DDL's own (one spec: the DDL in store/schema.py;
     `python -m dlscope.store.schema` prints it), so the documented schema cannot drift from the database."""
-    from dlscope.store.schema import COUNTERS_DDL, DDL, JOB_DDL, document
+    from dlscope.store.schema import COUNTERS_DDL, DDL, JOB_DDL, SEARCH_DDL, document
 
     doc = (REPO / "docs" / "schema.md").read_text()
     start = doc.index("from the DDL: do not edit by hand -->\n") + len("from the DDL: do not edit by hand -->\n")
     generated = doc[start:doc.index("<!-- end of the generated part -->")]
-    assert generated == document(DDL + JOB_DDL + COUNTERS_DDL)
+    assert generated == document(DDL + JOB_DDL + COUNTERS_DDL + SEARCH_DDL)
 
 
 def test_the_stored_raw_tables_are_what_the_analysis_produces(tmp_path):

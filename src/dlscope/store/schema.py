@@ -296,6 +296,47 @@ CREATE INDEX IF NOT EXISTS collectives_rank ON collectives (rank, start);
 CREATE INDEX IF NOT EXISTS collectives_match ON collectives (collective, call_index);
 """
 
+#: The names the viewer searches, once each, with a trigram index (issue 21): created and filled by
+#: ``store.writer.index_names`` when the raw tables are written (and for the aggregations' names by each
+#: aggregation), only where SQLite has FTS5's trigram tokenizer; a database without them is searched by name
+#: lists read from the rows (older databases).
+SEARCH_DDL = """
+-- kernels.search_key: a 64-bit hash of the kernel's name and the name of the outermost op it was launched beneath
+-- (``store.writer.search_keys``), so that an index per sorted column can lead with both names in 8 bytes: a kernel
+-- or op name search sorted by any such column merges the matching pairs' index ranges and reads only its page.
+ALTER TABLE kernels ADD COLUMN search_key INTEGER;
+
+-- Every distinct value of a searched name column once: source names the column ('kernels.name', 'ops.name' for
+-- the outermost ops' names, 'op_nodes.op_type', 'agg_ops.op_name', ...), folded the name in lower case
+-- (Python's str.lower, every alphabet), kernels the kernels of that name (kernels.name) or launched beneath the
+-- outermost calls of that op name (ops.name), else NULL. A search reads the matching names here, never the rows.
+CREATE TABLE IF NOT EXISTS search_names (
+    name_id INTEGER PRIMARY KEY, source TEXT NOT NULL, name TEXT NOT NULL, folded TEXT NOT NULL, kernels INTEGER,
+    UNIQUE (source, name)
+);
+-- SQLite FTS5 index of search_names.folded by trigrams (case_sensitive 1: folded is already lower case): the names
+-- containing any text of 3 characters or more are a phrase query away.
+CREATE VIRTUAL TABLE IF NOT EXISTS search_names_trigram USING fts5(
+    folded, content='search_names', content_rowid='name_id', tokenize='trigram case_sensitive 1'
+);
+-- Per (kernel name, outermost op name) pair of the kernels (NULL: none) its search_key and kernels: a search by
+-- kernel name, op name or both is the union of the pairs whose names match, each a range of the search_key indexes.
+CREATE TABLE IF NOT EXISTS search_kernel_pairs (
+    search_key INTEGER PRIMARY KEY, kernel_name TEXT, op_name TEXT, kernels INTEGER NOT NULL
+);
+"""
+
+#: A kernel or op name search sorted by any column that sorts all kernels: each matching pair's range of one of
+#: these indexes is already in the sort's order (built with the other indexes where kernels has search_key).
+SEARCH_INDEXES = """
+CREATE INDEX kernels_search_key ON kernels (search_key);
+CREATE INDEX kernels_search_key_dur ON kernels (search_key, dur);
+CREATE INDEX kernels_search_key_start ON kernels (search_key, start);
+CREATE INDEX kernels_search_key_device ON kernels (search_key, device, start);
+CREATE INDEX kernels_search_key_iteration ON kernels (search_key, rank, iteration, start);
+CREATE INDEX kernels_search_key_op ON kernels (search_key, op_id);
+"""
+
 #: Nsight Compute counters of kernels (only when a CSV was imported).
 COUNTERS_DDL = """
 -- One Nsight Compute kernel launch with its counters (FLOPs, bytes per memory level, cycles) and the Tensor Core
@@ -330,7 +371,7 @@ def document(ddl: str) -> str:
         if stripped.startswith("--"):
             comment.append(stripped[2:].strip())
             continue
-        made = re.match(r"CREATE (?:TABLE|VIEW)(?: IF NOT EXISTS)? (\w+)", stripped)
+        made = re.match(r"CREATE (?:VIRTUAL )?(?:TABLE|VIEW)(?: IF NOT EXISTS)? (\w+)", stripped)
         if made:
             notes[made.group(1)] = " ".join(comment)
         if stripped:
@@ -338,8 +379,11 @@ def document(ddl: str) -> str:
     conn = sqlite3.connect(":memory:")
     conn.executescript(ddl)
     out = []
+    virtual = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%'")]
     for name, kind in conn.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view') "
                                    "ORDER BY rowid"):
+        if any(name.startswith(v + "_") for v in virtual):
+            continue  # an FTS5 index's own storage
         cols = ", ".join(f"`{c}` {t or 'any'}".rstrip() for _, c, t, *_ in conn.execute(f'PRAGMA table_info("{name}")'))
         note = f" {notes[name]}" if notes.get(name) else ""
         out.append(f"- **`{name}`** ({kind}).{note}\n  Columns: {cols}.")
@@ -348,4 +392,4 @@ def document(ddl: str) -> str:
 
 
 if __name__ == "__main__":
-    print(document(DDL + JOB_DDL + COUNTERS_DDL), end="")
+    print(document(DDL + JOB_DDL + COUNTERS_DDL + SEARCH_DDL), end="")

@@ -21,7 +21,7 @@ from ..errors import DlscopeError
 from ..nanoseconds import round_ns
 from ..processes import ForkedCall, ThreadCall, in_background, owned_name, remove_dead
 from ..version import __version__
-from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION
+from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION, SEARCH_DDL, SEARCH_INDEXES
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -69,20 +69,163 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
         if create:
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
             conn.executescript(DDL)
+            create_search_tables(conn)
         columns_of = {name: table_columns(conn, name) for name in RAW_TABLES}
     finally:
         conn.close()
+    kernels = tables.get("kernels")
+    if kernels is not None and "search_key" in columns_of["kernels"]:
+        roots = root_op_names(kernels, tables.get("ops"))
+        tables = {**tables, "kernels": kernels.assign(search_key=search_keys(kernels["name"], roots))}
     if tables:
         with _ArrowIngest(path, columns_of) as ingest:
             for name, frame in tables.items():
                 ingest.add(name, frame)
-    if indexes:
+    names = raw_names(tables)
+    if names or indexes:
         conn = sqlite3.connect(path)
         try:
-            conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
-            conn.executescript(INDEXES)
+            add_names(conn, names)
+            if indexes:
+                conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
+                conn.executescript(INDEXES)
+                if "search_key" in columns_of["kernels"]:
+                    conn.executescript(SEARCH_INDEXES)
+                index_names(conn, {}, renumber=True)
+            conn.commit()
         finally:
             conn.close()
+
+
+def root_op_names(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> pd.Series:
+    """The name of the outermost op each kernel was launched beneath (NaN: none), as the viewer's Op Name
+    column shows it (``kernels.root_op_id`` -> that op's node name)."""
+    if ops is None or ops.empty:
+        return pd.Series(None, index=kernels.index, dtype=object)
+    return kernels["root_op_id"].map(pd.Series(ops["name"].to_numpy(object), index=ops["op_id"].to_numpy()))
+
+
+def search_keys(names: pd.Series, roots: pd.Series) -> pd.arrays.IntegerArray:
+    """kernels.search_key: a 64-bit hash (pandas' SipHash, once per distinct pair) of the kernel's name and its
+    outermost op's name. Two pairs with one key would share an index range: the writer refuses to index such a
+    database's names (``add_names``), so the viewer never confuses them."""
+    pairs = pd.DataFrame({"k": names.to_numpy(object, na_value=None), "o": roots.to_numpy(object)})
+    keys = pd.util.hash_pandas_object(pairs.fillna("\x00none"), index=False, categorize=True).to_numpy()
+    return pd.arrays.IntegerArray(keys.view(np.int64), np.zeros(len(keys), dtype=bool))
+
+
+def raw_names(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The distinct searched names of raw tables (source -> frame of name and kernels), counted with pandas as
+    they are written: kernel names with their kernels, the outermost ops' names with the kernels launched
+    beneath them, op types; and under "pairs" the (kernel name, outermost op name) pairs of the kernels with
+    their search_key and kernels."""
+    out = {}
+    kernels = tables.get("kernels")
+    if kernels is not None and not kernels.empty:
+        counts = kernels["name"].value_counts(sort=False)
+        out["kernels.name"] = pd.DataFrame({"name": counts.index, "kernels": counts.to_numpy()})
+    ops = tables.get("ops")
+    if ops is not None and not ops.empty:
+        outer = ops[ops["parent_id"] < 0].groupby("name", sort=False)["kernel_count"].sum()
+        out["ops.name"] = pd.DataFrame({"name": outer.index, "kernels": outer.to_numpy()})
+        types = ops["op_type"].dropna().unique()
+        out["op_nodes.op_type"] = pd.DataFrame({"name": types, "kernels": None})
+    if kernels is not None and "search_key" in kernels and not kernels.empty:
+        pairs = pd.DataFrame({"key": kernels["search_key"].to_numpy(np.int64),
+                              "kernel_name": kernels["name"].to_numpy(object, na_value=None),
+                              "op_name": root_op_names(kernels, ops).to_numpy(object)})
+        distinct = pairs.drop_duplicates(["kernel_name", "op_name"])
+        counts = pairs.groupby("key", sort=False).size()
+        out["pairs"] = distinct.assign(kernels=counts.reindex(distinct["key"]).to_numpy(),
+                                       clash=len(distinct) != distinct["key"].nunique())
+    return out
+
+
+def add_names(conn: sqlite3.Connection, names: dict[str, pd.DataFrame]) -> None:
+    """Add distinct names to ``search_names`` and the kernels' (kernel name, op name) pairs to
+    ``search_kernel_pairs`` (a few thousand rows), summing the kernels of one already there (a job written rank
+    by rank adds each rank's); nothing where the file has no search tables. Two pairs hashed to one search_key
+    (all but impossible) drop the search tables: the viewer then searches as in a database without them."""
+    if not names or not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'search_names'").fetchone():
+        return
+    pairs = names.pop("pairs", None)
+    rows = [(source, name, name.lower(), None if pd.isna(k) else int(k))
+            for source, frame in names.items() for name, k in zip(frame["name"].tolist(), frame["kernels"].tolist())
+            if isinstance(name, str)]
+    conn.executemany("INSERT INTO search_names (source, name, folded, kernels) VALUES (?, ?, ?, ?) "
+                     "ON CONFLICT (source, name) DO UPDATE SET kernels = CASE WHEN excluded.kernels IS NULL "
+                     "THEN kernels ELSE COALESCE(kernels, 0) + excluded.kernels END", rows)
+    if pairs is None:
+        return
+    stored = {k: (a, b) for k, a, b in conn.execute("SELECT search_key, kernel_name, op_name FROM search_kernel_pairs")}
+    new = list(zip(pairs["key"].tolist(), pairs["kernel_name"].tolist(), pairs["op_name"].tolist(),
+                   pairs["kernels"].tolist()))
+    new = [(k, None if pd.isna(a) else a, None if pd.isna(b) else b, int(n)) for k, a, b, n in new]
+    if pairs["clash"].any() or any(k in stored and stored[k] != (a, b) for k, a, b, _ in new):
+        for table in ("search_kernel_pairs", "search_names_trigram", "search_names"):
+            conn.execute(f"DROP TABLE {table}")
+        return
+    conn.executemany("INSERT INTO search_kernel_pairs (search_key, kernel_name, op_name, kernels) VALUES (?, ?, ?, ?) "
+                     "ON CONFLICT (search_key) DO UPDATE SET kernels = kernels + excluded.kernels", new)
+
+
+#: The searched name columns of the raw tables: source -> SQL of (name, kernels it covers), as the
+#: viewer's tables name them (``viewer.tables``: a column's ``names``); the import counts them with pandas
+#: (``raw_names``), this SQL recounts a database's rows (bench/viewer_bench.py after growing its kernels).
+RAW_NAMES = {
+    "kernels.name": "SELECT name, COUNT(*) FROM kernels GROUP BY name",
+    "ops.name": "SELECT n.name, SUM(i.kernel_count) FROM op_instances i JOIN op_nodes n "
+                "ON n.node_id = i.node_id WHERE i.parent_id < 0 GROUP BY n.name",
+    "op_nodes.op_type": "SELECT DISTINCT op_type, NULL FROM op_nodes",
+}
+#: search_kernel_pairs recounted from a database's rows.
+KERNEL_PAIRS = ("SELECT k.search_key, k.name, n.name, COUNT(*) FROM kernels k LEFT JOIN op_instances i "
+                "ON i.op_id = k.root_op_id LEFT JOIN op_nodes n ON n.node_id = i.node_id GROUP BY k.search_key")
+#: The same for the aggregations' name columns, indexed as each aggregation is written.
+AGG_NAMES = {
+    "agg_ops.op_name": "SELECT DISTINCT op_name, NULL FROM agg_ops",
+    "agg_ops.op_type": "SELECT DISTINCT op_type, NULL FROM agg_ops",
+    "agg_op_types.op_type": "SELECT DISTINCT op_type, NULL FROM agg_op_types",
+    "agg_kernels.kernel_name": "SELECT DISTINCT kernel_name, NULL FROM agg_kernels",
+    "agg_op_kernels.kernel_name": "SELECT DISTINCT kernel_name, NULL FROM agg_op_kernels",
+}
+
+
+def create_search_tables(conn: sqlite3.Connection) -> bool:
+    """A new file's kernels.search_key column and search tables (SEARCH_DDL); False where this SQLite has no FTS5
+    trigram tokenizer (built without FTS5, or before 3.34): the file then has no search tables, and the viewer
+    matches the names it reads from the rows, as for a database written by an older dlscope."""
+    try:
+        for statement in SEARCH_DDL.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    except sqlite3.OperationalError:
+        conn.execute("DROP TABLE IF EXISTS search_names")
+        conn.execute("DROP TABLE IF EXISTS search_kernel_pairs")
+        return False
+    return True
+
+
+def index_names(conn: sqlite3.Connection, sources: dict[str, str], renumber: bool = False) -> bool:
+    """Add the distinct names of ``sources`` (source -> SQL of name, kernels) to ``search_names`` and
+    rebuild their trigram index (a few thousand names: milliseconds), so a viewer search reads matching names
+    instead of millions of rows. ``renumber``: give every name its id in (source, name) order, so that a job
+    written rank by rank has the ids of a whole import. A database without the tables (an older dlscope's, or
+    a SQLite without FTS5) is left as it is: returns False."""
+    if conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name IN ('search_names', 'search_names_trigram')"
+                    ).fetchone()[0] < 2:
+        return False
+    for source, sql in sources.items():
+        found = sorted((source, n, n.lower(), k) for n, k in conn.execute(sql).fetchall() if isinstance(n, str))
+        conn.executemany("INSERT OR IGNORE INTO search_names (source, name, folded, kernels) VALUES (?, ?, ?, ?)",
+                         found)
+    if renumber:
+        rows = conn.execute("SELECT source, name, folded, kernels FROM search_names ORDER BY source, name").fetchall()
+        conn.execute("DELETE FROM search_names")
+        conn.executemany("INSERT INTO search_names (name_id, source, name, folded, kernels) VALUES (?, ?, ?, ?, ?)",
+                         [(i, *row) for i, row in enumerate(rows, 1)])
+    conn.execute("INSERT INTO search_names_trigram (search_names_trigram) VALUES ('rebuild')")
+    return True
 
 
 def _one_line(error: BaseException) -> str:
@@ -368,4 +511,5 @@ def write_aggregations(conn: sqlite3.Connection, aggs: list) -> list[int]:
                   if not getattr(agg, field).empty]
         if frames:
             insert_frame(conn, table, pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
+    index_names(conn, AGG_NAMES)
     return ids

@@ -30,6 +30,9 @@ class Column:
     added: bool = False
     #: (column the sql needs, sql without it): a column shown from a newer one when the database has it
     newer: tuple[str, str] | None = None
+    #: A name column whose distinct values the database indexes (``search_names.source``): a search finds the
+    #: matching names through the trigram index and filters the rows by name (``in_sql``, or ``sql IN`` the list).
+    names: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def _stats(prefix: str, label: str) -> tuple[Column, ...]:
 
 OP_TYPES = TableSpec(
     "op_types", "Op Types", "agg_op_types",
-    (Column("op_type", "Op Type", "op_type", "text"),
+    (Column("op_type", "Op Type", "op_type", "text", names="agg_op_types.op_type"),
      Column("ops", "# Ops", "ops"),
      Column("calls", "# Calls", "calls"),
      *_stats("cpu_time", "CPU Time"), *_stats("gpu_time", "GPU Time"),
@@ -89,9 +92,9 @@ OP_COLUMNS = (
     Column("cpu_time_ns", "CPU Time", "cpu_time_ns", "ns"),
     Column("critical_path_ns", "Critical Path", "critical_path_ns", "ns", added=True),
     Column("node_id", "Op ID", "node_id"),
-    Column("op_name", "Op Name", "op_name", "text"),
+    Column("op_name", "Op Name", "op_name", "text", names="agg_ops.op_name"),
     Column("direction", "Direction", "direction", "text"),
-    Column("op_type", "Op Type", "op_type", "text"),
+    Column("op_type", "Op Type", "op_type", "text", names="agg_ops.op_type"),
     Column("calls", "Calls", "calls"),
     Column("tc_eligible", "TC Eligible", "tc_eligible", "bool"),
     Column("using_tc", "Using TC", "using_tc", "bool"),
@@ -117,7 +120,7 @@ OPS = TableSpec(
     requires=("agg_ops",))
 
 _KERNEL_SUMMARY_COLUMNS = (
-    Column("kernel_name", "Kernel Name", "kernel_name", "text"),
+    Column("kernel_name", "Kernel Name", "kernel_name", "text", names="agg_kernels.kernel_name"),
     Column("uses_tc", "Using TC", "uses_tc", "bool"),
     Column("calls", "Calls", "calls"),
     Column("gpu_time_ns", "GPU Time", "gpu_time_ns", "ns"),
@@ -127,7 +130,9 @@ _KERNEL_SUMMARY_COLUMNS = (
 )
 
 OP_KERNELS = TableSpec(
-    "op_kernels", "Kernel Summaries", "agg_op_kernels", _KERNEL_SUMMARY_COLUMNS, "gpu_time_ns",
+    "op_kernels", "Kernel Summaries", "agg_op_kernels",
+    (replace(_KERNEL_SUMMARY_COLUMNS[0], names="agg_op_kernels.kernel_name"), *_KERNEL_SUMMARY_COLUMNS[1:]),
+    "gpu_time_ns",
     scopes=(AGG, Scope("node", "node_id = :node", required=True)), requires=("agg_op_kernels",))
 
 KERNEL_SUMMARY = TableSpec(
@@ -171,12 +176,13 @@ ITERATIONS = TableSpec(
 
 KERNELS = TableSpec(
     "kernels", "Kernels", "kernels k",
-    (Column("op_name", "Op Name", "o.name", "text", big_sort=False, join="ops",
+    (Column("op_name", "Op Name", "o.name", "text", big_sort=False, join="ops", names="ops.name",
             lookup="SELECT n.name, SUM(i.kernel_count) FROM op_instances i JOIN op_nodes n ON n.node_id = i.node_id "
                    "WHERE i.parent_id < 0 GROUP BY n.name",
             in_sql="k.root_op_id IN (SELECT op_id FROM op_instances WHERE node_id IN "
                    "(SELECT node_id FROM op_nodes WHERE name IN (SELECT value FROM json_each(:p))))"),
-     Column("kernel_name", "Kernel Name", "k.name", "text", lookup="SELECT name, COUNT(*) FROM kernels GROUP BY name",
+     Column("kernel_name", "Kernel Name", "k.name", "text", names="kernels.name",
+            lookup="SELECT name, COUNT(*) FROM kernels GROUP BY name",
             in_sql="k.name IN (SELECT value FROM json_each(:p))"),
      Column("device", "Device ID", "k.device", order="k.device, k.start"),
      Column("rank", "Rank", "k.rank", big_sort=False, hidden=True),
@@ -225,9 +231,9 @@ ITERATION_OPS = TableSpec(
                       (SELECT rank FROM iterations WHERE iteration = :iteration AND (:rank IS NULL OR rank = :rank))
                 GROUP BY o.node_id) i JOIN op_nodes n ON n.node_id = i.node_id) t""",
     (Column("node_id", "Op ID", "node_id"),
-     Column("op_name", "Op Name", "op_name", "text"),
+     Column("op_name", "Op Name", "op_name", "text", names="ops.name"),
      Column("direction", "Direction", "direction", "text"),
-     Column("op_type", "Op Type", "op_type", "text"),
+     Column("op_type", "Op Type", "op_type", "text", names="op_nodes.op_type"),
      Column("calls", "Calls", "calls"),
      Column("kernel_count", "Total Kernels", "kernel_count"),
      Column("tc_kernel_count", "TC Kernels", "tc_kernel_count"),
