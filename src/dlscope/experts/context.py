@@ -47,16 +47,22 @@ class Context:
         self.window = (int(self.agg["window_start"]), int(self.agg["window_end"]))
         self.wall = int(self.agg["wall_clock_ns"] or 0)
         self.whole_profile = self.agg["iteration_method"] == "whole_profile"
+        self._tables_made: dict[str, pd.DataFrame] = {}
 
     # ------------------------------------------------------------------ loading
 
     def _table(self, table: str) -> pd.DataFrame:
-        """The rank's rows of a raw table, in the database's columns."""
-        frame = self.tables[table]
-        mine = frame["rank"].to_numpy() == self.rank
-        if not mine.all():
-            frame = frame[mine]
-        return frame[[c for c in _db_columns(table) if c in frame.columns]].reset_index(drop=True)
+        """The rank's rows of a raw table, in the database's columns (made once per table: several rules'
+        frames start from the same table, and copy-on-write keeps this one unchanged)."""
+        made = self._tables_made.get(table)
+        if made is None:
+            frame = self.tables[table]
+            mine = frame["rank"].to_numpy() == self.rank
+            if not mine.all():
+                frame = frame[mine]
+            made = self._tables_made[table] = frame[[c for c in _db_columns(table) if c in frame.columns]
+                                                    ].reset_index(drop=True)
+        return made
 
     def _in_iterations(self, table: str) -> pd.DataFrame:
         frame = self._table(table)
@@ -297,4 +303,9 @@ def compile_any(patterns: list[str], flags: int = 0) -> re.Pattern:
 
 def names_matching(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     """Boolean mask of names matching a regex, evaluated once per distinct name."""
-    return classify_names(names.fillna(""), lambda n: pattern.search(n) is not None)
+    return classify_names(names.fillna(""), lambda n: pattern.search(n) is not None,
+                          memo=_MATCHED.setdefault(pattern, {}))
+
+
+#: per compiled pattern, the names already matched (the rules compile the same few patterns for every rank)
+_MATCHED: dict[re.Pattern, dict] = {}

@@ -10,6 +10,8 @@ FLOPs, on Tensor Cores when those ops used them (FP32 on Tensor Cores is TF32).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -47,11 +49,14 @@ def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
                          "tensor": tensor}, index=ops.index)
 
 
+@lru_cache(maxsize=1 << 16)
 def _flops(name, shapes, dtypes, concrete) -> int:
+    """Memoized: the ranks of a job repeat the same ops (one model per distinct op, not per rank)."""
     got = model_flops(name, shapes, dtypes, concrete)
     return -1 if got is None else got
 
 
+@lru_cache(maxsize=1 << 16)
 def _precision(dtypes) -> str:
     """The precision of the first floating-point input, as the FLOP model's main operand usually is."""
     import json
