@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..errors import DlscopeError
 from .graph import CATEGORIES, Graph
-from .replay import Result, Weights, binding, critical_path, path_table, solve
+from .replay import Binding, Result, Weights, binding, critical_path, path_table, solve
 from .scenarios import Scenario, for_rule, parse
 
 GENERAL_ASSUMPTIONS = [
@@ -79,12 +79,12 @@ def replay_errors(g: Graph, win: Windows, result: Result) -> pd.DataFrame:
                          "error_pct": err})
 
 
-def path_of(g: Graph, win: Windows, result: Result) -> pd.DataFrame:
+def path_of(g: Graph, win: Windows, result: Result, bound: Binding | None = None) -> pd.DataFrame:
     """The critical path of every window (the edges that set its end, walked back to its start): one row
     per edge with its category, owner op, activity and time inside the window; per window they add up to its
-    replayed duration."""
+    replayed duration. ``bound``: ``binding(g, result)`` when the caller walks many windows of one replay."""
     t = result.t
-    b = binding(g, result)
+    b = binding(g, result) if bound is None else bound
     starts, last_end = win.bounds(t)
     ends = np.r_[win.start_v[1:], last_end]
     frames = []

@@ -17,7 +17,7 @@ import pandas as pd
 from .graph import CATEGORIES, Graph, build
 from .job import Job
 from .predict import path_of, price_findings, windows
-from .replay import Result, Weights, solve
+from .replay import Binding, Result, Weights, binding, solve
 from .scenarios import for_rule
 
 #: the rows of ``agg_critical_path``: time on the critical path per rank (-1: before the first event the
@@ -44,11 +44,13 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
     except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
         note = f"the dependency graph could not be built ({_one_line(e)})"
     replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
+    bound = None  # which edge set each vertex's time in the unchanged replay: the same for every rank's path
     for agg, found in zip(aggs, findings):
         if note is None:
             try:
                 assert g is not None and base is not None  # built above whenever there is no note
-                _annotate_one(g, base, agg, found, replays)
+                bound = binding(g, base) if bound is None else bound
+                _annotate_one(g, base, bound, agg, found, replays)
                 continue
             except Exception as e:  # noqa: BLE001 - one aggregation's failure leaves the others' figures
                 why = f"the critical path could not be walked ({_one_line(e)})"
@@ -57,10 +59,10 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
         _not_replayed(agg, found, why)
 
 
-def _annotate_one(g: Graph, base: Result, agg, found: list[dict], replays: dict) -> None:
+def _annotate_one(g: Graph, base: Result, bound: Binding, agg, found: list[dict], replays: dict) -> None:
     row = agg.row
     win = windows(g, int(row["rank"]), int(row["iter_start"]), int(row["iter_stop"]))
-    path = path_of(g, win, base)
+    path = path_of(g, win, base, bound)
     ns = path["ns"].to_numpy(np.int64)
     op_id = path["op_id"].to_numpy(np.int64)
     owned = op_id >= 0
