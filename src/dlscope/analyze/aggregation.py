@@ -50,18 +50,6 @@ def _intervals(frame: pd.DataFrame, mask=None) -> tuple[np.ndarray, np.ndarray]:
     return f["start"].to_numpy(np.int64), f["end"].to_numpy(np.int64)
 
 
-def category_intervals(fr: dict[str, pd.DataFrame]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Interval sets of the breakdown categories in priority order (all but 'other')."""
-    k, m, ops, rg = fr["kernels"], fr["memops"], fr["ops"], fr["ranges"]
-    cpu_rg = rg[rg["device"] < 0]
-    tc = k["uses_tc"].to_numpy(bool)
-    loader = pd.concat([cpu_rg[cpu_rg["category"] == "dataloader"][["start", "end"]],
-                        ops[_name_is(ops, "dataloader")][["start", "end"]]])
-    io = pd.concat([cpu_rg[cpu_rg["category"] == "io"][["start", "end"]], ops[_name_is(ops, "io")][["start", "end"]]])
-    return [_intervals(k, tc), _intervals(k, ~tc), _intervals(m), _intervals(loader), _intervals(io),
-            _intervals(ops)]
-
-
 def _name_is(ops: pd.DataFrame, kind: str) -> np.ndarray:
     from .categories import matches
 
@@ -324,17 +312,16 @@ def _groups(nodes: pd.DataFrame, roots: pd.DataFrame, api: pd.DataFrame, gpu: pd
     gpu_u, first, last = union_of(gpu, "node_id")
     tc_u, _, _ = union_of(gpu[gpu["uses_tc"]], "node_id")
     g_nodes, r_nodes = expand(nodes["node_id"].to_numpy(np.int64))
-    for col in ("calls", "kernel_count"):
-        grp[col] = np.bincount(g_nodes, weights=nodes[col].to_numpy(np.int64)[r_nodes], minlength=n_groups
-                               ).round().astype(np.int64)
-    for col in ("tc_eligible", "using_tc"):
-        grp[col] = np.bincount(g_nodes, weights=nodes[col].astype(bool).to_numpy()[r_nodes],
-                               minlength=n_groups) > 0
-    grp["cpu_time_ns"], grp["api_time_ns"], grp["gpu_time_ns"], grp["tc_gpu_time_ns"] = cpu, api_u, gpu_u, tc_u
-    grp["cpu_overhead_ns"] = np.maximum(cpu - api_u, 0)
-    grp["gpu_idle_ns"] = last - first - gpu_u
-    grp["is_group"], grp["node_id"] = True, -1
-    grp["group_id"] = np.arange(n_groups, dtype=np.int64)
+    metrics: dict[str, np.ndarray] = {
+        col: np.bincount(g_nodes, weights=nodes[col].to_numpy(np.int64)[r_nodes], minlength=n_groups
+                         ).round().astype(np.int64) for col in ("calls", "kernel_count")}
+    metrics.update({col: np.bincount(g_nodes, weights=nodes[col].astype(bool).to_numpy()[r_nodes],
+                                     minlength=n_groups) > 0 for col in ("tc_eligible", "using_tc")})
+    metrics.update(cpu_time_ns=cpu, api_time_ns=api_u, gpu_time_ns=gpu_u, tc_gpu_time_ns=tc_u,
+                   cpu_overhead_ns=np.maximum(cpu - api_u, 0), gpu_idle_ns=last - first - gpu_u,
+                   is_group=np.ones(n_groups, dtype=bool), node_id=np.full(n_groups, -1, dtype=np.int64),
+                   group_id=np.arange(n_groups, dtype=np.int64))
+    grp = pd.concat([grp, pd.DataFrame(metrics)], axis=1)  # one frame, not a column at a time
     leaves = nodes.assign(
         group_id=np.arange(n_groups, n_groups + len(nodes), dtype=np.int64),
         parent_group_id=[chains[c][-1] if c >= 0 and chains[c] else -1 for c in node_scope.to_numpy(np.int64)],
@@ -342,9 +329,7 @@ def _groups(nodes: pd.DataFrame, roots: pd.DataFrame, api: pd.DataFrame, gpu: pd
         name=nodes["op_name"],
         path=[(sc + "/" if sc else "") + nm for sc, nm in zip(nodes["scope"], nodes["op_name"])])
     out = pd.concat([grp, leaves[columns]], ignore_index=True)[columns]
-    for col in GROUP_METRICS:
-        out[col] = out[col].astype(np.int64)
-    return out
+    return out.astype(dict.fromkeys(GROUP_METRICS, np.int64))
 
 
 def resolve_range(an: Analysed, rank: int, iter_start: int | None, iter_stop: int | None) -> pd.DataFrame:
@@ -420,6 +405,37 @@ class _JobTables:
         self.kernel_rows_at = _positions(self.kernel_rows.pop("rank").to_numpy(np.int64), self.ranks)
         self.op_names = self._kernel_op_names()
         self.op_types = self._op_types()
+        self._category_columns(an)
+
+    def _category_columns(self, an: Analysed) -> None:
+        """What :meth:`category_intervals` reads, for all ranks' rows at once (every row of a rank counts)."""
+        k, m, ops, rg = (an.profile.table(n) for n in ("kernels", "memops", "ops", "ranges"))
+        self._cat = {}
+        for name, frame in (("kernels", k), ("memops", m), ("ops", ops), ("ranges", rg)):
+            self._cat[name] = (frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64),
+                               _positions(frame["rank"].to_numpy(np.int64), self.ranks))
+        self._tc = k["uses_tc"].to_numpy(bool)
+        cpu = rg["device"].to_numpy() < 0
+        self._ranges_of = {c: cpu & (rg["category"] == c).to_numpy(bool) for c in ("dataloader", "io")}
+        self._ops_of = {c: _name_is(ops, c) for c in ("dataloader", "io")}
+
+    def category_intervals(self, rank: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Interval sets of the breakdown categories in priority order (all but 'other'): kernels on and off
+        Tensor Cores, memory operations, data loading and I/O (CPU ranges of those categories, then ops named
+        so), CPU ops; each of one rank's rows, from the job's columns."""
+        i = self.ranks.index(rank)
+
+        def of(name: str, mask=None) -> tuple[np.ndarray, np.ndarray]:
+            starts, ends, at = self._cat[name]
+            rows = at[i] if mask is None else at[i][mask[at[i]]]
+            return starts[rows], ends[rows]
+
+        kind = {}
+        for c in ("dataloader", "io"):
+            (rs, re_), (os_, oe) = of("ranges", self._ranges_of[c]), of("ops", self._ops_of[c])
+            kind[c] = (np.concatenate([rs, os_]), np.concatenate([re_, oe]))
+        return [of("kernels", self._tc), of("kernels", ~self._tc), of("memops"), kind["dataloader"], kind["io"],
+                of("ops")]
 
     def _kernel_op_names(self) -> np.ndarray:
         """Per kernel_rows row: the op nodes that launched its kernel name on its rank (``_kernel_ops``)."""
@@ -484,7 +500,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
     its_all = an.iterations[an.iterations["rank"] == rank].sort_values("start", kind="stable")
     all_starts, all_ends = _windows(its_all)
     points = np.concatenate([[lo, hi], starts, ends, all_starts, all_ends])
-    segments = Segments(category_intervals(fr), points)
+    segments = Segments(job.category_intervals(rank), points)
     parts = segments.breakdown(lo, hi)
 
     ops = fr["ops"]
