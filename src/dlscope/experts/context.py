@@ -48,6 +48,7 @@ class Context:
         self.wall = int(self.agg["wall_clock_ns"] or 0)
         self.whole_profile = self.agg["iteration_method"] == "whole_profile"
         self._tables_made: dict[str, pd.DataFrame] = {}
+        self._busy: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ loading
 
@@ -228,12 +229,17 @@ class Context:
         return sorted(int(d) for d in act.loc[act["device"] >= 0, "device"].unique())
 
     def busy(self, device: int | None = None, kinds: tuple = ("kernel", "memcpy", "memset")) -> tuple:
-        """Intervals during which the device (or any device) runs GPU activity of the given kinds."""
-        act = self.gpu_activity
-        sel = act["kind"].isin(kinds)
-        if device is not None:
-            sel &= act["device"] == device
-        return Span(act.loc[sel, "start"], act.loc[sel, "end"])
+        """Intervals during which the device (or any device) runs GPU activity of the given kinds (selected
+        once per device and kinds: most rules ask; each caller gets its own copy)."""
+        key = (device, tuple(kinds))
+        if key not in self._busy:
+            act = self.gpu_activity
+            sel = act["kind"].isin(kinds)
+            if device is not None:
+                sel &= act["device"] == device
+            self._busy[key] = Span(act.loc[sel, "start"], act.loc[sel, "end"])
+        starts, ends = self._busy[key]
+        return starts.copy(), ends.copy()
 
     @cached_property
     def ceilings(self):
