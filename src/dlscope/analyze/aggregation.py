@@ -473,11 +473,14 @@ class _JobTables:
 
 def _in_profiled(frame: pd.DataFrame, profiled: dict[int, np.ndarray]) -> np.ndarray:
     """Rows whose (rank, iteration) is one of the aggregations' profiled iterations."""
-    ranks = np.concatenate([np.full(len(v), r, dtype=np.int64) for r, v in profiled.items()])
-    numbers = np.concatenate([np.asarray(v, dtype=np.int64) for v in profiled.values()])
-    pairs = pd.MultiIndex.from_arrays([ranks, numbers])
-    keys = pd.MultiIndex.from_arrays([frame["rank"].to_numpy(np.int64), frame["iteration"].to_numpy(np.int64)])
-    return keys.isin(pairs)
+    rank, it = frame["rank"].to_numpy(np.int64), frame["iteration"].to_numpy(np.int64)
+    if len(profiled) == 1:  # one rank (a single trace): no grouping by rank needed
+        (r, numbers), = profiled.items()
+        return (rank == r) & np.isin(it, numbers)
+    out = np.zeros(len(frame), dtype=bool)
+    for numbers, rows in zip(profiled.values(), _positions(rank, list(profiled))):
+        out[rows] = np.isin(it[rows], numbers)
+    return out
 
 
 def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:

@@ -32,8 +32,9 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
     ranks = an.ranks if ranks is None else ranks
     n = _worker_count(len(ranks), workers)
     job = JobAggregation(an, ranks, iter_start, iter_stop)
-    flops = job_model_flops(an.profile.table("ops"), {r: (int(c["iteration"].min()), int(c["iteration"].max()))
-                                                      for r, c in job.chosen.items()})
+    flops = None if len(ranks) == 1 else job_model_flops(  # one rank models its own ops as fast
+        an.profile.table("ops"), {r: (int(c["iteration"].min()), int(c["iteration"].max()))
+                                  for r, c in job.chosen.items()})
     if n <= 1:
         return [_rank_results(an, job, flops, rank, rules_config) for rank in ranks]
     an.rank_tables(ranks[0])  # split the tables by rank once, before forking, so every worker inherits it
