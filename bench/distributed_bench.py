@@ -1,7 +1,9 @@
 """Benchmark: a 64-rank job (serial vs worker processes vs Dask vs HTA) and a large single trace's peak
 memory with and without --max-memory. Writes figures as JSON lines to stdout; see bench/README.md.
 
-    python bench/distributed_bench.py job  [--copies 8] [--hta /tmp/hta-venv/bin/python]
+    python bench/distributed_bench.py job  [--copies 8] [--hta /tmp/hta-venv/bin/python] [--repeat 3]
+                                           [--modes cli,serial,workers2,dask,rank-by-rank] [--memory]
+                                           [--tree OTHER_CHECKOUT/src ...]
     python bench/distributed_bench.py big  [--repeat 60] [--max-memory 8GB,4GB]
     python bench/distributed_bench.py bigjob [--ranks 4] [--repeat 20] [--max-memory 3GB]
     python bench/distributed_bench.py scaling [--copies 8] [--repeat 3]   # parallel efficiency, markdown table
@@ -118,19 +120,51 @@ print(len(a.t.traces), "ranks", b.shape)
 """
 
 
+#: the job bench's dlscope runs: label, workers, scheduler, budget (workers 0: the CLI's default)
+JOB_MODES = {"cli": ("`dlscope import` (defaults)", 0, "", ""), "serial": ("serial", 1, "", ""),
+             "workers2": ("workers=2", 2, "", ""), "dask": ("dask LocalCluster 2 procs", 2, "local", ""),
+             "rank-by-rank": ("rank by rank, --max-memory 600MB", 1, "", "600MB")}
+
+
+def _median_run(cmds: list[tuple[str, list[str], dict]], repeat: int, memory: bool) -> None:
+    """Each command ``repeat`` times, interleaved (load from other work hits all alike); the median wall and
+    its CPU, every wall time, and (``memory``) one extra sampled run per command for its memory."""
+    walls: dict[str, list[dict]] = {label: [] for label, _, _ in cmds}
+    for _ in range(repeat):
+        for label, cmd, env in cmds:
+            walls[label].append(measured(cmd, env=env))
+    for label, cmd, env in cmds:
+        runs = sorted(walls[label], key=lambda r: r["wall_s"])
+        mid = runs[len(runs) // 2]
+        out = {"bench": label, "wall_s": mid["wall_s"], "cpu_s": round(mid["cpu_s"], 2),
+               "walls": [r["wall_s"] for r in walls[label]]}
+        if memory:
+            sampled = measured(cmd, sample_memory=True, env=env)
+            out.update(peak_rss_mib=round(sampled["peak_rss_mib"]),
+                       peak_pss_tree_mib=round(sampled["peak_pss_tree_mib"]))
+        print(json.dumps(out), flush=True)
+
+
 def bench_job(args) -> None:
     folder = make_job(args.copies)
     db = Path(tempfile.mkdtemp()) / "job.sqlite"
     py = sys.executable
-    for label, workers, scheduler, budget in (("serial", 1, "", ""), ("workers=2", 2, "", ""),
-                                              ("dask LocalCluster 2 procs", 2, "local", ""),
-                                              ("rank by rank, --max-memory 600MB", 1, "", "600MB")):
-        r = run([py, "-c", IMPORT, str(folder), str(db), str(workers), scheduler, budget])
-        print(json.dumps({"bench": f"{8 * args.copies}-rank job, dlscope {label}", **r}), flush=True)
+    ranks = 8 * args.copies
+    cmds = []
+    for tree in args.tree or [str(REPO / "src")]:
+        env = {**os.environ, "PYTHONPATH": tree}
+        name = "" if not args.tree else f" [{tree}]"
+        for mode in args.modes.split(","):
+            label, workers, scheduler, budget = JOB_MODES[mode]
+            cmd = ([py, "-m", "dlscope", "import", str(folder), "-o", str(db), "--force", "--quiet"] if workers == 0
+                   else [py, "-c", IMPORT, str(folder), str(db), str(workers), scheduler, budget])
+            cmds.append((f"{ranks}-rank job, dlscope {label}{name}", cmd, env))
     if args.hta and Path(args.hta).exists():
-        r = run([args.hta, "-c", HTA, str(folder)])
-        print(json.dumps({"bench": f"{8 * args.copies}-rank job, HTA 0.5.0 TraceAnalysis + temporal breakdown", **r}),
-              flush=True)
+        cmds.append((f"{ranks}-rank job, HTA 0.5.0 TraceAnalysis + temporal breakdown",
+                     [args.hta, "-c", HTA, str(folder)], dict(os.environ)))
+    _median_run(cmds, args.repeat, args.memory)
+    if db.exists():
+        os.unlink(db)
 
 
 def bench_big(args) -> None:
@@ -253,6 +287,11 @@ def main() -> None:
     job = sub.add_parser("job")
     job.add_argument("--copies", type=int, default=8)
     job.add_argument("--hta", default="/tmp/hta-venv/bin/python")
+    job.add_argument("--repeat", type=int, default=3, help="timed runs per command (median reported)")
+    job.add_argument("--modes", default="cli,serial,workers2", help=f"dlscope runs, of {','.join(JOB_MODES)}")
+    job.add_argument("--memory", action="store_true", help="one more, sampled run per command for its memory")
+    job.add_argument("--tree", action="append", help="time the dlscope of this src folder (repeatable; "
+                     "default: this checkout's)")
     big = sub.add_parser("big")
     big.add_argument("--repeat", type=int, default=60)
     big.add_argument("--max-memory", default="8GB,4GB", help="budgets to import under, comma-separated")

@@ -7,8 +7,12 @@ time, CPU time and memory (peak RSS of the largest process and peak PSS summed o
 the command starts) come from ``measure.py``.
 
     python bench/import_vs_hta.py --hta-python /path/to/venv-with-hta/bin/python [--copies 5] [--repeat 3]
+                                  [--tracelens-python /path/to/venv-with-tracelens/bin/python]
 
 HTA: `TraceAnalysis(trace_dir=...)` plus `get_gpu_kernel_breakdown()`, as a user would run it.
+TraceLens (AMD's, installed from its repository: the PyPI project of that name is an unrelated package), two
+rows: its tree build (`TreePerfAnalyzer.from_file`) and its performance report
+(`generate_perf_report_pytorch`, CSV output), the entry points ../shared/research/baseline.md measured.
 """
 
 from __future__ import annotations
@@ -34,6 +38,20 @@ from hta.trace_analysis import TraceAnalysis
 analyzer = TraceAnalysis(trace_dir=sys.argv[1])
 kernel_type, kernels = analyzer.get_gpu_kernel_breakdown(visualize=False)
 print(len(kernels))
+"""
+
+
+TRACELENS_TREE = """
+import sys
+from TraceLens import TreePerfAnalyzer
+analyzer = TreePerfAnalyzer.from_file(sys.argv[1])
+print(len(analyzer.tree.events))
+"""
+
+TRACELENS_REPORT = """
+import sys
+from TraceLens.Reporting.generate_perf_report_pytorch import generate_perf_report_pytorch
+generate_perf_report_pytorch(sys.argv[1], output_csvs_dir=sys.argv[2])
 """
 
 
@@ -80,6 +98,7 @@ def main() -> None:
     ap.add_argument("--copies", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--hta-python", required=True, help="python of a venv with HolisticTraceAnalysis installed")
+    ap.add_argument("--tracelens-python", help="python of a venv with AMD's TraceLens installed (optional)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dlscope-bench-") as tmp:
         trace_dir = Path(tmp) / "trace"
@@ -91,6 +110,9 @@ def main() -> None:
         commands = {"dlscope": [sys.executable, "-m", "dlscope", "import", str(trace), "-o",
                                 str(Path(tmp) / "run.sqlite"), "--force", "-q"],
                     "hta": [args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)]}
+        if args.tracelens_python:
+            commands["tl-tree"] = [args.tracelens_python, "-c", TRACELENS_TREE, str(trace)]
+            commands["tl-report"] = [args.tracelens_python, "-c", TRACELENS_REPORT, str(trace), str(Path(tmp) / "tl")]
         rows = {tool: [] for tool in commands}
         for _ in range(args.repeat):  # timed runs, one after the other
             for tool, cmd in commands.items():
@@ -106,6 +128,10 @@ def main() -> None:
                   f"peak PSS (all processes) {m['peak_pss_tree_mib']:6.0f} MiB   runs: "
                   + ", ".join(f"{r['wall_s']:.2f}s" for r in rows[tool]))
         d, h = med["dlscope"], med["hta"]
+        for tool in ("tl-tree", "tl-report"):
+            if tool in med:
+                print(f"vs TraceLens {tool[3:]}: {med[tool]['wall_s'] / d['wall_s']:.1f}x wall; memory "
+                      f"{d['peak_pss_tree_mib'] / med[tool]['peak_pss_tree_mib']:.2f}x (PSS, all processes)")
         print(f"speed-up {h['wall_s'] / d['wall_s']:.1f}x wall, {h['cpu_s'] / d['cpu_s']:.1f}x CPU; memory "
               f"{d['peak_pss_tree_mib'] / h['peak_pss_tree_mib']:.2f}x of HTA's (PSS, all processes), "
               f"{d['peak_rss_mib'] / h['peak_rss_mib']:.2f}x (RSS, largest process)")

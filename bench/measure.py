@@ -30,11 +30,11 @@ def _pss_bytes(pid: int) -> int:
     return 0
 
 
-def measured(cmd: list[str], sample_memory: bool = False) -> dict:
+def measured(cmd: list[str], sample_memory: bool = False, env: dict | None = None) -> dict:
     """Run ``cmd``; wall s, CPU s (user + system, helpers included), peak RSS of the largest single process
     (MiB, from /usr/bin/time) and, with ``sample_memory``, peak summed PSS of the process tree (MiB)."""
     timer = psutil.Popen(["/usr/bin/time", "-f", "%e %U %S %M", *cmd], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, env=env)
     peak_pss = 0
     while sample_memory and timer.poll() is None:
         try:

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import assert_same_rows, data_file
 
@@ -260,6 +261,24 @@ def test_nsys_stats_csv_epoch_ns_stay_exact_next_to_an_odd_cell(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ same result
+
+
+@pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])
+def test_job_wide_aggregation_equals_each_rank_aggregated_alone(folder, iter_start, iter_stop):
+    """The kernel and op tables are grouped once over all ranks' rows and cut back per rank: every table and
+    figure of every rank is the one that rank aggregated by itself gives (rows, order, dtypes)."""
+    from dlscope.analyze.aggregation import aggregate, aggregate_ranks
+    from dlscope.analyze.analysis import analyse
+
+    an = analyse(load_profiles_parallel(expand_inputs([job(folder)]), workers=1))
+    assert len(an.ranks) > 1
+    together = aggregate_ranks(an, an.ranks, iter_start, iter_stop)
+    for rank, agg in zip(an.ranks, together):
+        alone = aggregate(an, rank, iter_start, iter_stop)
+        assert json.dumps(agg.row, sort_keys=True) == json.dumps(alone.row, sort_keys=True)
+        for name in ("gpus", "iterations", "ops", "op_types", "kernels", "op_kernels", "groups"):
+            pd.testing.assert_frame_equal(getattr(agg, name), getattr(alone, name), obj=f"rank {rank} {name}")
+        assert len(agg.kernels) and len(agg.ops) and len(agg.groups)
 
 
 def test_serial_workers_and_dask_give_identical_databases(build_job):

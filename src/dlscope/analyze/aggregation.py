@@ -50,18 +50,6 @@ def _intervals(frame: pd.DataFrame, mask=None) -> tuple[np.ndarray, np.ndarray]:
     return f["start"].to_numpy(np.int64), f["end"].to_numpy(np.int64)
 
 
-def category_intervals(fr: dict[str, pd.DataFrame]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Interval sets of the breakdown categories in priority order (all but 'other')."""
-    k, m, ops, rg = fr["kernels"], fr["memops"], fr["ops"], fr["ranges"]
-    cpu_rg = rg[rg["device"] < 0]
-    tc = k["uses_tc"].to_numpy(bool)
-    loader = pd.concat([cpu_rg[cpu_rg["category"] == "dataloader"][["start", "end"]],
-                        ops[_name_is(ops, "dataloader")][["start", "end"]]])
-    io = pd.concat([cpu_rg[cpu_rg["category"] == "io"][["start", "end"]], ops[_name_is(ops, "io")][["start", "end"]]])
-    return [_intervals(k, tc), _intervals(k, ~tc), _intervals(m), _intervals(loader), _intervals(io),
-            _intervals(ops)]
-
-
 def _name_is(ops: pd.DataFrame, kind: str) -> np.ndarray:
     from .categories import matches
 
@@ -214,14 +202,22 @@ def _top_kernels(op_kernels: pd.DataFrame, by: str, limit: int = 5) -> pd.Series
     return text.groupby(per[by].to_numpy(), sort=False).agg("; ".join)
 
 
+OP_TYPE_COLUMNS = ["op_type", "ops", "calls"] + [
+    f"{m}_{s}" for m in ("cpu_time", "gpu_time", "cpu_overhead", "gpu_idle") for s in ("total", "avg", "min", "max")
+] + ["kernel_count", "tc_eligible", "using_tc", "kernels"]
+
+
 def _op_types(ops: pd.DataFrame, roots: np.ndarray, nodes: pd.DataFrame, op_kernels: pd.DataFrame) -> pd.DataFrame:
     """Per op type of the op nodes: nodes, calls, and total / average / min / max per call."""
-    cols = ["op_type", "ops", "calls"] + [f"{m}_{s}" for m in ("cpu_time", "gpu_time", "cpu_overhead", "gpu_idle")
-                                          for s in ("total", "avg", "min", "max")] + ["kernel_count", "tc_eligible",
-                                                                                     "using_tc", "kernels"]
     if len(roots) == 0:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=OP_TYPE_COLUMNS)
     type_codes, types = pd.factorize(nodes["op_type"])
+    return _op_types_coded(ops, roots, nodes, type_codes, np.asarray(types, dtype=object), op_kernels)
+
+
+def _op_types_coded(ops: pd.DataFrame, roots: np.ndarray, nodes: pd.DataFrame, type_codes: np.ndarray,
+                    types: np.ndarray, op_kernels: pd.DataFrame) -> pd.DataFrame:
+    """:func:`_op_types` with the nodes' types already coded (``types[type_codes]`` is each node's type)."""
     type_of_node = pd.Series(type_codes, index=nodes["node_id"].to_numpy())
     code = type_of_node.reindex(ops["node_id"].to_numpy()[roots]).to_numpy(np.int64)
     dur, api = ops["dur"].to_numpy(np.int64)[roots], ops["api_time"].to_numpy(np.int64)[roots]
@@ -229,8 +225,7 @@ def _op_types(ops: pd.DataFrame, roots: np.ndarray, nodes: pd.DataFrame, op_kern
                 "cpu_overhead": np.maximum(dur - api, 0), "gpu_idle": ops["gpu_idle"].to_numpy(np.int64)[roots]}
     frame = pd.DataFrame({"code": code, **per_call})
     g = frame.groupby("code", sort=True)
-    out = pd.DataFrame({"op_type": np.asarray(types, dtype=object),
-                        "ops": np.bincount(type_codes, minlength=len(types)),
+    out = pd.DataFrame({"op_type": types, "ops": np.bincount(type_codes, minlength=len(types)),
                         "calls": g.size().to_numpy()})
     for metric in per_call:
         out[f"{metric}_total"] = g[metric].sum().to_numpy()
@@ -244,7 +239,7 @@ def _op_types(ops: pd.DataFrame, roots: np.ndarray, nodes: pd.DataFrame, op_kern
     typed = op_kernels.assign(code=type_of_node.reindex(op_kernels["node_id"].to_numpy()).to_numpy(np.int64))
     out["kernels"] = string_column(_top_kernels(typed, "code").reindex(np.arange(len(types))).fillna("")
                                    .to_numpy(dtype=object))
-    return out[cols]
+    return out[OP_TYPE_COLUMNS]
 
 
 def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, by: list[str]) -> pd.DataFrame:
@@ -255,12 +250,6 @@ def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, b
                 avg_ns=("dur", "mean"), min_ns=("dur", "min"), max_ns=("dur", "max")).reset_index()
     out.insert(len(by), "kernel_name", np.asarray(names, dtype=object)[out.pop("name_code").to_numpy()])
     return out
-
-
-def _kernel_ops(op_kernels: pd.DataFrame, nodes: pd.DataFrame, limit: int = 5) -> pd.Series:
-    """Per kernel name, the op nodes that launched it by GPU time ("op name ×calls; …")."""
-    named = op_kernels.assign(op_name=op_kernels["node_id"].map(nodes.set_index("node_id")["op_name"]))
-    return _top_kernels(named.rename(columns={"kernel_name": "k", "op_name": "kernel_name"}), "k", limit)
 
 
 GROUP_METRICS = ["calls", "kernel_count", "gpu_time_ns", "tc_gpu_time_ns", "cpu_time_ns", "api_time_ns",
@@ -323,17 +312,16 @@ def _groups(nodes: pd.DataFrame, roots: pd.DataFrame, api: pd.DataFrame, gpu: pd
     gpu_u, first, last = union_of(gpu, "node_id")
     tc_u, _, _ = union_of(gpu[gpu["uses_tc"]], "node_id")
     g_nodes, r_nodes = expand(nodes["node_id"].to_numpy(np.int64))
-    for col in ("calls", "kernel_count"):
-        grp[col] = np.bincount(g_nodes, weights=nodes[col].to_numpy(np.int64)[r_nodes], minlength=n_groups
-                               ).round().astype(np.int64)
-    for col in ("tc_eligible", "using_tc"):
-        grp[col] = np.bincount(g_nodes, weights=nodes[col].astype(bool).to_numpy()[r_nodes],
-                               minlength=n_groups) > 0
-    grp["cpu_time_ns"], grp["api_time_ns"], grp["gpu_time_ns"], grp["tc_gpu_time_ns"] = cpu, api_u, gpu_u, tc_u
-    grp["cpu_overhead_ns"] = np.maximum(cpu - api_u, 0)
-    grp["gpu_idle_ns"] = last - first - gpu_u
-    grp["is_group"], grp["node_id"] = True, -1
-    grp["group_id"] = np.arange(n_groups, dtype=np.int64)
+    metrics: dict[str, np.ndarray] = {
+        col: np.bincount(g_nodes, weights=nodes[col].to_numpy(np.int64)[r_nodes], minlength=n_groups
+                         ).round().astype(np.int64) for col in ("calls", "kernel_count")}
+    metrics.update({col: np.bincount(g_nodes, weights=nodes[col].astype(bool).to_numpy()[r_nodes],
+                                     minlength=n_groups) > 0 for col in ("tc_eligible", "using_tc")})
+    metrics.update(cpu_time_ns=cpu, api_time_ns=api_u, gpu_time_ns=gpu_u, tc_gpu_time_ns=tc_u,
+                   cpu_overhead_ns=np.maximum(cpu - api_u, 0), gpu_idle_ns=last - first - gpu_u,
+                   is_group=np.ones(n_groups, dtype=bool), node_id=np.full(n_groups, -1, dtype=np.int64),
+                   group_id=np.arange(n_groups, dtype=np.int64))
+    grp = pd.concat([grp, pd.DataFrame(metrics)], axis=1)  # one frame, not a column at a time
     leaves = nodes.assign(
         group_id=np.arange(n_groups, n_groups + len(nodes), dtype=np.int64),
         parent_group_id=[chains[c][-1] if c >= 0 and chains[c] else -1 for c in node_scope.to_numpy(np.int64)],
@@ -341,9 +329,7 @@ def _groups(nodes: pd.DataFrame, roots: pd.DataFrame, api: pd.DataFrame, gpu: pd
         name=nodes["op_name"],
         path=[(sc + "/" if sc else "") + nm for sc, nm in zip(nodes["scope"], nodes["op_name"])])
     out = pd.concat([grp, leaves[columns]], ignore_index=True)[columns]
-    for col in GROUP_METRICS:
-        out[col] = out[col].astype(np.int64)
-    return out
+    return out.astype(dict.fromkeys(GROUP_METRICS, np.int64))
 
 
 def resolve_range(an: Analysed, rank: int, iter_start: int | None, iter_stop: int | None) -> pd.DataFrame:
@@ -363,7 +349,152 @@ def resolve_range(an: Analysed, rank: int, iter_start: int | None, iter_stop: in
 
 def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop: int | None = None) -> Aggregation:
     """Compute one aggregation of one rank over [iter_start, iter_stop] (inclusive; default all)."""
-    chosen = resolve_range(an, rank, iter_start, iter_stop).sort_values("start", kind="stable")
+    return aggregate_ranks(an, [rank], iter_start, iter_stop)[0]
+
+
+def aggregate_ranks(an: Analysed, ranks: list[int], iter_start: int | None = None,
+                    iter_stop: int | None = None) -> list[Aggregation]:
+    """One aggregation per rank of ``ranks`` (in that order), each over [iter_start, iter_stop]."""
+    job = JobAggregation(an, ranks, iter_start, iter_stop)
+    return [job.aggregate(r) for r in ranks]
+
+
+class JobAggregation:
+    """The aggregations of several ranks, their kernel and op tables (kernel statistics, op nodes, op types,
+    their top-kernel texts) grouped once over the rows of all ranks (a rank is part of every key), not once
+    per rank: a job of many small ranks spent most of its aggregation time in per-call pandas overhead.
+    Each rank's rows come out in the order a rank alone gives them, so every aggregation is the one its rank
+    alone gives. Built once; :meth:`aggregate` then computes one rank's (forked workers share the object)."""
+
+    def __init__(self, an: Analysed, ranks: list[int], iter_start: int | None = None, iter_stop: int | None = None):
+        self.an = an
+        self.chosen = {r: resolve_range(an, r, iter_start, iter_stop).sort_values("start", kind="stable")
+                       for r in ranks}
+        self.tables = _JobTables(an, {r: c["iteration"].to_numpy() for r, c in self.chosen.items()})
+
+    def aggregate(self, rank: int) -> Aggregation:
+        return _aggregate_rank(self.an, rank, self.chosen[rank], self.tables)
+
+
+class _JobTables:
+    """The aggregation tables of every rank at once: rows of all ranks in profiled iterations, grouped by
+    keys that include the rank (node ids are unique across ranks), then cut back into one slice per rank."""
+
+    def __init__(self, an: Analysed, profiled: dict[int, np.ndarray]):
+        self.ranks = list(profiled)
+        kernels, ops = an.profile.table("kernels"), an.profile.table("ops")
+        # op ids are unique across ranks: one map for all (kernels may hang under ops of other iterations)
+        self.node_of = pd.Series(ops["node_id"].to_numpy(), index=ops["op_id"].to_numpy())
+        ops = _rows(ops, _in_profiled(ops, profiled))  # only the chosen ranks' profiled iterations
+        self.ops = ops
+        ak = _rows(kernels, _in_profiled(kernels, profiled))
+        self.ak = ak.assign(node_id=_lookup(self.node_of, ak["root_op_id"]))
+        self.ak_at = _positions(self.ak["rank"].to_numpy(np.int64), self.ranks)
+        self.roots = roots = np.flatnonzero(ops["parent_id"].to_numpy() < 0)
+
+        codes, self.kernel_names = pd.factorize(self.ak["name"])
+        launched = self.ak["node_id"].to_numpy() >= 0
+        self.op_kernels = _kernel_summary(self.ak[launched], codes[launched], self.kernel_names, ["rank", "node_id"])
+        self.op_kernels_at = _positions(self.op_kernels.pop("rank").to_numpy(np.int64), self.ranks)
+        self.nodes = _op_nodes(ops, roots, self.op_kernels)
+        root_nodes, first = np.unique(ops["node_id"].to_numpy(np.int64)[roots], return_index=True)
+        rank_of_node = pd.Series(ops["rank"].to_numpy(np.int64)[roots][first], index=root_nodes)
+        self.node_rank = rank_of_node.reindex(self.nodes["node_id"].to_numpy()).to_numpy(np.int64)
+        self.nodes_at = _positions(self.node_rank, self.ranks)
+        self.kernel_rows = _kernel_summary(self.ak, codes, self.kernel_names, ["rank"])
+        self.kernel_rows_at = _positions(self.kernel_rows.pop("rank").to_numpy(np.int64), self.ranks)
+        self.op_names = self._kernel_op_names()
+        self.op_types = self._op_types()
+        self._category_columns(an)
+
+    def _category_columns(self, an: Analysed) -> None:
+        """What :meth:`category_intervals` reads, for all ranks' rows at once (every row of a rank counts)."""
+        k, m, ops, rg = (an.profile.table(n) for n in ("kernels", "memops", "ops", "ranges"))
+        self._cat = {}
+        for name, frame in (("kernels", k), ("memops", m), ("ops", ops), ("ranges", rg)):
+            self._cat[name] = (frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64),
+                               _positions(frame["rank"].to_numpy(np.int64), self.ranks))
+        self._tc = k["uses_tc"].to_numpy(bool)
+        cpu = rg["device"].to_numpy() < 0
+        self._ranges_of = {c: cpu & (rg["category"] == c).to_numpy(bool) for c in ("dataloader", "io")}
+        self._ops_of = {c: _name_is(ops, c) for c in ("dataloader", "io")}
+
+    def category_intervals(self, rank: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Interval sets of the breakdown categories in priority order (all but 'other'): kernels on and off
+        Tensor Cores, memory operations, data loading and I/O (CPU ranges of those categories, then ops named
+        so), CPU ops; each of one rank's rows, from the job's columns."""
+        i = self.ranks.index(rank)
+
+        def of(name: str, mask=None) -> tuple[np.ndarray, np.ndarray]:
+            starts, ends, at = self._cat[name]
+            rows = at[i] if mask is None else at[i][mask[at[i]]]
+            return starts[rows], ends[rows]
+
+        kind = {}
+        for c in ("dataloader", "io"):
+            (rs, re_), (os_, oe) = of("ranges", self._ranges_of[c]), of("ops", self._ops_of[c])
+            kind[c] = (np.concatenate([rs, os_]), np.concatenate([re_, oe]))
+        return [of("kernels", self._tc), of("kernels", ~self._tc), of("memops"), kind["dataloader"], kind["io"],
+                of("ops")]
+
+    def _kernel_op_names(self) -> np.ndarray:
+        """Per kernel_rows row: the op nodes that launched its kernel name on its rank (``_kernel_ops``)."""
+        rank_code = np.zeros(len(self.kernel_rows), dtype=np.int64)
+        for i, rows in enumerate(self.kernel_rows_at):
+            rank_code[rows] = i
+        names = pd.Index(np.asarray(self.kernel_names, dtype=object))
+        row_key = rank_code * len(names) + names.get_indexer(self.kernel_rows["kernel_name"].to_numpy(dtype=object))
+        ok = self.op_kernels
+        ok_rank = np.zeros(len(ok), dtype=np.int64)
+        for i, rows in enumerate(self.op_kernels_at):
+            ok_rank[rows] = i
+        named = pd.DataFrame({
+            "k": ok_rank * len(names) + names.get_indexer(ok["kernel_name"].to_numpy(dtype=object)),
+            "kernel_name": ok["node_id"].map(self.nodes.set_index("node_id")["op_name"]).to_numpy(dtype=object),
+            "gpu_time_ns": ok["gpu_time_ns"].to_numpy(), "calls": ok["calls"].to_numpy()})
+        return _top_kernels(named, "k").reindex(row_key).to_numpy(dtype=object)
+
+    def _op_types(self) -> pd.DataFrame:
+        """``_op_types`` of every rank: types coded per rank in order of first appearance, codes of a rank
+        contiguous (nodes of rank i before those of rank i+1)."""
+        order = np.concatenate(self.nodes_at) if self.nodes_at else np.zeros(0, dtype=np.int64)
+        nodes = self.nodes.iloc[order]
+        rank_code = np.repeat(np.arange(len(self.ranks)), [len(p) for p in self.nodes_at])
+        type_codes, _ = pd.factorize(nodes["op_type"])
+        pair_codes, pairs = pd.factorize(rank_code * (type_codes.max(initial=0) + 1) + type_codes)
+        types = np.asarray(pd.unique(nodes["op_type"].to_numpy(dtype=object)), dtype=object)
+        self.type_names = types[pairs % (type_codes.max(initial=0) + 1)] if len(pairs) else np.zeros(0, object)
+        self.type_rank = rank_code[np.unique(pair_codes, return_index=True)[1]] if len(pairs) else rank_code[:0]
+        return _op_types_coded(self.ops, self.roots, nodes, pair_codes, self.type_names, self.op_kernels)
+
+    def slice(self, frame: pd.DataFrame, at: list[np.ndarray], rank: int) -> pd.DataFrame:
+        return frame.iloc[at[self.ranks.index(rank)]].reset_index(drop=True)
+
+
+def _in_profiled(frame: pd.DataFrame, profiled: dict[int, np.ndarray]) -> np.ndarray:
+    """Rows whose (rank, iteration) is one of the aggregations' profiled iterations."""
+    rank, it = frame["rank"].to_numpy(np.int64), frame["iteration"].to_numpy(np.int64)
+    if len(profiled) == 1:  # one rank (a single trace): no grouping by rank needed
+        (r, numbers), = profiled.items()
+        return (rank == r) & np.isin(it, numbers)
+    out = np.zeros(len(frame), dtype=bool)
+    for numbers, rows in zip(profiled.values(), _positions(rank, list(profiled))):
+        out[rows] = np.isin(it[rows], numbers)
+    return out
+
+
+def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
+    """Row positions of each rank (in row order)."""
+    order = np.argsort(rank_of_row, kind="stable")
+    sorted_ranks = rank_of_row[order]
+    lo = np.searchsorted(sorted_ranks, ranks, side="left")
+    hi = np.searchsorted(sorted_ranks, ranks, side="right")
+    return [order[a:b] for a, b in zip(lo, hi)]
+
+
+def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTables) -> Aggregation:
+    """One rank's aggregation: its windows, breakdown, GPUs, iterations and groups, and its slice of the
+    job's kernel and op tables."""
     fr = _rank_frames(an, rank)
     profiled = chosen["iteration"].to_numpy()
     starts, ends = _windows(chosen)
@@ -372,27 +503,28 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
     its_all = an.iterations[an.iterations["rank"] == rank].sort_values("start", kind="stable")
     all_starts, all_ends = _windows(its_all)
     points = np.concatenate([[lo, hi], starts, ends, all_starts, all_ends])
-    segments = Segments(category_intervals(fr), points)
+    segments = Segments(job.category_intervals(rank), points)
     parts = segments.breakdown(lo, hi)
 
     ops = fr["ops"]
     in_agg = {name: _rows(fr[name], np.isin(fr[name]["iteration"].to_numpy(), profiled))
-              for name in ("kernels", "memops", "api_calls")}
-    ak = in_agg["kernels"]
-    op_iter = ops["iteration"].to_numpy()
-    in_ops = np.isin(op_iter, profiled)
+              for name in ("memops", "api_calls")}
+    i = job.ranks.index(rank)
+    ak = job.ak.iloc[job.ak_at[i]]
+    in_ops = np.isin(ops["iteration"].to_numpy(), profiled)
     roots = np.flatnonzero(in_ops & (ops["parent_id"].to_numpy() < 0))
-    node_of = pd.Series(ops["node_id"].to_numpy(), index=ops["op_id"].to_numpy())
-    k_node = _lookup(node_of, ak["root_op_id"])
-    ak = ak.assign(node_id=k_node)
     gpus = _gpu_table(fr, lo, hi, wall, ak)
     has_gpu = len(fr["kernels"]) > 0
     util = float(gpus["utilization"].mean()) if has_gpu and len(gpus) else None
 
-    name_codes, kernel_names = pd.factorize(ak["name"])
-    op_kernels = _kernel_summary(ak[ak["node_id"] >= 0], name_codes[ak["node_id"].to_numpy() >= 0], kernel_names,
-                                 ["node_id"])
-    nodes = _op_nodes(ops, roots, op_kernels)
+    if len(roots):
+        op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
+        nodes = job.slice(job.nodes, job.nodes_at, rank)
+        types = job.op_types.iloc[np.flatnonzero(job.type_rank == i)].reset_index(drop=True)
+    else:  # no op node: the empty tables a rank alone gives
+        op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
+        nodes = _op_nodes(ops, roots, op_kernels)
+        types = _op_types(ops, roots, nodes, op_kernels)
     eligible_nodes = set(nodes.loc[nodes["tc_eligible"].astype(bool), "node_id"])
     elig_k = ak[ak["node_id"].isin(eligible_nodes)]
     elig_time = int(elig_k["dur"].sum())
@@ -400,6 +532,7 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
     node_gpu = int(nodes["gpu_time_ns"].sum())
     elig_gpu = int(nodes.loc[nodes["tc_eligible"].astype(bool), "gpu_time_ns"].sum())
 
+    node_of = job.node_of
     api = in_agg["api_calls"]
     api = api[["op_id", "start", "end"]].assign(
         node_id=_lookup(node_of, _lookup(pd.Series(ops["root_id"].to_numpy(), index=ops["op_id"].to_numpy()),
@@ -428,13 +561,13 @@ def aggregate(an: Analysed, rank: int, iter_start: int | None = None, iter_stop:
         "tc_eligible_gpu_time_pct": 100.0 * elig_gpu / node_gpu if node_gpu > 0 else None,
         "reader_cost_ns": segments.reader_cost(lo, hi),
     }
-    kernel_rows = _kernel_summary(ak, name_codes, kernel_names, [])
-    kernel_rows["op_names"] = string_column(kernel_rows["kernel_name"].map(_kernel_ops(op_kernels, nodes))
-                                            .fillna("").to_numpy(dtype=object))
+    kernel_rows = job.slice(job.kernel_rows, job.kernel_rows_at, rank)
+    kernel_rows["op_names"] = string_column(pd.Series(job.op_names[job.kernel_rows_at[i]]).fillna("")
+                                            .to_numpy(dtype=object))
     return Aggregation(
         row=row, gpus=gpus.assign(rank=rank),
         iterations=_iteration_table(its_all, profiled, hi, fr, segments).assign(rank=rank),
-        ops=nodes.assign(rank=rank), op_types=_op_types(ops, roots, nodes, op_kernels), kernels=kernel_rows,
+        ops=nodes.assign(rank=rank), op_types=types, kernels=kernel_rows,
         op_kernels=op_kernels, groups=_groups(nodes, root_calls, api, gpu, lo, hi),
     )
 

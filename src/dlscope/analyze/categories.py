@@ -25,6 +25,9 @@ def patterns() -> dict:
     }
 
 
+_MEMO: dict[str, dict] = {}
+
+
 def matches(names: pd.Series, kind: str) -> np.ndarray:
     rx = patterns()[kind]
-    return classify_names(names, lambda n: rx.search(n) is not None)
+    return classify_names(names, lambda n: rx.search(n) is not None, memo=_MEMO.setdefault(kind, {}))

@@ -62,12 +62,26 @@ def op_type_tc_eligible(op_type: str) -> bool:
     return any(r.search(op_type) for r in regexes)
 
 
-def classify_names(names: pd.Series, verdict, dtype=bool) -> np.ndarray:
-    """Apply a per-name function to a column, evaluating each distinct name once."""
+#: distinct names a ``memo`` of :func:`classify_names` keeps at most (then it starts over)
+MEMO_SIZE = 1 << 17
+
+
+def classify_names(names: pd.Series, verdict, dtype=bool, memo: dict | None = None) -> np.ndarray:
+    """Apply a per-name function to a column, evaluating each distinct name once (once per process with
+    ``memo``, a dict kept by the caller for this ``verdict``: the ranks of a job repeat the same names)."""
     if len(names) == 0:
         return np.zeros(0, dtype=dtype)
     codes, uniques = pd.factorize(names, sort=False)
-    verdicts = np.array([verdict(str(u)) for u in uniques], dtype=dtype)
+    if memo is None:
+        verdicts = np.array([verdict(str(u)) for u in uniques], dtype=dtype)
+    else:
+        if len(memo) > MEMO_SIZE:
+            memo.clear()
+        text = [str(u) for u in uniques]
+        for t in text:
+            if t not in memo:
+                memo[t] = verdict(t)
+        verdicts = np.array([memo[t] for t in text], dtype=dtype)
     return verdicts[codes]
 
 

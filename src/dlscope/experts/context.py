@@ -47,16 +47,23 @@ class Context:
         self.window = (int(self.agg["window_start"]), int(self.agg["window_end"]))
         self.wall = int(self.agg["wall_clock_ns"] or 0)
         self.whole_profile = self.agg["iteration_method"] == "whole_profile"
+        self._tables_made: dict[str, pd.DataFrame] = {}
+        self._busy: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ loading
 
     def _table(self, table: str) -> pd.DataFrame:
-        """The rank's rows of a raw table, in the database's columns."""
-        frame = self.tables[table]
-        mine = frame["rank"].to_numpy() == self.rank
-        if not mine.all():
-            frame = frame[mine]
-        return frame[[c for c in _db_columns(table) if c in frame.columns]].reset_index(drop=True)
+        """The rank's rows of a raw table, in the database's columns (made once per table: several rules'
+        frames start from the same table, and copy-on-write keeps this one unchanged)."""
+        made = self._tables_made.get(table)
+        if made is None:
+            frame = self.tables[table]
+            mine = frame["rank"].to_numpy() == self.rank
+            if not mine.all():
+                frame = frame[mine]
+            made = self._tables_made[table] = frame[[c for c in _db_columns(table) if c in frame.columns]
+                                                    ].reset_index(drop=True)
+        return made
 
     def _in_iterations(self, table: str) -> pd.DataFrame:
         frame = self._table(table)
@@ -222,12 +229,17 @@ class Context:
         return sorted(int(d) for d in act.loc[act["device"] >= 0, "device"].unique())
 
     def busy(self, device: int | None = None, kinds: tuple = ("kernel", "memcpy", "memset")) -> tuple:
-        """Intervals during which the device (or any device) runs GPU activity of the given kinds."""
-        act = self.gpu_activity
-        sel = act["kind"].isin(kinds)
-        if device is not None:
-            sel &= act["device"] == device
-        return Span(act.loc[sel, "start"], act.loc[sel, "end"])
+        """Intervals during which the device (or any device) runs GPU activity of the given kinds (selected
+        once per device and kinds: most rules ask; each caller gets its own copy)."""
+        key = (device, tuple(kinds))
+        if key not in self._busy:
+            act = self.gpu_activity
+            sel = act["kind"].isin(kinds)
+            if device is not None:
+                sel &= act["device"] == device
+            self._busy[key] = Span(act.loc[sel, "start"], act.loc[sel, "end"])
+        starts, ends = self._busy[key]
+        return starts.copy(), ends.copy()
 
     @cached_property
     def ceilings(self):
@@ -297,4 +309,9 @@ def compile_any(patterns: list[str], flags: int = 0) -> re.Pattern:
 
 def names_matching(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     """Boolean mask of names matching a regex, evaluated once per distinct name."""
-    return classify_names(names.fillna(""), lambda n: pattern.search(n) is not None)
+    return classify_names(names.fillna(""), lambda n: pattern.search(n) is not None,
+                          memo=_MATCHED.setdefault(pattern, {}))
+
+
+#: per compiled pattern, the names already matched (the rules compile the same few patterns for every rank)
+_MATCHED: dict[re.Pattern, dict] = {}

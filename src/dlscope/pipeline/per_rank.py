@@ -1,7 +1,8 @@
 """Each rank's aggregation (with its MFU) and expert findings; a job of many ranks spreads them over forked workers.
 
-Per rank this is ~0.1 s of pandas work whatever the rank's size, so a 64-rank job of small traces spent
-most of its time here, in one process. The workers are forked after the analysis and read it
+The kernel and op tables of every rank are grouped once, in the parent (:class:`JobAggregation`); what is
+left per rank (windows, breakdown, groups, MFU, rules) is a few tens of ms of pandas work whatever the
+rank's size, so a job of many ranks spreads it over workers forked after the analysis, which read it
 copy-on-write; only each rank's small results travel back (pickled). Results come back in rank order,
 so the database is the same however many workers ran.
 """
@@ -10,11 +11,11 @@ from __future__ import annotations
 
 import os
 
-from ..analyze.aggregation import Aggregation, aggregate
+from ..analyze.aggregation import Aggregation, JobAggregation
 from ..analyze.analysis import Analysed
 from ..experts import evaluate
 from ..processes import can_fork, release_free_memory, stop_pool, worker_pool
-from ..roofline.mfu import add_mfu
+from ..roofline.mfu import add_mfu, job_model_flops
 
 #: below this many ranks, forking workers costs more than it saves
 MIN_RANKS = 8
@@ -30,12 +31,16 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
     """
     ranks = an.ranks if ranks is None else ranks
     n = _worker_count(len(ranks), workers)
+    job = JobAggregation(an, ranks, iter_start, iter_stop)
+    flops = None if len(ranks) == 1 else job_model_flops(  # one rank models its own ops as fast
+        an.profile.table("ops"), {r: (int(c["iteration"].min()), int(c["iteration"].max()))
+                                  for r, c in job.chosen.items()})
     if n <= 1:
-        return [_rank_results(an, rank, iter_start, iter_stop, rules_config) for rank in ranks]
+        return [_rank_results(an, job, flops, rank, rules_config) for rank in ranks]
     an.rank_tables(ranks[0])  # split the tables by rank once, before forking, so every worker inherits it
     release_free_memory()
     global _FORKED
-    _FORKED = (an, iter_start, iter_stop, rules_config)
+    _FORKED = (an, job, flops, rules_config)
     pool = worker_pool(n, "fork")
     try:
         results = list(pool.map(_forked_rank, ranks, chunksize=max(1, len(ranks) // (4 * n))))
@@ -56,12 +61,12 @@ def _worker_count(ranks: int, workers: int | None) -> int:
 
 def _forked_rank(rank: int) -> tuple[Aggregation, list[dict]]:
     assert _FORKED is not None  # set by the parent before it forked this worker
-    an, iter_start, iter_stop, rules_config = _FORKED
-    return _rank_results(an, rank, iter_start, iter_stop, rules_config)
+    an, job, flops, rules_config = _FORKED
+    return _rank_results(an, job, flops, rank, rules_config)
 
 
-def _rank_results(an: Analysed, rank: int, iter_start, iter_stop, rules_config) -> tuple[Aggregation, list[dict]]:
-    agg = aggregate(an, rank, iter_start, iter_stop)
+def _rank_results(an: Analysed, job: JobAggregation, flops, rank: int, rules_config) -> tuple[Aggregation, list[dict]]:
+    agg = job.aggregate(rank)
     tables = an.rank_tables(rank)
-    agg.row, agg.ops = add_mfu(agg.row, agg.ops, tables["ops"], tables["gpus"])
+    agg.row, agg.ops = add_mfu(agg.row, agg.ops, tables["ops"], tables["gpus"], flops)
     return agg, evaluate(tables, agg, rules_config)

@@ -10,6 +10,8 @@ FLOPs, on Tensor Cores when those ops used them (FP32 on Tensor Cores is TF32).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 
@@ -47,11 +49,25 @@ def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
                          "tensor": tensor}, index=ops.index)
 
 
+def job_model_flops(ops: pd.DataFrame, ranges: dict[int, tuple[int, int]]) -> pd.DataFrame:
+    """:func:`op_model_flops` of every rank's op calls in its aggregation's iterations (rank -> (iter_start,
+    iter_stop), inclusive), in one pass: an op's enclosing ops are of its own rank and iterations, so each
+    rank's rows are what that rank alone gives."""
+    rank = ops["rank"].to_numpy(np.int64)
+    lo = pd.Series({r: a for r, (a, _) in ranges.items()}, dtype=float).reindex(rank).to_numpy(float)
+    hi = pd.Series({r: b for r, (_, b) in ranges.items()}, dtype=float).reindex(rank).to_numpy(float)
+    it = ops["iteration"].to_numpy(np.int64)
+    return op_model_flops(ops[(it >= lo) & (it <= hi)])  # other ranks' rows: NaN bounds, never chosen
+
+
+@lru_cache(maxsize=1 << 16)
 def _flops(name, shapes, dtypes, concrete) -> int:
+    """Memoized: the ranks of a job repeat the same ops (one model per distinct op, not per rank)."""
     got = model_flops(name, shapes, dtypes, concrete)
     return -1 if got is None else got
 
 
+@lru_cache(maxsize=1 << 16)
 def _precision(dtypes) -> str:
     """The precision of the first floating-point input, as the FLOP model's main operand usually is."""
     import json
@@ -63,10 +79,13 @@ def _precision(dtypes) -> str:
     return next((p for p in (precision_of(str(t)) for t in types) if p), "") if isinstance(types, list) else ""
 
 
-def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFrame,
+            flops: pd.DataFrame | None = None) -> tuple[dict, pd.DataFrame]:
     """The aggregation row with :data:`ROW_KEYS` and its op nodes with ``model_flops`` and ``mfu``.
 
     ``ops``: the rank's op calls as the analysis made them; only the aggregation's iterations count.
+    ``flops``: :func:`op_model_flops` of op calls that include the aggregation's (by row label), when the
+    caller modelled every rank's at once (see :func:`job_model_flops`).
     ``model_flops`` is None when no op of the aggregation recorded input shapes (nothing to model), the MFU
     figures None when the GPU's peak at that precision is unknown, the per-iteration figure when no iterations
     were found."""
@@ -75,7 +94,7 @@ def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFr
     mine = ops[ops["iteration"].between(int(row["iter_start"]), int(row["iter_stop"]))]
     if mine.empty or not (mine["input_shapes"].fillna("") != "").any():
         return {**row, **out}, nodes
-    figures = op_model_flops(mine)
+    figures = op_model_flops(mine) if flops is None else flops.loc[mine.index]
     hit = figures["model_flops"].to_numpy() >= 0
     ids = mine["op_id"].to_numpy(np.int64)
     root_pos = pd.Index(ids).get_indexer(mine["root_id"].to_numpy(np.int64)[hit])

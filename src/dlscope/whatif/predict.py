@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..errors import DlscopeError
 from .graph import CATEGORIES, Graph
-from .replay import Result, Weights, binding, critical_path, path_table, solve
+from .replay import Binding, Result, Weights, binding, critical_path, path_table, solve
 from .scenarios import Scenario, for_rule, parse
 
 GENERAL_ASSUMPTIONS = [
@@ -53,7 +53,40 @@ class Windows:
         return int(t[end_v] - starts[0])
 
 
-def windows(g: Graph, rank: int, iter_start: int | None = None, iter_stop: int | None = None) -> Windows:
+class IterationRows:
+    """Positions of each (rank, iteration)'s ops and GPU activities in the graph's tables, found once for
+    a caller that takes the windows of every rank (one pass, not one filter of the whole job per rank)."""
+
+    def __init__(self, g: Graph):
+        ops, act = g.job.ops, g.activities
+        self.op_ids = ops["op_id"].to_numpy(np.int64)
+        self.end_v = act["end_v"].to_numpy(np.int64)
+        self._ops = _rows_by(ops["rank"].to_numpy(np.int64), ops["iteration"].to_numpy(np.int64))
+        self._acts = _rows_by(act["rank"].to_numpy(np.int64), act["iteration"].to_numpy(np.int64))
+
+    def ops(self, rank: int, iteration: int) -> np.ndarray:
+        return self.op_ids[self._ops.get((rank, iteration), _NONE)]
+
+    def activity_ends(self, rank: int, iteration: int) -> np.ndarray:
+        return self.end_v[self._acts.get((rank, iteration), _NONE)]
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _rows_by(rank: np.ndarray, iteration: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
+    """(rank, iteration) -> row positions, in row order."""
+    if len(rank) == 0:
+        return {}
+    order = np.lexsort((iteration, rank))
+    r, i = rank[order], iteration[order]
+    cut = np.flatnonzero((r[1:] != r[:-1]) | (i[1:] != i[:-1])) + 1
+    return {(int(r[a]), int(i[a])): order[a:b] for a, b in zip(np.r_[0, cut], np.r_[cut, len(order)])}
+
+
+def windows(g: Graph, rank: int, iter_start: int | None = None, iter_stop: int | None = None,
+            rows: IterationRows | None = None) -> Windows:
+    """``rows``: :class:`IterationRows` of ``g`` when the caller takes many ranks' windows."""
     its = g.iterations[g.iterations["rank"] == rank].sort_values("start", kind="stable")
     lo = its["iteration"].min() if iter_start is None else iter_start
     hi = its["iteration"].max() if iter_stop is None else iter_stop
@@ -62,11 +95,15 @@ def windows(g: Graph, rank: int, iter_start: int | None = None, iter_stop: int |
         raise DlscopeError(f"no iterations {lo}..{hi} of rank {rank} in the database's iterations (an aggregation "
                            f"made before a re-split with another key node? replay the newest one)")
     last = int(its["iteration"].iloc[-1])
-    ops = g.job.ops
-    op_ids = ops.loc[(ops["rank"] == rank) & (ops["iteration"] == last), "op_id"].to_numpy(np.int64)
-    act = g.activities
-    mine = (act["rank"].to_numpy() == rank) & (act["iteration"].to_numpy() == last)
-    ends = np.r_[g.op_end_v[op_ids], act["end_v"].to_numpy(np.int64)[mine], its["cpu_end_v"].to_numpy(np.int64)[-1:]]
+    if rows is not None:
+        op_ids, act_ends = rows.ops(rank, last), rows.activity_ends(rank, last)
+    else:
+        ops = g.job.ops
+        op_ids = ops.loc[(ops["rank"] == rank) & (ops["iteration"] == last), "op_id"].to_numpy(np.int64)
+        act = g.activities
+        mine = (act["rank"].to_numpy() == rank) & (act["iteration"].to_numpy() == last)
+        act_ends = act["end_v"].to_numpy(np.int64)[mine]
+    ends = np.r_[g.op_end_v[op_ids], act_ends, its["cpu_end_v"].to_numpy(np.int64)[-1:]]
     return Windows(rank, its["iteration"].to_numpy(np.int64), its["start_v"].to_numpy(np.int64), ends[ends >= 0])
 
 
@@ -79,12 +116,12 @@ def replay_errors(g: Graph, win: Windows, result: Result) -> pd.DataFrame:
                          "error_pct": err})
 
 
-def path_of(g: Graph, win: Windows, result: Result) -> pd.DataFrame:
+def path_of(g: Graph, win: Windows, result: Result, bound: Binding | None = None) -> pd.DataFrame:
     """The critical path of every window (the edges that set its end, walked back to its start): one row
     per edge with its category, owner op, activity and time inside the window; per window they add up to its
-    replayed duration."""
+    replayed duration. ``bound``: ``binding(g, result)`` when the caller walks many windows of one replay."""
     t = result.t
-    b = binding(g, result)
+    b = binding(g, result) if bound is None else bound
     starts, last_end = win.bounds(t)
     ends = np.r_[win.start_v[1:], last_end]
     frames = []

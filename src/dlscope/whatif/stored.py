@@ -16,8 +16,8 @@ import pandas as pd
 
 from .graph import CATEGORIES, Graph, build
 from .job import Job
-from .predict import path_of, price_findings, windows
-from .replay import Result, Weights, solve
+from .predict import IterationRows, path_of, price_findings, windows
+from .replay import Binding, Result, Weights, binding, solve
 from .scenarios import for_rule
 
 #: the rows of ``agg_critical_path``: time on the critical path per rank (-1: before the first event the
@@ -44,11 +44,13 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
     except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
         note = f"the dependency graph could not be built ({_one_line(e)})"
     replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
+    shared = None  # what every rank's walk reads: binding edges of the unchanged replay, rows by iteration, op rows
     for agg, found in zip(aggs, findings):
         if note is None:
             try:
                 assert g is not None and base is not None  # built above whenever there is no note
-                _annotate_one(g, base, agg, found, replays)
+                shared = _Shared(g, base) if shared is None else shared
+                _annotate_one(g, base, shared, agg, found, replays)
                 continue
             except Exception as e:  # noqa: BLE001 - one aggregation's failure leaves the others' figures
                 why = f"the critical path could not be walked ({_one_line(e)})"
@@ -57,14 +59,23 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
         _not_replayed(agg, found, why)
 
 
-def _annotate_one(g: Graph, base: Result, agg, found: list[dict], replays: dict) -> None:
+class _Shared:
+    """Found once for all aggregations of a replay, not once per rank."""
+
+    def __init__(self, g: Graph, base: Result):
+        self.bound: Binding = binding(g, base)
+        self.rows = IterationRows(g)
+        self.op_pos = pd.Series(np.arange(len(g.job.ops)), index=g.job.ops["op_id"].to_numpy(np.int64))
+
+
+def _annotate_one(g: Graph, base: Result, shared: _Shared, agg, found: list[dict], replays: dict) -> None:
     row = agg.row
-    win = windows(g, int(row["rank"]), int(row["iter_start"]), int(row["iter_stop"]))
-    path = path_of(g, win, base)
+    win = windows(g, int(row["rank"]), int(row["iter_start"]), int(row["iter_stop"]), shared.rows)
+    path = path_of(g, win, base, shared.bound)
     ns = path["ns"].to_numpy(np.int64)
     op_id = path["op_id"].to_numpy(np.int64)
     owned = op_id >= 0
-    by_node = pd.Series(ns[owned]).groupby(op_nodes(g, op_id[owned])).sum()
+    by_node = pd.Series(ns[owned]).groupby(op_nodes(g, op_id[owned], shared.op_pos)).sum()
     act = path["act"].to_numpy(np.int64)
     acts = g.activities
     kernel = act >= 0
@@ -84,10 +95,12 @@ def _annotate_one(g: Graph, base: Result, agg, found: list[dict], replays: dict)
     row["critical_path_note"] = None
 
 
-def op_nodes(g: Graph, op_id: np.ndarray) -> np.ndarray:
-    """The op node (of the outermost op) each op belongs to: the nodes the ops table lists."""
+def op_nodes(g: Graph, op_id: np.ndarray, pos: pd.Series | None = None) -> np.ndarray:
+    """The op node (of the outermost op) each op belongs to: the nodes the ops table lists. ``pos``: op id ->
+    row of ``g.job.ops``, when the caller has it."""
     ops = g.job.ops
-    pos = pd.Series(np.arange(len(ops)), index=ops["op_id"].to_numpy(np.int64))
+    if pos is None:
+        pos = pd.Series(np.arange(len(ops)), index=ops["op_id"].to_numpy(np.int64))
     row = pos.reindex(op_id).fillna(-1).to_numpy(np.int64)
     root = np.where(row >= 0, ops["root_id"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
     root = np.where(root >= 0, root, op_id)
