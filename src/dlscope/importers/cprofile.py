@@ -137,13 +137,23 @@ def call_tree(stats: dict[Func, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
         "name": [n[0] for n in names], "file": [n[1] for n in names],
         "line": np.array([n[2] for n in names], np.int64), "function": [n[3] for n in names],
         "calls": np.array([r[4] for r in rows], np.int64),
-        "total_ns": np.rint(np.array([r[5] for r in rows], np.float64) * 1e9).astype(np.int64),
-        "self_ns": np.rint(np.array([r[6] for r in rows], np.float64) * 1e9).astype(np.int64),
+        "total_ns": _apportioned_ns(rows, 5), "self_ns": _apportioned_ns(rows, 6),
     })[TREE_COLUMNS]
     meta = {"functions": len(stats), "nodes": len(rows), "roots": len(roots), "min_share": MIN_SHARE,
             "max_nodes": MAX_NODES, "paths_below_min_share": skipped_small, "paths_over_max_nodes": skipped_cap,
             "total_tt_ns": round(sum(v[2] for v in stats.values()) * 1e9)}
     return tree, meta
+
+
+def _apportioned_ns(rows: list[tuple], field: int) -> np.ndarray:
+    """Integer ns of each node's share of its function's seconds, rounded so that a function's nodes add up to
+    its own rounded time (cumulative rounding per function), never one ns more as rounding each would."""
+    seconds = pd.Series([r[field] for r in rows], dtype=np.float64) * 1e9
+    func = pd.Series([r[3] for r in rows], dtype=object)
+    if not len(rows):
+        return np.zeros(0, np.int64)
+    upto = pd.Series(np.rint(seconds.groupby(func, sort=False).cumsum().to_numpy()).astype(np.int64))
+    return (upto - upto.groupby(func, sort=False).shift(1, fill_value=0)).to_numpy(np.int64)
 
 
 def load_cprofile(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
