@@ -35,9 +35,9 @@ def function_of(name: str) -> str:
     return ADDRESS.sub("", name)
 
 
-def raw_tree(path: Path) -> tuple[dict, dict]:
-    """Per (pid, tid, call path): the frames' summed duration and count, straight from the JSON's Python ids."""
-    frames = raw_frames(path)
+def call_path_of(frames: list):
+    """A function giving a raw frame's call path (its functions from the thread's outermost frame down), by
+    following the JSON's Python parent ids."""
     by_id = {(e.pid, e.args["Python id"]): e for e in frames}
 
     def path_of(e) -> tuple:
@@ -48,6 +48,13 @@ def raw_tree(path: Path) -> tuple[dict, dict]:
             e = by_id.get((e.pid, up)) if up is not None else None
         return tuple(reversed(out))
 
+    return path_of
+
+
+def raw_tree(path: Path) -> tuple[dict, dict]:
+    """Per (pid, tid, call path): the frames' summed duration and count, straight from the JSON's Python ids."""
+    frames = raw_frames(path)
+    path_of = call_path_of(frames)
     total: dict = defaultdict(int)
     calls: dict = defaultdict(int)
     for e in frames:

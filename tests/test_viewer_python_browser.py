@@ -12,7 +12,7 @@ import httpx
 import pytest
 from conftest import data_file, sql
 from raw_kineto import events
-from test_python_stacks import BERT, PROGRAM, db_paths, function_of, raw_frames, raw_tree
+from test_python_stacks import BERT, PROGRAM, call_path_of, db_paths, raw_frames, raw_tree
 from test_viewer_browser import Server, cell_texts, page, ready, shot  # noqa: F401 (page is a fixture)
 from trace_builder import PID, TID, KinetoTrace
 
@@ -36,15 +36,7 @@ def raw_ops_started_in(path) -> Counter:
     """Per call path (pid, tid, functions): the raw ops whose innermost enclosing frame has that path and that are
     not inside another op of that frame, the op calls the view lists for it."""
     frames = raw_frames(path)
-    by_id = {(e.pid, e.args["Python id"]): e for e in frames}
-
-    def path_of(e):
-        out = []
-        while e is not None:
-            out.append(function_of(e.name))
-            up = e.args.get("Python parent id")
-            e = by_id.get((e.pid, up)) if up is not None else None
-        return tuple(reversed(out))
+    path_of = call_path_of(frames)
 
     def innermost(items, t, thread):
         around = [x for x in items if (x.pid, x.tid) == thread and x.start <= t < x.end]
