@@ -75,13 +75,15 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
         conn.close()
     kernels = tables.get("kernels")
     if kernels is not None and "search_key" in columns_of["kernels"]:
-        roots = root_op_names(kernels, tables.get("ops"))
-        tables = {**tables, "kernels": kernels.assign(search_key=search_keys(kernels["name"], roots))}
+        pairs = kernel_pairs(kernels, tables.get("ops"))
+        tables = {**tables, "kernels": kernels.assign(search_key=search_keys(pairs))}
+    else:
+        pairs = None
     if tables:
         with _ArrowIngest(path, columns_of) as ingest:
             for name, frame in tables.items():
                 ingest.add(name, frame)
-    names = raw_names(tables)
+    names = raw_names(tables, pairs)
     if names or indexes:
         conn = sqlite3.connect(path)
         try:
@@ -105,16 +107,23 @@ def root_op_names(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> pd.Series:
     return kernels["root_op_id"].map(pd.Series(ops["name"].to_numpy(object), index=ops["op_id"].to_numpy()))
 
 
-def search_keys(names: pd.Series, roots: pd.Series) -> pd.arrays.IntegerArray:
+def kernel_pairs(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> pd.DataFrame:
+    """Each kernel's name (``k``, None: none) and outermost op's name (``o``, NaN: none) as Python objects: made
+    once for both the search_key and the search tables (each conversion of a million names costs)."""
+    return pd.DataFrame({"k": kernels["name"].to_numpy(object, na_value=None),
+                         "o": root_op_names(kernels, ops).to_numpy(object)})
+
+
+def search_keys(pairs: pd.DataFrame) -> pd.arrays.IntegerArray:
     """kernels.search_key: a 64-bit hash (pandas' SipHash, once per distinct pair) of the kernel's name and its
-    outermost op's name. Two pairs with one key would share an index range: the writer refuses to index such a
-    database's names (``add_names``), so the viewer never confuses them."""
-    pairs = pd.DataFrame({"k": names.to_numpy(object, na_value=None), "o": roots.to_numpy(object)})
+    outermost op's name (``pairs``: as ``kernel_pairs`` makes them). Two pairs with one key would share an index
+    range: the writer refuses to index such a database's names (``add_names``), so the viewer never confuses
+    them."""
     keys = pd.util.hash_pandas_object(pairs.fillna("\x00none"), index=False, categorize=True).to_numpy()
     return pd.arrays.IntegerArray(keys.view(np.int64), np.zeros(len(keys), dtype=bool))
 
 
-def raw_names(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+def raw_names(tables: dict[str, pd.DataFrame], pairs: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """The distinct searched names of raw tables (source -> frame of name and kernels), counted with pandas as
     they are written: kernel names with their kernels, the outermost ops' names with the kernels launched
     beneath them, op types; and under "pairs" the (kernel name, outermost op name) pairs of the kernels with
@@ -131,11 +140,11 @@ def raw_names(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         types = ops["op_type"].dropna().unique()
         out["op_nodes.op_type"] = pd.DataFrame({"name": types, "kernels": None})
     if kernels is not None and "search_key" in kernels and not kernels.empty:
-        pairs = pd.DataFrame({"key": kernels["search_key"].to_numpy(np.int64),
-                              "kernel_name": kernels["name"].to_numpy(object, na_value=None),
-                              "op_name": root_op_names(kernels, ops).to_numpy(object)})
-        distinct = pairs.drop_duplicates(["kernel_name", "op_name"])
-        counts = pairs.groupby("key", sort=False).size()
+        named = kernel_pairs(kernels, ops) if pairs is None else pairs
+        keyed = pd.DataFrame({"key": kernels["search_key"].to_numpy(np.int64),
+                              "kernel_name": named["k"].to_numpy(), "op_name": named["o"].to_numpy()})
+        distinct = keyed.drop_duplicates(["kernel_name", "op_name"])
+        counts = keyed.groupby("key", sort=False).size()
         out["pairs"] = distinct.assign(kernels=counts.reindex(distinct["key"]).to_numpy(),
                                        clash=len(distinct) != distinct["key"].nunique())
     return out
