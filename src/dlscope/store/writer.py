@@ -9,7 +9,7 @@ import json
 import os
 import sqlite3
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -58,11 +58,13 @@ def insert_frame(conn: sqlite3.Connection, table: str, frame: pd.DataFrame) -> N
                      zip(*(_column_values(frame, c) for c in columns)))
 
 
-def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = True, indexes: bool = True) -> None:
+def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = True, indexes: bool = True,
+                   timelines: Callable[[], dict[int, dict[str, bytes]]] | None = None) -> None:
     """Create the database file (``create``), bulk-load raw tables, then build every index (``indexes``).
 
     ``tables`` uses the model's names; ``ops`` is stored as op_nodes + op_instances. A job imported rank by
-    rank appends each rank's tables and builds the indexes once, after the last.
+    rank appends each rank's tables and builds the indexes once, after the last. ``timelines``: the ranks'
+    timeline arrays to store, built here (beside the caller's aggregation) from the tables as written.
     """
     conn = sqlite3.connect(path)
     try:
@@ -84,10 +86,15 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
             for name, frame in tables.items():
                 ingest.add(name, frame)
     names = raw_names(tables, pairs)
-    if names or indexes:
+    if names or indexes or timelines:
         conn = sqlite3.connect(path)
         try:
+            # as the ingest: no journal, no fsync per index (the file is renamed into place only when complete)
+            conn.execute("PRAGMA journal_mode=OFF")
+            conn.execute("PRAGMA synchronous=OFF")
             add_names(conn, names)
+            if timelines is not None:
+                write_timeline_arrays(conn, timelines())
             if indexes:
                 conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
                 conn.executescript(INDEXES)
@@ -256,14 +263,15 @@ class NewDatabase:
         self.conn: sqlite3.Connection | None = None
         self.raw_writer: ForkedCall | ThreadCall | None = None
 
-    def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True) -> None:
+    def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
+                  timelines: Callable[[], dict[int, dict[str, bytes]]] | None = None) -> None:
         """Write raw tables in the background (:func:`dlscope.processes.in_background`: a forked child
         that reads the tables copy-on-write, or a thread where this process must not fork): the ``first``
         part creates the file, the ``last`` builds the indexes (a whole import is one part; a job imported
         rank by rank, one part per rank and a last one). A part waits for the one before: one writer at a
-        time."""
+        time. ``timelines`` builds the timeline arrays there too (``write_raw_file``)."""
         self._wait_raw()
-        self.raw_writer = in_background(write_raw_file, self.path, tables, first, last)
+        self.raw_writer = in_background(write_raw_file, self.path, tables, first, last, timelines)
 
     def _wait_raw(self) -> None:
         writer, self.raw_writer = self.raw_writer, None
