@@ -27,7 +27,11 @@ def _same(a, b) -> bool:
 def _rows(conn: sqlite3.Connection, name: str) -> tuple[list[str], list[tuple]]:
     cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{name}")') if r[1] != "created_at"]
     quoted = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
-    rows = conn.execute(f'SELECT {quoted} FROM "{name}" ORDER BY rowid').fetchall()
+    try:
+        rows = conn.execute(f'SELECT {quoted} FROM "{name}" ORDER BY rowid').fetchall()
+    except sqlite3.OperationalError:  # a WITHOUT ROWID table (the FTS5 index's): stored in its key's order
+        order = ", ".join(str(i + 1) for i in range(len(cols)))
+        rows = conn.execute(f'SELECT {quoted} FROM "{name}" ORDER BY {order}').fetchall()
     if name == "dlscope_meta":
         rows = [r for r in rows if r[0] != "created_at"]
     return cols, rows

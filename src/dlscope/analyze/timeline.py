@@ -102,10 +102,15 @@ class Track:
 
     @classmethod
     def of(cls, kind: str, ids, start, end, lane, n_lanes: int, tc=None) -> Track:
-        order = np.lexsort((ids, start))  # ties by id: the same order whatever order the rows came in
+        # ties by id: the same order whatever order the rows came in (rows in id order: a stable sort by start)
+        order = (_stable_order(start) if len(ids) < 2 or bool((ids[1:] > ids[:-1]).all())
+                 else np.lexsort((ids, start)))
         start, end, lane, dur = start[order], end[order], lane[order], (end - start)[order]
+        by_lane = (np.argsort(lane.astype(np.int16), kind="stable") if n_lanes <= np.iinfo(np.int16).max
+                   else _stable_order(lane))  # 16-bit keys: numpy's radix sort
+        by_dur = _stable_order(dur.max() - dur) if len(dur) else np.zeros(0, np.intp)
         return cls.indexed(kind, ids[order], start, end, lane, n_lanes, None if tc is None else tc[order],
-                           np.argsort(lane, kind="stable"), np.argsort(-dur, kind="stable"))
+                           by_lane, by_dur)
 
     @classmethod
     def indexed(cls, kind: str, ids, start, end, lane, n_lanes: int, tc, by_lane, by_dur) -> Track:
@@ -248,6 +253,22 @@ class RankTimeline:
         return cls(rank, lanes, tracks, counters)
 
 
+def _stable_order(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of integers: where the key's span and the row number fit in 63 bits,
+    one unstable sort of (key - min) << bits | row (numpy's SIMD sort, several times faster than its timsort)."""
+    n = len(key)
+    if not n:
+        return np.zeros(0, np.intp)
+    lo, hi = int(key.min()), int(key.max())
+    bits = max((n - 1).bit_length(), 1)
+    if (hi - lo).bit_length() + bits > 62:
+        return np.argsort(key, kind="stable")
+    packed = (key.astype(np.int64) - lo) << bits
+    packed |= np.arange(n, dtype=np.int64)
+    packed.sort()
+    return (packed & ((1 << bits) - 1)).astype(np.intp)
+
+
 def _index(order: np.ndarray) -> np.ndarray:
     """A permutation in 4 bytes per event when it fits (half the blob)."""
     return order.astype(np.int32) if len(order) < 2 ** 31 else order
@@ -305,26 +326,50 @@ def _key(*cols) -> np.ndarray:
 
 
 def _packed(keys: np.ndarray, columns: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Rows of small-cardinality integer columns as one integer each: every column ranked among its distinct
-    values (``columns``: the distinct values to rank against), the ranks packed (np.unique over rows is 20x
-    slower)."""
-    values: list[np.ndarray] = (columns if columns is not None
-                                else [np.unique(keys[:, c]) for c in range(keys.shape[1])])
+    """Rows of small-cardinality integer columns as one integer each, in the rows' sort order (np.unique over
+    rows is 20x slower): a column spanning few values as its offset from its minimum (a min and a max, no
+    sort), any other ranked among its distinct values (``columns``: the distinct values to rank against)."""
+    values: list[np.ndarray] = []
     packed = np.zeros(len(keys), np.int64)
-    for c, v in enumerate(values):
-        packed = packed * (len(v) + 1) + np.searchsorted(v, keys[:, c])
+    for c in range(keys.shape[1]):
+        col = keys[:, c]
+        if columns is None and len(col):
+            lo, hi = int(col.min()), int(col.max())
+            if hi - lo < _OFFSET_SPAN:
+                values.append(np.arange(lo, hi + 1, dtype=np.int64))
+                packed = packed * (hi - lo + 2) + (col - lo)
+                continue
+        v = columns[c] if columns is not None else np.unique(col)
+        values.append(v)
+        packed = packed * (len(v) + 1) + np.searchsorted(v, col)
     return packed, values
 
 
+#: A key column spanning fewer values packs as its offset from its minimum instead of its rank.
+_OFFSET_SPAN = 1 << 16
+
+
 def _lanes_of(keys: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The distinct rows of all ``keys`` (sorted: the lanes in order) and, for each array, the lane of each row."""
-    every = np.concatenate(keys)
-    if not len(every):
-        return every, [np.zeros(0, np.int32) for _ in keys]
-    packed, _ = _packed(every)
-    _, first, inverse = np.unique(packed, return_index=True, return_inverse=True)
-    cuts = np.cumsum([len(k) for k in keys])[:-1]
-    return every[first], np.split(inverse.reshape(-1).astype(np.int32), cuts)
+    """The distinct rows of all ``keys`` (sorted: the lanes in order) and, for each array, the lane of each row.
+    Each array's distinct rows first (a sort of its own packed rows, no copy of all keys into one), then the
+    lanes among those few rows."""
+    firsts: list[np.ndarray] = []
+    inverses: list[np.ndarray] = []
+    for k in keys:
+        if len(k):
+            _, first, inverse = np.unique(_packed(k)[0], return_index=True, return_inverse=True)
+            firsts.append(k[first])
+            inverses.append(inverse.reshape(-1))
+        else:
+            firsts.append(k)
+            inverses.append(np.zeros(0, np.intp))
+    distinct = np.concatenate(firsts)
+    if not len(distinct):
+        return distinct, [np.zeros(0, np.int32) for _ in keys]
+    _, first, inverse = np.unique(_packed(distinct)[0], return_index=True, return_inverse=True)
+    lane = inverse.reshape(-1).astype(np.int32)
+    offsets = np.cumsum([0] + [len(f) for f in firsts])
+    return distinct[first], [lane[offset + inv] for offset, inv in zip(offsets.tolist(), inverses)]
 
 
 def _lane(side: int, a: int, b: int, sub: int, row: int) -> dict:

@@ -133,8 +133,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                 resolve_range(an, rank, iter_start, iter_stop)
         step("writing database")
         with writer.atomic_database(db_path, force) as db:
-            if an is not None:
-                db.write_raw(_raw_tables(an))
+            if an is not None:  # the timeline arrays are built there too, beside the aggregation
+                db.write_raw(_raw_tables(an), timelines=lambda: timeline_arrays(an))
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
@@ -144,13 +144,12 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             elif an is not None:
                 skip(aggs, findings, NO_CRITICAL_PATH)
             figures = rank_figures(an, aggs) if an is not None else None
-            timelines = timeline_arrays(an) if an is not None else {}
             _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
                            profile_name or _default_name(paths),
                            {**(extra_meta or {}), "key_node": key_node or "",
                             "iteration_methods": an.iteration_methods if an else {},
                             "key_node_candidates": an.key_node_candidates if an else {}},
-                           ncu, aggs, findings, figures, timelines)
+                           ncu, aggs, findings, figures, {})
     return db_path
 
 

@@ -9,7 +9,7 @@ import json
 import os
 import sqlite3
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -58,11 +58,13 @@ def insert_frame(conn: sqlite3.Connection, table: str, frame: pd.DataFrame) -> N
                      zip(*(_column_values(frame, c) for c in columns)))
 
 
-def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = True, indexes: bool = True) -> None:
+def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = True, indexes: bool = True,
+                   timelines: Callable[[], dict[int, dict[str, bytes]]] | None = None) -> None:
     """Create the database file (``create``), bulk-load raw tables, then build every index (``indexes``).
 
     ``tables`` uses the model's names; ``ops`` is stored as op_nodes + op_instances. A job imported rank by
-    rank appends each rank's tables and builds the indexes once, after the last.
+    rank appends each rank's tables and builds the indexes once, after the last. ``timelines``: the ranks'
+    timeline arrays to store, built here (beside the caller's aggregation) from the tables as written.
     """
     conn = sqlite3.connect(path)
     try:
@@ -75,17 +77,24 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
         conn.close()
     kernels = tables.get("kernels")
     if kernels is not None and "search_key" in columns_of["kernels"]:
-        roots = root_op_names(kernels, tables.get("ops"))
-        tables = {**tables, "kernels": kernels.assign(search_key=search_keys(kernels["name"], roots))}
+        pairs = kernel_pairs(kernels, tables.get("ops"))
+        tables = {**tables, "kernels": kernels.assign(search_key=search_keys(pairs))}
+    else:
+        pairs = None
     if tables:
         with _ArrowIngest(path, columns_of) as ingest:
             for name, frame in tables.items():
                 ingest.add(name, frame)
-    names = raw_names(tables)
-    if names or indexes:
+    names = raw_names(tables, pairs)
+    if names or indexes or timelines:
         conn = sqlite3.connect(path)
         try:
+            # as the ingest: no journal, no fsync per index (the file is renamed into place only when complete)
+            conn.execute("PRAGMA journal_mode=OFF")
+            conn.execute("PRAGMA synchronous=OFF")
             add_names(conn, names)
+            if timelines is not None:
+                write_timeline_arrays(conn, timelines())
             if indexes:
                 conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
                 conn.executescript(INDEXES)
@@ -105,16 +114,23 @@ def root_op_names(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> pd.Series:
     return kernels["root_op_id"].map(pd.Series(ops["name"].to_numpy(object), index=ops["op_id"].to_numpy()))
 
 
-def search_keys(names: pd.Series, roots: pd.Series) -> pd.arrays.IntegerArray:
+def kernel_pairs(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> pd.DataFrame:
+    """Each kernel's name (``k``, None: none) and outermost op's name (``o``, NaN: none) as Python objects: made
+    once for both the search_key and the search tables (each conversion of a million names costs)."""
+    return pd.DataFrame({"k": kernels["name"].to_numpy(object, na_value=None),
+                         "o": root_op_names(kernels, ops).to_numpy(object)})
+
+
+def search_keys(pairs: pd.DataFrame) -> pd.arrays.IntegerArray:
     """kernels.search_key: a 64-bit hash (pandas' SipHash, once per distinct pair) of the kernel's name and its
-    outermost op's name. Two pairs with one key would share an index range: the writer refuses to index such a
-    database's names (``add_names``), so the viewer never confuses them."""
-    pairs = pd.DataFrame({"k": names.to_numpy(object, na_value=None), "o": roots.to_numpy(object)})
+    outermost op's name (``pairs``: as ``kernel_pairs`` makes them). Two pairs with one key would share an index
+    range: the writer refuses to index such a database's names (``add_names``), so the viewer never confuses
+    them."""
     keys = pd.util.hash_pandas_object(pairs.fillna("\x00none"), index=False, categorize=True).to_numpy()
     return pd.arrays.IntegerArray(keys.view(np.int64), np.zeros(len(keys), dtype=bool))
 
 
-def raw_names(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+def raw_names(tables: dict[str, pd.DataFrame], pairs: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """The distinct searched names of raw tables (source -> frame of name and kernels), counted with pandas as
     they are written: kernel names with their kernels, the outermost ops' names with the kernels launched
     beneath them, op types; and under "pairs" the (kernel name, outermost op name) pairs of the kernels with
@@ -131,11 +147,11 @@ def raw_names(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
         types = ops["op_type"].dropna().unique()
         out["op_nodes.op_type"] = pd.DataFrame({"name": types, "kernels": None})
     if kernels is not None and "search_key" in kernels and not kernels.empty:
-        pairs = pd.DataFrame({"key": kernels["search_key"].to_numpy(np.int64),
-                              "kernel_name": kernels["name"].to_numpy(object, na_value=None),
-                              "op_name": root_op_names(kernels, ops).to_numpy(object)})
-        distinct = pairs.drop_duplicates(["kernel_name", "op_name"])
-        counts = pairs.groupby("key", sort=False).size()
+        named = kernel_pairs(kernels, ops) if pairs is None else pairs
+        keyed = pd.DataFrame({"key": kernels["search_key"].to_numpy(np.int64),
+                              "kernel_name": named["k"].to_numpy(), "op_name": named["o"].to_numpy()})
+        distinct = keyed.drop_duplicates(["kernel_name", "op_name"])
+        counts = keyed.groupby("key", sort=False).size()
         out["pairs"] = distinct.assign(kernels=counts.reindex(distinct["key"]).to_numpy(),
                                        clash=len(distinct) != distinct["key"].nunique())
     return out
@@ -247,14 +263,15 @@ class NewDatabase:
         self.conn: sqlite3.Connection | None = None
         self.raw_writer: ForkedCall | ThreadCall | None = None
 
-    def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True) -> None:
+    def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
+                  timelines: Callable[[], dict[int, dict[str, bytes]]] | None = None) -> None:
         """Write raw tables in the background (:func:`dlscope.processes.in_background`: a forked child
         that reads the tables copy-on-write, or a thread where this process must not fork): the ``first``
         part creates the file, the ``last`` builds the indexes (a whole import is one part; a job imported
         rank by rank, one part per rank and a last one). A part waits for the one before: one writer at a
-        time."""
+        time. ``timelines`` builds the timeline arrays there too (``write_raw_file``)."""
         self._wait_raw()
-        self.raw_writer = in_background(write_raw_file, self.path, tables, first, last)
+        self.raw_writer = in_background(write_raw_file, self.path, tables, first, last, timelines)
 
     def _wait_raw(self) -> None:
         writer, self.raw_writer = self.raw_writer, None
