@@ -43,12 +43,17 @@ class Event:
         return self.args.get("correlation")
 
 
+def trace_events(path: Path) -> list:
+    """The trace's raw event list (gzip or plain JSON, an object with traceEvents or a bare list), floats exact."""
+    with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as f:
+        doc = json.load(f, parse_float=Decimal)
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
 @lru_cache(maxsize=8)
 def events(path: Path) -> tuple[Event, ...]:
     """Every complete ("X") event of a trace, with exact ns times."""
-    with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as f:
-        doc = json.load(f, parse_float=Decimal)
-    raw = doc["traceEvents"] if isinstance(doc, dict) else doc
+    raw = trace_events(path)
     out = []
     for i, e in enumerate(raw):
         if not isinstance(e, dict) or e.get("ph") != "X" or "ts" not in e:
@@ -170,9 +175,7 @@ class MemorySample:
 @lru_cache(maxsize=4)
 def memory_samples(path: Path) -> tuple[MemorySample, ...]:
     """Every allocator ``[memory]`` instant event of CUDA devices and the CPU allocator, in file order."""
-    with gzip.open(path, "rt") if str(path).endswith(".gz") else open(path) as f:
-        doc = json.load(f, parse_float=Decimal)
-    raw = doc["traceEvents"] if isinstance(doc, dict) else doc
+    raw = trace_events(path)
     out = []
     for i, e in enumerate(raw):
         if not isinstance(e, dict) or e.get("ph") != "i" or e.get("name") != "[memory]":
