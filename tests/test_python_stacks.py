@@ -286,7 +286,8 @@ def test_a_bad_cprofile_output_is_one_line_and_exit_2(prof, tmp_path, content, p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.prof"]  # nothing half-written, no temp file
 
 
-def test_view_of_a_cprofile_output_leaves_no_temporary_database(prof, tmp_path):
+def _view_prof(prof: Path, temp: Path) -> subprocess.Popen:
+    """``dlscope view run.prof`` with TMPDIR=temp, once its Python tree answers."""
     import socket
     import time
 
@@ -295,22 +296,44 @@ def test_view_of_a_cprofile_output_leaves_no_temporary_database(prof, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    temp = tmp_path / "tmp"
-    temp.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "dlscope", "view", str(prof), "-p", str(port)], cwd=REPO,
                             env={**__import__("os").environ, "TMPDIR": str(temp)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    for _ in range(150):
+        try:
+            tree = httpx.get(f"http://127.0.0.1:{port}/api/python/tree", timeout=1).json()
+            break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        raise AssertionError(proc.stdout.read().decode() if proc.stdout else "no viewer")
+    assert any(n["function"] == "outer" for n in tree["nodes"])
+    return proc
+
+
+def test_view_of_a_cprofile_output_leaves_no_temporary_database(prof, tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = _view_prof(prof, temp)
     try:
-        for _ in range(150):
-            try:
-                tree = httpx.get(f"http://127.0.0.1:{port}/api/python/tree", timeout=1).json()
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise AssertionError(proc.stdout.read().decode() if proc.stdout else "no viewer")
-        assert any(n["function"] == "outer" for n in tree["nodes"])
         assert len(list(temp.iterdir())) == 1  # the temporary database's folder, while the viewer runs
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    assert list(temp.iterdir()) == []
+
+
+def test_the_folder_of_a_killed_cprofile_viewer_is_removed_by_the_next_viewer(prof, tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    killed = _view_prof(prof, temp)
+    killed.kill()  # SIGKILL: no cleanup runs
+    killed.wait(20)
+    (left,) = temp.iterdir()
+    proc = _view_prof(prof, temp)
+    try:
+        assert left not in list(temp.iterdir()) and len(list(temp.iterdir())) == 1
     finally:
         proc.terminate()
         proc.wait(20)

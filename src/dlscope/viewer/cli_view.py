@@ -66,10 +66,13 @@ def serve(db_paths: Sequence[str | Path], host: str = DEFAULT_HOST, port: int = 
 @contextlib.contextmanager
 def _cprofile_databases(paths: Sequence[Path]) -> Iterator[list[Path]]:
     """The paths to serve: a cProfile output (``python -m cProfile -o run.prof``) is imported into a database in
-    a temporary folder that is removed when the viewer stops; databases are served as they are."""
+    a temporary folder that is removed when the viewer stops (named for this run, so the next viewer removes it
+    if this one was killed); databases are served as they are."""
     from dlscope.importers import MARSHAL_DICT, sniff
+    from dlscope.processes import owned_name, remove_dead
 
-    with tempfile.TemporaryDirectory(prefix="dlscope-view-") as tmp:
+    remove_dead(tempfile.gettempdir(), "dlscope-view.")  # folders of viewers that were killed
+    with tempfile.TemporaryDirectory(prefix=owned_name("dlscope-view") + "-") as tmp:
         out: list[Path] = []
         for path in paths:
             try:
