@@ -2,8 +2,12 @@
 
 A :class:`Profile` is a set of pandas DataFrames with fixed columns (``TABLES`` below). All times are
 integer nanoseconds on the trace's own clock. Missing integers are ``-1``, missing strings ``""`` and missing
-floats (the few figures a trace records as fractions) NaN, so the tables stay plain int64, float64 and string
-columns (pandas' default string dtype) without masks.
+floats (the few figures a trace records as fractions) NaN, so the tables stay plain int64, float64 and
+categorical columns without masks.
+
+Text columns (names, kinds, shapes) are categorical: each distinct string is held once, and each row holds an
+integer code (a kernel name is ~240 bytes, repeated on every launch). Every frame that copies rows later copies
+the codes. The categories are sorted, so a sort or a group-by on such a column orders rows as the strings would.
 """
 
 from __future__ import annotations
@@ -15,10 +19,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 I = "int64"  # noqa: E741 - one-letter dtype names keep the table specs below readable
 F = "float64"
-S = "object"
+S = "category"  # text: one string per distinct value, an integer code per row (:func:`text_column`)
 
 #: Column name -> dtype for each raw table. Importers fill what they can; everything else keeps the
 #: missing value. Analyses add derived tables (iterations, op/kernel attribution) on top.
@@ -140,8 +145,7 @@ MISSING = {I: MISSING_INT, F: np.nan, S: MISSING_STR}
 
 
 def empty_table(name: str) -> pd.DataFrame:
-    cols = TABLES[name]
-    return pd.DataFrame({c: pd.Series([], dtype=t) for c, t in cols.items()})
+    return make_table(name, {}, 0)
 
 
 #: pandas' default dtype for a column of Python strings: ``str`` (Arrow-backed) in pandas 3, object before
@@ -163,6 +167,69 @@ def string_column(values: Any, n: int | None = None) -> Any:
         return pd.array(pa.array(values, type=pa.large_string(), from_pandas=True), dtype=_STRING_DTYPE)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return _object_array(values, n)
+
+
+def text_column(values: Any, n: int | None = None) -> pd.Categorical:
+    """A text column of a table (dtype :data:`S`): the distinct strings once, sorted, and an integer code per
+    row, encoded by Arrow without a per-row Python pass. ``values``: strings (``None`` is missing)."""
+    if isinstance(values, pd.Categorical) or isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
+        return _sorted_categories(pd.Categorical(values))
+    if isinstance(values, (pd.Series, pd.Index)):
+        values = values.to_numpy(dtype=object)
+    try:
+        encoded = pa.array(values, type=pa.large_string(), from_pandas=True).dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all strings: pandas' own encoding
+        return _sorted_categories(pd.Categorical(_object_array(values, n)))
+    words = encoded.dictionary
+    order = pc.array_sort_indices(words).to_numpy()
+    rank = np.empty(len(order), dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    codes = rank[encoded.indices.fill_null(0).to_numpy()]
+    if encoded.null_count:
+        codes[encoded.indices.is_null().to_numpy(zero_copy_only=False)] = -1
+    return pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(_text_index(words.take(pa.array(order)))))
+
+
+def _text_index(words: pa.Array) -> pd.Index:
+    return pd.Index(pd.array(words, dtype=_STRING_DTYPE) if _STRING_DTYPE != np.dtype(object)
+                    else words.to_numpy(zero_copy_only=False), dtype=_STRING_DTYPE)
+
+
+def _sorted_categories(column: pd.Categorical) -> pd.Categorical:
+    """Categories in sorted order, so that codes order rows as their strings do."""
+    try:
+        ordered = sorted(column.categories)
+    except TypeError:  # mixed types cannot be sorted; their order is pandas'
+        return column
+    return column if list(column.categories) == ordered else column.reorder_categories(ordered)
+
+
+def union_text(columns: list[pd.Series]) -> pd.Categorical:
+    """Text columns of several tables (e.g. one per rank) as one, still one string per distinct value."""
+    from pandas.api.types import union_categoricals
+
+    return union_categoricals([text_column(c) for c in columns], sort_categories=True)
+
+
+def value_counts(column: pd.Series, sort: bool = True) -> pd.Series:
+    """How many rows hold each value of a column, as pandas counts strings: only the values present, in
+    order of first appearance (with ``sort``, most frequent first, ties in that order). pandas counts a
+    categorical's unused categories too and orders ties by category."""
+    codes, uniques = pd.factorize(column, sort=False)
+    counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
+    order = np.argsort(-counts, kind="stable") if sort else np.arange(len(uniques))
+    return pd.Series(counts[order], index=pd.Index(np.asarray(uniques, dtype=object)[order], name=column.name),
+                     name="count")
+
+
+def concat_tables(name: str, frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Rows of several frames of table ``name``, its text columns still categorical (pandas would make a
+    text column whose categories differ between the frames plain strings)."""
+    frame = pd.concat(frames, ignore_index=True) if frames else empty_table(name)
+    for col, dtype in TABLES[name].items():
+        if dtype == S and len(frames) > 1 and not isinstance(frame[col].dtype, pd.CategoricalDtype):
+            frame[col] = union_text([f[col] for f in frames])
+    return frame
 
 
 def _object_array(values: Any, n: int | None) -> np.ndarray:
@@ -189,13 +256,14 @@ def make_table(name: str, columns: Mapping[str, Any], n: int | None = None) -> p
         if col in columns:
             values = columns[col]
             data[col] = (np.asarray(values, dtype=np.int64) if dtype == I else
-                         np.asarray(values, dtype=np.float64) if dtype == F else string_column(values, n))
+                         np.asarray(values, dtype=np.float64) if dtype == F else text_column(values, n))
         elif dtype == I:
             data[col] = np.full(n, MISSING_INT, dtype=np.int64)
         elif dtype == F:
             data[col] = np.full(n, np.nan)
         else:
-            data[col] = string_column([MISSING_STR], 1).take(np.zeros(n, dtype=np.int64))
+            data[col] = pd.Categorical.from_codes(np.zeros(n, dtype=np.int8),
+                                                  dtype=pd.CategoricalDtype(_text_index(pa.array([MISSING_STR]))))
     return pd.DataFrame(data, copy=False)
 
 
@@ -229,8 +297,7 @@ class Profile:
             return profiles[0]
         out = cls()
         for name in TABLES:
-            frames = [p.table(name) for p in profiles]
-            frame = pd.concat(frames, ignore_index=True) if frames else empty_table(name)
+            frame = concat_tables(name, [p.table(name) for p in profiles])
             if name in ID_COLUMNS:
                 frame[ID_COLUMNS[name]] = np.arange(len(frame), dtype=np.int64)
             setattr(out, name, frame)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..model import ID_COLUMNS, TABLES, Profile, make_table, string_column
+from ..model import ID_COLUMNS, TABLES, Profile, concat_tables, make_table, text_column
 from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, link_launches, take, thread_keys
 from .call_tree import TREE_COLUMNS, analyse_frames
 from .categories import matches
@@ -150,7 +150,7 @@ def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) ->
     promoted = cand.iloc[rows]
     new_ops = make_table("ops", {c: promoted[c].to_numpy() for c in ("rank", "pid", "tid", "name", "start", "end")})
     new_ops["op_type"] = new_ops["name"]
-    new_ops["range_domain"] = string_column(promoted["domain"].replace("", "annotation").to_numpy(dtype=object))
+    new_ops["range_domain"] = text_column(promoted["domain"].replace("", "annotation").to_numpy(dtype=object))
     profile.ops = _after_own_rank(ops, new_ops).reset_index(drop=True)
     profile.ranges = ranges.drop(index=promoted.index)
     tree = OpTree.build(profile.ops)
@@ -160,7 +160,7 @@ def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) ->
 def _after_own_rank(ops: pd.DataFrame, new_ops: pd.DataFrame) -> pd.DataFrame:
     """``new_ops`` placed after the ops of their rank, so each rank's ops stay one block in input order
     and its ids are the same whether the job is analysed whole or rank by rank."""
-    both = pd.concat([ops, new_ops], ignore_index=True)
+    both = concat_tables("ops", [ops, new_ops])
     block = pd.factorize(both["rank"])[0]  # ranks numbered in order of first appearance
     order = np.lexsort((np.arange(len(both)), np.arange(len(both)) >= len(ops), block))
     return both.iloc[order].reset_index(drop=True)
@@ -174,7 +174,7 @@ def op_types(ops: pd.DataFrame) -> np.ndarray:
     """One vocabulary of op types: the importer's type, else the name; an autograd wrapper is typed by its
     backward node (each distinct name looked at once)."""
     types = ops["op_type"].where(ops["op_type"] != "", ops["name"])
-    return string_column(classify_names(types, lambda t: t.removeprefix(_AUTOGRAD_WRAPPER), dtype=object))
+    return text_column(classify_names(types, lambda t: t.removeprefix(_AUTOGRAD_WRAPPER), dtype=object))
 
 
 def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
@@ -209,7 +209,7 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     step_keys = pd.MultiIndex.from_frame(steps[["rank", "name"]])
     skip_ranges = (pd.MultiIndex.from_frame(ranges[["rank", "name"]]).isin(step_keys)
                    | (ranges["category"] == "step").to_numpy())
-    ops["scope"] = string_column(_scopes(ops, ranges, skip_ranges, tree))
+    ops["scope"] = text_column(_scopes(ops, ranges, skip_ranges, tree))
 
     # an op belongs to the iteration its op node (root) starts in; GPU activity to its launching call's
     roots = tree.root
@@ -288,7 +288,7 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
     ends = np.concatenate([kernels["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
     ops["gpu_idle"] = gpu_idle_per_owner(anc, starts[act], ends[act], n)
-    ops["data_type"] = string_column(_data_types(ops, tree))
+    ops["data_type"] = text_column(_data_types(ops, tree))
 
 
 def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.ndarray,

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..importers.python_frames import is_user_file, where
 from ..model import PYTHON_TREE_COLUMNS as TREE_COLUMNS
-from ..model import string_column
+from ..model import string_column, text_column
 from .attribution import take, thread_keys
 from .nesting import Nesting, _depth_and_root, levels
 
@@ -150,5 +150,5 @@ def analyse_frames(ops: pd.DataFrame, frames: pd.DataFrame) -> pd.DataFrame:
     if len(frames) and (hit >= 0).any():
         places = take(user_places(frames, parent, depth), hit, missing="")
         mine = ops["stack"].to_numpy(dtype=object)
-        ops["stack"] = string_column(np.where(mine != "", mine, places))
+        ops["stack"] = text_column(np.where(mine != "", mine, places))
     return tree

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..model import value_counts
 from .categories import matches, patterns
 
 COLUMNS = ["rank", "iteration", "name", "start", "cpu_end"]
@@ -178,7 +179,7 @@ def key_node_candidates(ops: pd.DataFrame, ranges: pd.DataFrame, limit: int = 5)
                    | matches(cands["name"], "marker_optimizer") | matches(cands["name"], "step_like_range")]
     names = list(dict.fromkeys(marked["name"]))
     roots = main_thread_roots(ops)
-    counts = roots["name"].value_counts()
+    counts = value_counts(roots["name"])
     names += [n for n in counts[counts >= 2].index if n not in names]
     return names[:limit]
 

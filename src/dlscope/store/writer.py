@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..errors import DlscopeError
+from ..model import value_counts
 from ..nanoseconds import round_ns
 from ..processes import ForkedCall, ThreadCall, in_background, owned_name, remove_dead
 from ..version import __version__
@@ -138,7 +139,7 @@ def raw_names(tables: dict[str, pd.DataFrame], pairs: pd.DataFrame | None = None
     out = {}
     kernels = tables.get("kernels")
     if kernels is not None and not kernels.empty:
-        counts = kernels["name"].value_counts(sort=False)
+        counts = value_counts(kernels["name"], sort=False)
         out["kernels.name"] = pd.DataFrame({"name": counts.index, "kernels": counts.to_numpy()})
     ops = tables.get("ops")
     if ops is not None and not ops.empty:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ...analyze.categories import matches
 from ...analyze.intervals import clip, merge
+from ...model import value_counts
 from ..context import compile_any, names_matching
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, plural
 from ..finding import Finding
@@ -60,7 +61,7 @@ def _blocking_finding(ctx, cfg, rule_id: str, calls: pd.DataFrame, what: str, ad
         return None
     n = ctx.config["evidence"]["max_items"]
     blocked = int(blocked_each.sum())
-    names = ", ".join(f"{name} ×{count}" for name, count in calls["name"].value_counts().head(4).items())
+    names = ", ".join(f"{name} ×{count}" for name, count in value_counts(calls["name"]).head(4).items())
     callers = calls.loc[calls["op_id"] >= 0, "op_id"]
     caller_names = ", ".join(pd.unique(ctx.ops_all["name"].reindex(callers).dropna())[:3]) or "no framework op"
     return Finding(
