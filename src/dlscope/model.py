@@ -173,7 +173,10 @@ def text_column(values: Any, n: int | None = None) -> pd.Categorical:
     """A text column of a table (dtype :data:`S`): the distinct strings once, sorted, and an integer code per
     row, encoded by Arrow without a per-row Python pass. ``values``: strings (``None`` is missing)."""
     if isinstance(values, pd.Categorical) or isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
-        return _sorted_categories(pd.Categorical(values))
+        column = pd.Categorical(values)
+        if column.categories.dtype != object:  # e.g. read back from Arrow
+            column = column.rename_categories(pd.Index(np.asarray(column.categories, dtype=object), dtype=object))
+        return _sorted_categories(column)
     if isinstance(values, (pd.Series, pd.Index)):
         values = values.to_numpy(dtype=object)
     try:
@@ -191,8 +194,19 @@ def text_column(values: Any, n: int | None = None) -> pd.Categorical:
 
 
 def _text_index(words: pa.Array) -> pd.Index:
-    return pd.Index(pd.array(words, dtype=_STRING_DTYPE) if _STRING_DTYPE != np.dtype(object)
-                    else words.to_numpy(zero_copy_only=False), dtype=_STRING_DTYPE)
+    """Categories as Python strings: a column turned into an object array (``np.asarray``, ``to_numpy``) then
+    points at these, 8 bytes a row, instead of making a string object per row."""
+    return pd.Index(words.to_numpy(zero_copy_only=False), dtype=object)
+
+
+def filled_text(column: Any) -> pd.Categorical:
+    """A text column (:func:`text_column`) with its missing values as ""."""
+    text = text_column(column)
+    if text.isna().any():
+        if MISSING_STR not in text.categories:  # ("" sorts first)
+            text = text.set_categories(pd.Index([MISSING_STR, *text.categories], dtype=object))
+        text = text.fillna(MISSING_STR)
+    return text
 
 
 def _sorted_categories(column: pd.Categorical) -> pd.Categorical:

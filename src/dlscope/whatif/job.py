@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..model import filled_text
 from ..store import reader
 
 COLUMNS = {
@@ -63,7 +64,7 @@ def _clean(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
         if col not in frame.columns:
             out[col] = "" if col in _TEXT else np.full(len(frame), -1, np.int64)
         elif col in _TEXT:
-            out[col] = frame[col].fillna("").astype(str).to_numpy(object)
+            out[col] = filled_text(frame[col])
         else:
             out[col] = pd.to_numeric(frame[col], errors="coerce").fillna(-1).to_numpy(np.int64)
     return pd.DataFrame(out, index=pd.RangeIndex(len(frame)))
