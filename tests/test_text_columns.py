@@ -17,7 +17,7 @@ from dlscope.model import Profile, filled_text, make_table, text_column, value_c
 def test_text_column_holds_each_distinct_string_once_in_sorted_order():
     values = ["b", "a", None, "b", "é", "A", "b"]
     column = text_column(values)
-    assert list(column.categories) == ["A", "a", "b", "é"]  # sorted as Python sorts str
+    assert list(column.categories) == ["", "A", "a", "b", "é"]  # sorted as Python sorts str; "" always there
     assert [None if pd.isna(v) else v for v in column] == values
     objects = np.asarray(column[column.notna()], dtype=object)
     assert objects[0] is objects[2] is objects[5]  # the rows share one string object
@@ -26,6 +26,11 @@ def test_text_column_holds_each_distinct_string_once_in_sorted_order():
 def test_filled_text_makes_missing_values_empty_strings():
     column = filled_text(pd.Series(["x", None, "a"], dtype=object))
     assert list(column) == ["x", "", "a"] and list(column.categories) == ["", "a", "x"]
+
+
+def test_rows_gained_by_a_reindex_fill_with_the_missing_string():
+    kernels = make_table("kernels", {"name": ["gemm", "relu"]})
+    assert list(kernels["name"].reindex([1, 0, 5]).fillna("")) == ["relu", "gemm", ""]
 
 
 def test_value_counts_count_only_the_values_present_ties_in_order_of_first_appearance():
@@ -43,7 +48,7 @@ def test_ranks_concatenated_keep_their_text_categorical():
     merged = Profile.concat([Profile(kernels=a), Profile(kernels=b)]).kernels
     assert isinstance(merged["name"].dtype, pd.CategoricalDtype)
     assert list(merged["name"]) == ["gemm", "relu", "nccl", "gemm"]
-    assert list(merged["name"].cat.categories) == ["gemm", "nccl", "relu"]
+    assert list(merged["name"].cat.categories) == ["", "gemm", "nccl", "relu"]
     assert list(merged["kernel_id"]) == [0, 1, 2, 3]
 
 
@@ -59,7 +64,7 @@ def test_a_real_traces_names_are_stored_once_per_distinct_name():
         column = profile.table(table)["name"]
         assert isinstance(column.dtype, pd.CategoricalDtype)
         assert Counter(column) == Counter(raw)
-        assert sorted(column.cat.categories) == sorted(set(raw))
+        assert set(column.cat.categories) - {""} == set(raw) - {""}
         distinct = sum(sys.getsizeof(name) for name in set(raw))
         per_row = sum(sys.getsizeof(name) for name in raw) / len(raw)
         cost = int(column.memory_usage(deep=True, index=False))

@@ -171,12 +171,12 @@ def string_column(values: Any, n: int | None = None) -> Any:
 
 def text_column(values: Any, n: int | None = None) -> pd.Categorical:
     """A text column of a table (dtype :data:`S`): the distinct strings once, sorted, and an integer code per
-    row, encoded by Arrow without a per-row Python pass. ``values``: strings (``None`` is missing)."""
+    row, encoded by Arrow without a per-row Python pass. ``values``: strings (``None`` is missing).
+
+    The missing value "" is always a category, so a frame that gains missing rows (a left merge, a reindex)
+    can ``fillna("")`` them as it would a column of strings."""
     if isinstance(values, pd.Categorical) or isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
-        column = pd.Categorical(values)
-        if column.categories.dtype != object:  # e.g. read back from Arrow
-            column = column.rename_categories(pd.Index(np.asarray(column.categories, dtype=object), dtype=object))
-        return _sorted_categories(column)
+        return _sorted_categories(pd.Categorical(values))
     if isinstance(values, (pd.Series, pd.Index)):
         values = values.to_numpy(dtype=object)
     try:
@@ -184,6 +184,8 @@ def text_column(values: Any, n: int | None = None) -> pd.Categorical:
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all strings: pandas' own encoding
         return _sorted_categories(pd.Categorical(_object_array(values, n)))
     words = encoded.dictionary
+    if not pc.any(pc.equal(words, MISSING_STR)).as_py():
+        words = pa.concat_arrays([words, pa.array([MISSING_STR], type=pa.large_string())])
     order = pc.array_sort_indices(words).to_numpy()
     rank = np.empty(len(order), dtype=np.int32)
     rank[order] = np.arange(len(order), dtype=np.int32)
@@ -201,21 +203,22 @@ def _text_index(words: pa.Array) -> pd.Index:
 
 def filled_text(column: Any) -> pd.Categorical:
     """A text column (:func:`text_column`) with its missing values as ""."""
-    text = text_column(column)
-    if text.isna().any():
-        if MISSING_STR not in text.categories:  # ("" sorts first)
-            text = text.set_categories(pd.Index([MISSING_STR, *text.categories], dtype=object))
-        text = text.fillna(MISSING_STR)
-    return text
+    return text_column(column).fillna(MISSING_STR)
 
 
 def _sorted_categories(column: pd.Categorical) -> pd.Categorical:
-    """Categories in sorted order, so that codes order rows as their strings do."""
+    """Categories as Python strings in sorted order, "" among them, so that codes order rows as their
+    strings do."""
+    words = list(column.categories)
+    if MISSING_STR not in words:
+        words.append(MISSING_STR)
     try:
-        ordered = sorted(column.categories)
+        words.sort()
     except TypeError:  # mixed types cannot be sorted; their order is pandas'
+        pass
+    if column.categories.dtype == object and list(column.categories) == words:
         return column
-    return column if list(column.categories) == ordered else column.reorder_categories(ordered)
+    return column.set_categories(pd.Index(words, dtype=object))
 
 
 def union_text(columns: list[pd.Series]) -> pd.Categorical:
