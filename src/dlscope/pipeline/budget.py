@@ -25,11 +25,13 @@ def parse_size(text: str | int | None) -> int | None:
 
 
 
-#: The import after the parse (analysis, aggregations, rules, the database writer) peaks at about this
-#: many times the imported tables' size, plus a fixed part for the libraries and SQLite's page cache.
-#: The estimate is 17-18% above the peaks measured on 4.3M- and 13M-event traces and 2x above those of
-#: the largest real traces (bench/README.md, "Distributed jobs and large traces").
-ANALYSIS_PEAK_FACTOR = 4.5
+#: The import after the parse (analysis, aggregations, rules, the critical path's replay, the database writer)
+#: peaks at about this many times the imported tables' size, plus a fixed part for the libraries and SQLite's
+#: page cache. Measured (bench/memory_stages.py, peak summed PSS of all processes): 400 MiB + 9.0x the tables
+#: on the 4.3M-event trace, 8.4x on the 1.1M-event benchmark trace. The tables hold each distinct string once
+#: (text columns are categorical), so what grows with them is mostly the analysis' own columns and the
+#: critical path's graph (bench/README.md, "Distributed jobs and large traces").
+ANALYSIS_PEAK_FACTOR = 10.0
 ANALYSIS_FIXED_BYTES = 400 * 2**20
 
 
@@ -49,7 +51,8 @@ def check_analysis_fits(profile: Profile, budget: int, paths: Sequence[Path]) ->
                            f"more than --max-memory {_size_text(budget)}; raise --max-memory")
 
 
-#: imported tables per byte of Kineto JSON: below the lowest over ../shared/data (0.11), above the highest (0.66)
+#: imported tables per byte of Kineto JSON: below the lowest over ../shared/data (0.14), above the highest (0.53)
+#: (bench/table_bytes_per_json.py)
 LEAST_TABLE_BYTES_PER_JSON_BYTE = 0.1
 MOST_TABLE_BYTES_PER_JSON_BYTE = 1.0
 
