@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from conftest import data_file
 from raw_kineto import KERNEL_CATS, OP_CATS, events
 
@@ -70,3 +74,38 @@ def test_a_real_traces_names_are_stored_once_per_distinct_name():
         cost = int(column.memory_usage(deep=True, index=False))
         assert cost <= 4 * len(raw) + distinct + 64 * 1024, (table, cost)
         assert cost < len(raw) * per_row / 5, (table, cost)
+
+
+def _pss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux /proc smaps_rollup")
+def test_the_memory_budget_estimate_is_above_a_real_imports_peak(tmp_path):
+    """``--max-memory`` refuses what its estimate says would not fit: the estimate must exceed the import's
+    real peak, here the summed PSS of the whole process tree (parse, analysis, critical path, writer), sampled
+    from /proc every 20 ms."""
+    import psutil
+
+    from dlscope.pipeline.budget import analysis_memory
+    from dlscope.pipeline.executors import import_file
+
+    path = data_file("kineto", "hta_v100_rank1of2_5steps.json.gz")
+    estimate = analysis_memory(import_file(str(path)))
+    proc = psutil.Popen([sys.executable, "-m", "dlscope", "import", str(path), "-o", str(tmp_path / "p.sqlite"),
+                         "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            tree = [proc.pid] + [p.pid for p in proc.children(recursive=True)]
+        except psutil.Error:
+            break
+        peak = max(peak, sum(_pss(pid) for pid in tree))
+        time.sleep(0.02)
+    assert proc.wait() == 0, proc.stderr.read() if proc.stderr else ""
+    assert 100 * 2**20 < peak < estimate, (peak / 2**20, estimate / 2**20)
