@@ -27,8 +27,9 @@ def parse_size(text: str | int | None) -> int | None:
 
 #: The import after the parse (analysis, aggregations, rules, the critical path's replay, the database writer)
 #: peaks at about this many times the imported tables' size, plus a fixed part for the libraries and SQLite's
-#: page cache. Measured (bench/memory_stages.py, peak summed PSS of all processes): 400 MiB + 9.0x the tables
-#: on the 4.3M-event trace, 8.4x on the 1.1M-event benchmark trace. The tables hold each distinct string once
+#: page cache. Measured (bench/memory_stages.py, peak summed PSS of all processes): 400 MiB + 8.8x the tables
+#: on the 13M-event trace, 9.0x on the 4.3M-event one (before the replay read the tables in place), 4.6x on the
+#: 1.1M-event benchmark trace. The tables hold each distinct string once
 #: (text columns are categorical), so what grows with them is mostly the analysis' own columns and the
 #: critical path's graph (bench/README.md, "Distributed jobs and large traces").
 ANALYSIS_PEAK_FACTOR = 10.0
