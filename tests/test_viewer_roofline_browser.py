@@ -69,6 +69,10 @@ def test_h100_roofline_draws_roofs_ops_and_summary(h100, page):
         value, unit = shown.split()[2:4]
         assert unit == "TB/s" and float(value) == pytest.approx(
             spec[f"{level.lower()}_bandwidth_bytes_per_s"] / 1e12, abs=0.005 + 1e-9), shown   # shown to 2 decimals
+        # the summary lists the roof too, its title the source the data file gives
+        cell = summary_cell(page, f"{level.lower()}-bandwidth").locator("span")
+        assert cell.inner_text() == f"{value} TB/s"
+        assert cell.get_attribute("title") == spec["field_sources"][f"{level.lower()}_bandwidth_bytes_per_s"]
     assert any(r.startswith("FP16 / BF16 Tensor peak 989.4 TFLOP/s") for r in roofs)
     assert any("FP32" in r for r in roofs) and any("FP64 peak 34 TFLOP/s" in r for r in roofs), roofs
     placed = [o for o in report["ops"] if o["arithmetic_intensity"] and o["achieved_flops_per_s"]]
