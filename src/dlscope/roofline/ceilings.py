@@ -110,20 +110,13 @@ def _cc(entry: dict) -> str:
 def ceilings_from_entry(entry: dict, matched_by: str = "name", note: str = "") -> GpuCeilings:
     """Turn one gpu_specs.json entry (or a user spec) into ceilings; empty fields are left out."""
     flops = {name: float(entry[f]) for name, f in FLOP_CEILINGS.items() if entry.get(f)}
-    bandwidth: dict[str, float] = {}
-    sources: dict[str, str] = {}
-    empirical = entry.get("empirical") or {}
-    for level in LEVELS:
-        key = f"{level}_bandwidth_bytes_per_s"
-        if entry.get(key):
-            bandwidth[level] = float(entry[key])
-            sources[level] = "datasheet" if matched_by != "spec file" else "spec file"
-        elif empirical.get(key):
-            bandwidth[level] = float(empirical[key])
-            sources[level] = f"empirical: {empirical.get('method', 'measured')}"
+    # Cache roofs are published measurements, never datasheet rows: each cites its source in field_sources.
+    bandwidth = {level: float(entry[f"{level}_bandwidth_bytes_per_s"]) for level in LEVELS
+                 if entry.get(f"{level}_bandwidth_bytes_per_s")}
     cited = entry.get("field_sources") or {}
-    for name in flops:
-        sources[name] = "spec file" if matched_by == "spec file" else cited.get(FLOP_CEILINGS[name], "datasheet")
+    fields = {**FLOP_CEILINGS, **{level: f"{level}_bandwidth_bytes_per_s" for level in bandwidth}}
+    sources = {name: "spec file" if matched_by == "spec file" else cited.get(fields[name], "datasheet")
+               for name in [*bandwidth, *flops]}
     no_fma = {p: float(entry[f]) for p, f in NO_FMA_FIELDS.items() if entry.get(f)}
     return GpuCeilings(gpu_id=str(entry.get("id") or entry.get("name") or "custom"),
                        name=str(entry.get("name") or entry.get("id") or "custom GPU"),
