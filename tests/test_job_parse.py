@@ -138,3 +138,15 @@ def test_groups_join_in_input_order():
         expected[name]["rank"] = np.repeat(np.array(ranks, dtype=np.int64), [len(import_file(str(p)).table(name))
                                                                             for p in paths])
         pd.testing.assert_frame_equal(profile.table(name), expected[name], check_exact=True, obj=name)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_joined_job_has_its_string_columns_in_one_arrow_chunk(workers):
+    """Joined from 8 files, yet each string column is one chunk (pandas' take pays per chunk)."""
+    profile = load_profiles_parallel(expand_inputs([data_file(*DLRM)]), workers=workers)
+    for name in ("ops", "kernels", "api_calls"):
+        for col in ("name",):
+            values = pa.array(profile.table(name)[col].array)
+            chunks = values.num_chunks if isinstance(values, pa.ChunkedArray) else 1
+            assert chunks == 1, (name, col)
+        assert len(profile.table(name)) > 0
