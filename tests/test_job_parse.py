@@ -150,3 +150,32 @@ def test_a_joined_job_has_its_string_columns_in_one_arrow_chunk(workers):
             chunks = values.num_chunks if isinstance(values, pa.ChunkedArray) else 1
             assert chunks == 1, (name, col)
         assert len(profile.table(name)) > 0
+
+
+def test_a_worker_that_dies_names_its_group_and_leaves_no_files(tmp_path, monkeypatch):
+    """A worker killed while importing (out of memory, say): one InputError naming the first file not read and
+    how many others were not, the culprit among them; the Arrow folder is gone."""
+    import os
+    import tempfile
+
+    from dlscope.errors import InputError
+    from dlscope.pipeline import executors
+
+    paths = expand_inputs([data_file(*DLRM)])
+    real = executors.import_file
+
+    def dies_on_the_last(path, *args, **kwargs):  # the forked workers inherit this
+        if path == str(paths[-1]):
+            os._exit(9)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(executors, "import_file", dies_on_the_last)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(InputError) as failed:
+        load_profiles_parallel(paths, workers=2)
+    named, message = failed.value.path, failed.value.problem
+    first = [str(p) for p in paths].index(named)  # the first file not read; the culprit among it and the others
+    unread = int(message.split("one of the ")[1].split()[0]) if "one of the" in message else 0
+    assert first <= len(paths) - 1 <= first + unread
+    assert message.startswith("the worker importing it") and "ended abruptly" in message
+    assert list(tmp_path.iterdir()) == []

@@ -350,15 +350,16 @@ def _on_processes(paths, sizes, workers, budget, step, reading) -> Profile:
                                len(paths) > 1): g for g, group in enumerate(groups)}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
+            for future in sorted(done, key=pending.__getitem__):  # in input order
                 g = pending.pop(future)
                 try:
                     results[g] = future.result()  # an importer's InputError is re-raised here as itself
-                except BrokenProcessPool:
-                    first = paths[groups[g][0]]
-                    others = f" (or one of the {len(groups[g]) - 1} files after it)" if len(groups[g]) > 1 else ""
-                    raise InputError(first, f"the worker importing it{others} ended abruptly (out of memory, "
-                                            "killed, or the file changed while it was read)") from None
+                except BrokenProcessPool:  # every unfinished group fails so: which one killed it is unknown
+                    unread = [i for u, group in enumerate(groups) if results[u] is None for i in group]
+                    others = f" or one of the {len(unread) - 1} other files not yet read" if len(unread) > 1 else ""
+                    raise InputError(paths[unread[0]], f"the worker importing it{others} ended abruptly (out "
+                                                       "of memory, killed, or the file changed while it was read)"
+                                     ) from None
                 for i, meta in zip(groups[g], results[g].metas):  # type: ignore[union-attr]
                     counter.finished(meta, sizes[i])
         pool.shutdown()
