@@ -57,13 +57,14 @@ def roofline_quadrant(ctx, cfg):
     n = ctx.config["evidence"]["max_items"]
     top = placed[placed["saving_ns"] > 0].nlargest(n, "saving_ns")
     worst = top.iloc[0]
+    units = f" on {ctx.matrix_units.plural}" if util["dominant_tensor_cores"] else ""
     problem = (
         f"The {len(placed)} modelled op nodes ({fmt_ns(int(placed['gpu_time_ns'].sum()))} of GPU time) sit in the "
         f"{util['quadrant_label']} quadrant of the roofline: compute utilization "
         f"{util['compute_utilization_pct']:.1f}%, memory utilization {util['memory_utilization_pct']:.1f}% of "
         f"{ceilings.name} (high from {util['high_utilization_pct']:.0f}%); the math with the most GPU time is "
-        f"{util['dominant_precision']}{' on ' + ctx.matrix_units.plural if util['dominant_tensor_cores'] else ''}, the op family "
-        f"with the most is {util['dominant_family'] or 'unknown'}. The op furthest below its roof, "
+        f"{util['dominant_precision']}{units}, the op family with the most is "
+        f"{util['dominant_family'] or 'unknown'}. The op furthest below its roof, "
         f"{worst['op_name']}, runs at {worst['pct_of_ceiling']:.1f}% of its {worst['bound']} roof for "
         f"{fmt_ns(int(worst['gpu_time_ns']))}.")
     hints = " ".join(util["advice"])

@@ -1,0 +1,293 @@
+"""AMD Instinct GPUs in the GPU table (docs/roofline.md, "AMD Instinct"): the real MI300X trace gets its roofs,
+its MFU against the data file's dense BF16 matrix peak and a roofline quadrant; entries match the names ROCm
+reports; FP32 on AMD matrix cores is FP32, not TF32; no NVIDIA occupancy or CC-gated advice on AMD GPUs."""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import sqlite3
+from functools import cache
+from pathlib import Path
+
+import pytest
+from conftest import REPO, data_file
+from experts_helpers import stored_findings
+
+from dlscope.analyze.occupancy import kernel_waves
+from dlscope.present.summary import summary_dict
+from dlscope.roofline.analysis import roofline_report
+from dlscope.roofline.ceilings import find_ceilings
+from dlscope.roofline.quadrants import run_utilization
+
+SPECS = REPO / "src" / "dlscope" / "data" / "gpu_specs.json"
+MI300X_TRACE = ("kineto", "tracelens_mi300x_xdit_sd35_infer.json.gz")
+
+
+@cache
+def _entry(name: str) -> dict:
+    """The gpu_specs.json entry that lists ``name`` among its device names, read with json.load."""
+    gpus = json.loads(SPECS.read_text())["gpus"]
+    return next(g for g in gpus if name in g["name_strings"])
+
+
+def _raw(path: Path) -> dict:
+    with gzip.open(path) as f:
+        return json.load(f)
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _concrete(e: dict, i: int):
+    text = (e["args"].get("Concrete Inputs") or [])[i] if len(e["args"].get("Concrete Inputs") or []) > i else ""
+    return ast.literal_eval(text) if text not in ("", None) else None
+
+
+def _conv_flops(e: dict, stride_at: int, padding_at: int, dilation_at: int, groups_at: int) -> int:
+    (n, c, *spatial), (k, c_per_group, *kernel) = e["args"]["Input Dims"][:2]
+    stride, padding, dilation = (_concrete(e, i) for i in (stride_at, padding_at, dilation_at))
+    out = [(size + 2 * p - d * (ks - 1) - 1) // s + 1
+           for size, ks, s, p, d in zip(spatial, kernel, stride, padding, dilation)]
+    assert c_per_group * (_concrete(e, groups_at) or 1) == c
+    return 2 * n * k * _prod(out) * c_per_group * _prod(kernel)
+
+
+def _attention_flops(e: dict, causal_at: int) -> int:
+    """2·B·H·Sq·Sk·(D + Dv); a causal mask over a square score matrix halves it (docs/roofline.md)."""
+    (b, h, s, d), (_, _, sk, _), (_, _, _, dv) = e["args"]["Input Dims"][:3]
+    full = 2 * b * h * s * sk * (d + dv)
+    return full // 2 if _concrete(e, causal_at) is True and s == sk else full
+
+
+def _model_flops(e: dict) -> int | None:
+    """Forward FLOPs of the matrix products this trace records (no bias adds), from Input Dims and Concrete
+    Inputs as PyTorch's signatures order them; None for any other op."""
+    name, dims = e["name"], e["args"].get("Input Dims") or []
+    if name == "aten::mm":
+        return 2 * dims[0][0] * dims[0][1] * dims[1][1]
+    if name == "aten::addmm":
+        return 2 * dims[1][0] * dims[1][1] * dims[2][1]
+    if name == "aten::linear":
+        return 2 * _prod(dims[0][:-1]) * dims[1][0] * dims[1][1]
+    if name == "aten::matmul":
+        a, b = dims[0], dims[1]
+        batch = a[:-2] if len(a) >= len(b) else b[:-2]
+        return 2 * _prod(batch) * a[-2] * a[-1] * b[-1]
+    if name == "aten::conv2d":            # input, weight, bias, stride, padding, dilation, groups
+        return _conv_flops(e, 3, 4, 5, 6)
+    if name == "aten::convolution":       # input, weight, bias, stride, padding, dilation, transposed, .., groups
+        assert _concrete(e, 6) is False
+        return _conv_flops(e, 3, 4, 5, 8)
+    if name == "aten::scaled_dot_product_attention":     # q, k, v, attn_mask, dropout_p, is_causal, ...
+        return _attention_flops(e, 5)
+    if name == "aten::_scaled_dot_product_flash_attention":  # q, k, v, dropout_p, is_causal, ...
+        return _attention_flops(e, 4)
+    return None
+
+
+def test_mi300x_trace_mfu_is_model_flops_over_the_step_over_the_data_files_dense_bf16_matrix_peak(import_db):
+    """Model FLOPs = the outermost matrix products of the ProfilerStep window per thread (raw JSON, formulas
+    above), over the step's wall clock, over the MI300X entry's bf16_tensor_flops_dense (ROCm's 1307.4 TFLOP/s:
+    304 CUs x 2.1 GHz x 2048 FLOPs/clock/CU)."""
+    path = data_file(*MI300X_TRACE)
+    events = _raw(path)["traceEvents"]
+    (step,) = [e for e in events if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
+    start, end = step["ts"], step["ts"] + step["dur"]
+    threads: dict[tuple, list] = {}
+    for e in events:
+        if e.get("cat") == "cpu_op" and e.get("ph") == "X" and start <= e["ts"] < end:
+            threads.setdefault((e["pid"], e["tid"]), []).append(e)
+    flops, dtypes = 0, set()
+    for ops in threads.values():
+        open_ops: list[tuple[float, bool]] = []   # (end, this op or one around it counts)
+        for e in sorted(ops, key=lambda e: (e["ts"], -e["dur"])):
+            while open_ops and open_ops[-1][0] <= e["ts"]:
+                open_ops.pop()
+            covered = any(counts for _, counts in open_ops)
+            work = _model_flops(e)
+            if work is not None and not covered:
+                flops += work
+                dtypes.add(e["args"]["Input type"][0])
+            open_ops.append((e["ts"] + e["dur"], covered or work is not None))
+    assert dtypes == {"c10::BFloat16"}
+    peak = _entry("AMD Instinct MI300X")["bf16_tensor_flops_dense"]
+    assert peak == 1307.4e12 == pytest.approx(304 * 2.1e9 * 2048, rel=1e-4)
+    a = summary_dict(import_db(path))["aggregation"]
+    mfu = a["mfu"]
+    assert flops > 0 and mfu["model_flops_per_iteration"] == flops
+    assert (mfu["precision"], mfu["peak_flops_per_s"]) == ("bf16", peak)
+    assert a["wall_clock_ns"] == pytest.approx(step["dur"] * 1e3, abs=1e3)
+    assert mfu["mfu"] == pytest.approx(flops / (step["dur"] * 1e-6) / peak, rel=1e-6)
+
+
+def test_mi300x_roofline_report_uses_the_mi300x_roofs_for_the_device_its_kernels_ran_on(import_db):
+    """The trace describes GPU 0 (deviceProperties) but its kernels ran on device 2: the rank's only described
+    GPU is the one the report uses, and every roof is the data file's."""
+    path = data_file(*MI300X_TRACE)
+    props = _raw(path)["deviceProperties"]
+    assert [(p["name"], p["computeMajor"], p["computeMinor"], p["numSms"]) for p in props] == \
+        [("AMD Instinct MI300X", 9, 4, 304)]
+    conn = sqlite3.connect(import_db(path))
+    try:
+        report = roofline_report(conn, conn.execute("SELECT MAX(agg_id) FROM aggregations").fetchone()[0])
+    finally:
+        conn.close()
+    entry = _entry("AMD Instinct MI300X")
+    assert report["ceilings_error"] is None
+    assert report["gpu"]["name"] == "AMD Instinct MI300X" and report["gpu"]["cc"] == "9.4"
+    c = report["ceilings"]
+    assert (c["name"], c["vendor"], c["matched_by"]) == ("AMD Instinct MI300X", "AMD", "name")
+    assert c["flops_per_s"]["bf16_tensor"] == entry["bf16_tensor_flops_dense"]
+    assert c["flops_per_s"]["fp8_tensor"] == entry["fp8_tensor_flops_dense"] == 2614.9e12
+    assert c["flops_per_s"]["fp32_tensor"] == entry["fp32_tensor_flops"] == 163.4e12
+    assert c["bytes_per_s"]["dram"] == entry["dram_bandwidth_bytes_per_s"] == 5.3e12
+    # MT4G's MI300X VF report: memory.l2.readBandwidth 14364.720146712272 GiB/s (whole GPU)
+    assert c["bytes_per_s"]["l2"] == pytest.approx(14364.720146712272 * 2**30, rel=1e-12)
+    l2_source = entry["field_sources"]["l2_bandwidth_bytes_per_s"]
+    assert "measured on an MI300X VF" in l2_source and "caps-tum/mt4g/blob/231c5bc" in l2_source
+    bf16 = [o for o in report["ops"] if o["tensor_cores"] and o["precision"] == "bf16"]
+    assert bf16 and {o["ceiling"] for o in bf16} == {"bf16_tensor"}
+
+
+def test_roofline_quadrant_fires_on_the_mi300x_trace_both_low(import_db):
+    """Hand-checked from the report's own op points: 106 modelled op nodes, 79.9 ms of GPU time, compute 14.9 %
+    and memory 14.8 % utilization, both under seed 002's 70 %: both low, priced at 4.5 % of the step. The
+    finding speaks of AMD matrix cores and gives no NVIDIA-only hint (no 2:4 sparsity, no CUDA FP8 line)."""
+    db = import_db(data_file(*MI300X_TRACE))
+    got = stored_findings(db)["roofline_quadrant"]
+    ev = got["evidence"]
+    assert (ev["quadrant"], ev["gpu"], ev["dominant_precision"]) == ("both_low", "AMD Instinct MI300X", "bf16")
+    assert ev["compute_utilization_pct"] < 70 and ev["memory_utilization_pct"] < 70
+    conn = sqlite3.connect(db)
+    try:
+        report = roofline_report(conn, conn.execute("SELECT MAX(agg_id) FROM aggregations").fetchone()[0])
+    finally:
+        conn.close()
+    placed = [o for o in report["ops"] if o["bound"] is not None or o["flops"] == 0]
+    points = [o for o in report["ops"] if o["gpu_time_ns"] > 0 and o["flops"] is not None
+              and (o["ceiling_flops_per_s"] or o["flops"] == 0)]
+    seconds = sum(o["gpu_time_ns"] for o in points) * 1e-9
+    compute = sum(o["flops"] / o["ceiling_flops_per_s"] for o in points if o["flops"]) / seconds
+    memory = sum(o["bytes"] for o in points) / seconds / 5.3e12
+    assert placed and ev["compute_utilization_pct"] == pytest.approx(100 * compute, rel=1e-9)
+    assert ev["memory_utilization_pct"] == pytest.approx(100 * memory, rel=1e-9)
+    assert "Matrix Cores (AMD MFMA)" in got["problem"] and "Tensor Cores" not in got["problem"]
+    assert "2:4" not in got["recommendation"] and "Hopper" not in got["recommendation"]
+
+
+def test_amd_gpus_get_no_cc_gated_nvidia_hints_but_an_fp8_hint_where_the_table_has_an_fp8_rate():
+    """A BF16 matrix-core GEMM at 80 % of its roof: compute bound. On an NVIDIA CC 9.0 GPU the FP8 (Hopper) and
+    2:4 hints apply; an MI250X GCD reports GFX 9.0 in the same field and gets neither (CDNA 2 has no FP8 and the
+    table cites no AMD sparsity); an MI300X (9.4, FP8 matrix rate in the table) gets the AMD FP8 hint only."""
+    point = {"time_ns": 1e6, "flops": 0.8 * 1e15 * 1e-3, "bytes": 1e6, "peak": 1e15, "precision": "bf16",
+             "tensor_cores": True, "family": "gemm"}
+    hopper = run_utilization([point], 3e12, "9.0", "ops", "NVIDIA", ["bf16_tensor", "fp8_tensor"])["advice"]
+    assert any("Hopper" in a for a in hopper) and any("2:4" in a for a in hopper)
+    mi250x, _ = find_ceilings("AMD Instinct MI250X / MI250", "9.0", 110)
+    cdna2 = run_utilization([point], 3e12, "9.0", "ops", mi250x.vendor, list(mi250x.flops))["advice"]
+    assert not any("FP8" in a or "2:4" in a for a in cdna2)
+    mi300x, _ = find_ceilings("AMD Instinct MI300X", "9.4", 304)
+    cdna3 = run_utilization([point], 3e12, "9.4", "ops", mi300x.vendor, list(mi300x.flops))["advice"]
+    assert [a for a in cdna3 if "FP8" in a] == [next(a for a in cdna3 if "MI300" in a)]
+    assert not any("2:4" in a or "Hopper" in a for a in cdna3)
+
+
+@pytest.mark.parametrize(("name", "cc", "cus", "expected"), [
+    ("AMD Instinct MI300X", "9.4", 304, "mi300x"),
+    ("AMD Instinct MI300X VF", "9.4", 304, "mi300x"),        # SR-IOV function of the same board
+    ("AMD Instinct MI325X", "9.4", 304, "mi325x"),
+    ("AMD Instinct MI250X / MI250", "9.0", 110, "mi250x-gcd"),  # one name for both: 110 CUs a GCD is an MI250X
+    ("AMD Instinct MI250X / MI250", "9.0", 104, "mi250-gcd"),   # ... and 104 an MI250
+    ("AMD Instinct MI210", "9.0", 104, "mi210"),
+])
+def test_amd_names_as_rocm_reports_them_match_their_entry(name, cc, cus, expected):
+    ceilings, reason = find_ceilings(name, cc, cus)
+    assert reason == "" and ceilings is not None and ceilings.gpu_id == expected and ceilings.vendor == "AMD"
+
+
+@pytest.mark.parametrize(("name", "cc", "cus"), [
+    ("AMD Instinct MI100", "9.0", 120),       # CDNA 1: not in the table
+    ("AMD Instinct MI308X", "9.4", 80),       # a cut-down CDNA 3 part: never the MI300X's roofs
+    ("AMD Radeon RX 7900 XTX", "11.0", 96),
+])
+def test_an_amd_gpu_not_in_the_table_gets_a_reason_naming_the_amd_entries(name, cc, cus):
+    ceilings, reason = find_ceilings(name, cc, cus)
+    assert ceilings is None
+    assert f"no ceilings for '{name}' (not in dlscope's GPU table; its AMD entries: " in reason
+    assert "AMD Instinct MI300X" in reason and "--gpu-spec FILE" in reason
+
+
+def test_a_shared_name_without_a_cu_count_is_ambiguous_not_guessed():
+    ceilings, reason = find_ceilings("AMD Instinct MI250X / MI250", "9.0", None)
+    assert ceilings is None and "names several GPUs" in reason and "MI250X (one GCD)" in reason
+
+
+def test_fp32_on_amd_matrix_cores_is_fp32_not_tf32():
+    """MFMA F32 runs FP32 itself (ROCm's 'Matrix FP32' row); NVIDIA Tensor Cores run FP32 as TF32."""
+    mi300x, _ = find_ceilings("AMD Instinct MI300X", "9.4", 304)
+    assert mi300x.peak("fp32", True) == ("fp32_tensor", _entry("AMD Instinct MI300X")["fp32_tensor_flops"])
+    assert mi300x.matrix_precision("fp32") == "fp32" and mi300x.matrix_precision("bf16") == "bf16"
+    assert mi300x.peak("tf32", True) == ("tf32_tensor", 653.7e12)   # XF32, only for kernels named so
+    h100, _ = find_ceilings("NVIDIA H100 80GB HBM3", "9.0", 132)
+    assert h100.matrix_precision("fp32") == "tf32" and h100.peak("fp32", True)[0] == "tf32_tensor"
+
+
+def test_amd_entries_peaks_are_cus_times_clock_times_rocms_per_cu_rates():
+    """ROCm's FLOPS/clock/CU tables: CDNA 3 (MI300X) matrix FP16/BF16 2048, FP8/INT8 4096, XF32 1024, matrix
+    FP32/FP64 256, vector FP64 128; CDNA 2 (MI250) matrix FP16/BF16/INT8 1024, matrix FP32/FP64 and packed FP32
+    256, vector FP64 128. Each entry's peak = CUs x clock x rate (the datasheet rounds to 0.1 TFLOP/s)."""
+    rates = {"CDNA 3": {"fp16_tensor_flops_dense": 2048, "bf16_tensor_flops_dense": 2048,
+                        "fp8_tensor_flops_dense": 4096, "int8_tensor_ops_dense": 4096,
+                        "tf32_tensor_flops_dense": 1024, "fp32_tensor_flops": 256, "fp64_tensor_flops": 256,
+                        "fp32_flops": 256, "fp64_flops": 128},
+             "CDNA 2": {"fp16_tensor_flops_dense": 1024, "bf16_tensor_flops_dense": 1024,
+                        "int8_tensor_ops_dense": 1024, "fp32_tensor_flops": 256, "fp64_tensor_flops": 256,
+                        "fp32_flops": 256, "fp64_flops": 128}}
+    amd = [g for g in json.loads(SPECS.read_text())["gpus"] if g.get("vendor") == "AMD"]
+    assert {g["id"] for g in amd} == {"mi300x", "mi325x", "mi250x-gcd", "mi250-gcd", "mi210"}
+    for g in amd:
+        for field, per_cu in rates[g["architecture"]].items():
+            assert g[field] == pytest.approx(g["sm_count"] * g["boost_clock_hz"] * per_cu, rel=1e-3), (g["id"], field)
+        assert all(g[f] is None for f in g if f.endswith("_sparse"))     # no sparse figure read from a source
+        assert g["source"] and g["verification"]
+        if g["architecture"] == "CDNA 2":
+            assert g["tf32_tensor_flops_dense"] is None and g["fp8_tensor_flops_dense"] is None
+    # the MI250 OAM (two 104-CU GCDs) as ROCm prints it: FP16 362.1, vector FP64 45.3 TFLOP/s
+    gcd = next(g for g in amd if g["id"] == "mi250-gcd")
+    assert round(2 * gcd["fp16_tensor_flops_dense"] / 1e12, 1) == 362.1
+    assert round(2 * gcd["fp64_flops"] / 1e12, 1) == 45.3
+
+
+def test_amd_cache_roofs_cite_a_file_at_a_commit_and_derived_ones_are_uncertain():
+    for g in json.loads(SPECS.read_text())["gpus"]:
+        if g.get("vendor") != "AMD" or not g.get("l2_bandwidth_bytes_per_s"):
+            continue
+        src = g["field_sources"]["l2_bandwidth_bytes_per_s"]
+        assert "caps-tum/mt4g/blob/231c5bcc4b900b9ed3f164b5d81666195d6fc3e6/" in src
+        assert src.startswith("measured on") or ("l2_bandwidth_bytes_per_s" in g["uncertain_fields"]
+                                                 and src.startswith("derived:"))
+        assert g["l2_bandwidth_bytes_per_s"] > g["dram_bandwidth_bytes_per_s"]
+    mi210 = _entry("AMD Instinct MI210")
+    assert mi210["l2_bandwidth_bytes_per_s"] == pytest.approx(4014.1185476901746 * 2**30, rel=1e-12)
+
+
+def test_amd_kernels_get_no_nvidia_occupancy_even_where_the_gfx_version_reads_like_a_hopper_cc():
+    """gfx90a reports 9.0, Hopper's compute capability: an MI250X GCD's launches get no waves or occupancy,
+    while the same launch on an H100 does."""
+    import pandas as pd
+
+    launch = {"rank": [0], "device": [0], "grid_x": [1000], "grid_y": [1], "grid_z": [1], "block_x": [256],
+              "block_y": [1], "block_z": [1], "registers": [32], "shared_mem": [0]}
+    kernels = pd.DataFrame(launch)
+    amd = pd.DataFrame({"rank": [0], "device": [0], "name": ["AMD Instinct MI250X / MI250"], "sm_count": [110],
+                        "cc_major": [9], "cc_minor": [0]})
+    nvidia = amd.assign(name="NVIDIA H100 80GB HBM3", sm_count=132)
+    assert kernel_waves(kernels, amd)["waves"].isna().all()
+    assert kernel_waves(kernels, amd)["active_blocks_per_sm"].tolist() == [-1]
+    assert kernel_waves(kernels, nvidia)["waves"].notna().all()
