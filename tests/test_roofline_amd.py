@@ -327,3 +327,31 @@ def test_amd_kernels_get_no_nvidia_occupancy_even_where_the_gfx_version_reads_li
     assert kernel_waves(kernels, amd)["waves"].isna().all()
     assert kernel_waves(kernels, amd)["active_blocks_per_sm"].tolist() == [-1]
     assert kernel_waves(kernels, nvidia)["waves"].notna().all()
+
+
+def test_fp32_gemms_on_mi300x_matrix_cores_are_priced_from_fp32_mfma_to_bf16(tmp_path):
+    """Two steps, each an FP32 aten::mm whose Tensile MFMA kernel (MI32x32x2: FP32 on the matrix cores) runs
+    400 µs on an MI300X: amp_not_enabled says FP32 on Matrix Cores (not TF32) and prices each kernel at
+    1 − 163.4 / 1307.4 of its time (ROCm: matrix FP32 vs matrix BF16/FP16, 8×)."""
+    from trace_builder import KinetoTrace
+
+    from dlscope.pipeline import build_database
+
+    t = KinetoTrace()
+    t.device_properties = [{"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem": 206141652992,
+                            "computeMajor": 9, "computeMinor": 4, "numSms": 304}]
+    kernel = "Cijk_Ailk_Bljk_SB_MT128x128x16_MI32x32x2x1_SN_1LDSB0_GRVW4"
+    for i in range(2):
+        b = 1000 * i
+        t.step(i + 1, b, b + 1000)
+        t.op("aten::mm", b + 100, b + 200, **{"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]})
+        t.launch(b + 110, b + 120, kernel, b + 200, b + 600)
+        t.op("autograd::engine::evaluate_function: MmBackward0", b + 700, b + 750)
+    db = build_database([t.write(tmp_path / "amd.json")], tmp_path / "amd.sqlite", progress=False)
+    got = stored_findings(db)["amp_not_enabled"]
+    fp32_mfma, bf16 = (_entry("AMD Instinct MI300X")[f] for f in ("fp32_tensor_flops", "bf16_tensor_flops_dense"))
+    assert got["est_saving_ns"] == pytest.approx(2 * 400e3 * (1 - fp32_mfma / bf16), abs=1)
+    assert got["evidence"]["eligible_tf32_kernel_time_ns"] == 2 * 400_000   # on the matrix units
+    assert "as FP32 on Matrix Cores (AMD MFMA) already" in got["problem"]
+    assert "8.0× the peak (163 → 1,307 TFLOP/s on AMD Instinct MI300X)" in got["problem"]
+    assert "TF32" not in got["problem"] and "CUDA cores" not in got["problem"]
