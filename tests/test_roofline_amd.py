@@ -278,6 +278,7 @@ MI300X_GPU_CACHE_L2 = [
     27538.9, 27587.4, 26954.4, 26788.6, 27649.9, 27578.7, 27541.7, 27302.8, 27566.3, 27574.4, 27539.7, 27582.2,
     27627.4, 27613.2, 27705.5, 27664.6, 27495.1, 27229.5, 26977.2, 26739.3, 27218.1, 27527.7, 26955.0, 26558.6,
     27089.1, 26844.8, 26931.2, 26542.9]
+MI210_GPU_CACHE_L1 = [10227.6, 10555.5, 10518.7]   # xxrjun/gpu-benches @ 7d13a4a gpu-cache/mi210.txt, 4-16 kB
 MI210_GPU_L2_CACHE = [4814.8, 4827.7, 4955.4, 5075.9, 5105.8, 5064.1, 5103.8, 4951.7, 4895.3, 4703.2, 4582.9,
                       4533.4, 4529.3]
 
@@ -289,7 +290,11 @@ def test_amd_cache_roofs_are_plateau_medians_of_files_at_a_commit_and_derived_on
     assert statistics.median(MI300X_GPU_CACHE_L1) == 38806.5
     assert statistics.median(MI300X_GPU_CACHE_L2) == pytest.approx(27540.7)
     assert statistics.median(MI210_GPU_L2_CACHE) == 4895.3
+    assert statistics.median(MI210_GPU_CACHE_L1) == 10518.7
     assert 38806.5e9 / (304 * 2.1e9) == pytest.approx(60.8, abs=0.05)   # B/clock/CU: the README's 'up to 64B'
+    assert 10518.7e9 / (104 * 1.7e9) == pytest.approx(59.5, abs=0.05)
+    # the MI250X GCD's L1: the MI210's per-CU rate on 110 CUs instead of 104
+    assert _entry("AMD Instinct MI250X")["l1_bandwidth_bytes_per_s"] == pytest.approx(10518.7e9 * 110 / 104, abs=1e8)
     checked = 0
     for g in json.loads(SPECS.read_text())["gpus"]:
         if g.get("vendor") != "AMD":
@@ -301,6 +306,7 @@ def test_amd_cache_roofs_are_plateau_medians_of_files_at_a_commit_and_derived_on
             src = g["field_sources"][f"{level}_bandwidth_bytes_per_s"]
             assert re.search(r"https://github\.com/[\w-]+/gpu-benches/blob/[0-9a-f]{40}/", src), src
             assert f"{value / 1e9:.1f} GB/s" in src
+            assert "not measured on" in src or src.startswith("measured on")
             if src.startswith("measured on an "):
                 product = src.removeprefix("measured on an ").split(" with ")[0]
                 assert product in g["name"], (g["id"], product)
@@ -310,8 +316,9 @@ def test_amd_cache_roofs_are_plateau_medians_of_files_at_a_commit_and_derived_on
         levels = [g.get("l1_bandwidth_bytes_per_s"), g.get("l2_bandwidth_bytes_per_s"), g["dram_bandwidth_bytes_per_s"]]
         known = [v for v in levels if v]
         assert known == sorted(known, reverse=True), g["id"]
-    assert checked == 7
-    assert _entry("AMD Instinct MI210")["l2_bandwidth_bytes_per_s"] == 4895.3e9
+    assert checked == 10                                   # both levels on every AMD entry
+    mi210 = _entry("AMD Instinct MI210")
+    assert (mi210["l1_bandwidth_bytes_per_s"], mi210["l2_bandwidth_bytes_per_s"]) == (10518.7e9, 4895.3e9)
 
 
 def test_amd_kernels_get_no_nvidia_occupancy_even_where_the_gfx_version_reads_like_a_hopper_cc():
