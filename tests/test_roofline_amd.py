@@ -216,6 +216,15 @@ def test_amd_names_as_rocm_reports_them_match_their_entry(name, cc, cus, expecte
     assert reason == "" and ceilings is not None and ceilings.gpu_id == expected and ceilings.vendor == "AMD"
 
 
+def test_an_unlisted_variant_of_a_listed_amd_model_is_approximate_and_says_cus():
+    """'AMD Instinct MI300X HF' (amdgpu.ids 74A9) is not in the table: same model token, GFX 9.4 and 304 CUs, so
+    the MI300X's roofs, flagged approximate in AMD's words."""
+    ceilings, _ = find_ceilings("AMD Instinct MI300X HF", "9.4", 304)
+    assert ceilings.gpu_id == "mi300x" and ceilings.matched_by == "model"
+    assert "(same model MI300X, GFX 9.4, 304 CUs)" in ceilings.note
+    assert find_ceilings("AMD Instinct MI300X HF", "9.4", 228)[0] is None       # an MI300A's CU count: not it
+
+
 @pytest.mark.parametrize(("name", "cc", "cus"), [
     ("AMD Instinct MI100", "9.0", 120),       # CDNA 1: not in the table
     ("AMD Instinct MI308X", "9.4", 80),       # a cut-down CDNA 3 part: never the MI300X's roofs

@@ -203,8 +203,10 @@ def find_ceilings(name: str | None = None, cc: str | None = None, sm_count: int 
                 return None, f"'{label}' is ambiguous ({options}); {_SPEC_HINT}"
             candidates = ties
         entry = candidates[0]
+        units, version = ("CUs", "GFX") if entry.get("vendor") == "AMD" else ("SMs", "CC")
         note = (f"approximate: no exact entry for '{name}'; using {entry['name']} (same model "
-                f"{tokens[0].upper()}, CC {_cc(entry)}, {entry.get('sm_count')} SMs); for exact roofs {_SPEC_HINT}")
+                f"{tokens[0].upper()}, {version} {_cc(entry)}, {entry.get('sm_count')} {units}); for exact roofs "
+                f"{_SPEC_HINT}")
         return ceilings_from_entry(entry, "model", note), ""
     return None, (f"no ceilings for '{label}': the device name is unknown and compute capability with SM "
                   f"count alone does not identify a product (a T4 and an RTX 2070 SUPER are both 7.5/40); "
