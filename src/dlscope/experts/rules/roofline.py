@@ -5,8 +5,8 @@ analytic FLOPs and ideal bytes from the recorded shapes) and the run in one quad
 utilization (``roofline.quadrants.run_utilization``). The saving is what the modelled ops would gain running at
 ``target_pct_of_roof`` of their roof: per op node, its GPU time minus its roof time ÷ target, where the roof
 time = max(FLOPs ÷ peak of its precision, bytes ÷ DRAM bandwidth); ops already closer to their roof save
-nothing. Advice comes from ``data/roofline_advice.json`` (2:4 sparsity only on CC ≥ 8.0 for GEMM/convolution
-work).
+nothing. Advice comes from ``data/roofline_advice.json`` (2:4 sparsity only on NVIDIA CC ≥ 8.0 for
+GEMM/convolution work; FP8 on NVIDIA CC ≥ 8.9 or an AMD GPU with an FP8 matrix rate).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def roofline_quadrant(ctx, cfg):
     points = [{"time_ns": o["gpu_time_ns"], "flops": o["flops"], "bytes": o["bytes"],
                "peak": o["ceiling_flops_per_s"], "precision": o["precision"], "tensor_cores": o["tensor_cores"],
                "family": o["family"]} for o in ops]
-    util = run_utilization(points, dram, cc, "ops")
+    util = run_utilization(points, dram, cc, "ops", ceilings.vendor, list(ceilings.flops))
     if util is None or util["quadrant"] not in cfg["quadrants"]:
         return None
     target = cfg["target_pct_of_roof"] / 100.0
@@ -57,13 +57,14 @@ def roofline_quadrant(ctx, cfg):
     n = ctx.config["evidence"]["max_items"]
     top = placed[placed["saving_ns"] > 0].nlargest(n, "saving_ns")
     worst = top.iloc[0]
+    units = f" on {ctx.matrix_units.plural}" if util["dominant_tensor_cores"] else ""
     problem = (
         f"The {len(placed)} modelled op nodes ({fmt_ns(int(placed['gpu_time_ns'].sum()))} of GPU time) sit in the "
         f"{util['quadrant_label']} quadrant of the roofline: compute utilization "
         f"{util['compute_utilization_pct']:.1f}%, memory utilization {util['memory_utilization_pct']:.1f}% of "
         f"{ceilings.name} (high from {util['high_utilization_pct']:.0f}%); the math with the most GPU time is "
-        f"{util['dominant_precision']}{' on Tensor Cores' if util['dominant_tensor_cores'] else ''}, the op family "
-        f"with the most is {util['dominant_family'] or 'unknown'}. The op furthest below its roof, "
+        f"{util['dominant_precision']}{units}, the op family with the most is "
+        f"{util['dominant_family'] or 'unknown'}. The op furthest below its roof, "
         f"{worst['op_name']}, runs at {worst['pct_of_ceiling']:.1f}% of its {worst['bound']} roof for "
         f"{fmt_ns(int(worst['gpu_time_ns']))}.")
     hints = " ".join(util["advice"])
