@@ -103,6 +103,15 @@ class Graph:
     notes: list[str] = field(default_factory=list)
     launch_latency: dict = field(default_factory=dict)   # (rank, device) -> ns
     queue_gap: dict = field(default_factory=dict)        # (rank, device) -> ns
+    #: what scenarios derive from the graph alone (spans, shares, candidates), found once per graph: a job's
+    #: findings apply the same scenarios again in each rank's combination
+    memo: dict = field(default_factory=dict)
+
+    def memoized(self, key, make):
+        """``make()``, computed once per graph for ``key``."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
 
     @property
     def n(self) -> int:

@@ -221,10 +221,11 @@ def critical_path(g: Graph, r: Result, b: Binding, end_v: int, lo: int) -> Path:
     return Path(chain_v, np.maximum(ce - cs, 0), cross_e, np.maximum(xe - xs, 0), untracked)
 
 
-def path_table(g: Graph, path: Path) -> pd.DataFrame:
-    """The path's time by category, owner op and GPU activity (one row per edge)."""
+def path_columns(g: Graph, path: Path) -> dict[str, np.ndarray]:
+    """The path's time by category, owner op and GPU activity: one entry per edge with time inside the
+    window."""
     cv, xe = path.chain_v, path.cross_e
-    frame = pd.DataFrame({
+    cols = {
         "category": np.r_[g.cat[cv], CROSS_CATEGORY[g.xkind[xe]], [CATEGORIES.index("before_trace")]],
         "op_id": np.r_[g.owner[cv], g.xowner[xe], [-1]],
         "act": np.r_[np.where(np.isin(g.cat[cv], _RUN_CATS), g.act[cv], -1), np.full(len(xe), -1), [-1]],
@@ -232,8 +233,9 @@ def path_table(g: Graph, path: Path) -> pd.DataFrame:
         "ns": np.r_[path.chain_ns, path.cross_ns, [path.untracked_ns]],
         # waiting the model could not tie to work: the residual it kept on the edge (fixed in a what-if)
         "unexplained": np.r_[np.minimum(path.chain_ns, g.rc[cv]), np.minimum(path.cross_ns, g.rx[xe]),
-                             [path.untracked_ns]]})
-    return frame[frame["ns"] > 0]
+                             [path.untracked_ns]]}
+    keep = cols["ns"] > 0
+    return {c: v[keep] for c, v in cols.items()}
 
 
 _RUN_CATS = [CATEGORIES.index(c) for c in ("kernel", "memcpy", "memset", "communication")]

@@ -61,10 +61,17 @@ def keep_cpu_spans(g: Graph, w: Weights, chain: np.ndarray, start: np.ndarray, e
     """Keep only the ``keep`` share of the CPU time inside the spans (aligned, relative times on the given
     chains; disjoint per chain): each CPU chain edge loses (1 - keep) of its overlap with them, in proportion
     of its weight, and so does a synchronization's wait cost on the same edge. Returns the CPU time removed."""
+    return keep_cpu_shares(g, w, cpu_span_shares(g, chain, start, end, keep))
+
+
+def cpu_span_shares(g: Graph, chain: np.ndarray, start: np.ndarray, end: np.ndarray,
+                    keep: np.ndarray | float) -> tuple[np.ndarray, np.ndarray] | None:
+    """The CPU chain edges (their vertex) and the share of each that the spans remove (None: no span): what
+    :func:`keep_cpu_spans` applies, found from the graph alone (so once per graph)."""
     keep = np.broadcast_to(np.asarray(keep, np.float64), np.shape(start))
     ok = (chain >= 0) & (end > start)
     if not ok.any():
-        return 0
+        return None
     n_cpu = g.n_cpu
     t = g.t[:n_cpu]
     big = np.int64(max(int(t.max()) + 1, int(end[ok].max()) + 1)) if n_cpu else np.int64(1)
@@ -85,6 +92,15 @@ def keep_cpu_spans(g: Graph, w: Weights, chain: np.ndarray, start: np.ndarray, e
     length = (t[v] - t[v - 1]).astype(np.float64)
     gone = removed_before(key[v]) - removed_before(key[v - 1])
     share = np.where(length > 0, np.clip(gone / np.where(length > 0, length, 1), 0, 1), 0.0)
+    return v, share
+
+
+def keep_cpu_shares(g: Graph, w: Weights, shares: tuple[np.ndarray, np.ndarray] | None) -> int:
+    """Remove the shares :func:`cpu_span_shares` found from the CPU chain edges and the synchronizations'
+    wait costs on them; returns the CPU time removed."""
+    if shares is None:
+        return 0
+    v, share = shares
     before = int(w.wc[v].sum())
     w.wc[v] = np.rint(w.wc[v] * (1.0 - share)).astype(np.int64)
     factor = np.ones(g.n)
@@ -134,19 +150,24 @@ def _launch_cost(g: Graph) -> dict[int, int]:
 
 
 def _no_dataloader(g: Graph, w: Weights) -> str:
+    n_spans, shares = g.memoized("no-dataloader", lambda: _dataloader_shares(g))
+    removed = keep_cpu_shares(g, w, shares)
+    return f"{n_spans} data-loading spans, {removed} ns of CPU time removed"
+
+
+def _dataloader_shares(g: Graph) -> tuple[int, tuple[np.ndarray, np.ndarray] | None]:
     ops, rg = g.job.ops, g.job.ranges
     dl = pd.concat([ops.loc[matches(ops["name"], "dataloader"), ["rank", "pid", "tid", "start", "end"]],
                     rg.loc[(rg["device"] < 0) & (rg["category"] == "dataloader"),
                            ["rank", "pid", "tid", "start", "end"]]],
                    ignore_index=True)
     chain, s, e = _spans(g, dl)
-    removed = keep_cpu_spans(g, w, chain, s, e, 0.0)
-    return f"{len(s)} data-loading spans, {removed} ns of CPU time removed"
+    return len(s), cpu_span_shares(g, chain, s, e, 0.0)
 
 
 def _no_sync_of(how: str | None) -> Callable[[Graph, Weights], str]:
     """Blocking calls (``how``: only synchronizations 'sync', or only copies 'copy'; None: all) stop waiting."""
-    def apply(g: Graph, w: Weights) -> str:
+    def calls(g: Graph) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         b = g.blocking[g.blocking["waited_v"] >= 0]
         if how:
             # a copy op (tensor.to) that blocks also synchronizes its stream: both go with non_blocking=True
@@ -155,10 +176,14 @@ def _no_sync_of(how: str | None) -> Callable[[Graph, Weights], str]:
             same_op = np.isin(op, list(copy_ops)) if how == "copy" else np.zeros(len(b), bool)
             b = b[(b["how"] == how).to_numpy() | same_op]
         ev = b["end_v"].to_numpy(np.int64)
-        w.off |= (g.xkind == SYNC) & np.isin(g.dst, ev)
         cap = b["rank"].map(_launch_cost(g)).fillna(0).to_numpy(np.int64)
+        return len(b), ev, (g.xkind == SYNC) & np.isin(g.dst, ev), cap
+
+    def apply(g: Graph, w: Weights) -> str:
+        n, ev, off, cap = g.memoized(("no-sync", how), lambda: calls(g))
+        w.off |= off
         w.wc[ev] = np.minimum(w.wc[ev], cap)
-        return f"{len(b)} blocking calls return at once (each costs one launch call)"
+        return f"{n} blocking calls return at once (each costs one launch call)"
     return apply
 
 
@@ -168,6 +193,16 @@ _no_sync = _no_sync_of(None)
 def _cuda_graphs(g: Graph, w: Weights) -> str:
     """Runs of op nodes that launch GPU work, between a synchronization or data loading and the next, are
     captured: replaying them costs one launch call on the CPU; the GPU work is unchanged."""
+    found = g.memoized("cuda-graphs", lambda: _captured_runs(g))
+    if isinstance(found, str):
+        return found
+    n_runs, shares = found
+    removed = keep_cpu_shares(g, w, shares)
+    return f"{n_runs} captured runs of op nodes, {removed} ns of CPU time removed"
+
+
+def _captured_runs(g: Graph) -> str | tuple[int, tuple[np.ndarray, np.ndarray] | None]:
+    """The captured runs' count and the CPU shares they remove (or why there is none)."""
     ops = g.job.ops
     roots = ops[ops["parent_id"] < 0]
     if roots.empty:
@@ -204,8 +239,7 @@ def _cuda_graphs(g: Graph, w: Weights) -> str:
     e = g.vertex_time(spans["end"].to_numpy(np.int64), spans["rank"].to_numpy(np.int64))
     cost = spans["rank"].map(_launch_cost(g)).fillna(0).to_numpy(np.float64)
     keep = np.clip(cost / np.maximum(e - s, 1), 0, 1)
-    removed = keep_cpu_spans(g, w, chain, s, e, keep)
-    return f"{len(spans)} captured runs of op nodes, {removed} ns of CPU time removed"
+    return len(spans), cpu_span_shares(g, chain, s, e, keep)
 
 
 def _overlap_comm(g: Graph, w: Weights) -> str:
@@ -310,7 +344,7 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
 
 
 def _amp(factor: float | None) -> Callable[[Graph, Weights], str]:
-    def apply(g: Graph, w: Weights) -> str:
+    def plan(g: Graph) -> str | tuple[np.ndarray, np.ndarray, list[str]] | DlscopeError:
         cand = amp_candidates(g)
         if cand.empty:
             return "no FP32 GEMM/convolution kernels of Tensor-Core-eligible ops"
@@ -332,8 +366,8 @@ def _amp(factor: float | None) -> Callable[[Graph, Weights], str]:
                 target = ceil.peak("fp16", True) if ceil is not None else None
                 if ceil is None or target is None:
                     name = row.iloc[0]["name"] if len(row) else "unknown"
-                    raise DlscopeError(f"amp: no FP16 Tensor Core peak for GPU '{name}' (rank {rank}); give the "
-                                       f"speed-up as a duration factor, e.g. amp=0.5")
+                    return DlscopeError(f"amp: no FP16 Tensor Core peak for GPU '{name}' (rank {rank}); give the "
+                                        f"speed-up as a duration factor, e.g. amp=0.5")
                 at = cand.index.get_indexer(grp.index)
                 for flag in (False, True):
                     now = ceil.peak("fp32", flag)
@@ -342,8 +376,17 @@ def _amp(factor: float | None) -> Callable[[Graph, Weights], str]:
                         keep[at[sel]] = min(1.0, now[1] / target[1])
                         how.append(f"{'TF32' if flag else 'FP32'} → FP16 Tensor Cores on {ceil.name}: "
                                    f"×{now[1] / target[1]:.3f}")
-        removed = scale_activities(g, w, cand.index.to_numpy(), keep)
-        return f"{len(cand)} kernels ({'; '.join(dict.fromkeys(how))}), {removed} ns of GPU time removed"
+        return cand.index.to_numpy(), keep, how
+
+    def apply(g: Graph, w: Weights) -> str:
+        found = g.memoized(("amp", factor), lambda: plan(g))
+        if isinstance(found, DlscopeError):
+            raise DlscopeError(str(found))
+        if isinstance(found, str):
+            return found
+        rows, keep, how = found
+        removed = scale_activities(g, w, rows, keep)
+        return f"{len(rows)} kernels ({'; '.join(dict.fromkeys(how))}), {removed} ns of GPU time removed"
     return apply
 
 
