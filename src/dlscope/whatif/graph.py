@@ -182,10 +182,10 @@ def _pair_values(keys: np.ndarray, values: dict) -> np.ndarray:
 # ----------------------------------------------------------------------------------------- clock alignment
 
 
-def _collectives(job: Job) -> pd.DataFrame:
-    """NCCL kernels matched across ranks by type and occurrence (only when every rank of the job is here)."""
+def _collectives(job: Job, nccl: np.ndarray) -> pd.DataFrame:
+    """NCCL kernels (``nccl``: which of the job's kernels are) matched across ranks by type and occurrence
+    (only when every rank of the job is here)."""
     k = job.kernels
-    nccl = is_nccl_kernel(k["name"]) if len(k) else np.zeros(0, bool)
     rows = k[nccl][["kernel_id", "rank", "start", "end", "name"]].copy()
     ranks = job.ranks
     worlds = {job.world_sizes.get(r, 1) for r in ranks}
@@ -217,14 +217,15 @@ def _offsets(job: Job, coll: pd.DataFrame) -> dict[int, int]:
 
 def build(job: Job) -> Graph:
     """The dependency graph of every iteration of every rank in ``job``."""
-    coll = _collectives(job)
+    nccl = is_nccl_kernel(job.kernels["name"]) if len(job.kernels) else np.zeros(0, bool)
+    coll = _collectives(job, nccl)
     offsets = _offsets(job, coll)
-    return _Builder(job, coll, offsets).graph()
+    return _Builder(job, coll, offsets, nccl).graph()
 
 
 class _Builder:
-    def __init__(self, job: Job, coll: pd.DataFrame, offsets: dict[int, int]):
-        self.job, self.coll, self.offsets = job, coll, offsets
+    def __init__(self, job: Job, coll: pd.DataFrame, offsets: dict[int, int], nccl: np.ndarray):
+        self.job, self.coll, self.offsets, self.nccl = job, coll, offsets, nccl
         self.notes: list[str] = []
 
     def _aligned(self, frame: pd.DataFrame, col: str) -> np.ndarray:
@@ -301,7 +302,7 @@ class _Builder:
                                 "start": self._aligned(k, "start"), "end": self._aligned(k, "end"),
                                 "api_id": k["api_id"], "launch": self._aligned(k, "launch_ts"),
                                 "op_id": k["op_id"], "root_op_id": k["root_op_id"], "iteration": k["iteration"],
-                                "is_comm": is_nccl_kernel(k["name"]) if len(k) else np.zeros(0, bool),
+                                "is_comm": self.nccl,
                                 "pageable": False}),
                   pd.DataFrame({"table": "memop", "id": m["memop_id"].to_numpy(np.int64),
                                 "name": m["name"].to_numpy(object), "kind": m["kind"].to_numpy(object),
@@ -568,16 +569,32 @@ class _Builder:
         out = np.full(len(calls), -1, np.int64)
         if acts.empty or calls.empty:
             return out
-        for (rank, stream), grp in calls.groupby(["rank", "stream"]):
-            a = acts[acts["rank"] == rank]
+        a_rank, a_stream = acts["rank"].to_numpy(np.int64), acts["stream"].to_numpy(np.int64)
+        a_end, a_launch = acts["end"].to_numpy(np.int64), acts["launch"].to_numpy(np.int64)
+        a_rows = acts.index.to_numpy(np.int64)
+        # activities of each rank, and of each (rank, stream), by end (ties in row order): sorted once
+        by_rank = np.lexsort((a_end, a_rank))
+        by_stream = np.lexsort((a_end, a_stream, a_rank))
+        rank_sorted = a_rank[by_rank]
+        pair_sorted = np.column_stack([a_rank[by_stream], a_stream[by_stream]])
+        c_rank, c_stream = calls["rank"].to_numpy(np.int64), calls["stream"].to_numpy(np.int64)
+        c_start, c_end = calls["start"].to_numpy(np.int64), calls["end"].to_numpy(np.int64)
+        order = np.lexsort((c_stream, c_rank))
+        cut = np.flatnonzero((np.diff(c_rank[order]) != 0) | (np.diff(c_stream[order]) != 0)) + 1
+        for idx in np.split(order, cut):
+            rank, stream = int(c_rank[idx[0]]), int(c_stream[idx[0]])
             if stream >= 0:
-                a = a[a["stream"] == stream]
-            if a.empty:
+                lo = np.searchsorted(pair_sorted[:, 0], rank, "left")
+                hi = np.searchsorted(pair_sorted[:, 0], rank, "right")
+                lo, hi = lo + np.searchsorted(pair_sorted[lo:hi, 1], stream, "left"), \
+                    lo + np.searchsorted(pair_sorted[lo:hi, 1], stream, "right")
+                sel = by_stream[lo:hi]
+            else:
+                sel = by_rank[np.searchsorted(rank_sorted, rank, "left"):np.searchsorted(rank_sorted, rank, "right")]
+            if len(sel) == 0:
                 continue
-            a = a.sort_values("end", kind="stable")
-            ends, launches, rows = (a["end"].to_numpy(np.int64), a["launch"].to_numpy(np.int64),
-                                    a.index.to_numpy(np.int64))
-            cs, ce = grp["start"].to_numpy(np.int64), grp["end"].to_numpy(np.int64)
+            ends, launches, rows = a_end[sel], a_launch[sel], a_rows[sel]
+            cs, ce = c_start[idx], c_end[idx]
             p = np.searchsorted(ends, ce, side="right") - 1
             for _ in range(64):  # step back over activities launched after the call (few)
                 bad = (p >= 0) & (launches[np.maximum(p, 0)] >= cs)
@@ -585,8 +602,7 @@ class _Builder:
                     break
                 p[bad] -= 1
             found = (p >= 0) & (launches[np.maximum(p, 0)] < cs)
-            hit = np.where(found, rows[np.maximum(p, 0)], -1)
-            out[np.flatnonzero(calls.index.isin(grp.index))] = hit
+            out[idx] = np.where(found, rows[np.maximum(p, 0)], -1)
         return out
 
     def _sync_edges(self, wc: np.ndarray):

@@ -32,6 +32,7 @@ from .graph import (
     Graph,
     op_flags,
     positions,
+    row_codes,
 )
 from .replay import Weights
 
@@ -50,10 +51,14 @@ class Scenario:
 
 def _cpu_chain_of(g: Graph, frame: pd.DataFrame) -> np.ndarray:
     """The CPU chain of each row's thread (-1 when the thread has no chain)."""
-    cpu = g.chains[~g.chains["is_gpu"]]
-    key = pd.MultiIndex.from_frame(cpu[["rank", "pid", "tid"]])
-    return pd.Index(key).get_indexer(pd.MultiIndex.from_frame(frame[["rank", "pid", "tid"]])).astype(np.int64) \
-        if len(frame) else np.zeros(0, np.int64)
+    if not len(frame):
+        return np.zeros(0, np.int64)
+    cpu = g.chains[~g.chains["is_gpu"]]  # CPU chains come first: a row here is its chain
+    known = cpu[["rank", "pid", "tid"]].to_numpy(np.int64)
+    codes = row_codes(np.vstack([known, frame[["rank", "pid", "tid"]].to_numpy(np.int64)]))[0]
+    chain_of = np.full(int(codes.max()) + 1, -1, np.int64)
+    chain_of[codes[:len(known)]] = np.arange(len(known))
+    return chain_of[codes[len(known):]]
 
 
 def keep_cpu_spans(g: Graph, w: Weights, chain: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -222,7 +227,7 @@ def _captured_runs(g: Graph) -> str | tuple[int, tuple[np.ndarray, np.ndarray] |
     r = roots.assign(breaks=(blocked_root | dl)[roots.index.to_numpy()],
                      launches=roots["kernel_count"].to_numpy(np.int64) > 0)
     r = r.sort_values(["rank", "pid", "tid", "start"], kind="stable")
-    thread = pd.factorize(pd.MultiIndex.from_frame(r[["rank", "pid", "tid"]]))[0]
+    thread = row_codes(r[["rank", "pid", "tid"]].to_numpy(np.int64))[0]
     # a run: consecutive roots of a thread in one iteration (a graph is replayed once a step) with no breaking
     # root between them, from its first launching root to its last
     it = r["iteration"].to_numpy(np.int64)
@@ -314,9 +319,9 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     if k.empty:
         return k.assign(on_tc=False)
     math, not_math = _math_kernel()
-    names = pd.Series(k["name"].to_numpy(object))
-    distinct = pd.unique(names)
-    is_math = dict(zip(distinct, [bool(math.search(n)) and not not_math.search(n) for n in distinct]))
+    # names are judged once per distinct name
+    name_code, distinct = pd.factorize(k["name"], use_na_sentinel=False)
+    is_math = np.array([bool(math.search(n)) and not not_math.search(n) for n in distinct], bool)[name_code]
     pos = positions(ops["op_id"].to_numpy(np.int64))
     own = np.array([dtype_precision(x) if x else "" for x in pd.unique(ops["data_type"])], object)
     prec_op = own[pd.factorize(ops["data_type"])[0]] if len(ops) else np.zeros(0, object)
@@ -333,11 +338,14 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     krow = pos[k["op_id"].to_numpy(np.int64)]
     has = krow >= 0
     kprec = np.where(has, prec[np.maximum(krow, 0)] if len(ops) else "", "").astype(object)
-    by_name = kernel_precisions(names)
+    by_name = kernel_precisions(pd.Series(np.asarray(distinct, object), dtype=object))[name_code]
     kprec = np.where(kprec == "", by_name, kprec)
-    uses_tc = job.kernels.set_index("kernel_id")["uses_tc"].reindex(k["id"].to_numpy()).fillna(0).to_numpy() > 0
+    kernel_row = positions(job.kernels["kernel_id"].to_numpy(np.int64))
+    kid = k["id"].to_numpy(np.int64)
+    krow_k = np.where(kid < len(kernel_row) - 1, kernel_row[np.minimum(kid, len(kernel_row) - 1)], -1)
+    uses_tc = np.where(krow_k >= 0, job.kernels["uses_tc"].to_numpy()[np.maximum(krow_k, 0)], 0) > 0
     elig = has & (eligible[np.maximum(krow, 0)] if len(ops) else False)
-    sel = elig & names.map(is_math).to_numpy(bool) & np.isin(kprec, ["fp32", "tf32"])
+    sel = elig & is_math & np.isin(kprec, ["fp32", "tf32"])
     out = k[sel].copy()
     out["on_tc"] = uses_tc[sel] | (kprec[sel] == "tf32")
     return out
