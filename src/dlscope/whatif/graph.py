@@ -161,16 +161,52 @@ def positions(ids: np.ndarray) -> np.ndarray:
 
 def row_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(code of each row, the distinct rows in sorted order) of an integer matrix: what ``pd.factorize`` of a
-    MultiIndex with ``sort=True`` gives, without building a tuple per row (a third of the graph's build)."""
+    MultiIndex with ``sort=True`` gives, without building a tuple per row (a third of the graph's build).
+    Rows are hashed (each column's codes combined into one integer), and only the distinct rows sorted."""
     keys = np.asarray(keys, np.int64)
     if not len(keys):
         return np.zeros(0, np.int64), keys
+    combined = np.zeros(len(keys), np.int64)
+    size = 1
+    for j in range(keys.shape[1]):
+        code, distinct = pd.factorize(keys[:, j])
+        size *= len(distinct)
+        if size >= 2 ** 62:  # too many combinations for one integer: sort the rows
+            return _sorted_row_codes(keys)
+        combined = combined * len(distinct) + code
+    code, distinct = pd.factorize(combined)
+    first = np.empty(len(distinct), np.int64)
+    first[code] = np.arange(len(keys))   # a row holding each distinct combination
+    rows = keys[first]
+    order = np.lexsort(rows.T[::-1])
+    rank = np.empty(len(rows), np.int64)
+    rank[order] = np.arange(len(rows))
+    return rank[code], rows[order]
+
+
+def _sorted_row_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort(keys.T[::-1])
     ranked = keys[order]
     new = np.r_[True, (ranked[1:] != ranked[:-1]).any(axis=1)]
     codes = np.empty(len(keys), np.int64)
     codes[order] = np.cumsum(new) - 1
     return codes, ranked[new]
+
+
+def _lexsort_pairs(major: np.ndarray, time: np.ndarray, minor: np.ndarray, sub: np.ndarray) -> np.ndarray:
+    """``np.lexsort((sub, minor, time, major))`` (major, minor: small non-negative codes), with each pair of keys
+    packed into one integer when its span allows (two sorts instead of four)."""
+    def packed(code: np.ndarray, value: np.ndarray) -> np.ndarray | None:
+        if not len(value):
+            return value
+        lo, span = int(value.min()), int(value.max()) - int(value.min()) + 1
+        if (int(code.max()) + 1) * span >= 2 ** 62:
+            return None
+        return code.astype(np.int64) * np.int64(span) + (value - lo)
+    first, second = packed(major, time), packed(minor, sub)
+    if first is None or second is None:
+        return np.lexsort((sub, minor, time, major))
+    return np.lexsort((second, first))
 
 
 def _pair_values(keys: np.ndarray, values: dict) -> np.ndarray:
@@ -250,20 +286,23 @@ class _Builder:
             its[col] = hit[col].fillna(fallback).fillna(-1).to_numpy(np.int64)
         return its
 
-    def _cpu_points(self) -> pd.DataFrame:
+    def _cpu_points(self) -> dict[str, np.ndarray]:
+        """Every CPU instant (start and end of ops, API calls, step and data-loading ranges, iterations), in
+        chain then time order: columns rank, pid, tid, time, kind, ref, other (the item's other end), chain."""
         job = self.job
         ops, api = job.ops, job.api_calls
         rg = job.ranges[(job.ranges["device"] < 0) & job.ranges["category"].isin(["step", "dataloader"])]
         its = self._iteration_threads()
         self.its = its
-        parts = []
+        parts: dict[str, list] = {c: [] for c in ("rank", "pid", "tid", "time", "kind", "ref", "other")}
 
         def add(frame, time, kind, ref, other):
-            n = len(frame)
-            parts.append(pd.DataFrame({
-                "rank": frame["rank"].to_numpy(np.int64), "pid": frame["pid"].to_numpy(np.int64),
-                "tid": frame["tid"].to_numpy(np.int64), "time": time, "kind": np.full(n, kind, np.int8),
-                "ref": np.asarray(ref, np.int64), "other": other}))
+            for c in ("rank", "pid", "tid"):
+                parts[c].append(frame[c].to_numpy(np.int64))
+            parts["time"].append(np.asarray(time, np.int64))
+            parts["kind"].append(np.full(len(frame), kind, np.int8))
+            parts["ref"].append(np.asarray(ref, np.int64))
+            parts["other"].append(np.asarray(other, np.int64))
 
         for frame, start_kind, end_kind, ref in ((ops, OP_START, OP_END, ops["op_id"]),
                                                  (api, API_START, API_END, api["api_id"]),
@@ -275,18 +314,16 @@ class _Builder:
         s = self._aligned(its, "start")
         add(its, s, IT_START, np.arange(len(its)), s)
         add(its, np.maximum(self._aligned(its, "cpu_end"), s), IT_END, np.arange(len(its)), s)
-        pts = pd.concat(parts, ignore_index=True)
+        pts = {c: np.concatenate(v) for c, v in parts.items()}
         # same instant: ends of earlier items (inner first), marks, starts (outer first), ends of empty items
-        kind = pts["kind"].to_numpy()
+        kind, time, other = pts["kind"], pts["time"], pts["other"]
         is_start = np.isin(kind, [OP_START, API_START, RANGE_START])
         is_mark = np.isin(kind, [IT_START, IT_END])
-        empty = pts["time"].to_numpy() == pts["other"].to_numpy()
-        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(empty, 3, 0)))
-        sub = -pts["other"].to_numpy(np.int64)
-        codes, uniques = row_codes(pts[["rank", "pid", "tid"]].to_numpy(np.int64))
+        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(time == other, 3, 0)))
+        codes, uniques = row_codes(np.column_stack([pts["rank"], pts["pid"], pts["tid"]]))
         pts["chain"] = codes
-        idx = np.lexsort((sub, order, pts["time"].to_numpy(), codes))
-        pts = pts.iloc[idx].reset_index(drop=True)
+        idx = _lexsort_pairs(codes, time, order, -other)
+        pts = {c: v[idx] for c, v in pts.items()}
         self.cpu_chains = pd.DataFrame(list(uniques), columns=["rank", "pid", "tid"]) if len(uniques) else \
             pd.DataFrame(columns=["rank", "pid", "tid"])
         return pts
@@ -336,7 +373,7 @@ class _Builder:
         job = self.job
         pts = self._cpu_points()
         act = self._activities()
-        ncpu = len(pts)
+        ncpu = len(pts["time"])
         nact = len(act)
         coll_rows = self._collective_rows(act)
         nbar = len(coll_rows[1]) if coll_rows is not None else 0
@@ -348,11 +385,11 @@ class _Builder:
         chain = np.empty(n, np.int64)
         actv = np.full(n, -1, np.int64)
         # CPU
-        t[:ncpu] = pts["time"].to_numpy(np.int64)
-        kind[:ncpu] = pts["kind"].to_numpy()
-        ref[:ncpu] = pts["ref"].to_numpy()
-        rank[:ncpu] = pts["rank"].to_numpy()
-        chain[:ncpu] = pts["chain"].to_numpy()
+        t[:ncpu] = pts["time"]
+        kind[:ncpu] = pts["kind"]
+        ref[:ncpu] = pts["ref"]
+        rank[:ncpu] = pts["rank"]
+        chain[:ncpu] = pts["chain"]
         n_cpu_chains = len(self.cpu_chains)
         # GPU: start, end per activity
         g = slice(ncpu, ncpu + 2 * nact)
@@ -442,14 +479,12 @@ class _Builder:
 
     # ---------------------------------------------------------------- attribution of CPU time
 
-    def _cpu_attribution(self, pts: pd.DataFrame, ncpu: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _cpu_attribution(self, pts: dict[str, np.ndarray], ncpu: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Category and owner op of each CPU chain edge: the state of its thread after the edge's first
         vertex (inside which op, inside which API call, inside data loading)."""
         job = self.job
         ops, api = job.ops, job.api_calls
-        kind = pts["kind"].to_numpy()
-        ref = pts["ref"].to_numpy(np.int64)
-        chain = pts["chain"].to_numpy(np.int64)
+        kind, ref, chain = pts["kind"], pts["ref"], pts["chain"]
         firsts = np.r_[True, chain[1:] != chain[:-1]] if ncpu else np.zeros(0, bool)
         op_pos = positions(ops["op_id"].to_numpy(np.int64))
         api_pos = positions(api["api_id"].to_numpy(np.int64))
@@ -665,7 +700,7 @@ class _Builder:
         return (np.concatenate(src), np.concatenate(dst), np.concatenate(w), np.concatenate(kinds),
                 np.concatenate(owners))
 
-    def _handoff_edges(self, pts: pd.DataFrame, wc: np.ndarray):
+    def _handoff_edges(self, pts: dict[str, np.ndarray], wc: np.ndarray):
         """Thread handoffs inside a process: a thread that resumes after a long idle gap right after another
         thread stopped before one (fork: the autograd thread starting backward when the main thread calls it;
         join: the main thread resuming when backward is done). The resuming thread's idle gap then costs
@@ -675,16 +710,15 @@ class _Builder:
         if len(self.cpu_chains) < 2 or ncpu == 0:
             return empty
         t = self.t[:ncpu]
-        chain = pts["chain"].to_numpy(np.int64)
-        kind = pts["kind"].to_numpy()
+        chain, kind = pts["chain"], pts["kind"]
         busy = np.isin(kind, [OP_START, API_START])
-        ends = pts["other"].to_numpy(np.int64)  # a start point's own end (aligned, absolute)
+        ends = pts["other"]  # a start point's own end (aligned, absolute)
         if not busy.any():
             return empty
         big = np.int64(t.max() + 1)
         # busy intervals of each thread (ops and API calls), merged, on a per-chain axis
         bs = chain[busy] * big + t[busy]
-        be = bs + (ends[busy] - pts["time"].to_numpy(np.int64)[busy])
+        be = bs + (ends[busy] - pts["time"][busy])
         ms, me = merge(bs, be)
         mc = ms // big
         gap_before = np.r_[np.iinfo(np.int64).max, ms[1:] - me[:-1]]
