@@ -40,7 +40,7 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
             note = "no CPU or GPU events to replay"
         else:
             g = build(job)
-            base = solve(g, Weights.measured(g))
+            base = solve(g, Weights.measured(g), start=g.t)  # the unchanged replay is the measured times
     except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
         note = f"the dependency graph could not be built ({_one_line(e)})"
     replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
