@@ -275,16 +275,35 @@ class _Builder:
         busiest thread)."""
         job = self.job
         its = job.iterations.sort_values(["rank", "start"], kind="stable").reset_index(drop=True)
-        cpu = pd.concat([job.ops[["rank", "pid", "tid", "start"]],
-                         job.ranges.loc[job.ranges["device"] < 0, ["rank", "pid", "tid", "start"]]],
-                        ignore_index=True).drop_duplicates(["rank", "start"])
+        # the first op or range starting at each iteration's start (only those starting at some iteration's
+        # start can be it)
+        starts = its["start"].to_numpy(np.int64)
+        cols = ["rank", "pid", "tid", "start"]
+        cpu_rg = job.ranges[job.ranges["device"] < 0]
+        cpu = pd.concat([frame.loc[np.isin(frame["start"].to_numpy(np.int64), starts), cols]
+                         for frame in (job.ops, cpu_rg)], ignore_index=True).drop_duplicates(["rank", "start"])
         hit = its[["rank", "start"]].merge(cpu, on=["rank", "start"], how="left")
-        busiest = (pd.concat([job.ops[["rank", "pid", "tid"]], job.api_calls[["rank", "pid", "tid"]]])
-                   .value_counts().reset_index().drop_duplicates("rank").set_index("rank"))
+        busiest = self._busiest_threads()
         for col in ("pid", "tid"):
             fallback = its["rank"].map(busiest[col]) if len(busiest) else pd.Series(-1, index=its.index)
             its[col] = hit[col].fillna(fallback).fillna(-1).to_numpy(np.int64)
         return its
+
+    def _busiest_threads(self) -> pd.DataFrame:
+        """Per rank (index), the thread (pid, tid) with the most ops and API calls; ties: the first seen."""
+        job = self.job
+        keys = np.vstack([job.ops[["rank", "pid", "tid"]].to_numpy(np.int64),
+                          job.api_calls[["rank", "pid", "tid"]].to_numpy(np.int64)])
+        if not len(keys):
+            return pd.DataFrame(columns=["pid", "tid"], index=pd.Index([], name="rank"))
+        code, rows = row_codes(keys)
+        count = np.bincount(code, minlength=len(rows))
+        seen = pd.factorize(code)[1]            # the threads in order of first appearance
+        first = np.empty(len(rows), np.int64)
+        first[seen] = np.arange(len(seen))
+        order = np.lexsort((first, -count, rows[:, 0]))
+        top = order[np.r_[True, rows[order[1:], 0] != rows[order[:-1], 0]]]
+        return pd.DataFrame({"pid": rows[top, 1], "tid": rows[top, 2]}, index=pd.Index(rows[top, 0], name="rank"))
 
     def _cpu_points(self) -> dict[str, np.ndarray]:
         """Every CPU instant (start and end of ops, API calls, step and data-loading ranges, iterations), in
@@ -351,7 +370,8 @@ class _Builder:
                                 "pageable": ((m["src_mem"] == "pageable") | (m["dst_mem"] == "pageable")).to_numpy()})]
         act = pd.concat(frames, ignore_index=True)
         act["launch"] = np.where(act["api_id"].to_numpy() >= 0, act["launch"].to_numpy(), act["start"].to_numpy())
-        act = act.sort_values(["rank", "device", "stream", "start", "end"], kind="stable").reset_index(drop=True)
+        order = np.lexsort([act[c].to_numpy(np.int64) for c in ("end", "start", "stream", "device", "rank")])
+        act = act.take(order).reset_index(drop=True)   # by (rank, device, stream, start, end), stably
         # one stream runs one activity at a time: overlaps from clock rounding are serialised
         codes, uniques = row_codes(act[["rank", "device", "stream"]].to_numpy(np.int64))
         act["chain_local"] = codes
