@@ -589,11 +589,11 @@ class _Builder:
         stream a stream synchronize names."""
         job = self.job
         api = job.api_calls
-        names = api["name"]
-        sync_name = (np.array([bool(SYNC_CALL.search(x)) for x in pd.unique(names)], bool)[pd.factorize(names)[0]]
-                     if len(api) else np.zeros(0, bool))
-        copy_name = (np.array([bool(SYNC_COPY.search(x)) for x in pd.unique(names)], bool)[pd.factorize(names)[0]]
-                     if len(api) else np.zeros(0, bool))
+        code, names = pd.factorize(api["name"], use_na_sentinel=False)  # each distinct name judged once
+        sync_name = np.array([bool(SYNC_CALL.search(x)) for x in names], bool)[code] if len(api) else \
+            np.zeros(0, bool)
+        copy_name = np.array([bool(SYNC_COPY.search(x)) for x in names], bool)[code] if len(api) else \
+            np.zeros(0, bool)
         # synchronizations the trace recorded (linked by launch call or by correlation)
         sy = job.syncs[job.syncs["kind"] != "stream_wait_event"]
         linked = sy[sy["api_id"] >= 0][["api_id", "stream", "kind"]]
