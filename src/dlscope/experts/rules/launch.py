@@ -53,6 +53,7 @@ def launch_bound(ctx, cfg):
     sk = k[short].assign(wait=wait[short])
     n = ctx.config["evidence"]["max_items"]
     waits = sk[sk["wait"] > 0]
+    longest = waits.nlargest(n, "wait")
     return Finding(
         "launch_bound",
         f"{plural(int(short.sum()), 'kernel')} ({100 * short.mean():.0f}% of {len(k):,}) ran shorter than "
@@ -68,6 +69,5 @@ def launch_bound(ctx, cfg):
         saving,
         {"node_ids": node_ids(ctx, top_by(sk[sk["op_id"] >= 0], "op_id", "wait", n)),
          "kernels": top_by(sk, "name", "wait", n), "iterations": iterations_of(sk["iteration"]),
-         "time_ranges": [[int(s - w), int(s)] for s, w in
-                         zip(waits.nlargest(n, "wait")["start"], waits.nlargest(n, "wait")["wait"])],
+         "time_ranges": [[int(s - w), int(s)] for s, w in zip(longest["start"], longest["wait"])],
          "short_kernels": int(short.sum()), "kernels_total": int(len(k))})

@@ -24,9 +24,11 @@ def _op_rows(ctx) -> pd.DataFrame:
     """The aggregation's op nodes with GPU time, with the shapes, dtypes and arguments of each node's first
     call (the roofline report's rows)."""
     nodes = ctx.agg_ops[ctx.agg_ops["gpu_time_ns"] > 0]
-    calls = ctx.ops[["node_id", "input_shapes", "input_dtypes", "concrete_inputs"]]
-    first = calls[calls["node_id"].isin(nodes["node_id"])].drop_duplicates("node_id")
-    return (nodes.drop(columns=["input_shapes"], errors="ignore").merge(first, on="node_id", how="inner")
+    node_ids, first = ctx.frames.first_calls()  # every rank's, made once
+    pos = node_ids.get_indexer(nodes["node_id"])
+    nodes = nodes[pos >= 0].drop(columns=["input_shapes"], errors="ignore")
+    pos = pos[pos >= 0]
+    return (nodes.assign(**{c: values[pos] for c, values in first.items()})
             .sort_values(["gpu_time_ns", "node_id"], ascending=[False, True]))
 
 
