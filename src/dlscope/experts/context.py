@@ -53,6 +53,7 @@ class RuleFrames:
         self._made: dict[str, tuple[pd.DataFrame, np.ndarray, np.ndarray]] = {}
         self._with_kernels: set | None = None
         self._named: dict[str, np.ndarray] = {}
+        self._matches: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._no_framework_sign: bool | None = None
         self._ops_rank = np.zeros(0, dtype=np.int64)
         self._first_calls: tuple[pd.Index, dict[str, np.ndarray]] | None = None
@@ -151,7 +152,9 @@ class RuleFrames:
             m = self.overlapping_all("memops")[["rank", "device", "start", "end", "kind"]]
             both = pd.concat([k, m], ignore_index=True)
             self._cut("gpu_activity", both, np.ones(len(both), dtype=bool), None)
-        return self._slice("gpu_activity", rank, make)[["device", "start", "end", "kind"]]
+            frame, lo, hi = self._made["gpu_activity"]
+            self._made["gpu_activity"] = (frame.drop(columns="rank"), lo, hi)
+        return self._slice("gpu_activity", rank, make)
 
     def overlapping_all(self, table: str) -> pd.DataFrame:
         self.overlapping(table, int(self.ranks[0]))
@@ -237,14 +240,31 @@ class RuleFrames:
         i = int(np.searchsorted(self.ranks, rank))
         return self._named[key][lo[i]:hi[i]]
 
-    def framework(self, rank: int, ops: pd.DataFrame, ranges: pd.DataFrame, kernels: pd.DataFrame) -> str:
+    def framework(self, rank: int) -> str:
         """:func:`.frameworks.detect` of the rank's tables; "torch" for every rank at once when no rank can
         show another framework's signs (none in the whole job's op types, range domains or kernel names)."""
         from .frameworks import detect, shows_no_sign
 
         if self._no_framework_sign is None:
             self._no_framework_sign = shows_no_sign(self.tables["ops"], self.tables["ranges"], self.tables["kernels"])
-        return "torch" if self._no_framework_sign else detect(ops, ranges, kernels)
+        if self._no_framework_sign:
+            return "torch"
+        return detect(self.table("ops", rank), self.table("ranges", rank), self.table("kernels", rank))
+
+    def first_matches(self, key: str, pattern: re.Pattern, rank: int, count: int) -> list[str]:
+        """The first ``count`` distinct names of the rank's rows of frame ``key`` ('ops_all', 'ranges' or
+        'kernels', as :class:`Context` has them) that match ``pattern``, matched once for the whole job."""
+        made = {"ops_all": "ops_all", "ranges": "overlapping ranges True", "kernels": "in kernels"}[key]
+        memo = (made, pattern)
+        if memo not in self._matches:
+            frame = self._made[made][0]
+            names = frame["name"]
+            self._matches[memo] = (names.to_numpy(object), names_matching(names, pattern))
+        names, hit = self._matches[memo]
+        _, lo, hi = self._made[made]
+        i = int(np.searchsorted(self.ranks, rank))
+        mine = names[lo[i]:hi[i]][hit[lo[i]:hi[i]]]
+        return [str(n) for n in pd.unique(mine)[:count]] if count > 0 else []
 
     def first_calls(self) -> tuple[pd.Index, dict[str, np.ndarray]]:
         """The first call of every op node in its rank's profiled iterations (shapes, dtypes, arguments),
@@ -384,13 +404,12 @@ class Context:
         three, for the findings' evidence; empty for an inference (forward-only) run."""
         cfg = self.config["run_kind"]
         found: list[str] = []
-        for names, patterns in ((self.ops_all["name"], cfg["training_op_patterns"]),
-                                (self.ranges["name"], cfg["training_op_patterns"]),
-                                (self.kernels["name"], cfg["training_kernel_patterns"])):
+        for key, names, patterns in (("ops_all", self.ops_all["name"], cfg["training_op_patterns"]),
+                                     ("ranges", self.ranges["name"], cfg["training_op_patterns"]),
+                                     ("kernels", self.kernels["name"], cfg["training_kernel_patterns"])):
             if len(names) == 0:
                 continue
-            hit = names_matching(names, compile_any(patterns))
-            found += [str(n) for n in pd.unique(names[hit])[:3 - len(found)]]
+            found += self.frames.first_matches(key, compile_any(patterns), self.rank, 3 - len(found))
             if len(found) >= 3:
                 break
         return found
@@ -403,7 +422,7 @@ class Context:
     @cached_property
     def framework(self) -> str:
         """"torch", "tf", "jax" or "paddle": whose words the recommendations use (:mod:`.frameworks`)."""
-        return self.frames.framework(self.rank, self._table("ops"), self._table("ranges"), self._table("kernels"))
+        return self.frames.framework(self.rank)
 
     def advice(self, rule: str, default: str) -> str:
         """``default`` (PyTorch words) or the framework's own recommendation for ``rule``."""

@@ -24,10 +24,11 @@ def exposed_communication(ctx, cfg):
         return None
     lo, hi = ctx.window
     exposed_total, comm_total, parts, devices = 0, 0, [], sorted(k.loc[comm_mask, "device"].unique())
+    device, start, end = k["device"].to_numpy(), k["start"].to_numpy(np.int64), k["end"].to_numpy(np.int64)
     for dev in devices:
-        on = (k["device"] == dev).to_numpy()
-        comm = clip(k.loc[comm_mask & on, "start"], k.loc[comm_mask & on, "end"], lo, hi)
-        comp = Span(k.loc[~comm_mask & on, "start"], k.loc[~comm_mask & on, "end"])
+        on = device == dev
+        comm = clip(start[comm_mask & on], end[comm_mask & on], lo, hi)
+        comp = Span(start[~comm_mask & on], end[~comm_mask & on])
         exposed = minus(comm, comp)
         exposed_total += length(exposed)
         comm_total += length(comm)
@@ -35,7 +36,7 @@ def exposed_communication(ctx, cfg):
     saving = int(exposed_total / len(devices))
     if saving < cfg["min_share"] * ctx.wall:
         return None
-    ck = k[comm_mask]
+    ck = k.loc[comm_mask, ["op_id", "name", "dur", "iteration"]]
     n = ctx.config["evidence"]["max_items"]
     es = np.concatenate([p[0] for p in parts])
     ee = np.concatenate([p[1] for p in parts])

@@ -19,17 +19,26 @@ from ..evidence import fmt_ns
 from ..finding import Finding
 from ..registry import rule
 
+#: what ``roofline_ops`` reads of a node, besides its first call's shapes, dtypes and arguments
+_NODE_COLUMNS = ["node_id", "op_name", "op_type", "direction", "scope", "calls", "using_tc", "gpu_time_ns"]
+
 
 def _op_rows(ctx) -> pd.DataFrame:
     """The aggregation's op nodes with GPU time, with the shapes, dtypes and arguments of each node's first
     call (the roofline report's rows)."""
-    nodes = ctx.agg_ops[ctx.agg_ops["gpu_time_ns"] > 0]
+    nodes = ctx.agg_ops
+    nodes = nodes.loc[nodes["gpu_time_ns"].to_numpy() > 0, [c for c in _NODE_COLUMNS if c in nodes.columns]]
     node_ids, first = ctx.frames.first_calls()  # every rank's, made once
     pos = node_ids.get_indexer(nodes["node_id"])
     nodes = nodes[pos >= 0].drop(columns=["input_shapes"], errors="ignore")
     pos = pos[pos >= 0]
     return (nodes.assign(**{c: values[pos] for c, values in first.items()})
             .sort_values(["gpu_time_ns", "node_id"], ascending=[False, True]))
+
+
+#: what the finding reads of the placed ops
+_PLACED = ["node_id", "op_name", "precision", "gpu_time_ns", "flops", "bytes", "ceiling_flops_per_s", "pct_of_ceiling",
+           "bound"]
 
 
 @rule("roofline_quadrant", gpu=True)
@@ -47,7 +56,7 @@ def roofline_quadrant(ctx, cfg):
     if util is None or util["quadrant"] not in cfg["quadrants"]:
         return None
     target = cfg["target_pct_of_roof"] / 100.0
-    placed = pd.DataFrame([o for o in ops if o["bound"] is not None])
+    placed = pd.DataFrame({c: [o[c] for o in ops if o["bound"] is not None] for c in _PLACED})
     if placed.empty:
         return None
     math_s = (placed["flops"] / placed["ceiling_flops_per_s"].astype(float)).where(placed["flops"] > 0, 0.0)
@@ -79,6 +88,6 @@ def roofline_quadrant(ctx, cfg):
          "dominant_precision": util["dominant_precision"], "dominant_family": util["dominant_family"],
          "ops": [{"node_id": int(r["node_id"]), "op_name": r["op_name"], "precision": r["precision"],
                   "gpu_time_ns": int(r["gpu_time_ns"]), "pct_of_ceiling": r["pct_of_ceiling"],
-                  "saving_ns": int(r["saving_ns"])} for _, r in top.iterrows()],
+                  "saving_ns": int(r["saving_ns"])} for r in top.to_dict("records")],
          "saving_basis": f"per op node: GPU time - max(FLOPs / peak, bytes / DRAM bandwidth) / "
                          f"{cfg['target_pct_of_roof']:g}% (its time at that share of its roof), at least 0"})
