@@ -251,19 +251,39 @@ class RuleFrames:
             return "torch"
         return detect(self.table("ops", rank), self.table("ranges", rank), self.table("kernels", rank))
 
-    def first_matches(self, key: str, pattern: re.Pattern, rank: int, count: int) -> list[str]:
-        """The first ``count`` distinct names of the rank's rows of frame ``key`` ('ops_all', 'ranges' or
-        'kernels', as :class:`Context` has them) that match ``pattern``, matched once for the whole job."""
-        made = {"ops_all": "ops_all", "ranges": "overlapping ranges True", "kernels": "in kernels"}[key]
+    #: the job-wide frame behind each of :class:`Context`'s frames
+    MADE = {"ops_all": "ops_all", "ops": "ops in iterations", "ranges": "overlapping ranges True",
+            "kernels": "in kernels", "kernel_facts": "in kernels", "api_calls": "in api_calls"}
+
+    def matching(self, key: str, pattern: re.Pattern, rank: int) -> np.ndarray:
+        """Per row of the rank's frame ``key`` (a :class:`Context` frame named in :data:`MADE`): whether
+        its name matches ``pattern``, matched once for the whole job."""
+        made = self.MADE[key]
         memo = (made, pattern)
         if memo not in self._matches:
-            frame = self._made[made][0]
-            names = frame["name"]
+            if made not in self._made and len(self.ranks):
+                self._make(key, int(self.ranks[0]))
+            names = self._made[made][0]["name"]
             self._matches[memo] = (names.to_numpy(object), names_matching(names, pattern))
-        names, hit = self._matches[memo]
         _, lo, hi = self._made[made]
         i = int(np.searchsorted(self.ranks, rank))
-        mine = names[lo[i]:hi[i]][hit[lo[i]:hi[i]]]
+        return self._matches[memo][1][lo[i]:hi[i]]
+
+    def _make(self, key: str, rank: int) -> None:
+        """Make the job-wide frame behind :class:`Context`'s frame ``key``."""
+        if key in ("ops", "ops_all"):
+            (self.ops if key == "ops" else self.ops_all)(rank)
+        elif key == "ranges":
+            self.overlapping("ranges", rank, cpu_only=True)
+        else:
+            self.in_iterations("kernels" if key == "kernel_facts" else key, rank)
+
+    def first_matches(self, key: str, pattern: re.Pattern, rank: int, count: int) -> list[str]:
+        """The first ``count`` distinct names of the rank's frame ``key`` that match ``pattern``."""
+        hit = self.matching(key, pattern, rank)
+        _, lo, hi = self._made[self.MADE[key]]
+        i = int(np.searchsorted(self.ranks, rank))
+        mine = self._matches[(self.MADE[key], pattern)][0][lo[i]:hi[i]][hit]
         return [str(n) for n in pd.unique(mine)[:count]] if count > 0 else []
 
     def first_calls(self) -> tuple[pd.Index, dict[str, np.ndarray]]:
@@ -352,12 +372,15 @@ class Context:
     @cached_property
     def iterations(self) -> pd.DataFrame:
         its = self.all_iterations
-        return its[its["profiled"].astype(bool)].reset_index(drop=True)
+        profiled = its["profiled"].to_numpy().astype(bool)
+        return its.copy(deep=False) if profiled.all() else its[profiled].reset_index(drop=True)
 
     @cached_property
     def all_iterations(self) -> pd.DataFrame:
         its = self.aggregation.iterations.assign(profiled=self.aggregation.iterations["profiled"].astype(np.int64))
-        return its.sort_values("iteration", kind="stable").reset_index(drop=True)
+        if not its["iteration"].is_monotonic_increasing:
+            its = its.sort_values("iteration", kind="stable")
+        return its.reset_index(drop=True)
 
     @cached_property
     def ranges(self) -> pd.DataFrame:
@@ -387,6 +410,12 @@ class Context:
         kernel's name tells (``precision_names``); ``precision_source`` says which ('op', 'name' or '').
         """
         return self.frames.kernel_facts(self.rank)
+
+    def names_match(self, frame: str, patterns: list[str] | str) -> np.ndarray:
+        """Per row of the frame named ``frame`` ('ops', 'ops_all', 'kernels', 'kernel_facts', 'api_calls',
+        'ranges'): whether its name matches any of ``patterns`` (matched once for the whole job's rows)."""
+        pattern = re.compile(patterns) if isinstance(patterns, str) else compile_any(patterns)
+        return self.frames.matching(frame, pattern, self.rank)
 
     def ops_named(self, kind: str) -> np.ndarray:
         """Per row of :attr:`ops_all`: whether the op's name is of the category ``kind`` ('dataloader', 'io')."""

@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from ...analyze.intervals import clip, merge
-from ..context import compile_any, names_matching
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, plural
 from ..finding import Finding
 from ..registry import rule
@@ -46,8 +45,7 @@ def refill_gaps(ctx, call_ends: np.ndarray) -> np.ndarray:
 
 
 def _calls(ctx, patterns: list[str]) -> pd.DataFrame:
-    api = ctx.api_calls
-    return api[names_matching(api["name"], compile_any(patterns))]
+    return ctx.api_calls[ctx.names_match("api_calls", patterns)]
 
 
 def _blocking_finding(ctx, cfg, rule_id: str, calls: pd.DataFrame, what: str, advice: str):

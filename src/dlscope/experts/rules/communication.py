@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...analyze.intervals import clip
-from ..context import compile_any, names_matching
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, top_by
 from ..finding import Finding
 from ..registry import rule
@@ -19,7 +18,7 @@ def exposed_communication(ctx, cfg):
     k = ctx.kernel_facts
     if k.empty:
         return None
-    comm_mask = names_matching(k["name"], compile_any(cfg["kernel_patterns"]))
+    comm_mask = ctx.names_match("kernel_facts", cfg["kernel_patterns"])
     if not comm_mask.any():
         return None
     lo, hi = ctx.window

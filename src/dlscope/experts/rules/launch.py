@@ -53,8 +53,8 @@ def launch_bound(ctx, cfg):
         return None
     sk = k.loc[short, ["op_id", "name", "iteration", "start"]].assign(wait=wait[short])
     n = ctx.config["evidence"]["max_items"]
-    waits = sk[sk["wait"] > 0]
-    longest = waits.nlargest(n, "wait")
+    waited = np.flatnonzero(wait[short] > 0)
+    longest = waited[np.argsort(-wait[short][waited], kind="stable")[:n]]  # nlargest: ties in row order
     return Finding(
         "launch_bound",
         f"{plural(int(short.sum()), 'kernel')} ({100 * short.mean():.0f}% of {len(k):,}) ran shorter than "
@@ -70,5 +70,6 @@ def launch_bound(ctx, cfg):
         saving,
         {"node_ids": node_ids(ctx, top_by(sk[sk["op_id"] >= 0], "op_id", "wait", n)),
          "kernels": top_by(sk, "name", "wait", n), "iterations": iterations_of(sk["iteration"]),
-         "time_ranges": [[int(s - w), int(s)] for s, w in zip(longest["start"], longest["wait"])],
+         "time_ranges": [[int(s - w), int(s)] for s, w in
+                         zip(sk["start"].to_numpy()[longest], wait[short][longest])],
          "short_kernels": int(short.sum()), "kernels_total": int(len(k))})

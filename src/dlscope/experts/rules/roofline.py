@@ -11,6 +11,7 @@ work).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ...roofline.analysis import roofline_ops
@@ -66,7 +67,9 @@ def roofline_quadrant(ctx, cfg):
     if saving <= 0 or ctx.pct(saving) < cfg["min_pct"]:
         return None
     n = ctx.config["evidence"]["max_items"]
-    top = placed[placed["saving_ns"] > 0].nlargest(n, "saving_ns")
+    saved = placed["saving_ns"].to_numpy(float)
+    positive = np.flatnonzero(saved > 0)
+    top = placed.iloc[positive[np.argsort(-saved[positive], kind="stable")[:n]]]  # nlargest: ties in row order
     worst = top.iloc[0]
     problem = (
         f"The {len(placed)} modelled op nodes ({fmt_ns(int(placed['gpu_time_ns'].sum()))} of GPU time) sit in the "
