@@ -1,4 +1,5 @@
-"""A read-only view of one aggregation for the rules: tables load lazily, once, as DataFrames.
+"""A read-only view of one aggregation for the rules: tables load lazily, once, as DataFrames; in a job, the
+frames of all ranks are made once (:class:`RuleFrames`) and each rank's context reads its slices.
 
 Every frame is restricted to the aggregation's rank; activity frames (ops, kernels, memops, API calls)
 to its profiled iterations, which is how the aggregation itself counts them. GPU idleness is judged
@@ -62,13 +63,11 @@ class RuleFrames:
         return self.bounds.get(rank) == bounds
 
     def make_all(self) -> RuleFrames:
-        """Make every frame now (before forking workers, which then share them)."""
+        """Make the frames every rank reads now (before forking workers, which then share them)."""
         if len(self.ranks):
             rank = int(self.ranks[0])
             for table in ("kernels", "memops", "api_calls"):
                 self.in_iterations(table, rank)
-            for table in ("ops", "ranges", "kernels"):
-                self.table(table, rank)
             self.overlapping("ranges", rank, cpu_only=True)
             self.gpu_activity(rank)
             self.sorted_by("gpus", "device", rank)
@@ -79,6 +78,7 @@ class RuleFrames:
             for kind in ("dataloader", "io"):
                 self.ops_named(kind, rank)
             self.first_calls()
+            self.framework(rank)
         return self
 
     # ---------------------------------------------------------------- job-wide frames, made once each
@@ -332,10 +332,6 @@ class Context:
         self._busy: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ loading
-
-    def _table(self, table: str) -> pd.DataFrame:
-        """The rank's rows of a raw table, in the database's columns."""
-        return self.frames.table(table, self.rank)
 
     @cached_property
     def matrix_units(self) -> MatrixUnits:
