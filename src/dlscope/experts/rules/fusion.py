@@ -84,7 +84,8 @@ def _occurrences(codes: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.nd
 def _in_optimizer(ctx, k: pd.DataFrame) -> np.ndarray:
     """Kernels launched by ops inside an optimizer step."""
     ops = ctx.ops
-    steps = ops[ctx.names_match("ops", ctx.config["unfused_optimizer"]["step_op_patterns"])]
+    named = ctx.names_match("ops", ctx.config["unfused_optimizer"]["step_op_patterns"])
+    steps = ops.loc[named, ["tid", "start", "end"]]
     pos = ctx.ops_all.index.get_indexer(k["op_id"])
     inside = np.zeros(len(k), dtype=bool)
     if steps.empty:

@@ -28,13 +28,13 @@ def _op_rows(ctx) -> pd.DataFrame:
     """The aggregation's op nodes with GPU time, with the shapes, dtypes and arguments of each node's first
     call (the roofline report's rows)."""
     nodes = ctx.agg_ops
-    nodes = nodes.loc[nodes["gpu_time_ns"].to_numpy() > 0, [c for c in _NODE_COLUMNS if c in nodes.columns]]
     node_ids, first = ctx.frames.first_calls()  # every rank's, made once
-    pos = node_ids.get_indexer(nodes["node_id"])
-    nodes = nodes[pos >= 0].drop(columns=["input_shapes"], errors="ignore")
-    pos = pos[pos >= 0]
-    return (nodes.assign(**{c: values[pos] for c, values in first.items()})
-            .sort_values(["gpu_time_ns", "node_id"], ascending=[False, True]))
+    ids, gpu = nodes["node_id"].to_numpy(np.int64), nodes["gpu_time_ns"].to_numpy(np.int64)
+    pos = node_ids.get_indexer(ids)
+    keep = np.flatnonzero((gpu > 0) & (pos >= 0))
+    order = keep[np.lexsort((ids[keep], -gpu[keep]))]  # GPU time descending, then node id
+    return pd.DataFrame({**{c: nodes[c].to_numpy()[order] for c in _NODE_COLUMNS if c in nodes.columns},
+                         **{c: values[pos[order]] for c, values in first.items()}})
 
 
 #: what the finding reads of the placed ops
@@ -69,8 +69,10 @@ def roofline_quadrant(ctx, cfg):
     n = ctx.config["evidence"]["max_items"]
     saved = placed["saving_ns"].to_numpy(float)
     positive = np.flatnonzero(saved > 0)
-    top = placed.iloc[positive[np.argsort(-saved[positive], kind="stable")[:n]]]  # nlargest: ties in row order
-    worst = top.iloc[0]
+    top_rows = positive[np.argsort(-saved[positive], kind="stable")[:n]]  # nlargest: ties in row order
+    top = {c: placed[c].to_numpy()[top_rows] for c in ("node_id", "op_name", "precision", "gpu_time_ns",
+                                                      "pct_of_ceiling", "saving_ns", "bound")}
+    worst = {c: values[0] for c, values in top.items()}
     problem = (
         f"The {len(placed)} modelled op nodes ({fmt_ns(int(placed['gpu_time_ns'].sum()))} of GPU time) sit in the "
         f"{util['quadrant_label']} quadrant of the roofline: compute utilization "
@@ -91,6 +93,6 @@ def roofline_quadrant(ctx, cfg):
          "dominant_precision": util["dominant_precision"], "dominant_family": util["dominant_family"],
          "ops": [{"node_id": int(r["node_id"]), "op_name": r["op_name"], "precision": r["precision"],
                   "gpu_time_ns": int(r["gpu_time_ns"]), "pct_of_ceiling": r["pct_of_ceiling"],
-                  "saving_ns": int(r["saving_ns"])} for r in top.to_dict("records")],
+                  "saving_ns": int(r["saving_ns"])} for r in (dict(zip(top, row)) for row in zip(*top.values()))],
          "saving_basis": f"per op node: GPU time - max(FLOPs / peak, bytes / DRAM bandwidth) / "
                          f"{cfg['target_pct_of_roof']:g}% (its time at that share of its roof), at least 0"})
