@@ -156,13 +156,27 @@ def _add_quadrant(point: dict, flops, nbytes, time_ns, peak, dram) -> None:
     point["quadrant"] = quadrant(compute, memory)
 
 
+@lru_cache(maxsize=1 << 16)
+def _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs):
+    return op_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
+
+
+def _cost(op_name, input_shapes, input_dtypes, concrete_inputs):
+    """:func:`op_cost`, memoized when its arguments are the stored texts (the ranks of a job repeat the same
+    op nodes: one model per distinct call, not per rank)."""
+    try:
+        return _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
+    except TypeError:  # unhashable: the lists of a Kineto event
+        return op_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
+
+
 def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list[dict], int]:
     """Op dicts for every node with a FLOP model; also the GPU time of nodes without one."""
     ops: list[dict] = []
     unmodelled_ns = 0
     dram = ceilings.bandwidth.get("dram") if ceilings else None
     for row in rows.itertuples(index=False):
-        cost = op_cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs)
+        cost = _cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs)
         if cost is None:
             unmodelled_ns += int(row.gpu_time_ns)
             continue

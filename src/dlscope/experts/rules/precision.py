@@ -76,12 +76,17 @@ AMP_ADVICE = {
 }
 
 
+#: what the precision rules read of the kernels
+_COLUMNS = ["name", "start", "end", "dur", "iteration", "uses_tc", "precision", "precision_source", "eligible_root",
+            "root_node"]
+
+
 @rule("amp_not_enabled", gpu=True)
 def amp_not_enabled(ctx, cfg):
     """Eligible ops computing in FP32: on CUDA cores (the FP32 peak) or on TF32 Tensor Cores (half the
     FP16/BF16 peak). Precision is the op's input dtype, else the kernel's name (``precision_names``)."""
-    kf = ctx.kernel_facts
-    elig = kf[kf["eligible_root"] >= 0]
+    kf = ctx.kernel_facts[_COLUMNS]
+    elig = kf[kf["eligible_root"].to_numpy() >= 0]
     if elig.empty:
         return None
     cc = ctx.compute_capability
@@ -139,7 +144,7 @@ def _known_tf32(ctx) -> bool:
 
 @rule("tc_eligible_not_using_tc", gpu=True)
 def tc_eligible_not_using_tc(ctx, cfg):
-    kf = ctx.kernel_facts
+    kf = ctx.kernel_facts[_COLUMNS]
     half = kf[(kf["eligible_root"] >= 0) & kf["precision"].isin(HALF)]
     if half.empty:
         return None
