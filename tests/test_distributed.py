@@ -281,6 +281,53 @@ def test_job_wide_aggregation_equals_each_rank_aggregated_alone(folder, iter_sta
         assert len(agg.kernels) and len(agg.ops) and len(agg.groups)
 
 
+@pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])
+def test_rules_frames_made_once_for_the_job_equal_each_rank_alone(folder, iter_start, iter_stop):
+    """The rules' frames are projected once for all ranks and sliced per rank: every frame a rule reads is the
+    rank's rows as its definition says (checked with plain pandas on the rank's raw table) and as the rank's
+    tables alone give, and every rank's findings are the ones its tables alone give."""
+    from dlscope.analyze.aggregation import JobAggregation
+    from dlscope.analyze.analysis import analyse
+    from dlscope.experts import Context, RuleFrames, evaluate, load_config
+
+    an = analyse(load_profiles_parallel(expand_inputs([job(folder)]), workers=1))
+    job_agg = JobAggregation(an, an.ranks, iter_start, iter_stop)
+    frames = RuleFrames({name: an.profile.table(name) for name in an.RAW}, job_agg.bounds()).make_all()
+    config = load_config(None)
+    found = 0
+    for rank in an.ranks:
+        agg = job_agg.aggregate(rank)
+        tables = an.rank_tables(rank)
+        shared, alone = Context(config, tables, agg, frames), Context(config, tables, agg)
+        assert shared.frames is frames and alone.frames is not frames
+        lo, hi = agg.row["window_start"], agg.row["window_end"]
+        raw = {name: an.profile.table(name) for name in ("kernels", "api_calls", "ranges", "ops")}
+        raw = {name: frame[frame["rank"] == rank] for name, frame in raw.items()}
+        for name in ("kernels", "api_calls"):  # the rank's rows in its iterations, by start (stable)
+            t = raw[name]
+            want = t[t["iteration"].between(agg.row["iter_start"], agg.row["iter_stop"])].sort_values(
+                "start", kind="stable")
+            assert getattr(shared, name)[f"{name[:-1] if name == 'kernels' else 'api'}_id"].tolist() == \
+                want[f"{name[:-1] if name == 'kernels' else 'api'}_id"].tolist()
+        r = raw["ranges"]
+        want = r[(r["end"] > lo) & (r["start"] < hi) & (r["device"] < 0)].sort_values("start", kind="stable")
+        assert shared.ranges["range_id"].tolist() == want["range_id"].tolist()
+        o = raw["ops"]
+        assert shared.ops["op_id"].tolist() == o.loc[o["iteration"].between(
+            agg.row["iter_start"], agg.row["iter_stop"]), "op_id"].sort_values().tolist()
+        for name in ("kernels", "memops", "api_calls", "ops", "ops_all", "gpu_activity", "ranges", "gpus", "memory",
+                     "kernel_facts"):
+            pd.testing.assert_frame_equal(getattr(shared, name), getattr(alone, name), obj=f"rank {rank} {name}")
+        for kind in ("dataloader", "io"):
+            assert shared.ops_named(kind).tolist() == alone.ops_named(kind).tolist()
+        assert (shared.training_evidence, shared.framework, shared.has_gpu) == \
+            (alone.training_evidence, alone.framework, alone.has_gpu)
+        together = evaluate(tables, agg, None, frames)
+        assert together == evaluate(tables, agg)
+        found += len(together)
+    assert found and len(shared.kernels) and len(shared.ops)
+
+
 def test_serial_workers_and_dask_give_identical_databases(build_job):
     distributed = pytest.importorskip("distributed")
     folder = job(DLRM)

@@ -85,7 +85,25 @@ def test_fires_on_the_real_h100_bert_inference_with_its_roofline_numbers(import_
     assert got["est_saving_ns"] >= top["saving_ns"] > 0
 
 
-def test_silent_without_roofs_for_the_gpu(import_db):
-    """The MI300X trace: AMD GPUs are not in gpu_specs.json, so no roof and no quadrant to judge."""
-    db = import_db(data_file("kineto", "tracelens_mi300x_xdit_sd35_infer.json.gz"))
+def test_silent_without_roofs_for_the_gpu(tmp_path):
+    """The 4 ms GEMM that is both low on an A100, on an AMD GPU the table does not hold (an MI100, CDNA 1): no
+    roof, so no quadrant to judge; the roofline report says why, naming the AMD entries the table has."""
+    import sqlite3
+
+    t = KinetoTrace()
+    t.device_properties = [{"id": 0, "name": "AMD Instinct MI100", "totalGlobalMem": 34342961152,
+                            "computeMajor": 9, "computeMinor": 0, "numSms": 120}]
+    t.step(1, 0, 5000)
+    t.op("aten::mm", 100, 200, **{"Input Dims": [[4096, 4096], [4096, 4096]],
+                                  "Input type": ["c10::Half", "c10::Half"]})
+    t.launch(110, 120, "Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0", 200, 4200)
+    db = build_database([t.write(tmp_path / "t.json")], tmp_path / "t.sqlite", progress=False)
     assert "roofline_quadrant" not in stored_findings(db)
+    conn = sqlite3.connect(db)
+    (agg_id,) = conn.execute("SELECT MAX(agg_id) FROM aggregations").fetchone()
+    report = roofline_report(conn, agg_id)
+    conn.close()
+    assert report["ceilings"] is None
+    assert report["ceilings_error"].startswith("no ceilings for 'AMD Instinct MI100' (not in dlscope's GPU table; "
+                                               "its AMD entries: AMD Instinct MI210, ")
+    assert report["ops"] and report["ops"][0]["flops"] == GEMM_FLOPS

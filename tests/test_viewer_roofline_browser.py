@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from importlib import resources
 
 import pytest
 from conftest import data_file
@@ -60,6 +61,18 @@ def test_h100_roofline_draws_roofs_ops_and_summary(h100, page):
     chart = page.get_by_test_id("roofline-chart")
     roofs = json.loads(chart.get_attribute("data-roofs"))
     assert "DRAM bandwidth 3.35 TB/s" in roofs
+    # the published L1/L2 roofs of the data file (read here with json.load), drawn as "<level> bandwidth <x> TB/s"
+    spec = next(g for g in json.loads(resources.files("dlscope.data").joinpath("gpu_specs.json").read_text())["gpus"]
+                if "NVIDIA H100 80GB HBM3" in g["name_strings"])
+    for level in ("L1", "L2"):
+        (shown,) = [r for r in roofs if r.startswith(f"{level} bandwidth ")]
+        value, unit = shown.split()[2:4]
+        assert unit == "TB/s" and float(value) == pytest.approx(
+            spec[f"{level.lower()}_bandwidth_bytes_per_s"] / 1e12, abs=0.005 + 1e-9), shown   # shown to 2 decimals
+        # the summary lists the roof too, its title the source the data file gives
+        cell = summary_cell(page, f"{level.lower()}-bandwidth").locator("span")
+        assert cell.inner_text() == f"{value} TB/s"
+        assert cell.get_attribute("title") == spec["field_sources"][f"{level.lower()}_bandwidth_bytes_per_s"]
     assert any(r.startswith("FP16 / BF16 Tensor peak 989.4 TFLOP/s") for r in roofs)
     assert any("FP32" in r for r in roofs) and any("FP64 peak 34 TFLOP/s" in r for r in roofs), roofs
     placed = [o for o in report["ops"] if o["arithmetic_intensity"] and o["achieved_flops_per_s"]]

@@ -175,9 +175,35 @@ def test_the_vectorized_replay_equals_plain_longest_paths_under_random_weights(n
             w.off |= rng.random(len(w.off)) < 0.05
             w.cut |= rng.random(g.n) < 0.01
         got = solve(g, w).t
-        assert np.array_equal(got, _naive_longest_paths(g, w)), trial
+        want = _naive_longest_paths(g, w)
+        assert np.array_equal(got, want), trial
         if trial == 0:
             assert np.array_equal(got, g.t)  # unchanged: the measured times
+        # swept from other times (the measured ones, as the import does; any others): the same longest paths
+        assert np.array_equal(solve(g, w, start=g.t).t, want), trial
+        assert np.array_equal(solve(g, w, start=rng.permutation(g.t)).t, want), trial
+
+
+@requires_shared
+def test_scenarios_replayed_from_the_unchanged_replay_are_the_longest_paths_of_their_weights():
+    from dlscope.analyze.analysis import analyse
+    from dlscope.pipeline.executors import load_profiles_parallel
+    from dlscope.pipeline.inputs import expand_inputs
+    from dlscope.whatif.graph import build
+    from dlscope.whatif.job import from_analysed
+    from dlscope.whatif.replay import Weights, solve
+    from dlscope.whatif.scenarios import parse
+
+    path = DATA / "kineto/param_dlrm_8rank_v100"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    g = build(from_analysed(analyse(load_profiles_parallel(expand_inputs([path]), 1, None, None,
+                                                           lambda *a, **k: None))))
+    base = solve(g, Weights.measured(g), start=g.t)
+    for name in ("no-dataloader", "cuda-graphs", "no-sync", "overlap-comm", "no-straggler", "amp=0.5"):
+        w = Weights.measured(g)
+        parse(name).apply(g, w)
+        assert np.array_equal(solve(g, w, start=base.t).t, _naive_longest_paths(g, w)), name
 
 
 # ------------------------------------------------------------------------------------------ validation pair

@@ -372,6 +372,15 @@ class JobAggregation:
                        for r in ranks}
         self.tables = _JobTables(an, {r: c["iteration"].to_numpy() for r, c in self.chosen.items()})
 
+    def bounds(self) -> dict[int, tuple[int, int, int, int]]:
+        """Per rank: (iter_start, iter_stop, window_start, window_end) of its aggregation (as its row has them)."""
+        out = {}
+        for r, chosen in self.chosen.items():
+            starts, ends = _windows(chosen)
+            its = chosen["iteration"].to_numpy()
+            out[r] = (int(its.min()), int(its.max()), int(starts[0]), int(ends[-1]))
+        return out
+
     def aggregate(self, rank: int) -> Aggregation:
         return _aggregate_rank(self.an, rank, self.chosen[rank], self.tables)
 

@@ -19,6 +19,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from .tensor_core import gpu_vendor
+
 #: the derived columns added to the kernels table
 COLUMNS = ("active_blocks_per_sm", "waves", "last_wave_fill", "occupancy")
 #: the resources that can limit the blocks per SM, in CUDA's order (the first of equal limits is named)
@@ -88,7 +90,11 @@ def kernel_waves(kernels: pd.DataFrame, gpus: pd.DataFrame, limiter: bool = Fals
     def col(name: str) -> np.ndarray:
         return kernels[name].to_numpy(np.int64)
 
-    known = found & (sms > 0) & (major >= 0) & (minor >= 0)
+    # sm_limits.json holds NVIDIA compute capabilities: an AMD GPU's GFX version (gfx90a reports 9.0, Hopper's
+    # number) and its CUs are not SMs, so AMD launches get no NVIDIA occupancy or waves
+    names = g["name"].fillna("").astype(str) if "name" in g.columns else pd.Series([""] * len(g))
+    nvidia = np.array([gpu_vendor(n) is None for n in names], dtype=bool)
+    known = found & (sms > 0) & (major >= 0) & (minor >= 0) & np.where(found, nvidia[take], False)
     blocks = np.ones(n, dtype=np.int64)
     threads = np.ones(n, dtype=np.int64)
     for names, product in ((("grid_x", "grid_y", "grid_z"), blocks), (("block_x", "block_y", "block_z"), threads)):

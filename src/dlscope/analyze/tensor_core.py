@@ -102,6 +102,17 @@ def _unit_rules() -> tuple[MatrixUnits, tuple[tuple[re.Pattern, MatrixUnits], ..
     return default, vendors
 
 
+@lru_cache(maxsize=256)
+def gpu_vendor(name: str | None) -> str | None:
+    """The vendor whose device-name pattern (``matrix_units`` in tensor_core_kernels.json) a GPU name matches
+    ("AMD"), or None (NVIDIA and unnamed GPUs): one rule for every place that must not read an AMD GPU's GFX
+    version as an NVIDIA compute capability."""
+    if not name:
+        return None
+    ref = _load("tensor_core_kernels.json")["matrix_units"]
+    return next((v["vendor"] for v in ref["vendors"] if re.search(v["gpu_name_pattern"], name)), None)
+
+
 def matrix_units(gpu_names: Iterable[str | None]) -> MatrixUnits:
     """The words for a rank's GPUs: a vendor's when every named GPU is that vendor's, else 'Tensor Cores'.
 

@@ -56,9 +56,12 @@ def collective_type(name: str) -> str:
 
 
 def is_nccl_kernel(names: pd.Series) -> np.ndarray:
+    """Whether each kernel name is an NCCL kernel (matched once per distinct name)."""
     kernel, _ = _patterns()
-    distinct = {n: bool(kernel.match(n)) for n in pd.unique(names)}
-    return names.map(distinct).to_numpy(bool) if len(names) else np.zeros(0, bool)
+    if not len(names):
+        return np.zeros(0, bool)
+    code, distinct = pd.factorize(names, use_na_sentinel=False)
+    return np.array([bool(kernel.match(n)) for n in distinct], bool)[code]
 
 
 def busbw_factor(collective: str, n: int) -> float | None:

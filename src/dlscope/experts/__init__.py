@@ -14,25 +14,27 @@ import sqlite3
 from pathlib import Path
 
 from .config import load_config
-from .context import Context
+from .context import Context, RuleFrames
 from .finding import Finding
 from .registry import GPU_RULES, as_list, load_rules
 from .report import write_expert_report
 
-__all__ = ["evaluate", "write_findings", "write_expert_report", "Finding", "Context", "load_config"]
+__all__ = ["evaluate", "write_findings", "write_expert_report", "Finding", "Context", "RuleFrames", "load_config"]
 
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
-def evaluate(tables: dict, aggregation, rules_config: Path | str | None = None) -> list[dict]:
+def evaluate(tables: dict, aggregation, rules_config: Path | str | None = None,
+             frames: RuleFrames | None = None) -> list[dict]:
     """Run every enabled rule on one aggregation; findings sorted by severity, then saving.
 
     ``tables``: the rank's raw tables as the analysis made them (ops, kernels, memops, api_calls, ranges,
     gpus, memory); ``aggregation``: its :class:`~dlscope.analyze.aggregation.Aggregation`. The rules read frames
-    only; the pipeline runs them during an import and a re-aggregation alike.
+    only; the pipeline runs them during an import and a re-aggregation alike. ``frames``: the job's frames
+    projected for all its ranks at once (:class:`RuleFrames`; by default made for this rank alone).
     """
     config = load_config(rules_config)
-    ctx = Context(config, tables, aggregation)
+    ctx = Context(config, tables, aggregation, frames)
     out = []
     for rule_id, check in load_rules().items():
         cfg = config.get(rule_id, {})

@@ -1,4 +1,5 @@
-"""A read-only view of one aggregation for the rules: tables load lazily, once, as DataFrames.
+"""A read-only view of one aggregation for the rules: tables load lazily, once, as DataFrames; in a job, the
+frames of all ranks are made once (:class:`RuleFrames`) and each rank's context reads its slices.
 
 Every frame is restricted to the aggregation's rank; activity frames (ops, kernels, memops, API calls)
 to its profiled iterations, which is how the aggregation itself counts them. GPU idleness is judged
@@ -14,6 +15,7 @@ from functools import cache, cached_property
 import numpy as np
 import pandas as pd
 
+from ..analyze.categories import matches
 from ..analyze.dtypes import precision
 from ..analyze.tensor_core import MatrixUnits, classify_names, matrix_units
 from ..store.schema import DDL
@@ -34,12 +36,288 @@ def _db_columns(table: str) -> tuple[str, ...]:
         conn.close()
 
 
+class RuleFrames:
+    """The frames the rules read, projected for every rank of a job at once: each raw table's rows in the
+    database's columns, kept to each rank's profiled iterations or window, ordered by (rank, start) once;
+    a rank's :class:`Context` gets slices (a job of many small ranks spent most of its rules' time in
+    the same pandas calls repeated per rank). One rank is the same code with one entry in ``bounds``.
+
+    ``tables``: raw tables (the whole job's or one rank's); ``bounds``: rank -> (iter_start, iter_stop,
+    window_start, window_end) of its aggregation.
+    """
+
+    def __init__(self, tables: dict, bounds: dict[int, tuple[int, int, int, int]]):
+        self.tables, self.bounds = tables, dict(bounds)
+        self.ranks = np.array(sorted(self.bounds), dtype=np.int64)
+        b = np.array([self.bounds[int(r)] for r in self.ranks], dtype=np.int64).reshape(-1, 4)
+        self._it_lo, self._it_hi, self._lo, self._hi = b.T
+        self._made: dict[str, tuple[pd.DataFrame, np.ndarray, np.ndarray]] = {}
+        self._with_kernels: set | None = None
+        self._named: dict[str, np.ndarray] = {}
+        self._matches: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._no_framework_sign: bool | None = None
+        self._ops_rank = np.zeros(0, dtype=np.int64)
+        self._first_calls: tuple[pd.Index, dict[str, np.ndarray]] | None = None
+
+    def covers(self, rank: int, bounds: tuple[int, int, int, int]) -> bool:
+        return self.bounds.get(rank) == bounds
+
+    def make_all(self) -> RuleFrames:
+        """Make the frames every rank reads now (before forking workers, which then share them)."""
+        if len(self.ranks):
+            rank = int(self.ranks[0])
+            for table in ("kernels", "memops", "api_calls"):
+                self.in_iterations(table, rank)
+            self.overlapping("ranges", rank, cpu_only=True)
+            self.gpu_activity(rank)
+            self.sorted_by("gpus", "device", rank)
+            self.sorted_by("memory", "ts", rank)
+            self.ops(rank)
+            self.has_kernels(rank)
+            self.kernel_facts(rank)
+            for kind in ("dataloader", "io"):
+                self.ops_named(kind, rank)
+            self.first_calls()
+            self.framework(rank)
+        return self
+
+    # ---------------------------------------------------------------- job-wide frames, made once each
+
+    def _of_row(self, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the index of its rank in ``ranks`` and whether the rank is one of them."""
+        rank = frame["rank"].to_numpy(np.int64)
+        i = np.minimum(np.searchsorted(self.ranks, rank), max(len(self.ranks) - 1, 0))
+        return i, (self.ranks[i] == rank) if len(self.ranks) else np.zeros(len(rank), dtype=bool)
+
+    def _cut(self, key: str, frame: pd.DataFrame, keep: np.ndarray, by: str | None) -> None:
+        """Store ``frame``'s kept rows ordered by rank, then ``by`` (stable: a rank's rows keep their
+        order), with each rank's [lo, hi) slice bounds."""
+        rows = np.flatnonzero(keep)
+        rank = frame["rank"].to_numpy(np.int64)[rows]
+        order = np.lexsort((rank,) if by is None else (frame[by].to_numpy()[rows], rank))
+        rows = rows[order]
+        if len(rows) != len(frame) or (np.diff(rows) < 0).any():
+            frame = frame.take(rows)
+        rank = rank[order]
+        self._made[key] = (frame, np.searchsorted(rank, self.ranks, "left"), np.searchsorted(rank, self.ranks, "right"))
+
+    def _projected(self, table: str) -> pd.DataFrame:
+        frame = self.tables[table]
+        return frame[[c for c in _db_columns(table) if c in frame.columns]]
+
+    def _slice(self, key: str, rank: int, make) -> pd.DataFrame:
+        if key not in self._made:
+            make()
+        frame, lo, hi = self._made[key]
+        i = int(np.searchsorted(self.ranks, rank))
+        part = frame.iloc[lo[i]:hi[i]]
+        return part if key == "ops_all" else part.reset_index(drop=True)
+
+    def table(self, table: str, rank: int) -> pd.DataFrame:
+        """The rank's rows of a raw table, in the database's columns, in table order."""
+        def make():
+            frame = self._projected(table)
+            self._cut(f"table {table}", frame, self._of_row(frame)[1], None)
+        return self._slice(f"table {table}", rank, make)
+
+    def in_iterations(self, table: str, rank: int) -> pd.DataFrame:
+        """The rank's rows in its profiled iterations, by start."""
+        def make():
+            frame = self._projected(table)
+            i, known = self._of_row(frame)
+            it = frame["iteration"].to_numpy(np.int64)
+            keep = known & (it >= self._it_lo[i]) & (it <= self._it_hi[i])
+            if table == "kernels":
+                frame = frame.assign(uses_tc=frame["uses_tc"].fillna(0).astype(bool))
+            self._cut(f"in {table}", frame, keep, "start")
+        return self._slice(f"in {table}", rank, make)
+
+    def overlapping(self, table: str, rank: int, cpu_only: bool = False) -> pd.DataFrame:
+        """The rank's rows overlapping its window, by start."""
+        key = f"overlapping {table} {cpu_only}"
+
+        def make():
+            frame = self._projected(table)
+            i, known = self._of_row(frame)
+            keep = known & (frame["end"].to_numpy() > self._lo[i]) & (frame["start"].to_numpy() < self._hi[i])
+            if cpu_only:
+                keep &= frame["device"].to_numpy() < 0
+            self._cut(key, frame, keep, "start")
+        return self._slice(key, rank, make)
+
+    def gpu_activity(self, rank: int) -> pd.DataFrame:
+        """The rank's kernels then memops overlapping its window (device, start, end, kind)."""
+        def make():
+            k = self.overlapping_all("kernels")[["rank", "device", "start", "end"]].assign(kind="kernel")
+            m = self.overlapping_all("memops")[["rank", "device", "start", "end", "kind"]]
+            both = pd.concat([k, m], ignore_index=True)
+            self._cut("gpu_activity", both, np.ones(len(both), dtype=bool), None)
+            frame, lo, hi = self._made["gpu_activity"]
+            self._made["gpu_activity"] = (frame.drop(columns="rank"), lo, hi)
+        return self._slice("gpu_activity", rank, make)
+
+    def overlapping_all(self, table: str) -> pd.DataFrame:
+        self.overlapping(table, int(self.ranks[0]))
+        return self._made[f"overlapping {table} False"][0]
+
+    def sorted_by(self, table: str, by: str, rank: int) -> pd.DataFrame:
+        key = f"{table} by {by}"
+
+        def make():
+            frame = self._projected(table)
+            self._cut(key, frame, self._of_row(frame)[1], by)
+        return self._slice(key, rank, make)
+
+    def ops_all(self, rank: int) -> pd.DataFrame:
+        """The rank's ops by op id, indexed by it, with ``precision`` and ``eligible_root`` (:func:`_inherit`
+        on all ranks at once: parents are on the op's own rank)."""
+        def make():
+            frame = self._projected("ops")[_OP_COLUMNS + ["rank"]]
+            frame = frame.assign(**{c: frame[c].astype(np.int64) for c in ("tc_eligible", "using_tc")})
+            self._cut("ops_all", frame, self._of_row(frame)[1], "op_id")
+            ops = self._made["ops_all"][0].set_index("op_id", drop=False)
+            _inherit(ops)
+            self._ops_rank = ops["rank"].to_numpy(np.int64)
+            self._made["ops_all"] = (ops.drop(columns="rank"), *self._made["ops_all"][1:])
+        return self._slice("ops_all", rank, make)
+
+    def ops(self, rank: int) -> pd.DataFrame:
+        """:meth:`ops_all` in the rank's profiled iterations."""
+        def make():
+            self.ops_all(rank)
+            ops, lo, hi = self._made["ops_all"]
+            rank_pos = np.repeat(np.arange(len(self.ranks)), hi - lo)
+            it = ops["iteration"].to_numpy(np.int64)
+            keep = (it >= self._it_lo[rank_pos]) & (it <= self._it_hi[rank_pos])
+            rows = np.flatnonzero(keep)
+            kept = ops if len(rows) == len(ops) else ops.iloc[rows]
+            self._made["ops in iterations"] = (kept, np.searchsorted(rows, lo, "left"),
+                                               np.searchsorted(rows, hi, "left"))
+        if "ops in iterations" not in self._made:
+            make()
+        frame, lo, hi = self._made["ops in iterations"]
+        i = int(np.searchsorted(self.ranks, rank))
+        return frame.iloc[lo[i]:hi[i]]
+
+    def kernel_facts(self, rank: int) -> pd.DataFrame:
+        """:meth:`in_iterations` of the kernels with their precision, eligible root and root node
+        (:attr:`Context.kernel_facts`), for all ranks at once: op ids are unique across ranks."""
+        key = "kernel facts"
+        if key not in self._made:
+            self.in_iterations("kernels", rank)
+            self.ops_all(rank)
+            k, lo, hi = self._made["in kernels"]
+            ops = self._made["ops_all"][0]
+            pos = ops.index.get_indexer(k["op_id"])
+            pos[pos >= 0] = np.where(self._ops_rank[pos[pos >= 0]] == k["rank"].to_numpy(np.int64)[pos >= 0],
+                                     pos[pos >= 0], -1)  # a rank's kernels look up its own ops only
+            found = pos >= 0
+            prec = np.full(len(k), "", dtype=object)
+            root = np.full(len(k), -1, dtype=np.int64)
+            prec[found] = ops["precision"].to_numpy(object)[pos[found]]
+            root[found] = ops["eligible_root"].to_numpy(np.int64)[pos[found]]
+            node = np.full(len(k), -1, dtype=np.int64)
+            rpos = ops.index.get_indexer(root)
+            node[rpos >= 0] = ops["node_id"].to_numpy(np.int64)[rpos[rpos >= 0]]
+            by_name = kernel_precisions(k["name"]) if len(k) else np.zeros(0, dtype=object)
+            from_op = prec != ""
+            source = np.where(from_op, "op", np.where(by_name != "", "name", "")).astype(object)
+            prec = np.where(from_op, prec, by_name).astype(object)
+            self._made[key] = (k.assign(precision=prec, precision_source=source, eligible_root=root,
+                                        root_node=node), lo, hi)
+        return self._slice(key, rank, lambda: None)
+
+    def ops_named(self, kind: str, rank: int) -> np.ndarray:
+        """Per row of the rank's :meth:`ops_all`: whether its name is of the category ``kind``
+        (``analyze.categories``: 'dataloader', 'io'), matched once for the whole job."""
+        key = f"ops named {kind}"
+        if key not in self._made:
+            self.ops_all(rank)
+            ops, lo, hi = self._made["ops_all"]
+            self._named[key] = matches(ops["name"], kind)
+            self._made[key] = (ops, lo, hi)
+        _, lo, hi = self._made[key]
+        i = int(np.searchsorted(self.ranks, rank))
+        return self._named[key][lo[i]:hi[i]]
+
+    def framework(self, rank: int) -> str:
+        """:func:`.frameworks.detect` of the rank's tables; "torch" for every rank at once when no rank can
+        show another framework's signs (none in the whole job's op types, range domains or kernel names)."""
+        from .frameworks import detect, shows_no_sign
+
+        if self._no_framework_sign is None:
+            self._no_framework_sign = shows_no_sign(self.tables["ops"], self.tables["ranges"], self.tables["kernels"])
+        if self._no_framework_sign:
+            return "torch"
+        return detect(self.table("ops", rank), self.table("ranges", rank), self.table("kernels", rank))
+
+    #: the job-wide frame behind each of :class:`Context`'s frames
+    MADE = {"ops_all": "ops_all", "ops": "ops in iterations", "ranges": "overlapping ranges True",
+            "kernels": "in kernels", "kernel_facts": "in kernels", "api_calls": "in api_calls"}
+
+    def matching(self, key: str, pattern: re.Pattern, rank: int) -> np.ndarray:
+        """Per row of the rank's frame ``key`` (a :class:`Context` frame named in :data:`MADE`): whether
+        its name matches ``pattern``, matched once for the whole job."""
+        made = self.MADE[key]
+        memo = (made, pattern)
+        if memo not in self._matches:
+            if made not in self._made and len(self.ranks):
+                self._make(key, int(self.ranks[0]))
+            names = self._made[made][0]["name"]
+            self._matches[memo] = (names.to_numpy(object), names_matching(names, pattern))
+        _, lo, hi = self._made[made]
+        i = int(np.searchsorted(self.ranks, rank))
+        return self._matches[memo][1][lo[i]:hi[i]]
+
+    def _make(self, key: str, rank: int) -> None:
+        """Make the job-wide frame behind :class:`Context`'s frame ``key``."""
+        if key in ("ops", "ops_all"):
+            (self.ops if key == "ops" else self.ops_all)(rank)
+        elif key == "ranges":
+            self.overlapping("ranges", rank, cpu_only=True)
+        else:
+            self.in_iterations("kernels" if key == "kernel_facts" else key, rank)
+
+    def first_matches(self, key: str, pattern: re.Pattern, rank: int, count: int) -> list[str]:
+        """The first ``count`` distinct names of the rank's frame ``key`` that match ``pattern``."""
+        hit = self.matching(key, pattern, rank)
+        _, lo, hi = self._made[self.MADE[key]]
+        i = int(np.searchsorted(self.ranks, rank))
+        mine = self._matches[(self.MADE[key], pattern)][0][lo[i]:hi[i]][hit]
+        return [str(n) for n in pd.unique(mine)[:count]] if count > 0 else []
+
+    def first_calls(self) -> tuple[pd.Index, dict[str, np.ndarray]]:
+        """The first call of every op node in its rank's profiled iterations (shapes, dtypes, arguments),
+        as (node ids, columns): node ids are unique across ranks."""
+        if self._first_calls is None:
+            if len(self.ranks):
+                self.ops(int(self.ranks[0]))
+            ops = self._made["ops in iterations"][0] if len(self.ranks) else pd.DataFrame(columns=_OP_COLUMNS)
+            calls = ops[["node_id", "input_shapes", "input_dtypes", "concrete_inputs"]]
+            first = calls.drop_duplicates("node_id")
+            self._first_calls = (pd.Index(first["node_id"].to_numpy(np.int64)),
+                                 {c: first[c].to_numpy() for c in first.columns if c != "node_id"})
+        return self._first_calls
+
+    def has_kernels(self, rank: int) -> bool:
+        """Whether the rank ran any GPU kernel (in any iteration)."""
+        if self._with_kernels is None:
+            self._with_kernels = set(self.tables["kernels"]["rank"].unique().tolist())
+        return rank in self._with_kernels
+
+
+_OP_COLUMNS = ["op_id", "pid", "tid", "name", "op_type", "start", "end", "dur", "parent_id", "depth",
+               "input_shapes", "input_dtypes", "concrete_inputs", "data_type", "iteration", "node_id",
+               "tc_eligible", "using_tc", "kernel_count", "gpu_time", "api_time"]
+
+
 class Context:
     """Data in for the rules: one aggregation of one rank, from frames only — ``tables`` (the rank's raw
     tables as the analysis made them: ops, kernels, memops, api_calls, ranges, gpus, memory) and
-    ``aggregation`` (the computed summary tables) — plus ``config`` (all thresholds)."""
+    ``aggregation`` (the computed summary tables) — plus ``config`` (all thresholds). ``frames``: the job's
+    :class:`RuleFrames` when the job's ranks share them (else made here for this rank alone)."""
 
-    def __init__(self, config: dict, tables: dict, aggregation):
+    def __init__(self, config: dict, tables: dict, aggregation, frames: RuleFrames | None = None):
         self.config, self.tables, self.aggregation = config, tables, aggregation
         self.agg = dict(aggregation.row)
         self.rank = int(self.agg["rank"])
@@ -47,36 +325,13 @@ class Context:
         self.window = (int(self.agg["window_start"]), int(self.agg["window_end"]))
         self.wall = int(self.agg["wall_clock_ns"] or 0)
         self.whole_profile = self.agg["iteration_method"] == "whole_profile"
-        self._tables_made: dict[str, pd.DataFrame] = {}
+        bounds = (self.iter_start, self.iter_stop, *self.window)
+        if frames is None or not frames.covers(self.rank, bounds):
+            frames = RuleFrames(tables, {self.rank: bounds})
+        self.frames = frames
         self._busy: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ loading
-
-    def _table(self, table: str) -> pd.DataFrame:
-        """The rank's rows of a raw table, in the database's columns (made once per table: several rules'
-        frames start from the same table, and copy-on-write keeps this one unchanged)."""
-        made = self._tables_made.get(table)
-        if made is None:
-            frame = self.tables[table]
-            mine = frame["rank"].to_numpy() == self.rank
-            if not mine.all():
-                frame = frame[mine]
-            made = self._tables_made[table] = frame[[c for c in _db_columns(table) if c in frame.columns]
-                                                    ].reset_index(drop=True)
-        return made
-
-    def _in_iterations(self, table: str) -> pd.DataFrame:
-        frame = self._table(table)
-        return _by_start(_rows(frame, frame["iteration"].between(self.iter_start, self.iter_stop)))
-
-    def _overlapping(self, table: str, columns: list[str], cpu_only: bool = False) -> pd.DataFrame:
-        """Rows of the rank overlapping the window."""
-        lo, hi = self.window
-        frame = self._table(table)
-        sel = (frame["end"] > lo) & (frame["start"] < hi)
-        if cpu_only:
-            sel &= frame["device"] < 0
-        return _by_start(_rows(frame, sel)[columns])
 
     @cached_property
     def matrix_units(self) -> MatrixUnits:
@@ -85,67 +340,56 @@ class Context:
 
     @cached_property
     def kernels(self) -> pd.DataFrame:
-        k = self._in_iterations("kernels")
-        k["uses_tc"] = k["uses_tc"].fillna(0).astype(bool)
-        return k
+        return self.frames.in_iterations("kernels", self.rank)
 
     @cached_property
     def memops(self) -> pd.DataFrame:
-        return self._in_iterations("memops")
+        return self.frames.in_iterations("memops", self.rank)
 
     @cached_property
     def api_calls(self) -> pd.DataFrame:
-        return self._in_iterations("api_calls")
+        return self.frames.in_iterations("api_calls", self.rank)
 
     @cached_property
     def ops(self) -> pd.DataFrame:
         """Op instances of the profiled iterations, with ``precision`` (own or nearest ancestor's input
         dtype) and ``eligible_root`` (the outermost TC-eligible op around it, -1 if none)."""
-        return _rows(self.ops_all, self.ops_all["iteration"].between(self.iter_start, self.iter_stop))
+        return self.frames.ops(self.rank)
 
     @cached_property
     def ops_all(self) -> pd.DataFrame:
-        columns = ["op_id", "pid", "tid", "name", "op_type", "start", "end", "dur", "parent_id", "depth",
-                   "input_shapes", "input_dtypes", "concrete_inputs", "data_type", "iteration", "node_id",
-                   "tc_eligible", "using_tc", "kernel_count", "gpu_time", "api_time"]
-        ops = self._table("ops")[columns]
-        if not ops["op_id"].is_monotonic_increasing:
-            ops = ops.sort_values("op_id")
-        for col in ("tc_eligible", "using_tc"):
-            ops[col] = ops[col].astype(np.int64)
-        ops = ops.set_index("op_id", drop=False)
-        _inherit(ops)
-        return ops
+        return self.frames.ops_all(self.rank)
 
     @cached_property
     def gpu_activity(self) -> pd.DataFrame:
         """All kernels and memops of the rank overlapping the window (device, start, end, kind)."""
-        k = self._overlapping("kernels", ["device", "start", "end"]).assign(kind="kernel")
-        m = self._overlapping("memops", ["device", "start", "end", "kind"])
-        return pd.concat([k, m], ignore_index=True)
+        return self.frames.gpu_activity(self.rank)
 
     @cached_property
     def iterations(self) -> pd.DataFrame:
         its = self.all_iterations
-        return its[its["profiled"].astype(bool)].reset_index(drop=True)
+        profiled = its["profiled"].to_numpy().astype(bool)
+        return its.copy(deep=False) if profiled.all() else its[profiled].reset_index(drop=True)
 
     @cached_property
     def all_iterations(self) -> pd.DataFrame:
         its = self.aggregation.iterations.assign(profiled=self.aggregation.iterations["profiled"].astype(np.int64))
-        return its.sort_values("iteration", kind="stable").reset_index(drop=True)
+        if not its["iteration"].is_monotonic_increasing:
+            its = its.sort_values("iteration", kind="stable")
+        return its.reset_index(drop=True)
 
     @cached_property
     def ranges(self) -> pd.DataFrame:
         """CPU annotation ranges of the rank overlapping the window."""
-        return self._overlapping("ranges", list(_db_columns("ranges")), cpu_only=True)
+        return self.frames.overlapping("ranges", self.rank, cpu_only=True)
 
     @cached_property
     def gpus(self) -> pd.DataFrame:
-        return self._table("gpus").sort_values("device", kind="stable").reset_index(drop=True)
+        return self.frames.sorted_by("gpus", "device", self.rank)
 
     @cached_property
     def memory(self) -> pd.DataFrame:
-        return self._table("memory").sort_values("ts", kind="stable").reset_index(drop=True)
+        return self.frames.sorted_by("memory", "ts", self.rank)
 
     @cached_property
     def agg_ops(self) -> pd.DataFrame:
@@ -161,27 +405,22 @@ class Context:
         ``precision`` is the launching op's (own or inherited input dtype) when known, else the one the
         kernel's name tells (``precision_names``); ``precision_source`` says which ('op', 'name' or '').
         """
-        k = self.kernels
-        ops = self.ops_all
-        pos = ops.index.get_indexer(k["op_id"])
-        found = pos >= 0
-        prec = np.full(len(k), "", dtype=object)
-        root = np.full(len(k), -1, dtype=np.int64)
-        prec[found] = ops["precision"].to_numpy(object)[pos[found]]
-        root[found] = ops["eligible_root"].to_numpy(np.int64)[pos[found]]
-        node = np.full(len(k), -1, dtype=np.int64)
-        rpos = ops.index.get_indexer(root)
-        node[rpos >= 0] = ops["node_id"].to_numpy(np.int64)[rpos[rpos >= 0]]
-        by_name = kernel_precisions(k["name"]) if len(k) else np.zeros(0, dtype=object)
-        from_op = prec != ""
-        source = np.where(from_op, "op", np.where(by_name != "", "name", "")).astype(object)
-        prec = np.where(from_op, prec, by_name).astype(object)
-        return k.assign(precision=prec, precision_source=source, eligible_root=root, root_node=node)
+        return self.frames.kernel_facts(self.rank)
+
+    def names_match(self, frame: str, patterns: list[str] | str) -> np.ndarray:
+        """Per row of the frame named ``frame`` ('ops', 'ops_all', 'kernels', 'kernel_facts', 'api_calls',
+        'ranges'): whether its name matches any of ``patterns`` (matched once for the whole job's rows)."""
+        pattern = re.compile(patterns) if isinstance(patterns, str) else compile_any(patterns)
+        return self.frames.matching(frame, pattern, self.rank)
+
+    def ops_named(self, kind: str) -> np.ndarray:
+        """Per row of :attr:`ops_all`: whether the op's name is of the category ``kind`` ('dataloader', 'io')."""
+        return self.frames.ops_named(kind, self.rank)
 
     @cached_property
     def has_gpu(self) -> bool:
         """Whether the rank ran any GPU kernel. Without one, no GPU advice applies (registry ``gpu=True``)."""
-        return bool((self.tables["kernels"]["rank"].to_numpy() == self.rank).any())
+        return self.frames.has_kernels(self.rank)
 
     @cached_property
     def training_evidence(self) -> list[str]:
@@ -190,13 +429,12 @@ class Context:
         three, for the findings' evidence; empty for an inference (forward-only) run."""
         cfg = self.config["run_kind"]
         found: list[str] = []
-        for names, patterns in ((self.ops_all["name"], cfg["training_op_patterns"]),
-                                (self.ranges["name"], cfg["training_op_patterns"]),
-                                (self.kernels["name"], cfg["training_kernel_patterns"])):
+        for key, names, patterns in (("ops_all", self.ops_all["name"], cfg["training_op_patterns"]),
+                                     ("ranges", self.ranges["name"], cfg["training_op_patterns"]),
+                                     ("kernels", self.kernels["name"], cfg["training_kernel_patterns"])):
             if len(names) == 0:
                 continue
-            hit = names_matching(names, compile_any(patterns))
-            found += [str(n) for n in pd.unique(names[hit])[:3 - len(found)]]
+            found += self.frames.first_matches(key, compile_any(patterns), self.rank, 3 - len(found))
             if len(found) >= 3:
                 break
         return found
@@ -209,9 +447,7 @@ class Context:
     @cached_property
     def framework(self) -> str:
         """"torch", "tf", "jax" or "paddle": whose words the recommendations use (:mod:`.frameworks`)."""
-        from .frameworks import detect
-
-        return detect(self._table("ops"), self._table("ranges"), self._table("kernels"))
+        return self.frames.framework(self.rank)
 
     def advice(self, rule: str, default: str) -> str:
         """``default`` (PyTorch words) or the framework's own recommendation for ``rule``."""
@@ -234,10 +470,10 @@ class Context:
         key = (device, tuple(kinds))
         if key not in self._busy:
             act = self.gpu_activity
-            sel = act["kind"].isin(kinds)
+            sel = np.isin(act["kind"].to_numpy(object), list(kinds))
             if device is not None:
-                sel &= act["device"] == device
-            self._busy[key] = Span(act.loc[sel, "start"], act.loc[sel, "end"])
+                sel &= act["device"].to_numpy() == device
+            self._busy[key] = Span(act["start"].to_numpy()[sel], act["end"].to_numpy()[sel])
         starts, ends = self._busy[key]
         return starts.copy(), ends.copy()
 
@@ -267,18 +503,6 @@ class Context:
         from .frameworks import table
 
         return table()["links"].get(rule_id, {}).get(self.framework) or self.config[rule_id]["link"]
-
-
-def _rows(frame: pd.DataFrame, mask: pd.Series) -> pd.DataFrame:
-    """``frame[mask]``, without the copy when every row is kept (the usual whole-profile aggregation)."""
-    return frame if mask.all() else frame[mask]
-
-
-def _by_start(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows in start order (stable), numbered from 0; no copy when they already are."""
-    if not frame["start"].is_monotonic_increasing:
-        frame = frame.sort_values("start", kind="stable")
-    return frame.reset_index(drop=True)
 
 
 def _inherit(ops: pd.DataFrame) -> None:

@@ -31,8 +31,17 @@ def top_by(frame: pd.DataFrame, key: str, weight: str, n: int) -> list:
     """The ``n`` values of ``key`` with the largest summed ``weight``."""
     if frame.empty:
         return []
-    s = frame.groupby(key, sort=False)[weight].sum().sort_values(ascending=False)
-    return [v.item() if hasattr(v, "item") else v for v in s.index[:n]]
+    w = frame[weight].to_numpy()
+    if w.dtype.kind not in "iu":
+        s = frame.groupby(key, sort=False)[weight].sum().sort_values(ascending=False)
+        return [v.item() if hasattr(v, "item") else v for v in s.index[:n]]
+    # integer weights: groupby(sort=False).sum() then Series.sort_values(ascending=False) (pandas' nargsort:
+    # quicksort of the reversed sums, reversed back), without their per-call cost
+    codes, uniques = pd.factorize(frame[key], sort=False)  # missing keys: -1, dropped as groupby drops them
+    sums = np.zeros(len(uniques), dtype=np.int64)
+    np.add.at(sums, codes[codes >= 0], w[codes >= 0].astype(np.int64))
+    order = np.arange(len(sums))[::-1][sums[::-1].argsort(kind="quicksort")][::-1]
+    return [v.item() if hasattr(v, "item") else v for v in np.asarray(uniques, dtype=object)[order[:n]]]
 
 
 def longest_ranges(starts, ends, n: int) -> list[list[int]]:

@@ -32,6 +32,17 @@ def detect(ops: pd.DataFrame, ranges: pd.DataFrame, kernels: pd.DataFrame) -> st
     return "torch"
 
 
+def shows_no_sign(ops: pd.DataFrame, ranges: pd.DataFrame, kernels: pd.DataFrame) -> bool:
+    """True when :func:`detect` gives "torch" for any subset of these rows (e.g. each rank of a job): no op
+    type, range domain or kernel name of them is another framework's sign."""
+    op_types = set(ops["op_type"].unique()) if "op_type" in ops else set()
+    domains = set(ranges["domain"].unique()) if "domain" in ranges else set()
+    names = kernels["name"].drop_duplicates() if "name" in kernels else pd.Series([], dtype=object)
+    return not any(op_types & set(signs["op_types"]) or domains & set(signs["range_domains"])
+                   or any(names.str.contains(s, regex=False).any() for s in signs["kernel_substrings"])
+                   for signs in table()["detect"].values())
+
+
 def advice(rule: str, framework: str, run_kind: str, default: str) -> str:
     """The recommendation of ``rule`` for ``framework`` (``default``: the rule's PyTorch text)."""
     text = table()["advice"].get(rule, {}).get(framework)

@@ -1,10 +1,13 @@
 """How the files of an import are read: one after the other, in worker processes on this machine, or on an
 existing Dask cluster.
 
-Each task imports one file and hands its tables back as Arrow IPC, not as pickled DataFrames: a
-process-pool worker writes them to files in a private temporary folder (the parent memory-maps them), a
-Dask task returns the IPC bytes, which Dask ships without copying them through pickle. The parent
-merges the files in input order, so the result is the same however and wherever the import ran.
+A worker task imports a group of consecutive files (:func:`file_groups`: a few groups per worker, so a job of
+many small files costs one round trip per group, not per file) and hands its tables back as Arrow IPC, not as
+pickled DataFrames: each file's table is one record batch appended to its group's file of that table, without the
+columns the parent rebuilds anyway (the rank, and the row ids of a job). A process-pool worker writes these files
+in a private temporary folder (the parent memory-maps them), a Dask task returns the IPC bytes, which Dask ships
+without copying them through pickle. The parent joins every table once, in input order (one Arrow concatenation,
+one conversion to pandas), so the result is the same however and wherever the import ran.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -25,7 +29,7 @@ import pyarrow as pa
 
 from ..errors import DlscopeError, InputError
 from ..importers.streams import source
-from ..model import TABLES, Profile
+from ..model import ID_COLUMNS, TABLES, Profile
 from ..processes import can_fork, owned_name, remove_dead, stop_pool, worker_pool
 from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
@@ -49,65 +53,183 @@ def import_file(path: str, max_memory: int | None = None, progress=None, reading
                 json_limit=most_json_bytes(max_memory) if max_memory else None)
 
 
-def _frames(profile: Profile) -> dict[str, pd.DataFrame]:
-    return {name: profile.table(name) for name in TABLES}
+# ------------------------------------------------------------------------------------- a group of files
 
 
-def _to_ipc(frame: pd.DataFrame, sink) -> None:
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    with pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
+@dataclass
+class Segment:
+    """Consecutive files' rows of one table, as Arrow IPC (a file's path, or bytes): one record batch per file,
+    all of the same column types (``dtypes``: the pandas dtypes of the columns sent, in order; ``columns``: all
+    the frame's columns, those rebuilt by the parent included)."""
+
+    dtypes: list[tuple[str, Any]]
+    columns: list[str]
+    where: str | bytes
 
 
-def _from_ipc(source, dtypes: dict[str, str]) -> pd.DataFrame:
-    with pa.ipc.open_file(source) as reader:
-        frame = reader.read_all().to_pandas()
-    for col, dtype in dtypes.items():  # the importer's own dtypes (object strings stay object)
-        if str(frame[col].dtype) != dtype:
+@dataclass
+class GroupTables:
+    """What a worker task hands back for its group of files: each file's meta, each table's rows per file, and
+    each table's segments in file order."""
+
+    metas: list[dict] = field(default_factory=list)
+    rows: dict[str, list[int]] = field(default_factory=lambda: {name: [] for name in TABLES})
+    segments: dict[str, list[Segment]] = field(default_factory=lambda: {name: [] for name in TABLES})
+
+
+class _SegmentWriter:
+    """One table's Arrow IPC output of a group: each file's rows appended as a record batch; a new segment
+    starts where a file's column types differ from the file before it (an empty column of objects, say)."""
+
+    def __init__(self, new_sink: Callable[[], tuple[Any, Callable[[], str | bytes]]]):
+        self.new_sink = new_sink
+        self.key: tuple | None = None  # (Arrow schema, dtypes, columns) of the open segment
+        self.writer: Any = None
+        self.finish: Callable[[], str | bytes] = lambda: b""
+        self.done: list[Segment] = []
+
+    def add(self, frame: pd.DataFrame, rebuilt: set[str]) -> None:
+        sent = [c for c in frame.columns if c not in rebuilt]
+        arrays, dtypes = [], []
+        for col in sent:  # column by column: pa.Table.from_pandas costs 2-4x more on small frames
+            series = frame[col]
+            dtype = series.dtype
+            dtypes.append((col, dtype))
+            arrays.append(pa.array(series.to_numpy()) if isinstance(dtype, np.dtype) and dtype.kind != "O"
+                          else pa.array(series.array, from_pandas=True))
+        table = pa.Table.from_arrays(arrays, names=sent)
+        key = (table.schema, dtypes, list(frame.columns))
+        if self.key is None or not (key[0].equals(self.key[0]) and key[1:] == self.key[1:]):
+            self.close()
+            sink, finish = self.new_sink()
+            self.key, self.writer, self.finish = key, pa.ipc.new_file(sink, table.schema), finish
+        self.writer.write_table(table)
+
+    def close(self) -> list[Segment]:
+        if self.key is not None:
+            self.writer.close()
+            self.done.append(Segment(self.key[1], self.key[2], self.finish()))
+            self.key = self.writer = None
+        return self.done
+
+
+def import_group(paths: Sequence[str], max_memory: int | None, new_sink, reading=None,
+                 job: bool = True) -> GroupTables:
+    """Import each file in turn and append its tables to the group's Arrow output; ``job``: the ids are
+    renumbered over the whole job by the parent, so they are not sent."""
+    out = GroupTables()
+    writers = {name: _SegmentWriter(new_sink) for name in TABLES}
+    rebuilt = {"rank", *(ID_COLUMNS.values() if job else ())}
+    try:
+        for path in paths:
+            profile = import_file(path, max_memory, reading=reading)
+            out.metas.append(profile.meta)
+            for name, writer in writers.items():
+                frame = profile.table(name)
+                out.rows[name].append(len(frame))
+                writer.add(frame, rebuilt)
+            del profile
+    finally:
+        for name, writer in writers.items():
+            out.segments[name] = writer.close()
+    return out
+
+
+def import_group_to_files(paths: Sequence[str], max_memory: int | None, folder: str, reading=None,
+                          job: bool = True) -> GroupTables:
+    """Process-pool task: :func:`import_group`, each segment an Arrow IPC file in ``folder``."""
+    gc.disable()
+
+    def new_sink():
+        fd, out = tempfile.mkstemp(suffix=".arrow", dir=folder)
+        sink = pa.OSFile(out, "wb")
+        os.close(fd)
+        return sink, lambda: (sink.close(), out)[1]
+
+    return import_group(paths, max_memory, new_sink, reading, job)
+
+
+def import_group_to_bytes(paths: Sequence[str], max_memory: int | None, reading=None, job: bool = True) -> GroupTables:
+    """Dask task: :func:`import_group`, each segment Arrow IPC bytes (the worker may be another machine)."""
+    def new_sink():
+        sink = pa.BufferOutputStream()
+        return sink, lambda: sink.getvalue().to_pybytes()
+
+    return import_group(paths, max_memory, new_sink, reading, job)
+
+
+def _read_segment(where: str | bytes) -> pa.Table:
+    if isinstance(where, str):
+        with pa.memory_map(where) as mm:
+            table = pa.ipc.open_file(mm).read_all()
+        os.unlink(where)
+        return table
+    return pa.ipc.open_file(pa.BufferReader(where)).read_all()
+
+
+def _to_pandas(table: pa.Table, dtypes: list[tuple[str, Any]]) -> pd.DataFrame:
+    frame = table.to_pandas()
+    for col, dtype in dtypes:  # the importer's own dtypes (strings of object dtype stay object)
+        if frame[col].dtype != dtype:
             frame[col] = frame[col].astype(dtype)
     return frame
 
 
-def _dtypes(frame: pd.DataFrame) -> dict[str, str]:
-    return {col: str(t) for col, t in frame.dtypes.items()}
-
-
-def import_to_files(path: str, max_memory: int | None, folder: str, reading=None) -> tuple[dict, dict]:
-    """Process-pool task: import, write each table to ``folder`` as an Arrow IPC file; return paths."""
-    gc.disable()
-    profile = import_file(path, max_memory, reading=reading)
-    files = {}
-    for name, frame in _frames(profile).items():
-        fd, out = tempfile.mkstemp(prefix=f"{name}.", suffix=".arrow", dir=folder)
-        with os.fdopen(fd, "wb") as sink:
-            _to_ipc(frame, sink)
-        files[name] = (out, _dtypes(frame))
-    return profile.meta, files
-
-
-def import_to_bytes(path: str, max_memory: int | None, reading=None) -> tuple[dict, dict]:
-    """Dask task: import, return each table as Arrow IPC bytes (the worker may be another machine)."""
-    profile = import_file(path, max_memory, reading=reading)
-    out = {}
-    for name, frame in _frames(profile).items():
-        sink = pa.BufferOutputStream()
-        _to_ipc(frame, sink)
-        out[name] = (sink.getvalue().to_pybytes(), _dtypes(frame))
-    return profile.meta, out
-
-
-def _profile_from(meta: dict, tables: dict[str, tuple[Any, dict]]) -> Profile:
-    profile = Profile()
-    for name, (where, dtypes) in tables.items():
-        if isinstance(where, str):
-            with pa.memory_map(where) as mm:
-                frame = _from_ipc(mm, dtypes)
-            os.unlink(where)
-        else:
-            frame = _from_ipc(pa.BufferReader(where), dtypes)
-        setattr(profile, name, frame)
-    profile.meta = meta
+def joined_profile(groups: Sequence[GroupTables], paths: Sequence[Path]) -> Profile:
+    """The job's profile from its groups' tables, in input order: each file given its rank (see :mod:`.inputs`),
+    each table joined once and its ids renumbered (as :func:`merge` does with the files' profiles)."""
+    metas = [meta for g in groups for meta in g.metas]
+    who = identities(paths, metas)
+    for meta, identity, path in zip(metas, who, paths):
+        _record_identity(meta, identity, path)
+    ranks = np.array([w.rank for w in who], dtype=np.int64)
+    tables = {}
+    for name in TABLES:
+        segments = [s for g in groups for s in g.segments[name]]
+        read = [_read_segment(s.where) for s in segments]
+        if all(s.dtypes == segments[0].dtypes and t.schema.equals(read[0].schema) for s, t in zip(segments, read)):
+            frame = _to_pandas(pa.concat_tables(read), segments[0].dtypes)
+        else:  # files whose columns differ in type: pandas decides the joined type, as for the files' frames
+            frame = pd.concat([_to_pandas(t, s.dtypes) for s, t in zip(segments, read)], ignore_index=True)
+        del read
+        rows = [n for g in groups for n in g.rows[name]]
+        tables[name] = _in_one_chunk(_with_rebuilt_columns(
+            frame, segments[0].columns, ID_COLUMNS.get(name) if len(paths) > 1 else None, np.repeat(ranks, rows)))
+    profile = Profile(**tables)
+    profile.meta = metas[0] if len(metas) == 1 else {"sources": metas}
     return profile
+
+
+def _in_one_chunk(frame: pd.DataFrame) -> pd.DataFrame:
+    """Arrow-backed columns (pandas' strings) joined from many files made one Arrow chunk: pandas' take and
+    comparisons on a chunked Arrow array pay per chunk (3-7x slower on the 64 chunks of a 64-rank job), and the
+    analysis takes and filters these columns thousands of times."""
+    for col in frame.columns:
+        values = frame[col].array
+        if isinstance(values, pd.arrays.ArrowExtensionArray):
+            chunked = pa.array(values)
+            if isinstance(chunked, pa.ChunkedArray) and chunked.num_chunks > 1:
+                try:
+                    frame[col] = pd.array(chunked.combine_chunks(), dtype=values.dtype)
+                except pa.ArrowInvalid:  # more than a 32-bit offset holds: stays chunked
+                    pass
+    return frame
+
+
+def _with_rebuilt_columns(frame: pd.DataFrame, columns: list[str], id_column: str | None,
+                          ranks: np.ndarray) -> pd.DataFrame:
+    """The rank column, and the row ids of a job's table (``id_column``), put back where the files had them."""
+    rebuilt = {"rank": ranks}
+    if id_column is not None:
+        rebuilt[id_column] = np.arange(len(frame), dtype=np.int64)
+    for i, col in enumerate(columns):  # every column before i is there by now
+        if col in rebuilt and col in frame:
+            frame[col] = rebuilt.pop(col)
+        elif col in rebuilt:
+            frame.insert(i, col, rebuilt.pop(col))
+    for col, values in rebuilt.items():  # a table without a rank column gets one at its end
+        frame[col] = values
+    return frame
 
 
 # ------------------------------------------------------------------------------------- the job
@@ -131,13 +253,12 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     sizes = [file_size(p) for p in files]
     step(f"reading {len(files)} file(s)", advance=0, total=sum(sizes) + 3)
     if scheduler:
-        profiles = _on_dask(files, sizes, scheduler, budget, step, reading)
+        profile = _on_dask(files, sizes, scheduler, budget, step, reading)
     else:
         n = max(1, min(workers or _default_workers(sizes), len(files))) if can_fork() else 1
         share = budget // n if budget else None
-        profiles = _serial(files, sizes, share, step, reading) if n == 1 else \
+        profile = merge(_serial(files, sizes, share, step, reading), files) if n == 1 else \
             _on_processes(files, sizes, n, share, step, reading)
-    profile = merge(profiles, files)
     if budget:
         check_analysis_fits(profile, budget, files)
     return profile
@@ -195,36 +316,60 @@ def import_with_progress(path: Path, size: int, budget: int | None, files: FileP
     return profile
 
 
-def _on_processes(paths, sizes, workers, budget, step, reading) -> list[Profile]:
-    """Each file imported by a worker of a forked pool (:func:`dlscope.processes.worker_pool`); the tables
-    come back through Arrow files in a folder named for this run, so a later run removes it if this one
-    is killed."""
+#: worker tasks per worker: a job's files go in this many groups per worker, so that one slow group does not
+#: leave the other workers idle for long, while each group costs the parent one set of tables to join
+GROUPS_PER_WORKER = 2
+
+
+def file_groups(sizes: Sequence[int], workers: int) -> list[range]:
+    """Consecutive files in about ``GROUPS_PER_WORKER * workers`` groups of about equal bytes (a file larger
+    than a group's share is a group of its own)."""
+    weights = np.asarray(sizes, dtype=np.float64) + 1.0  # an empty or unsized file still counts
+    share = weights.sum() / (GROUPS_PER_WORKER * workers)
+    groups, first, filled = [], 0, 0.0
+    for i, w in enumerate(weights):
+        filled += w
+        if filled >= share * (1 - 1e-9) or i == len(weights) - 1:
+            groups.append(range(first, i + 1))
+            first, filled = i + 1, 0.0
+    return groups
+
+
+def _on_processes(paths, sizes, workers, budget, step, reading) -> Profile:
+    """Groups of files (:func:`file_groups`) imported by the workers of a forked pool
+    (:func:`dlscope.processes.worker_pool`); the tables come back through Arrow files in a folder named for
+    this run, so a later run removes it if this one is killed."""
     counter = FileProgress(step, len(paths))
-    results: list[Profile | None] = [None] * len(paths)
+    groups = file_groups(sizes, workers)
+    results: list[GroupTables | None] = [None] * len(groups)
     remove_dead(tempfile.gettempdir(), "dlscope-import.")
     folder = tempfile.mkdtemp(prefix=owned_name("dlscope-import") + "-")
     pool = worker_pool(workers, "fork")
     try:
-        pending = {pool.submit(import_to_files, str(p), budget, folder, reading): i for i, p in enumerate(paths)}
+        pending = {pool.submit(import_group_to_files, [str(paths[i]) for i in group], budget, folder, reading,
+                               len(paths) > 1): g for g, group in enumerate(groups)}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                i = pending.pop(future)
+            for future in sorted(done, key=pending.__getitem__):  # in input order
+                g = pending.pop(future)
                 try:
-                    meta, files = future.result()  # an importer's InputError is re-raised here as itself
-                except BrokenProcessPool:
-                    raise InputError(paths[i], "the worker importing it ended abruptly (out of memory, killed, "
-                                               "or the file changed while it was read)") from None
-                results[i] = _profile_from(meta, files)
-                counter.finished(meta, sizes[i])
+                    results[g] = future.result()  # an importer's InputError is re-raised here as itself
+                except BrokenProcessPool:  # every unfinished group fails so: which one killed it is unknown
+                    unread = [i for u, group in enumerate(groups) if results[u] is None for i in group]
+                    others = f" or one of the {len(unread) - 1} other files not yet read" if len(unread) > 1 else ""
+                    raise InputError(paths[unread[0]], f"the worker importing it{others} ended abruptly (out "
+                                                       "of memory, killed, or the file changed while it was read)"
+                                     ) from None
+                for i, meta in zip(groups[g], results[g].metas):  # type: ignore[union-attr]
+                    counter.finished(meta, sizes[i])
         pool.shutdown()
+        return joined_profile(cast(list[GroupTables], results), paths)  # every group returned or raised
     finally:
         stop_pool(pool)  # on a failure or an interrupt: the other workers are killed, not awaited
         shutil.rmtree(folder, ignore_errors=True)
-    return cast(list[Profile], results)  # every slot was filled: each import returned or raised
 
 
-def _on_dask(paths, sizes, scheduler, budget, step, reading) -> list[Profile]:
+def _on_dask(paths, sizes, scheduler, budget, step, reading) -> Profile:
     try:
         from distributed import Client
     except ImportError:
@@ -234,34 +379,54 @@ def _on_dask(paths, sizes, scheduler, budget, step, reading) -> list[Profile]:
     except (OSError, TimeoutError) as e:
         raise DlscopeError(f"--scheduler {scheduler}: cannot connect ({e})") from None
     counter = FileProgress(step, len(paths))
-    results: list[Profile | None] = [None] * len(paths)
     try:
+        groups = file_groups(sizes, max(1, sum(client.nthreads().values())))
         # absolute (the workers' folder may differ) but not resolved: the path is recorded as the user gave it
-        futures = client.map(import_to_bytes, [os.path.abspath(source(p)) for p in paths], max_memory=budget,
-                             reading=reading, pure=False)
-        for i, future in enumerate(futures):  # in input order; the cluster runs them all meanwhile
-            meta, tables = future.result()
+        absolute = [os.path.abspath(source(p)) for p in paths]
+        futures = client.map(import_group_to_bytes, [[absolute[i] for i in group] for group in groups],
+                             max_memory=budget, reading=reading, job=len(paths) > 1, pure=False)
+        results = []
+        for group, future in zip(groups, futures):  # in input order; the cluster runs them all meanwhile
+            results.append(future.result())
             future.release()
-            results[i] = _profile_from(meta, tables)
-            counter.finished(meta, sizes[i])
+            for i, meta in zip(group, results[-1].metas):
+                counter.finished(meta, sizes[i])
     finally:
         client.close()
-    return cast(list[Profile], results)  # every slot was filled: each import returned or raised
+    return joined_profile(results, paths)
+
+
+def _record_identity(meta: dict, who: Identity, path: Path) -> None:
+    """The file's place in the job, in its meta."""
+    meta.update(rank=who.rank, world_size=who.world_size, rank_source=who.rank_source,
+                source_path=str(path))  # the same whichever process or host read it
+    if who.hostname:
+        meta["hostname"] = who.hostname
 
 
 def apply_identity(profile: Profile, who: Identity, path: Path) -> None:
     """Record the file's place in the job in its meta and in every row."""
-    profile.meta.update(rank=who.rank, world_size=who.world_size, rank_source=who.rank_source,
-                        source_path=str(path))  # the same whichever process or host read it
-    if who.hostname:
-        profile.meta["hostname"] = who.hostname
+    _record_identity(profile.meta, who, path)
     for name in TABLES:
         getattr(profile, name)["rank"] = np.int64(who.rank)
 
 
 def merge(profiles: list[Profile], paths: Sequence[Path]) -> Profile:
-    """Give each file its rank (see :mod:`.inputs`) and join them into one profile in input order."""
-    ids = identities(paths, [p.meta for p in profiles])
-    for profile, who, path in zip(profiles, ids, paths):
-        apply_identity(profile, who, path)
-    return Profile.concat(profiles)
+    """Give each file its rank (see :mod:`.inputs`) and join them into one profile in input order, each table
+    joined once, its rank column and (for a job) its ids made for all its rows at once."""
+    who = identities(paths, [p.meta for p in profiles])
+    if len(profiles) == 1:
+        apply_identity(profiles[0], who[0], paths[0])
+        return profiles[0]
+    for profile, identity, path in zip(profiles, who, paths):
+        _record_identity(profile.meta, identity, path)
+    ranks = np.array([w.rank for w in who], dtype=np.int64)
+    tables = {}
+    for name in TABLES:
+        frames = [p.table(name) for p in profiles]
+        frame = pd.concat(frames, ignore_index=True)
+        tables[name] = _in_one_chunk(_with_rebuilt_columns(frame, list(frame.columns), ID_COLUMNS.get(name),
+                                                           np.repeat(ranks, [len(f) for f in frames])))
+    out = Profile(**tables)
+    out.meta = {"sources": [p.meta for p in profiles]}
+    return out

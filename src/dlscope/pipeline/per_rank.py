@@ -13,7 +13,7 @@ import os
 
 from ..analyze.aggregation import Aggregation, JobAggregation
 from ..analyze.analysis import Analysed
-from ..experts import evaluate
+from ..experts import RuleFrames, evaluate
 from ..processes import can_fork, release_free_memory, stop_pool, worker_pool
 from ..roofline.mfu import add_mfu, job_model_flops
 
@@ -35,12 +35,13 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
     flops = None if len(ranks) == 1 else job_model_flops(  # one rank models its own ops as fast
         an.profile.table("ops"), {r: (int(c["iteration"].min()), int(c["iteration"].max()))
                                   for r, c in job.chosen.items()})
+    frames = RuleFrames({name: an.profile.table(name) for name in an.RAW}, job.bounds()).make_all()
     if n <= 1:
-        return [_rank_results(an, job, flops, rank, rules_config) for rank in ranks]
+        return [_rank_results(an, job, flops, frames, rank, rules_config) for rank in ranks]
     an.rank_tables(ranks[0])  # split the tables by rank once, before forking, so every worker inherits it
     release_free_memory()
     global _FORKED
-    _FORKED = (an, job, flops, rules_config)
+    _FORKED = (an, job, flops, frames, rules_config)
     pool = worker_pool(n, "fork")
     try:
         results = list(pool.map(_forked_rank, ranks, chunksize=max(1, len(ranks) // (4 * n))))
@@ -61,12 +62,13 @@ def _worker_count(ranks: int, workers: int | None) -> int:
 
 def _forked_rank(rank: int) -> tuple[Aggregation, list[dict]]:
     assert _FORKED is not None  # set by the parent before it forked this worker
-    an, job, flops, rules_config = _FORKED
-    return _rank_results(an, job, flops, rank, rules_config)
+    an, job, flops, frames, rules_config = _FORKED
+    return _rank_results(an, job, flops, frames, rank, rules_config)
 
 
-def _rank_results(an: Analysed, job: JobAggregation, flops, rank: int, rules_config) -> tuple[Aggregation, list[dict]]:
+def _rank_results(an: Analysed, job: JobAggregation, flops, frames: RuleFrames, rank: int,
+                  rules_config) -> tuple[Aggregation, list[dict]]:
     agg = job.aggregate(rank)
     tables = an.rank_tables(rank)
     agg.row, agg.ops = add_mfu(agg.row, agg.ops, tables["ops"], tables["gpus"], flops)
-    return agg, evaluate(tables, agg, rules_config)
+    return agg, evaluate(tables, agg, rules_config, frames)

@@ -84,9 +84,17 @@ def _trace_gpu(conn: sqlite3.Connection, agg: dict | None) -> dict | None:
     if row is None:
         return None
     rank, device, name, sms, major, minor = row
+    source = "trace"
+    if not name:
+        # a device known only by its kernels (a ROCm trace may number the device its kernels ran on apart from the
+        # one its deviceProperties describe): when the rank describes exactly one GPU, that GPU ran them
+        described = conn.execute("SELECT DISTINCT name, sm_count, cc_major, cc_minor FROM gpus WHERE rank = ? AND "
+                                 "name IS NOT NULL AND name != ''", (rank,)).fetchall()
+        if len(described) == 1:
+            (name, sms, major, minor), source = described[0], "trace (the rank's only described GPU)"
     cc = f"{major}.{minor}" if major is not None and major >= 0 and minor is not None and minor >= 0 else None
     return {"rank": rank, "device": device, "name": name or None, "sm_count": sms if sms and sms > 0 else None,
-            "cc": cc, "source": "trace"}
+            "cc": cc, "source": source}
 
 
 def _ncu_gpu(kernels: pd.DataFrame) -> dict | None:
@@ -148,19 +156,35 @@ def _add_quadrant(point: dict, flops, nbytes, time_ns, peak, dram) -> None:
     point["quadrant"] = quadrant(compute, memory)
 
 
+@lru_cache(maxsize=1 << 16)
+def _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs):
+    return op_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
+
+
+def _cost(op_name, input_shapes, input_dtypes, concrete_inputs):
+    """:func:`op_cost`, memoized when its arguments are the stored texts (the ranks of a job repeat the same
+    op nodes: one model per distinct call, not per rank)."""
+    try:
+        return _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
+    except TypeError:  # unhashable: the lists of a Kineto event
+        return op_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
+
+
 def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list[dict], int]:
     """Op dicts for every node with a FLOP model; also the GPU time of nodes without one."""
     ops: list[dict] = []
     unmodelled_ns = 0
     dram = ceilings.bandwidth.get("dram") if ceilings else None
     for row in rows.itertuples(index=False):
-        cost = op_cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs)
+        cost = _cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs)
         if cost is None:
             unmodelled_ns += int(row.gpu_time_ns)
             continue
         calls = int(row.calls) if row.calls and row.calls > 0 else 1
         tensor = bool(row.using_tc) and cost.family in TENSOR_FAMILIES
-        precision = "tf32" if tensor and cost.precision == "fp32" else cost.precision
+        # FP32 on matrix units: TF32 on NVIDIA Tensor Cores, FP32 itself on AMD matrix cores (MFMA F32)
+        precision = (ceilings.matrix_precision(cost.precision) if ceilings else
+                     "tf32" if cost.precision == "fp32" else cost.precision) if tensor else cost.precision
         peak = ceilings.peak(cost.precision, tensor) if ceilings else None
         if peak is None and ceilings and tensor:                  # e.g. FP32 on a GPU without TF32
             peak = ceilings.peak(cost.precision, False)
@@ -437,8 +461,9 @@ def roofline_report(conn: sqlite3.Connection, agg_id: int | None, gpu_spec_path:
                       "peak": k["ceiling_flops_per_s"], "precision": k["precision"],
                       "tensor_cores": k["tensor_cores"], "family": None} for k in kernels]
     cc = (gpu or {}).get("cc")
-    summary["utilization"] = (run_utilization(op_points, dram, cc, "ops")
-                              or run_utilization(kernel_points, dram, cc, "ncu kernels"))
+    vendor, peaks = (ceilings.vendor, list(ceilings.flops)) if ceilings else (None, [])
+    summary["utilization"] = (run_utilization(op_points, dram, cc, "ops", vendor, peaks)
+                              or run_utilization(kernel_points, dram, cc, "ncu kernels", vendor, peaks))
     if ceilings is None:
         summary["memory_bound_gpu_time_ns"] = summary["math_bound_gpu_time_ns"] = None
     return {"agg_id": agg["agg_id"] if agg else None, "gpu": gpu,

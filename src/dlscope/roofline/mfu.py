@@ -5,7 +5,7 @@ GEMMs, convolutions and their gradients, attention; forward and backward), each 
 model counts, and the ops nested in it do not (``aten::linear`` counts, its ``aten::addmm`` not; a backward
 node's ``aten::mm`` calls count, since the autograd wrapper has no model). The peak is the dense one (never a
 datasheet's 2:4-sparse figure) at the precision the ops ran at: the precision carrying most of the model's
-FLOPs, on Tensor Cores when those ops used them (FP32 on Tensor Cores is TF32).
+FLOPs, on Tensor Cores when those ops used them (FP32 on Tensor Cores is TF32; on AMD matrix cores it is FP32).
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFr
                             "flops": figures["model_flops"].to_numpy()[hit],
                             "precision": figures["precision"].to_numpy()[hit]})
     total = int(counted["flops"].sum())
-    peak_of = _peaks(gpus)
+    peak_of, matrix_fp32 = _peaks(gpus)
+    counted.loc[counted["precision"] == "tf32", "precision"] = matrix_fp32  # "fp32" on AMD matrix cores
     per_node = counted.groupby("node_id")["flops"].sum()
     node_prec = _dominant(counted, "node_id")
     nodes["model_flops"] = pd.array(nodes["node_id"].map(per_node).fillna(0).astype(np.int64), dtype="Int64")
@@ -135,7 +136,9 @@ def _dominant(counted: pd.DataFrame, key: str) -> pd.Series:
 
 
 def _peaks(gpus: pd.DataFrame):
-    """precision -> the rank's dense peak FLOP/s at it (None when the GPU or that peak is unknown)."""
+    """precision -> the rank's dense peak FLOP/s at it (None when the GPU or that peak is unknown), and what FP32
+    on the matrix units runs as: "tf32" (NVIDIA Tensor Cores; also when the GPU is unknown) or "fp32" (AMD
+    matrix cores, whose FP32 rate, MFMA F32, is the vector FP32 rate in every AMD entry of the table)."""
     ceilings = None
     if not gpus.empty:
         g = gpus.sort_values("device").iloc[0]
@@ -148,4 +151,4 @@ def _peaks(gpus: pd.DataFrame):
         found = ceilings.peak(precision, precision not in ("fp32", "fp64"))  # TF32 and narrower: Tensor Cores
         return found[1] if found else None
 
-    return peak
+    return peak, ceilings.matrix_precision("fp32") if ceilings is not None else "tf32"

@@ -11,6 +11,7 @@ utilization is Σ bytes_i ÷ Σ time_i ÷ DRAM bandwidth. Thresholds and advice 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 
@@ -44,8 +45,10 @@ def _cc_at_least(cc: str | None, minimum: str) -> bool:
 
 
 def advice(which: str | None, precision: str | None, tensor_cores: bool | None, family: str | None,
-           cc: str | None) -> list[str]:
-    """The hints of a quadrant whose conditions hold for the run's dominant work."""
+           cc: str | None, vendor: str | None = None, peaks: Iterable[str] = ()) -> list[str]:
+    """The hints of a quadrant whose conditions hold for the run's dominant work. ``min_cc`` is an NVIDIA
+    compute capability: it never holds on an AMD GPU, whose traces carry the GFX version in the same field;
+    ``vendors`` needs the GPU's vendor known and listed; ``peaks`` needs those ceilings in the GPU's table."""
     if which is None:
         return []
     hints = []
@@ -55,7 +58,11 @@ def advice(which: str | None, precision: str | None, tensor_cores: bool | None, 
             continue
         if "tensor_cores" in when and bool(tensor_cores) != when["tensor_cores"]:
             continue
-        if "min_cc" in when and not _cc_at_least(cc, when["min_cc"]):
+        if "min_cc" in when and (vendor == "AMD" or not _cc_at_least(cc, when["min_cc"])):
+            continue
+        if "vendors" in when and vendor not in when["vendors"]:
+            continue
+        if "peaks" in when and not set(when["peaks"]) <= set(peaks):
             continue
         if "families" in when and family not in when["families"]:
             continue
@@ -74,7 +81,8 @@ def point_utilization(flops: float | None, nbytes: float | None, time_ns: float 
     return compute, memory
 
 
-def run_utilization(points: list[dict], dram: float | None, cc: str | None, basis: str) -> dict | None:
+def run_utilization(points: list[dict], dram: float | None, cc: str | None, basis: str,
+                    vendor: str | None = None, peaks: Iterable[str] = ()) -> dict | None:
     """Run-level utilization over points with keys time_ns, flops, bytes, peak, precision, tensor_cores,
     family (ops of an aggregation, or counter-profiled kernels); None without a point on a roof."""
     placed = [p for p in points if p.get("time_ns") and p["time_ns"] > 0 and p.get("flops") is not None
@@ -100,4 +108,4 @@ def run_utilization(points: list[dict], dram: float | None, cc: str | None, basi
             "high_utilization_pct": 100.0 * high_utilization(), "quadrant": which,
             "quadrant_label": _advice()["quadrants"][which]["label"] if which else None,
             "dominant_precision": precision, "dominant_tensor_cores": tensor, "dominant_family": family,
-            "advice": advice(which, precision, tensor, family, cc)}
+            "advice": advice(which, precision, tensor, family, cc, vendor, peaks)}

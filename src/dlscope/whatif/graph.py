@@ -103,6 +103,15 @@ class Graph:
     notes: list[str] = field(default_factory=list)
     launch_latency: dict = field(default_factory=dict)   # (rank, device) -> ns
     queue_gap: dict = field(default_factory=dict)        # (rank, device) -> ns
+    #: what scenarios derive from the graph alone (spans, shares, candidates), found once per graph: a job's
+    #: findings apply the same scenarios again in each rank's combination
+    memo: dict = field(default_factory=dict)
+
+    def memoized(self, key, make):
+        """``make()``, computed once per graph for ``key``."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
 
     @property
     def n(self) -> int:
@@ -152,16 +161,57 @@ def positions(ids: np.ndarray) -> np.ndarray:
 
 def row_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(code of each row, the distinct rows in sorted order) of an integer matrix: what ``pd.factorize`` of a
-    MultiIndex with ``sort=True`` gives, without building a tuple per row (a third of the graph's build)."""
+    MultiIndex with ``sort=True`` gives, without building a tuple per row (a third of the graph's build).
+    Rows are hashed (each column's codes combined into one integer), and only the distinct rows sorted."""
     keys = np.asarray(keys, np.int64)
     if not len(keys):
         return np.zeros(0, np.int64), keys
+    combined = np.zeros(len(keys), np.int64)
+    size = 1
+    for j in range(keys.shape[1]):
+        code, distinct = pd.factorize(keys[:, j])
+        size *= len(distinct)
+        if size >= 2 ** 62:  # too many combinations for one integer: sort the rows
+            return _sorted_row_codes(keys)
+        combined = combined * len(distinct) + code
+    code, distinct = pd.factorize(combined)
+    first = np.empty(len(distinct), np.int64)
+    first[code] = np.arange(len(keys))   # a row holding each distinct combination
+    rows = keys[first]
+    order = np.lexsort(rows.T[::-1])
+    rank = np.empty(len(rows), np.int64)
+    rank[order] = np.arange(len(rows))
+    return rank[code], rows[order]
+
+
+def _sorted_row_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort(keys.T[::-1])
     ranked = keys[order]
     new = np.r_[True, (ranked[1:] != ranked[:-1]).any(axis=1)]
     codes = np.empty(len(keys), np.int64)
     codes[order] = np.cumsum(new) - 1
     return codes, ranked[new]
+
+
+def _lexsort_pairs(major: np.ndarray, time: np.ndarray, minor: np.ndarray, sub: np.ndarray) -> np.ndarray:
+    """``np.lexsort((sub, minor, time, major))`` (major, minor: small non-negative codes), with each pair of keys
+    packed into one integer when its span allows (two sorts instead of four)."""
+    def packed(code: np.ndarray, value: np.ndarray) -> np.ndarray | None:
+        if not len(value):
+            return value
+        lo, span = int(value.min()), int(value.max()) - int(value.min()) + 1
+        if (int(code.max()) + 1) * span >= 2 ** 62:
+            return None
+        return code.astype(np.int64) * np.int64(span) + (value - lo)
+    first, second = packed(major, time), packed(minor, sub)
+    if first is None or second is None:
+        return np.lexsort((sub, minor, time, major))
+    return np.lexsort((second, first))
+
+
+def _repeated(text: str, index: pd.Index) -> pd.Series:
+    """``text`` on every row of ``index``, as a string column (one Arrow value taken, not a string per row)."""
+    return pd.Series(pd.array([text], dtype="str").take(np.zeros(len(index), np.int64)), index=index)
 
 
 def _pair_values(keys: np.ndarray, values: dict) -> np.ndarray:
@@ -173,10 +223,10 @@ def _pair_values(keys: np.ndarray, values: dict) -> np.ndarray:
 # ----------------------------------------------------------------------------------------- clock alignment
 
 
-def _collectives(job: Job) -> pd.DataFrame:
-    """NCCL kernels matched across ranks by type and occurrence (only when every rank of the job is here)."""
+def _collectives(job: Job, nccl: np.ndarray) -> pd.DataFrame:
+    """NCCL kernels (``nccl``: which of the job's kernels are) matched across ranks by type and occurrence
+    (only when every rank of the job is here)."""
     k = job.kernels
-    nccl = is_nccl_kernel(k["name"]) if len(k) else np.zeros(0, bool)
     rows = k[nccl][["kernel_id", "rank", "start", "end", "name"]].copy()
     ranks = job.ranks
     worlds = {job.world_sizes.get(r, 1) for r in ranks}
@@ -208,14 +258,15 @@ def _offsets(job: Job, coll: pd.DataFrame) -> dict[int, int]:
 
 def build(job: Job) -> Graph:
     """The dependency graph of every iteration of every rank in ``job``."""
-    coll = _collectives(job)
+    nccl = is_nccl_kernel(job.kernels["name"]) if len(job.kernels) else np.zeros(0, bool)
+    coll = _collectives(job, nccl)
     offsets = _offsets(job, coll)
-    return _Builder(job, coll, offsets).graph()
+    return _Builder(job, coll, offsets, nccl).graph()
 
 
 class _Builder:
-    def __init__(self, job: Job, coll: pd.DataFrame, offsets: dict[int, int]):
-        self.job, self.coll, self.offsets = job, coll, offsets
+    def __init__(self, job: Job, coll: pd.DataFrame, offsets: dict[int, int], nccl: np.ndarray):
+        self.job, self.coll, self.offsets, self.nccl = job, coll, offsets, nccl
         self.notes: list[str] = []
 
     def _aligned(self, frame: pd.DataFrame, col: str) -> np.ndarray:
@@ -229,31 +280,53 @@ class _Builder:
         busiest thread)."""
         job = self.job
         its = job.iterations.sort_values(["rank", "start"], kind="stable").reset_index(drop=True)
-        cpu = pd.concat([job.ops[["rank", "pid", "tid", "start"]],
-                         job.ranges.loc[job.ranges["device"] < 0, ["rank", "pid", "tid", "start"]]],
-                        ignore_index=True).drop_duplicates(["rank", "start"])
+        # the first op or range starting at each iteration's start (only those starting at some iteration's
+        # start can be it)
+        starts = its["start"].to_numpy(np.int64)
+        cols = ["rank", "pid", "tid", "start"]
+        cpu_rg = job.ranges[job.ranges["device"] < 0]
+        cpu = pd.concat([frame.loc[np.isin(frame["start"].to_numpy(np.int64), starts), cols]
+                         for frame in (job.ops, cpu_rg)], ignore_index=True).drop_duplicates(["rank", "start"])
         hit = its[["rank", "start"]].merge(cpu, on=["rank", "start"], how="left")
-        busiest = (pd.concat([job.ops[["rank", "pid", "tid"]], job.api_calls[["rank", "pid", "tid"]]])
-                   .value_counts().reset_index().drop_duplicates("rank").set_index("rank"))
+        busiest = self._busiest_threads()
         for col in ("pid", "tid"):
             fallback = its["rank"].map(busiest[col]) if len(busiest) else pd.Series(-1, index=its.index)
             its[col] = hit[col].fillna(fallback).fillna(-1).to_numpy(np.int64)
         return its
 
-    def _cpu_points(self) -> pd.DataFrame:
+    def _busiest_threads(self) -> pd.DataFrame:
+        """Per rank (index), the thread (pid, tid) with the most ops and API calls; ties: the first seen."""
+        job = self.job
+        keys = np.vstack([job.ops[["rank", "pid", "tid"]].to_numpy(np.int64),
+                          job.api_calls[["rank", "pid", "tid"]].to_numpy(np.int64)])
+        if not len(keys):
+            return pd.DataFrame(columns=["pid", "tid"], index=pd.Index([], name="rank"))
+        code, rows = row_codes(keys)
+        count = np.bincount(code, minlength=len(rows))
+        seen = pd.factorize(code)[1]            # the threads in order of first appearance
+        first = np.empty(len(rows), np.int64)
+        first[seen] = np.arange(len(seen))
+        order = np.lexsort((first, -count, rows[:, 0]))
+        top = order[np.r_[True, rows[order[1:], 0] != rows[order[:-1], 0]]]
+        return pd.DataFrame({"pid": rows[top, 1], "tid": rows[top, 2]}, index=pd.Index(rows[top, 0], name="rank"))
+
+    def _cpu_points(self) -> dict[str, np.ndarray]:
+        """Every CPU instant (start and end of ops, API calls, step and data-loading ranges, iterations), in
+        chain then time order: columns rank, pid, tid, time, kind, ref, other (the item's other end), chain."""
         job = self.job
         ops, api = job.ops, job.api_calls
         rg = job.ranges[(job.ranges["device"] < 0) & job.ranges["category"].isin(["step", "dataloader"])]
         its = self._iteration_threads()
         self.its = its
-        parts = []
+        parts: dict[str, list] = {c: [] for c in ("rank", "pid", "tid", "time", "kind", "ref", "other")}
 
         def add(frame, time, kind, ref, other):
-            n = len(frame)
-            parts.append(pd.DataFrame({
-                "rank": frame["rank"].to_numpy(np.int64), "pid": frame["pid"].to_numpy(np.int64),
-                "tid": frame["tid"].to_numpy(np.int64), "time": time, "kind": np.full(n, kind, np.int8),
-                "ref": np.asarray(ref, np.int64), "other": other}))
+            for c in ("rank", "pid", "tid"):
+                parts[c].append(frame[c].to_numpy(np.int64))
+            parts["time"].append(np.asarray(time, np.int64))
+            parts["kind"].append(np.full(len(frame), kind, np.int8))
+            parts["ref"].append(np.asarray(ref, np.int64))
+            parts["other"].append(np.asarray(other, np.int64))
 
         for frame, start_kind, end_kind, ref in ((ops, OP_START, OP_END, ops["op_id"]),
                                                  (api, API_START, API_END, api["api_id"]),
@@ -265,18 +338,16 @@ class _Builder:
         s = self._aligned(its, "start")
         add(its, s, IT_START, np.arange(len(its)), s)
         add(its, np.maximum(self._aligned(its, "cpu_end"), s), IT_END, np.arange(len(its)), s)
-        pts = pd.concat(parts, ignore_index=True)
+        pts = {c: np.concatenate(v) for c, v in parts.items()}
         # same instant: ends of earlier items (inner first), marks, starts (outer first), ends of empty items
-        kind = pts["kind"].to_numpy()
+        kind, time, other = pts["kind"], pts["time"], pts["other"]
         is_start = np.isin(kind, [OP_START, API_START, RANGE_START])
         is_mark = np.isin(kind, [IT_START, IT_END])
-        empty = pts["time"].to_numpy() == pts["other"].to_numpy()
-        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(empty, 3, 0)))
-        sub = -pts["other"].to_numpy(np.int64)
-        codes, uniques = row_codes(pts[["rank", "pid", "tid"]].to_numpy(np.int64))
+        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(time == other, 3, 0)))
+        codes, uniques = row_codes(np.column_stack([pts["rank"], pts["pid"], pts["tid"]]))
         pts["chain"] = codes
-        idx = np.lexsort((sub, order, pts["time"].to_numpy(), codes))
-        pts = pts.iloc[idx].reset_index(drop=True)
+        idx = _lexsort_pairs(codes, time, order, -other)
+        pts = {c: v[idx] for c, v in pts.items()}
         self.cpu_chains = pd.DataFrame(list(uniques), columns=["rank", "pid", "tid"]) if len(uniques) else \
             pd.DataFrame(columns=["rank", "pid", "tid"])
         return pts
@@ -286,16 +357,17 @@ class _Builder:
     def _activities(self) -> pd.DataFrame:
         job = self.job
         k, m = job.kernels, job.memops
-        frames = [pd.DataFrame({"table": "kernel", "id": k["kernel_id"].to_numpy(np.int64),
-                                "name": k["name"].to_numpy(object), "kind": "kernel", "rank": k["rank"],
+        # string columns stay Arrow arrays (a Python string per row made again costs a third of this step)
+        frames = [pd.DataFrame({"table": _repeated("kernel", k.index), "id": k["kernel_id"].to_numpy(np.int64),
+                                "name": k["name"], "kind": _repeated("kernel", k.index), "rank": k["rank"],
                                 "device": k["device"], "stream": k["stream"],
                                 "start": self._aligned(k, "start"), "end": self._aligned(k, "end"),
                                 "api_id": k["api_id"], "launch": self._aligned(k, "launch_ts"),
                                 "op_id": k["op_id"], "root_op_id": k["root_op_id"], "iteration": k["iteration"],
-                                "is_comm": is_nccl_kernel(k["name"]) if len(k) else np.zeros(0, bool),
+                                "is_comm": self.nccl,
                                 "pageable": False}),
-                  pd.DataFrame({"table": "memop", "id": m["memop_id"].to_numpy(np.int64),
-                                "name": m["name"].to_numpy(object), "kind": m["kind"].to_numpy(object),
+                  pd.DataFrame({"table": _repeated("memop", m.index), "id": m["memop_id"].to_numpy(np.int64),
+                                "name": m["name"], "kind": m["kind"],
                                 "rank": m["rank"], "device": m["device"],
                                 "stream": m["stream"], "start": self._aligned(m, "start"),
                                 "end": self._aligned(m, "end"), "api_id": m["api_id"],
@@ -304,7 +376,8 @@ class _Builder:
                                 "pageable": ((m["src_mem"] == "pageable") | (m["dst_mem"] == "pageable")).to_numpy()})]
         act = pd.concat(frames, ignore_index=True)
         act["launch"] = np.where(act["api_id"].to_numpy() >= 0, act["launch"].to_numpy(), act["start"].to_numpy())
-        act = act.sort_values(["rank", "device", "stream", "start", "end"], kind="stable").reset_index(drop=True)
+        order = np.lexsort([act[c].to_numpy(np.int64) for c in ("end", "start", "stream", "device", "rank")])
+        act = act.take(order).reset_index(drop=True)   # by (rank, device, stream, start, end), stably
         # one stream runs one activity at a time: overlaps from clock rounding are serialised
         codes, uniques = row_codes(act[["rank", "device", "stream"]].to_numpy(np.int64))
         act["chain_local"] = codes
@@ -326,7 +399,7 @@ class _Builder:
         job = self.job
         pts = self._cpu_points()
         act = self._activities()
-        ncpu = len(pts)
+        ncpu = len(pts["time"])
         nact = len(act)
         coll_rows = self._collective_rows(act)
         nbar = len(coll_rows[1]) if coll_rows is not None else 0
@@ -338,11 +411,11 @@ class _Builder:
         chain = np.empty(n, np.int64)
         actv = np.full(n, -1, np.int64)
         # CPU
-        t[:ncpu] = pts["time"].to_numpy(np.int64)
-        kind[:ncpu] = pts["kind"].to_numpy()
-        ref[:ncpu] = pts["ref"].to_numpy()
-        rank[:ncpu] = pts["rank"].to_numpy()
-        chain[:ncpu] = pts["chain"].to_numpy()
+        t[:ncpu] = pts["time"]
+        kind[:ncpu] = pts["kind"]
+        ref[:ncpu] = pts["ref"]
+        rank[:ncpu] = pts["rank"]
+        chain[:ncpu] = pts["chain"]
         n_cpu_chains = len(self.cpu_chains)
         # GPU: start, end per activity
         g = slice(ncpu, ncpu + 2 * nact)
@@ -432,14 +505,12 @@ class _Builder:
 
     # ---------------------------------------------------------------- attribution of CPU time
 
-    def _cpu_attribution(self, pts: pd.DataFrame, ncpu: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _cpu_attribution(self, pts: dict[str, np.ndarray], ncpu: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Category and owner op of each CPU chain edge: the state of its thread after the edge's first
         vertex (inside which op, inside which API call, inside data loading)."""
         job = self.job
         ops, api = job.ops, job.api_calls
-        kind = pts["kind"].to_numpy()
-        ref = pts["ref"].to_numpy(np.int64)
-        chain = pts["chain"].to_numpy(np.int64)
+        kind, ref, chain = pts["kind"], pts["ref"], pts["chain"]
         firsts = np.r_[True, chain[1:] != chain[:-1]] if ncpu else np.zeros(0, bool)
         op_pos = positions(ops["op_id"].to_numpy(np.int64))
         api_pos = positions(api["api_id"].to_numpy(np.int64))
@@ -518,11 +589,11 @@ class _Builder:
         stream a stream synchronize names."""
         job = self.job
         api = job.api_calls
-        names = api["name"]
-        sync_name = (np.array([bool(SYNC_CALL.search(x)) for x in pd.unique(names)], bool)[pd.factorize(names)[0]]
-                     if len(api) else np.zeros(0, bool))
-        copy_name = (np.array([bool(SYNC_COPY.search(x)) for x in pd.unique(names)], bool)[pd.factorize(names)[0]]
-                     if len(api) else np.zeros(0, bool))
+        code, names = pd.factorize(api["name"], use_na_sentinel=False)  # each distinct name judged once
+        sync_name = np.array([bool(SYNC_CALL.search(x)) for x in names], bool)[code] if len(api) else \
+            np.zeros(0, bool)
+        copy_name = np.array([bool(SYNC_COPY.search(x)) for x in names], bool)[code] if len(api) else \
+            np.zeros(0, bool)
         # synchronizations the trace recorded (linked by launch call or by correlation)
         sy = job.syncs[job.syncs["kind"] != "stream_wait_event"]
         linked = sy[sy["api_id"] >= 0][["api_id", "stream", "kind"]]
@@ -559,16 +630,32 @@ class _Builder:
         out = np.full(len(calls), -1, np.int64)
         if acts.empty or calls.empty:
             return out
-        for (rank, stream), grp in calls.groupby(["rank", "stream"]):
-            a = acts[acts["rank"] == rank]
+        a_rank, a_stream = acts["rank"].to_numpy(np.int64), acts["stream"].to_numpy(np.int64)
+        a_end, a_launch = acts["end"].to_numpy(np.int64), acts["launch"].to_numpy(np.int64)
+        a_rows = acts.index.to_numpy(np.int64)
+        # activities of each rank, and of each (rank, stream), by end (ties in row order): sorted once
+        by_rank = np.lexsort((a_end, a_rank))
+        by_stream = np.lexsort((a_end, a_stream, a_rank))
+        rank_sorted = a_rank[by_rank]
+        pair_sorted = np.column_stack([a_rank[by_stream], a_stream[by_stream]])
+        c_rank, c_stream = calls["rank"].to_numpy(np.int64), calls["stream"].to_numpy(np.int64)
+        c_start, c_end = calls["start"].to_numpy(np.int64), calls["end"].to_numpy(np.int64)
+        order = np.lexsort((c_stream, c_rank))
+        cut = np.flatnonzero((np.diff(c_rank[order]) != 0) | (np.diff(c_stream[order]) != 0)) + 1
+        for idx in np.split(order, cut):
+            rank, stream = int(c_rank[idx[0]]), int(c_stream[idx[0]])
             if stream >= 0:
-                a = a[a["stream"] == stream]
-            if a.empty:
+                lo = np.searchsorted(pair_sorted[:, 0], rank, "left")
+                hi = np.searchsorted(pair_sorted[:, 0], rank, "right")
+                lo, hi = lo + np.searchsorted(pair_sorted[lo:hi, 1], stream, "left"), \
+                    lo + np.searchsorted(pair_sorted[lo:hi, 1], stream, "right")
+                sel = by_stream[lo:hi]
+            else:
+                sel = by_rank[np.searchsorted(rank_sorted, rank, "left"):np.searchsorted(rank_sorted, rank, "right")]
+            if len(sel) == 0:
                 continue
-            a = a.sort_values("end", kind="stable")
-            ends, launches, rows = (a["end"].to_numpy(np.int64), a["launch"].to_numpy(np.int64),
-                                    a.index.to_numpy(np.int64))
-            cs, ce = grp["start"].to_numpy(np.int64), grp["end"].to_numpy(np.int64)
+            ends, launches, rows = a_end[sel], a_launch[sel], a_rows[sel]
+            cs, ce = c_start[idx], c_end[idx]
             p = np.searchsorted(ends, ce, side="right") - 1
             for _ in range(64):  # step back over activities launched after the call (few)
                 bad = (p >= 0) & (launches[np.maximum(p, 0)] >= cs)
@@ -576,8 +663,7 @@ class _Builder:
                     break
                 p[bad] -= 1
             found = (p >= 0) & (launches[np.maximum(p, 0)] < cs)
-            hit = np.where(found, rows[np.maximum(p, 0)], -1)
-            out[np.flatnonzero(calls.index.isin(grp.index))] = hit
+            out[idx] = np.where(found, rows[np.maximum(p, 0)], -1)
         return out
 
     def _sync_edges(self, wc: np.ndarray):
@@ -640,7 +726,7 @@ class _Builder:
         return (np.concatenate(src), np.concatenate(dst), np.concatenate(w), np.concatenate(kinds),
                 np.concatenate(owners))
 
-    def _handoff_edges(self, pts: pd.DataFrame, wc: np.ndarray):
+    def _handoff_edges(self, pts: dict[str, np.ndarray], wc: np.ndarray):
         """Thread handoffs inside a process: a thread that resumes after a long idle gap right after another
         thread stopped before one (fork: the autograd thread starting backward when the main thread calls it;
         join: the main thread resuming when backward is done). The resuming thread's idle gap then costs
@@ -650,16 +736,15 @@ class _Builder:
         if len(self.cpu_chains) < 2 or ncpu == 0:
             return empty
         t = self.t[:ncpu]
-        chain = pts["chain"].to_numpy(np.int64)
-        kind = pts["kind"].to_numpy()
+        chain, kind = pts["chain"], pts["kind"]
         busy = np.isin(kind, [OP_START, API_START])
-        ends = pts["other"].to_numpy(np.int64)  # a start point's own end (aligned, absolute)
+        ends = pts["other"]  # a start point's own end (aligned, absolute)
         if not busy.any():
             return empty
         big = np.int64(t.max() + 1)
         # busy intervals of each thread (ops and API calls), merged, on a per-chain axis
         bs = chain[busy] * big + t[busy]
-        be = bs + (ends[busy] - pts["time"].to_numpy(np.int64)[busy])
+        be = bs + (ends[busy] - pts["time"][busy])
         ms, me = merge(bs, be)
         mc = ms // big
         gap_before = np.r_[np.iinfo(np.int64).max, ms[1:] - me[:-1]]

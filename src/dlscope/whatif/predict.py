@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..errors import DlscopeError
 from .graph import CATEGORIES, Graph
-from .replay import Binding, Result, Weights, binding, critical_path, path_table, solve
+from .replay import Binding, Result, Weights, binding, critical_path, path_columns, solve
 from .scenarios import Scenario, for_rule, parse
 
 GENERAL_ASSUMPTIONS = [
@@ -63,6 +63,17 @@ class IterationRows:
         self.end_v = act["end_v"].to_numpy(np.int64)
         self._ops = _rows_by(ops["rank"].to_numpy(np.int64), ops["iteration"].to_numpy(np.int64))
         self._acts = _rows_by(act["rank"].to_numpy(np.int64), act["iteration"].to_numpy(np.int64))
+        # each rank's iterations in time order (as one rank's rows sorted by start, stably)
+        its = g.iterations.sort_values(["rank", "start"], kind="stable")
+        rank = its["rank"].to_numpy(np.int64)
+        cut = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+        cols = {c: its[c].to_numpy(np.int64) for c in ("iteration", "start_v", "cpu_end_v")}
+        self._its = {int(rank[a]): {c: v[a:b] for c, v in cols.items()}
+                     for a, b in zip(np.r_[0, cut], np.r_[cut, len(rank)])} if len(rank) else {}
+
+    def iterations(self, rank: int) -> dict[str, np.ndarray]:
+        """The rank's iterations in time order: iteration, start_v, cpu_end_v."""
+        return self._its.get(rank, {c: _NONE for c in ("iteration", "start_v", "cpu_end_v")})
 
     def ops(self, rank: int, iteration: int) -> np.ndarray:
         return self.op_ids[self._ops.get((rank, iteration), _NONE)]
@@ -87,24 +98,30 @@ def _rows_by(rank: np.ndarray, iteration: np.ndarray) -> dict[tuple[int, int], n
 def windows(g: Graph, rank: int, iter_start: int | None = None, iter_stop: int | None = None,
             rows: IterationRows | None = None) -> Windows:
     """``rows``: :class:`IterationRows` of ``g`` when the caller takes many ranks' windows."""
-    its = g.iterations[g.iterations["rank"] == rank].sort_values("start", kind="stable")
-    lo = its["iteration"].min() if iter_start is None else iter_start
-    hi = its["iteration"].max() if iter_stop is None else iter_stop
-    its = its[(its["iteration"] >= lo) & (its["iteration"] <= hi)]
-    if its.empty:
+    if rows is None:
+        its = g.iterations[g.iterations["rank"] == rank].sort_values("start", kind="stable")
+        mine = {c: its[c].to_numpy(np.int64) for c in ("iteration", "start_v", "cpu_end_v")}
+    else:
+        mine = rows.iterations(rank)
+    number = mine["iteration"]
+    lo = (number.min() if len(number) else np.nan) if iter_start is None else iter_start
+    hi = (number.max() if len(number) else np.nan) if iter_stop is None else iter_stop
+    keep = (number >= lo) & (number <= hi)
+    if not keep.any():
         raise DlscopeError(f"no iterations {lo}..{hi} of rank {rank} in the database's iterations (an aggregation "
                            f"made before a re-split with another key node? replay the newest one)")
-    last = int(its["iteration"].iloc[-1])
+    number, start_v, cpu_end_v = number[keep], mine["start_v"][keep], mine["cpu_end_v"][keep]
+    last = int(number[-1])
     if rows is not None:
         op_ids, act_ends = rows.ops(rank, last), rows.activity_ends(rank, last)
     else:
         ops = g.job.ops
         op_ids = ops.loc[(ops["rank"] == rank) & (ops["iteration"] == last), "op_id"].to_numpy(np.int64)
         act = g.activities
-        mine = (act["rank"].to_numpy() == rank) & (act["iteration"].to_numpy() == last)
-        act_ends = act["end_v"].to_numpy(np.int64)[mine]
-    ends = np.r_[g.op_end_v[op_ids], act_ends, its["cpu_end_v"].to_numpy(np.int64)[-1:]]
-    return Windows(rank, its["iteration"].to_numpy(np.int64), its["start_v"].to_numpy(np.int64), ends[ends >= 0])
+        on = (act["rank"].to_numpy() == rank) & (act["iteration"].to_numpy() == last)
+        act_ends = act["end_v"].to_numpy(np.int64)[on]
+    ends = np.r_[g.op_end_v[op_ids], act_ends, cpu_end_v[-1:]]
+    return Windows(rank, number, start_v, ends[ends >= 0])
 
 
 def replay_errors(g: Graph, win: Windows, result: Result) -> pd.DataFrame:
@@ -116,20 +133,29 @@ def replay_errors(g: Graph, win: Windows, result: Result) -> pd.DataFrame:
                          "error_pct": err})
 
 
+PATH_COLUMNS = ["category", "op_id", "act", "rank", "ns", "unexplained", "iteration"]
+
+
 def path_of(g: Graph, win: Windows, result: Result, bound: Binding | None = None) -> pd.DataFrame:
     """The critical path of every window (the edges that set its end, walked back to its start): one row
     per edge with its category, owner op, activity and time inside the window; per window they add up to its
     replayed duration. ``bound``: ``binding(g, result)`` when the caller walks many windows of one replay."""
+    parts = path_arrays(g, win, result, bound)
+    return pd.DataFrame(parts) if parts else pd.DataFrame(columns=PATH_COLUMNS)
+
+
+def path_arrays(g: Graph, win: Windows, result: Result, bound: Binding | None = None) -> dict[str, np.ndarray]:
+    """:func:`path_of`'s columns as arrays (empty dict: no window), without a frame per window."""
     t = result.t
     b = binding(g, result) if bound is None else bound
     starts, last_end = win.bounds(t)
     ends = np.r_[win.start_v[1:], last_end]
-    frames = []
+    tables = []
     for it, lo, end_v in zip(win.iterations, starts, ends):
-        frame = path_table(g, critical_path(g, result, b, int(end_v), int(lo)))
-        frames.append(frame.assign(iteration=int(it)))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["category", "op_id", "act", "rank", "ns", "unexplained", "iteration"])
+        cols = path_columns(g, critical_path(g, result, b, int(end_v), int(lo)))
+        cols["iteration"] = np.full(len(cols["ns"]), int(it), np.int64)
+        tables.append(cols)
+    return {c: np.concatenate([tb[c] for tb in tables]) for c in PATH_COLUMNS} if tables else {}
 
 
 def summarize_path(g: Graph, path: pd.DataFrame, wall: int, top: int = 10) -> list[dict]:
@@ -184,11 +210,11 @@ def predict(g: Graph, win: Windows, scenarios: list[Scenario], baseline_ns: int 
         w = Weights.measured(g)
         changed = sc.apply(g, w)
         sc.apply(g, combined)
-        r = solve(g, w)
+        r = solve(g, w, start=base.t)
         pred = avg(win.wall(r.t), n)
         out_scen.append({"name": sc.name, "predicted_iteration_ns": pred, "saving_ns": replay_avg - pred,
                          "changed": changed})
-    r = solve(g, combined) if scenarios else base
+    r = solve(g, combined, start=base.t) if scenarios else base
     comb = avg(win.wall(r.t), n)
     path = path_of(g, win, base)
     return {
@@ -227,7 +253,7 @@ def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]
         if sc is None:
             continue
         try:
-            r = _replayed(g, [sc], replays)
+            r = _replayed(g, [sc], replays, unchanged)
         except DlscopeError as e:  # e.g. amp on a GPU with no known FP16 Tensor Core peak: say so, price the rest
             rows.append({"rule": rule, "scenario": sc.name, "est_saving_ns": estimate, "simulated_saving_ns": None,
                          "not_priced": str(e)})
@@ -236,19 +262,20 @@ def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]
             used.append(sc)
         rows.append({"rule": rule, "scenario": sc.name, "est_saving_ns": estimate,
                      "simulated_saving_ns": base - win.wall(r.t)})
-    together = base - win.wall(_replayed(g, used, replays).t) if used else None
+    together = base - win.wall(_replayed(g, used, replays, unchanged).t) if used else None
     return {"findings": rows, "combined_saving_ns": together}
 
 
-def _replayed(g: Graph, scenarios: list[Scenario], replays: dict) -> Result:
-    """The graph replayed with ``scenarios`` applied in order (or the error applying them), once per graph."""
+def _replayed(g: Graph, scenarios: list[Scenario], replays: dict, unchanged: Result | None = None) -> Result:
+    """The graph replayed with ``scenarios`` applied in order (or the error applying them), once per graph;
+    swept from the ``unchanged`` replay when given (same times, fewer sweeps)."""
     key = tuple(sc.name for sc in scenarios)
     if key not in replays:
         w = Weights.measured(g)
         try:
             for sc in scenarios:
                 sc.apply(g, w)
-            replays[key] = solve(g, w)
+            replays[key] = solve(g, w, start=unchanged.t if unchanged is not None else None)
         except DlscopeError as e:
             replays[key] = e
     if isinstance(replays[key], DlscopeError):

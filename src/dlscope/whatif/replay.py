@@ -63,8 +63,13 @@ def _segmented_cummax(y: np.ndarray, seg: np.ndarray, valid: np.ndarray) -> tupl
 BLOCK = 256
 
 
-def solve(g: Graph, w: Weights, max_rounds: int = 100_000) -> Result:
+def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | None = None) -> Result:
     """Replay the graph under ``w``: every vertex's time (sources keep their measured time).
+
+    ``start``: vertex times to sweep from (the measured times, or the unchanged replay's). The graph has no
+    cycle, so the sweeps reach the same times from any start (each sweep settles one more cross edge of every
+    dependency); from times that differ only where a scenario changed something, a block needs about as many
+    sweeps as the change travels across edges, not as many as its whole depth.
 
     Only vertices with a cross input can start something new; the others follow their chain predecessor by a
     fixed offset. So the chains are cut into segments at those vertices (heads: about one per GPU activity
@@ -104,6 +109,8 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000) -> Result:
     e_seg, e_off, d_seg, e_block = e_seg[e_order], e_off[e_order], d_seg[e_order], e_block[e_order]
     eb_lo = np.searchsorted(e_block, np.arange(len(b_lo)))
     H = base.copy()
+    if start is not None:
+        H = np.maximum(start[heads], NONE)
     rounds = 0
     for b in range(len(b_lo) - 1):
         hs = order[b_lo[b]:b_lo[b + 1]]
@@ -221,10 +228,11 @@ def critical_path(g: Graph, r: Result, b: Binding, end_v: int, lo: int) -> Path:
     return Path(chain_v, np.maximum(ce - cs, 0), cross_e, np.maximum(xe - xs, 0), untracked)
 
 
-def path_table(g: Graph, path: Path) -> pd.DataFrame:
-    """The path's time by category, owner op and GPU activity (one row per edge)."""
+def path_columns(g: Graph, path: Path) -> dict[str, np.ndarray]:
+    """The path's time by category, owner op and GPU activity: one entry per edge with time inside the
+    window."""
     cv, xe = path.chain_v, path.cross_e
-    frame = pd.DataFrame({
+    cols = {
         "category": np.r_[g.cat[cv], CROSS_CATEGORY[g.xkind[xe]], [CATEGORIES.index("before_trace")]],
         "op_id": np.r_[g.owner[cv], g.xowner[xe], [-1]],
         "act": np.r_[np.where(np.isin(g.cat[cv], _RUN_CATS), g.act[cv], -1), np.full(len(xe), -1), [-1]],
@@ -232,8 +240,9 @@ def path_table(g: Graph, path: Path) -> pd.DataFrame:
         "ns": np.r_[path.chain_ns, path.cross_ns, [path.untracked_ns]],
         # waiting the model could not tie to work: the residual it kept on the edge (fixed in a what-if)
         "unexplained": np.r_[np.minimum(path.chain_ns, g.rc[cv]), np.minimum(path.cross_ns, g.rx[xe]),
-                             [path.untracked_ns]]})
-    return frame[frame["ns"] > 0]
+                             [path.untracked_ns]]}
+    keep = cols["ns"] > 0
+    return {c: v[keep] for c, v in cols.items()}
 
 
 _RUN_CATS = [CATEGORIES.index(c) for c in ("kernel", "memcpy", "memset", "communication")]

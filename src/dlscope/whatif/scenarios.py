@@ -32,6 +32,7 @@ from .graph import (
     Graph,
     op_flags,
     positions,
+    row_codes,
 )
 from .replay import Weights
 
@@ -50,10 +51,14 @@ class Scenario:
 
 def _cpu_chain_of(g: Graph, frame: pd.DataFrame) -> np.ndarray:
     """The CPU chain of each row's thread (-1 when the thread has no chain)."""
-    cpu = g.chains[~g.chains["is_gpu"]]
-    key = pd.MultiIndex.from_frame(cpu[["rank", "pid", "tid"]])
-    return pd.Index(key).get_indexer(pd.MultiIndex.from_frame(frame[["rank", "pid", "tid"]])).astype(np.int64) \
-        if len(frame) else np.zeros(0, np.int64)
+    if not len(frame):
+        return np.zeros(0, np.int64)
+    cpu = g.chains[~g.chains["is_gpu"]]  # CPU chains come first: a row here is its chain
+    known = cpu[["rank", "pid", "tid"]].to_numpy(np.int64)
+    codes = row_codes(np.vstack([known, frame[["rank", "pid", "tid"]].to_numpy(np.int64)]))[0]
+    chain_of = np.full(int(codes.max()) + 1, -1, np.int64)
+    chain_of[codes[:len(known)]] = np.arange(len(known))
+    return chain_of[codes[len(known):]]
 
 
 def keep_cpu_spans(g: Graph, w: Weights, chain: np.ndarray, start: np.ndarray, end: np.ndarray,
@@ -61,10 +66,17 @@ def keep_cpu_spans(g: Graph, w: Weights, chain: np.ndarray, start: np.ndarray, e
     """Keep only the ``keep`` share of the CPU time inside the spans (aligned, relative times on the given
     chains; disjoint per chain): each CPU chain edge loses (1 - keep) of its overlap with them, in proportion
     of its weight, and so does a synchronization's wait cost on the same edge. Returns the CPU time removed."""
+    return keep_cpu_shares(g, w, cpu_span_shares(g, chain, start, end, keep))
+
+
+def cpu_span_shares(g: Graph, chain: np.ndarray, start: np.ndarray, end: np.ndarray,
+                    keep: np.ndarray | float) -> tuple[np.ndarray, np.ndarray] | None:
+    """The CPU chain edges (their vertex) and the share of each that the spans remove (None: no span): what
+    :func:`keep_cpu_spans` applies, found from the graph alone (so once per graph)."""
     keep = np.broadcast_to(np.asarray(keep, np.float64), np.shape(start))
     ok = (chain >= 0) & (end > start)
     if not ok.any():
-        return 0
+        return None
     n_cpu = g.n_cpu
     t = g.t[:n_cpu]
     big = np.int64(max(int(t.max()) + 1, int(end[ok].max()) + 1)) if n_cpu else np.int64(1)
@@ -85,6 +97,15 @@ def keep_cpu_spans(g: Graph, w: Weights, chain: np.ndarray, start: np.ndarray, e
     length = (t[v] - t[v - 1]).astype(np.float64)
     gone = removed_before(key[v]) - removed_before(key[v - 1])
     share = np.where(length > 0, np.clip(gone / np.where(length > 0, length, 1), 0, 1), 0.0)
+    return v, share
+
+
+def keep_cpu_shares(g: Graph, w: Weights, shares: tuple[np.ndarray, np.ndarray] | None) -> int:
+    """Remove the shares :func:`cpu_span_shares` found from the CPU chain edges and the synchronizations'
+    wait costs on them; returns the CPU time removed."""
+    if shares is None:
+        return 0
+    v, share = shares
     before = int(w.wc[v].sum())
     w.wc[v] = np.rint(w.wc[v] * (1.0 - share)).astype(np.int64)
     factor = np.ones(g.n)
@@ -134,19 +155,24 @@ def _launch_cost(g: Graph) -> dict[int, int]:
 
 
 def _no_dataloader(g: Graph, w: Weights) -> str:
+    n_spans, shares = g.memoized("no-dataloader", lambda: _dataloader_shares(g))
+    removed = keep_cpu_shares(g, w, shares)
+    return f"{n_spans} data-loading spans, {removed} ns of CPU time removed"
+
+
+def _dataloader_shares(g: Graph) -> tuple[int, tuple[np.ndarray, np.ndarray] | None]:
     ops, rg = g.job.ops, g.job.ranges
     dl = pd.concat([ops.loc[matches(ops["name"], "dataloader"), ["rank", "pid", "tid", "start", "end"]],
                     rg.loc[(rg["device"] < 0) & (rg["category"] == "dataloader"),
                            ["rank", "pid", "tid", "start", "end"]]],
                    ignore_index=True)
     chain, s, e = _spans(g, dl)
-    removed = keep_cpu_spans(g, w, chain, s, e, 0.0)
-    return f"{len(s)} data-loading spans, {removed} ns of CPU time removed"
+    return len(s), cpu_span_shares(g, chain, s, e, 0.0)
 
 
 def _no_sync_of(how: str | None) -> Callable[[Graph, Weights], str]:
     """Blocking calls (``how``: only synchronizations 'sync', or only copies 'copy'; None: all) stop waiting."""
-    def apply(g: Graph, w: Weights) -> str:
+    def calls(g: Graph) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         b = g.blocking[g.blocking["waited_v"] >= 0]
         if how:
             # a copy op (tensor.to) that blocks also synchronizes its stream: both go with non_blocking=True
@@ -155,10 +181,14 @@ def _no_sync_of(how: str | None) -> Callable[[Graph, Weights], str]:
             same_op = np.isin(op, list(copy_ops)) if how == "copy" else np.zeros(len(b), bool)
             b = b[(b["how"] == how).to_numpy() | same_op]
         ev = b["end_v"].to_numpy(np.int64)
-        w.off |= (g.xkind == SYNC) & np.isin(g.dst, ev)
         cap = b["rank"].map(_launch_cost(g)).fillna(0).to_numpy(np.int64)
+        return len(b), ev, (g.xkind == SYNC) & np.isin(g.dst, ev), cap
+
+    def apply(g: Graph, w: Weights) -> str:
+        n, ev, off, cap = g.memoized(("no-sync", how), lambda: calls(g))
+        w.off |= off
         w.wc[ev] = np.minimum(w.wc[ev], cap)
-        return f"{len(b)} blocking calls return at once (each costs one launch call)"
+        return f"{n} blocking calls return at once (each costs one launch call)"
     return apply
 
 
@@ -168,6 +198,16 @@ _no_sync = _no_sync_of(None)
 def _cuda_graphs(g: Graph, w: Weights) -> str:
     """Runs of op nodes that launch GPU work, between a synchronization or data loading and the next, are
     captured: replaying them costs one launch call on the CPU; the GPU work is unchanged."""
+    found = g.memoized("cuda-graphs", lambda: _captured_runs(g))
+    if isinstance(found, str):
+        return found
+    n_runs, shares = found
+    removed = keep_cpu_shares(g, w, shares)
+    return f"{n_runs} captured runs of op nodes, {removed} ns of CPU time removed"
+
+
+def _captured_runs(g: Graph) -> str | tuple[int, tuple[np.ndarray, np.ndarray] | None]:
+    """The captured runs' count and the CPU shares they remove (or why there is none)."""
     ops = g.job.ops
     roots = ops[ops["parent_id"] < 0]
     if roots.empty:
@@ -187,7 +227,7 @@ def _cuda_graphs(g: Graph, w: Weights) -> str:
     r = roots.assign(breaks=(blocked_root | dl)[roots.index.to_numpy()],
                      launches=roots["kernel_count"].to_numpy(np.int64) > 0)
     r = r.sort_values(["rank", "pid", "tid", "start"], kind="stable")
-    thread = pd.factorize(pd.MultiIndex.from_frame(r[["rank", "pid", "tid"]]))[0]
+    thread = row_codes(r[["rank", "pid", "tid"]].to_numpy(np.int64))[0]
     # a run: consecutive roots of a thread in one iteration (a graph is replayed once a step) with no breaking
     # root between them, from its first launching root to its last
     it = r["iteration"].to_numpy(np.int64)
@@ -204,8 +244,7 @@ def _cuda_graphs(g: Graph, w: Weights) -> str:
     e = g.vertex_time(spans["end"].to_numpy(np.int64), spans["rank"].to_numpy(np.int64))
     cost = spans["rank"].map(_launch_cost(g)).fillna(0).to_numpy(np.float64)
     keep = np.clip(cost / np.maximum(e - s, 1), 0, 1)
-    removed = keep_cpu_spans(g, w, chain, s, e, keep)
-    return f"{len(spans)} captured runs of op nodes, {removed} ns of CPU time removed"
+    return len(spans), cpu_span_shares(g, chain, s, e, keep)
 
 
 def _overlap_comm(g: Graph, w: Weights) -> str:
@@ -280,9 +319,9 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     if k.empty:
         return k.assign(on_tc=False)
     math, not_math = _math_kernel()
-    names = pd.Series(k["name"].to_numpy(object))
-    distinct = pd.unique(names)
-    is_math = dict(zip(distinct, [bool(math.search(n)) and not not_math.search(n) for n in distinct]))
+    # names are judged once per distinct name
+    name_code, distinct = pd.factorize(k["name"], use_na_sentinel=False)
+    is_math = np.array([bool(math.search(n)) and not not_math.search(n) for n in distinct], bool)[name_code]
     pos = positions(ops["op_id"].to_numpy(np.int64))
     own = np.array([dtype_precision(x) if x else "" for x in pd.unique(ops["data_type"])], object)
     prec_op = own[pd.factorize(ops["data_type"])[0]] if len(ops) else np.zeros(0, object)
@@ -299,18 +338,21 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     krow = pos[k["op_id"].to_numpy(np.int64)]
     has = krow >= 0
     kprec = np.where(has, prec[np.maximum(krow, 0)] if len(ops) else "", "").astype(object)
-    by_name = kernel_precisions(names)
+    by_name = kernel_precisions(pd.Series(np.asarray(distinct, object), dtype=object))[name_code]
     kprec = np.where(kprec == "", by_name, kprec)
-    uses_tc = job.kernels.set_index("kernel_id")["uses_tc"].reindex(k["id"].to_numpy()).fillna(0).to_numpy() > 0
+    kernel_row = positions(job.kernels["kernel_id"].to_numpy(np.int64))
+    kid = k["id"].to_numpy(np.int64)
+    krow_k = np.where(kid < len(kernel_row) - 1, kernel_row[np.minimum(kid, len(kernel_row) - 1)], -1)
+    uses_tc = np.where(krow_k >= 0, job.kernels["uses_tc"].to_numpy()[np.maximum(krow_k, 0)], 0) > 0
     elig = has & (eligible[np.maximum(krow, 0)] if len(ops) else False)
-    sel = elig & names.map(is_math).to_numpy(bool) & np.isin(kprec, ["fp32", "tf32"])
+    sel = elig & is_math & np.isin(kprec, ["fp32", "tf32"])
     out = k[sel].copy()
     out["on_tc"] = uses_tc[sel] | (kprec[sel] == "tf32")
     return out
 
 
 def _amp(factor: float | None) -> Callable[[Graph, Weights], str]:
-    def apply(g: Graph, w: Weights) -> str:
+    def plan(g: Graph) -> str | tuple[np.ndarray, np.ndarray, list[str]] | DlscopeError:
         cand = amp_candidates(g)
         if cand.empty:
             return "no FP32 GEMM/convolution kernels of Tensor-Core-eligible ops"
@@ -332,8 +374,8 @@ def _amp(factor: float | None) -> Callable[[Graph, Weights], str]:
                 target = ceil.peak("fp16", True) if ceil is not None else None
                 if ceil is None or target is None:
                     name = row.iloc[0]["name"] if len(row) else "unknown"
-                    raise DlscopeError(f"amp: no FP16 Tensor Core peak for GPU '{name}' (rank {rank}); give the "
-                                       f"speed-up as a duration factor, e.g. amp=0.5")
+                    return DlscopeError(f"amp: no FP16 Tensor Core peak for GPU '{name}' (rank {rank}); give the "
+                                        f"speed-up as a duration factor, e.g. amp=0.5")
                 at = cand.index.get_indexer(grp.index)
                 for flag in (False, True):
                     now = ceil.peak("fp32", flag)
@@ -342,8 +384,17 @@ def _amp(factor: float | None) -> Callable[[Graph, Weights], str]:
                         keep[at[sel]] = min(1.0, now[1] / target[1])
                         how.append(f"{'TF32' if flag else 'FP32'} → FP16 Tensor Cores on {ceil.name}: "
                                    f"×{now[1] / target[1]:.3f}")
-        removed = scale_activities(g, w, cand.index.to_numpy(), keep)
-        return f"{len(cand)} kernels ({'; '.join(dict.fromkeys(how))}), {removed} ns of GPU time removed"
+        return cand.index.to_numpy(), keep, how
+
+    def apply(g: Graph, w: Weights) -> str:
+        found = g.memoized(("amp", factor), lambda: plan(g))
+        if isinstance(found, DlscopeError):
+            raise DlscopeError(str(found))
+        if isinstance(found, str):
+            return found
+        rows, keep, how = found
+        removed = scale_activities(g, w, rows, keep)
+        return f"{len(rows)} kernels ({'; '.join(dict.fromkeys(how))}), {removed} ns of GPU time removed"
     return apply
 
 

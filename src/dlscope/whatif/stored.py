@@ -14,9 +14,9 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from .graph import CATEGORIES, Graph, build
+from .graph import CATEGORIES, Graph, build, positions
 from .job import Job
-from .predict import IterationRows, path_of, price_findings, windows
+from .predict import IterationRows, path_arrays, price_findings, windows
 from .replay import Binding, Result, Weights, binding, solve
 from .scenarios import for_rule
 
@@ -40,7 +40,7 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
             note = "no CPU or GPU events to replay"
         else:
             g = build(job)
-            base = solve(g, Weights.measured(g))
+            base = solve(g, Weights.measured(g), start=g.t)  # the unchanged replay is the measured times
     except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
         note = f"the dependency graph could not be built ({_one_line(e)})"
     replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
@@ -65,28 +65,40 @@ class _Shared:
     def __init__(self, g: Graph, base: Result):
         self.bound: Binding = binding(g, base)
         self.rows = IterationRows(g)
-        self.op_pos = pd.Series(np.arange(len(g.job.ops)), index=g.job.ops["op_id"].to_numpy(np.int64))
+        self.op_pos = positions(g.job.ops["op_id"].to_numpy(np.int64))
+        acts = g.activities
+        self.is_kernel = (acts["table"].to_numpy(object) == "kernel") if len(acts) else np.zeros(0, bool)
+        # kernel names as codes: a rank's path is summed by code, its kernels table looked up by name once
+        code, names = pd.factorize(acts["name"])
+        self.name_code = np.asarray(code, np.int64)
+        self.names = pd.Index(names)
 
 
 def _annotate_one(g: Graph, base: Result, shared: _Shared, agg, found: list[dict], replays: dict) -> None:
     row = agg.row
     win = windows(g, int(row["rank"]), int(row["iter_start"]), int(row["iter_stop"]), shared.rows)
-    path = path_of(g, win, base, shared.bound)
-    ns = path["ns"].to_numpy(np.int64)
-    op_id = path["op_id"].to_numpy(np.int64)
+    path = path_arrays(g, win, base, shared.bound)
+    ns = path["ns"].astype(np.int64) if path else np.zeros(0, np.int64)
+    op_id = path["op_id"].astype(np.int64) if path else np.zeros(0, np.int64)
+    act = path["act"].astype(np.int64) if path else np.zeros(0, np.int64)
     owned = op_id >= 0
-    by_node = pd.Series(ns[owned]).groupby(op_nodes(g, op_id[owned], shared.op_pos)).sum()
-    act = path["act"].to_numpy(np.int64)
-    acts = g.activities
+    nodes, node_ns = _sums(op_nodes(g, op_id[owned], shared.op_pos), ns[owned])
     kernel = act >= 0
-    kernel[kernel] = acts["table"].to_numpy(object)[act[kernel]] == "kernel"
-    by_kernel = pd.Series(ns[kernel]).groupby(acts["name"].to_numpy(object)[act[kernel]]).sum()
-    agg.ops = agg.ops.assign(critical_path_ns=_lookup(agg.ops, "node_id", by_node))
-    agg.kernels = agg.kernels.assign(critical_path_ns=_lookup(agg.kernels, "kernel_name", by_kernel))
-    cells = path.groupby(["rank", "category"], sort=True)["ns"].sum().reset_index()
-    agg.critical_path = pd.DataFrame({"rank": cells["rank"].to_numpy(np.int64),
-                                      "category": np.asarray(CATEGORIES, object)[cells["category"].to_numpy(int)],
-                                      "time_ns": cells["ns"].to_numpy(np.int64)})
+    kernel[kernel] = shared.is_kernel[act[kernel]]
+    code = shared.name_code[act[kernel]]
+    named = code >= 0  # a kernel without a name is in no kernels row
+    codes, code_ns = _sums(code[named], ns[kernel][named])
+    agg.ops = agg.ops.assign(critical_path_ns=_lookup(agg.ops["node_id"].to_numpy(np.int64), nodes, node_ns)
+                             if not agg.ops.empty else np.zeros(0, np.int64))
+    agg.kernels = agg.kernels.assign(
+        critical_path_ns=_lookup(np.asarray(shared.names.get_indexer(agg.kernels["kernel_name"]), np.int64), codes,
+                                 code_ns) if not agg.kernels.empty else np.zeros(0, np.int64))
+    rank = path["rank"].astype(np.int64) if path else np.zeros(0, np.int64)
+    category = path["category"].astype(np.int64) if path else np.zeros(0, np.int64)
+    cells, cell_ns = _sums(rank * len(CATEGORIES) + category, ns)  # rank >= -1: the cells in (rank, category) order
+    agg.critical_path = pd.DataFrame({"rank": np.floor_divide(cells, len(CATEGORIES)),
+                                      "category": np.asarray(CATEGORIES, object)[np.mod(cells, len(CATEGORIES))],
+                                      "time_ns": cell_ns})
     priced = price_findings(g, win, [(f["rule"], f.get("est_saving_ns")) for f in found], base, replays)
     rows = iter(priced["findings"])
     for f in found:  # price_findings lists the findings a scenario models, in their order
@@ -95,23 +107,40 @@ def _annotate_one(g: Graph, base: Result, shared: _Shared, agg, found: list[dict
     row["critical_path_note"] = None
 
 
-def op_nodes(g: Graph, op_id: np.ndarray, pos: pd.Series | None = None) -> np.ndarray:
-    """The op node (of the outermost op) each op belongs to: the nodes the ops table lists. ``pos``: op id ->
-    row of ``g.job.ops``, when the caller has it."""
+def op_nodes(g: Graph, op_id: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
+    """The op node (of the outermost op) each op belongs to: the nodes the ops table lists (-1: none).
+    ``pos``: ``positions`` of the op ids of ``g.job.ops``, when the caller has it."""
     ops = g.job.ops
-    if pos is None:
-        pos = pd.Series(np.arange(len(ops)), index=ops["op_id"].to_numpy(np.int64))
-    row = pos.reindex(op_id).fillna(-1).to_numpy(np.int64)
-    root = np.where(row >= 0, ops["root_id"].to_numpy(np.int64)[np.maximum(row, 0)], -1)
+    pos = positions(ops["op_id"].to_numpy(np.int64)) if pos is None else pos
+
+    def row_of(ids: np.ndarray) -> np.ndarray:
+        inside = (ids >= 0) & (ids < len(pos) - 1)
+        return np.where(inside, pos[np.where(inside, ids, -1)], -1)
+
+    row = row_of(op_id)
+    root = np.where(row >= 0, ops["root_id"].to_numpy(np.int64)[np.maximum(row, 0)], -1) if len(ops) else row
     root = np.where(root >= 0, root, op_id)
-    root_row = pos.reindex(root).fillna(-1).to_numpy(np.int64)
-    return np.where(root_row >= 0, ops["node_id"].to_numpy(np.int64)[np.maximum(root_row, 0)], -1)
+    root_row = row_of(root)
+    return np.where(root_row >= 0, ops["node_id"].to_numpy(np.int64)[np.maximum(root_row, 0)], -1) if len(ops) \
+        else root_row
 
 
-def _lookup(frame: pd.DataFrame, key: str, values: pd.Series) -> np.ndarray:
-    if frame.empty:
-        return np.zeros(0, np.int64)
-    return frame[key].map(values).fillna(0).to_numpy(np.int64)
+def _sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct keys in order, the sum of ``values`` of each): a group-by sum on integers, exact."""
+    if len(keys) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    return k[starts], np.add.reduceat(values[order], starts)
+
+
+def _lookup(keys: np.ndarray, distinct: np.ndarray, sums: np.ndarray) -> np.ndarray:
+    """The sum of each key (0: not on the path)."""
+    if len(distinct) == 0:
+        return np.zeros(len(keys), np.int64)
+    at = np.minimum(np.searchsorted(distinct, keys), len(distinct) - 1)
+    return np.where(distinct[at] == keys, sums[at], 0).astype(np.int64)
 
 
 def skip(aggs: list, findings: list[list[dict]], why: str) -> None:

@@ -15,10 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...analyze.categories import matches
 from ...analyze.intervals import clip, merge
 from ...model import value_counts
-from ..context import compile_any, names_matching
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, plural
 from ..finding import Finding
 from ..registry import rule
@@ -39,16 +37,16 @@ def refill_gaps(ctx, call_ends: np.ndarray) -> np.ndarray:
     nxt = np.where(idx < len(bs), bs[np.minimum(idx, len(bs) - 1)] if len(bs) else hi, hi)
     gap_end = np.where(~inside, np.minimum(nxt, hi), ends)
     ops = ctx.ops_all
-    other = ops[matches(ops["name"], "dataloader") | matches(ops["name"], "io")]
-    rg = ctx.ranges[ctx.ranges["category"].isin(["dataloader", "io"])]
-    owned = Span(np.concatenate([other["start"], rg["start"]]), np.concatenate([other["end"], rg["end"]]))
+    other = ctx.ops_named("dataloader") | ctx.ops_named("io")
+    rg = ctx.ranges["category"].isin(["dataloader", "io"]).to_numpy(bool)
+    owned = Span(np.concatenate([ops["start"].to_numpy(np.int64)[other], ctx.ranges["start"].to_numpy(np.int64)[rg]]),
+                 np.concatenate([ops["end"].to_numpy(np.int64)[other], ctx.ranges["end"].to_numpy(np.int64)[rg]]))
     s, e = np.clip(ends, lo, hi), np.clip(gap_end, lo, hi)
     return np.where(e > s, (e - s) - covered_lengths(owned, s, e), 0)
 
 
 def _calls(ctx, patterns: list[str]) -> pd.DataFrame:
-    api = ctx.api_calls
-    return api[names_matching(api["name"], compile_any(patterns))]
+    return ctx.api_calls[ctx.names_match("api_calls", patterns)]
 
 
 def _blocking_finding(ctx, cfg, rule_id: str, calls: pd.DataFrame, what: str, advice: str):

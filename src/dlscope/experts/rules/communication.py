@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...analyze.intervals import clip
-from ..context import compile_any, names_matching
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, top_by
 from ..finding import Finding
 from ..registry import rule
@@ -19,15 +18,16 @@ def exposed_communication(ctx, cfg):
     k = ctx.kernel_facts
     if k.empty:
         return None
-    comm_mask = names_matching(k["name"], compile_any(cfg["kernel_patterns"]))
+    comm_mask = ctx.names_match("kernel_facts", cfg["kernel_patterns"])
     if not comm_mask.any():
         return None
     lo, hi = ctx.window
     exposed_total, comm_total, parts, devices = 0, 0, [], sorted(k.loc[comm_mask, "device"].unique())
+    device, start, end = k["device"].to_numpy(), k["start"].to_numpy(np.int64), k["end"].to_numpy(np.int64)
     for dev in devices:
-        on = (k["device"] == dev).to_numpy()
-        comm = clip(k.loc[comm_mask & on, "start"], k.loc[comm_mask & on, "end"], lo, hi)
-        comp = Span(k.loc[~comm_mask & on, "start"], k.loc[~comm_mask & on, "end"])
+        on = device == dev
+        comm = clip(start[comm_mask & on], end[comm_mask & on], lo, hi)
+        comp = Span(start[~comm_mask & on], end[~comm_mask & on])
         exposed = minus(comm, comp)
         exposed_total += length(exposed)
         comm_total += length(comm)
@@ -35,7 +35,7 @@ def exposed_communication(ctx, cfg):
     saving = int(exposed_total / len(devices))
     if saving < cfg["min_share"] * ctx.wall:
         return None
-    ck = k[comm_mask]
+    ck = k.loc[comm_mask, ["op_id", "name", "dur", "iteration"]]
     n = ctx.config["evidence"]["max_items"]
     es = np.concatenate([p[0] for p in parts])
     ee = np.concatenate([p[1] for p in parts])

@@ -14,12 +14,10 @@ a finding needing a saving, no finding.
 from __future__ import annotations
 
 import json
-import re
 
 import pandas as pd
 
 from ...roofline.flops import op_cost
-from ..context import names_matching
 from ..evidence import fmt_ns, iterations_of, longest_ranges, plural, top_by
 from ..finding import Finding
 from ..registry import rule
@@ -99,9 +97,8 @@ def cudnn_benchmark_off(ctx, cfg):
     if convs.empty:
         return None
     flags = [_flag(c, cfg["benchmark_arg"][name]) for name, c in zip(convs["name"], convs["concrete_inputs"])]
-    api = ctx.api_calls
-    finds = names_matching(api["name"], re.compile(cfg["find_api_pattern"])).any()
-    gets = names_matching(api["name"], re.compile(cfg["get_api_pattern"])).any()
+    finds = ctx.names_match("api_calls", cfg["find_api_pattern"]).any()
+    gets = ctx.names_match("api_calls", cfg["get_api_pattern"]).any()
     off_ops = convs[[f is False for f in flags]]
     if any(f is True for f in flags) or finds:
         return None

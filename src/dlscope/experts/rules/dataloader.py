@@ -7,9 +7,7 @@ memcpy or memset runs. On a CPU-only profile it is simply the time inside data l
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from ...analyze.categories import matches
 from ...analyze.intervals import clip
 from ..evidence import fmt_ns, longest_ranges, node_ids
 from ..finding import Finding
@@ -20,11 +18,12 @@ def loader_intervals(ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(starts, ends, op_ids) of data-loading ops and ranges inside the window (op_id -1 for ranges)."""
     ops = ctx.ops_all
     lo, hi = ctx.window
-    o = ops[matches(ops["name"], "dataloader") & (ops["end"] > lo) & (ops["start"] < hi)]
-    r = ctx.ranges[ctx.ranges["category"] == "dataloader"]
-    frame = pd.concat([o[["start", "end"]].assign(op_id=o["op_id"].to_numpy()),
-                       r[["start", "end"]].assign(op_id=-1)], ignore_index=True)
-    return (frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64), frame["op_id"].to_numpy(np.int64))
+    start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+    o = ctx.ops_named("dataloader") & (end > lo) & (start < hi)
+    r = (ctx.ranges["category"] == "dataloader").to_numpy(bool)
+    rs, re_ = ctx.ranges["start"].to_numpy(np.int64)[r], ctx.ranges["end"].to_numpy(np.int64)[r]
+    return (np.concatenate([start[o], rs]), np.concatenate([end[o], re_]),
+            np.concatenate([ops["op_id"].to_numpy(np.int64)[o], np.full(len(rs), -1, dtype=np.int64)]))
 
 
 GPU_ADVICE = ("Load batches in parallel with the step: DataLoader(num_workers=N>0, pin_memory=True, "

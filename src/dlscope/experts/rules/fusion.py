@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..context import compile_any, names_matching
 from ..evidence import fmt_ns, node_ids, short_kernel
 from ..finding import Finding
 from ..registry import rule
@@ -25,7 +24,7 @@ def _runs(k: pd.DataFrame, short_ns: int, max_gap_ns: int) -> tuple[np.ndarray, 
     Returns ``order`` (row positions, grouped by stream and iteration in order of first appearance, by
     start within a group) and each run's ``[lo, hi)`` bounds in it.
     """
-    group = k.groupby(["device", "stream", "iteration"], sort=False).ngroup().to_numpy()
+    group = _first_seen_groups(*(k[c].to_numpy() for c in ("device", "stream", "iteration")))
     start, end = k["start"].to_numpy(np.int64), k["end"].to_numpy(np.int64)
     order = np.lexsort((start, group))
     ok = k["dur"].to_numpy(np.int64)[order] <= short_ns
@@ -36,6 +35,16 @@ def _runs(k: pd.DataFrame, short_ns: int, max_gap_ns: int) -> tuple[np.ndarray, 
     lo = np.flatnonzero(edges == 1)
     hi = np.flatnonzero(edges == -1) + 1
     return order, lo, hi
+
+
+def _first_seen_groups(*columns: np.ndarray) -> np.ndarray:
+    """Per row, its group of equal values in ``columns``, numbered in order of first appearance (what
+    ``groupby(sort=False).ngroup()`` gives, without its per-call cost)."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    for col in columns:
+        codes, uniques = pd.factorize(col, sort=False)
+        key = key * len(uniques) + codes
+    return pd.factorize(key, sort=False)[0]
 
 
 def _windows(order: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int) -> np.ndarray:
@@ -75,7 +84,8 @@ def _occurrences(codes: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.nd
 def _in_optimizer(ctx, k: pd.DataFrame) -> np.ndarray:
     """Kernels launched by ops inside an optimizer step."""
     ops = ctx.ops
-    steps = ops[names_matching(ops["name"], compile_any(ctx.config["unfused_optimizer"]["step_op_patterns"]))]
+    named = ctx.names_match("ops", ctx.config["unfused_optimizer"]["step_op_patterns"])
+    steps = ops.loc[named, ["tid", "start", "end"]]
     pos = ctx.ops_all.index.get_indexer(k["op_id"])
     inside = np.zeros(len(k), dtype=bool)
     if steps.empty:

@@ -34,7 +34,7 @@ def gpu_gaps(ctx, cfg):
         return None
     n = ctx.config["evidence"]["max_items"]
     found = list(idle.iloc[np.argsort(-length, kind="stable")[:n]].itertuples(index=False, name=None))
-    neighbours = _Neighbours(ctx.kernel_facts)
+    neighbours = _Neighbours(ctx.kernel_facts[["device", "start", "end", "op_id", "name"]])
     before_ops, after_ops, kernels, located = [], [], [], []
     for s, e, dev, _it in found:
         prev, nxt = neighbours.before(dev, s), neighbours.after(dev, e)

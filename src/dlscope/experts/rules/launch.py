@@ -37,11 +37,12 @@ def launch_bound(ctx, cfg):
     k = ctx.kernel_facts
     if len(k) < cfg["min_kernels"]:
         return None
-    api = ctx.api_calls.set_index("api_id")
-    pos = api.index.get_indexer(k["api_id"])
+    api = ctx.api_calls
+    pos = pd.Index(api["api_id"].to_numpy()).get_indexer(k["api_id"].to_numpy())
     has = pos >= 0
-    launch_start = np.where(has, api["start"].to_numpy(np.int64)[np.maximum(pos, 0)], k["start"].to_numpy())
-    launch_dur = np.where(has, (api["end"] - api["start"]).to_numpy(np.int64)[np.maximum(pos, 0)], 0)
+    api_start, api_end = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
+    launch_start = np.where(has, api_start[np.maximum(pos, 0)], k["start"].to_numpy())
+    launch_dur = np.where(has, (api_end - api_start)[np.maximum(pos, 0)], 0)
     dur = k["dur"].to_numpy(np.int64)
     short = has & (dur < cfg["short_kernel_us"] * 1000) & (launch_dur >= dur)
     if short.mean() < cfg["min_short_share"]:
@@ -50,9 +51,10 @@ def launch_bound(ctx, cfg):
     saving = int(wait[short].sum())
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
-    sk = k[short].assign(wait=wait[short])
+    sk = k.loc[short, ["op_id", "name", "iteration", "start"]].assign(wait=wait[short])
     n = ctx.config["evidence"]["max_items"]
-    waits = sk[sk["wait"] > 0]
+    waited = np.flatnonzero(wait[short] > 0)
+    longest = waited[np.argsort(-wait[short][waited], kind="stable")[:n]]  # nlargest: ties in row order
     return Finding(
         "launch_bound",
         f"{plural(int(short.sum()), 'kernel')} ({100 * short.mean():.0f}% of {len(k):,}) ran shorter than "
@@ -69,5 +71,5 @@ def launch_bound(ctx, cfg):
         {"node_ids": node_ids(ctx, top_by(sk[sk["op_id"] >= 0], "op_id", "wait", n)),
          "kernels": top_by(sk, "name", "wait", n), "iterations": iterations_of(sk["iteration"]),
          "time_ranges": [[int(s - w), int(s)] for s, w in
-                         zip(waits.nlargest(n, "wait")["start"], waits.nlargest(n, "wait")["wait"])],
+                         zip(sk["start"].to_numpy()[longest], wait[short][longest])],
          "short_kernels": int(short.sum()), "kernels_total": int(len(k))})

@@ -4,7 +4,6 @@ The saving is the union of those kernels' time in the window."""
 from __future__ import annotations
 
 from ...analyze.intervals import clip
-from ..context import compile_any, names_matching
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, plural, top_by
 from ..finding import Finding
 from ..registry import rule
@@ -16,7 +15,7 @@ def layout_transposes(ctx, cfg):
     k = ctx.kernel_facts
     if k.empty:
         return None
-    t = k[names_matching(k["name"], compile_any(cfg["kernel_patterns"]))]
+    t = k[ctx.names_match("kernel_facts", cfg["kernel_patterns"])]
     share = t["dur"].sum() / max(int(k["dur"].sum()), 1)
     if t.empty or share < cfg["min_share"]:
         return None

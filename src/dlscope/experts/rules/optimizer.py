@@ -21,7 +21,7 @@ from ..spans import gaps_in_windows
 @rule("unfused_optimizer", gpu=True)
 def unfused_optimizer(ctx, cfg):
     ops = ctx.ops
-    steps = ops[names_matching(ops["name"], compile_any(cfg["step_op_patterns"]))]
+    steps = ops[ctx.names_match("ops", cfg["step_op_patterns"])]
     if steps.empty:
         return None
     fused = compile_any(cfg["fused_patterns"])

@@ -57,9 +57,10 @@ def _basis(ctx) -> str:
 
 
 def _tf32_gain(ctx) -> str:
-    """'2.0× the peak (156 → 312 TFLOP/s on A100)' from the datasheet, or a plain 'twice the peak'."""
+    """'2.0× the peak (156 → 312 TFLOP/s on A100)' from the datasheet, or a plain 'twice the peak'. FP32 on the
+    matrix units is TF32 on NVIDIA, FP32 itself on AMD matrix cores (``peak("fp32", True)`` gives either)."""
     c = ctx.ceilings
-    tf32, half = (c.peak("tf32", True), c.peak("fp16", True)) if c is not None else (None, None)
+    tf32, half = (c.peak("fp32", True), c.peak("fp16", True)) if c is not None else (None, None)
     if not tf32 or not half:
         return f"about {ctx.config['amp_not_enabled']['tf32_to_half_peak_ratio']:g}× the peak"
     return f"{half[1] / tf32[1]:.1f}× the peak ({tf32[1] / 1e12:,.0f} → {half[1] / 1e12:,.0f} TFLOP/s on {c.name})"
@@ -75,12 +76,17 @@ AMP_ADVICE = {
 }
 
 
+#: what the precision rules read of the kernels
+_COLUMNS = ["name", "start", "end", "dur", "iteration", "uses_tc", "precision", "precision_source", "eligible_root",
+            "root_node"]
+
+
 @rule("amp_not_enabled", gpu=True)
 def amp_not_enabled(ctx, cfg):
     """Eligible ops computing in FP32: on CUDA cores (the FP32 peak) or on TF32 Tensor Cores (half the
     FP16/BF16 peak). Precision is the op's input dtype, else the kernel's name (``precision_names``)."""
-    kf = ctx.kernel_facts
-    elig = kf[kf["eligible_root"] >= 0]
+    kf = ctx.kernel_facts[_COLUMNS]
+    elig = kf[kf["eligible_root"].to_numpy() >= 0]
     if elig.empty:
         return None
     cc = ctx.compute_capability
@@ -101,16 +107,18 @@ def amp_not_enabled(ctx, cfg):
     by_name = int(single.loc[single["precision_source"] == "name", "dur"].sum())
     n = ctx.config["evidence"]["max_items"]
     parts = []
+    units = ctx.matrix_units.plural
+    amd = ctx.ceilings is not None and ctx.ceilings.vendor == "AMD"
     if fp32_time:
-        parts.append(f"{fmt_ns(fp32_time)} on CUDA cores, not using Tensor Cores")
+        parts.append(f"{fmt_ns(fp32_time)} on {'vector units' if amd else 'CUDA cores'}, not using {units}")
     if tf32_time:
-        parts.append(f"{fmt_ns(tf32_time)} as TF32 on Tensor Cores already, where BF16/FP16 would give "
+        as_what = ctx.ceilings.matrix_precision("fp32").upper() if ctx.ceilings is not None else "TF32"
+        parts.append(f"{fmt_ns(tf32_time)} as {as_what} on {units} already, where BF16/FP16 would give "
                      f"{_tf32_gain(ctx)}")
     how = (", precision read from the kernel names as the trace has no input dtypes" if by_name == single_time else
            f", the precision of {fmt_ns(by_name)} read from the kernel names" if by_name else "")
     none_or_few = "none are" if half_time == 0 else "almost none are"
     n_ops = int(single["root_node"].nunique())
-    units = ctx.matrix_units.plural
     return Finding(
         "amp_not_enabled",
         f"{plural(n_ops, 'op')} {'was' if n_ops == 1 else 'were'} eligible for FP16/BF16 {units} but {none_or_few} "
@@ -129,13 +137,14 @@ def amp_not_enabled(ctx, cfg):
 
 
 def _known_tf32(ctx) -> bool:
+    """Both peaks of the FP32-on-matrix-units → FP16 step are in the table (TF32 on NVIDIA, FP32 MFMA on AMD)."""
     c = ctx.ceilings
-    return c is not None and bool(c.peak("tf32", True)) and bool(c.peak("fp16", True))
+    return c is not None and bool(c.peak("fp32", True)) and bool(c.peak("fp16", True))
 
 
 @rule("tc_eligible_not_using_tc", gpu=True)
 def tc_eligible_not_using_tc(ctx, cfg):
-    kf = ctx.kernel_facts
+    kf = ctx.kernel_facts[_COLUMNS]
     half = kf[(kf["eligible_root"] >= 0) & kf["precision"].isin(HALF)]
     if half.empty:
         return None

@@ -5,12 +5,13 @@ analytic FLOPs and ideal bytes from the recorded shapes) and the run in one quad
 utilization (``roofline.quadrants.run_utilization``). The saving is what the modelled ops would gain running at
 ``target_pct_of_roof`` of their roof: per op node, its GPU time minus its roof time ÷ target, where the roof
 time = max(FLOPs ÷ peak of its precision, bytes ÷ DRAM bandwidth); ops already closer to their roof save
-nothing. Advice comes from ``data/roofline_advice.json`` (2:4 sparsity only on CC ≥ 8.0 for GEMM/convolution
-work).
+nothing. Advice comes from ``data/roofline_advice.json`` (2:4 sparsity only on NVIDIA CC ≥ 8.0 for
+GEMM/convolution work; FP8 on NVIDIA CC ≥ 8.9 or an AMD GPU with an FP8 matrix rate).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ...roofline.analysis import roofline_ops
@@ -19,15 +20,26 @@ from ..evidence import fmt_ns
 from ..finding import Finding
 from ..registry import rule
 
+#: what ``roofline_ops`` reads of a node, besides its first call's shapes, dtypes and arguments
+_NODE_COLUMNS = ["node_id", "op_name", "op_type", "direction", "scope", "calls", "using_tc", "gpu_time_ns"]
+
 
 def _op_rows(ctx) -> pd.DataFrame:
     """The aggregation's op nodes with GPU time, with the shapes, dtypes and arguments of each node's first
     call (the roofline report's rows)."""
-    nodes = ctx.agg_ops[ctx.agg_ops["gpu_time_ns"] > 0]
-    calls = ctx.ops[["node_id", "input_shapes", "input_dtypes", "concrete_inputs"]]
-    first = calls[calls["node_id"].isin(nodes["node_id"])].drop_duplicates("node_id")
-    return (nodes.drop(columns=["input_shapes"], errors="ignore").merge(first, on="node_id", how="inner")
-            .sort_values(["gpu_time_ns", "node_id"], ascending=[False, True]))
+    nodes = ctx.agg_ops
+    node_ids, first = ctx.frames.first_calls()  # every rank's, made once
+    ids, gpu = nodes["node_id"].to_numpy(np.int64), nodes["gpu_time_ns"].to_numpy(np.int64)
+    pos = node_ids.get_indexer(ids)
+    keep = np.flatnonzero((gpu > 0) & (pos >= 0))
+    order = keep[np.lexsort((ids[keep], -gpu[keep]))]  # GPU time descending, then node id
+    return pd.DataFrame({**{c: nodes[c].to_numpy()[order] for c in _NODE_COLUMNS if c in nodes.columns},
+                         **{c: values[pos[order]] for c, values in first.items()}})
+
+
+#: what the finding reads of the placed ops
+_PLACED = ["node_id", "op_name", "precision", "gpu_time_ns", "flops", "bytes", "ceiling_flops_per_s", "pct_of_ceiling",
+           "bound"]
 
 
 @rule("roofline_quadrant", gpu=True)
@@ -41,11 +53,11 @@ def roofline_quadrant(ctx, cfg):
     points = [{"time_ns": o["gpu_time_ns"], "flops": o["flops"], "bytes": o["bytes"],
                "peak": o["ceiling_flops_per_s"], "precision": o["precision"], "tensor_cores": o["tensor_cores"],
                "family": o["family"]} for o in ops]
-    util = run_utilization(points, dram, cc, "ops")
+    util = run_utilization(points, dram, cc, "ops", ceilings.vendor, list(ceilings.flops))
     if util is None or util["quadrant"] not in cfg["quadrants"]:
         return None
     target = cfg["target_pct_of_roof"] / 100.0
-    placed = pd.DataFrame([o for o in ops if o["bound"] is not None])
+    placed = pd.DataFrame({c: [o[c] for o in ops if o["bound"] is not None] for c in _PLACED})
     if placed.empty:
         return None
     math_s = (placed["flops"] / placed["ceiling_flops_per_s"].astype(float)).where(placed["flops"] > 0, 0.0)
@@ -55,15 +67,20 @@ def roofline_quadrant(ctx, cfg):
     if saving <= 0 or ctx.pct(saving) < cfg["min_pct"]:
         return None
     n = ctx.config["evidence"]["max_items"]
-    top = placed[placed["saving_ns"] > 0].nlargest(n, "saving_ns")
-    worst = top.iloc[0]
+    saved = placed["saving_ns"].to_numpy(float)
+    positive = np.flatnonzero(saved > 0)
+    top_rows = positive[np.argsort(-saved[positive], kind="stable")[:n]]  # nlargest: ties in row order
+    top = {c: placed[c].to_numpy()[top_rows] for c in ("node_id", "op_name", "precision", "gpu_time_ns",
+                                                      "pct_of_ceiling", "saving_ns", "bound")}
+    worst = {c: values[0] for c, values in top.items()}
+    units = f" on {ctx.matrix_units.plural}" if util["dominant_tensor_cores"] else ""
     problem = (
         f"The {len(placed)} modelled op nodes ({fmt_ns(int(placed['gpu_time_ns'].sum()))} of GPU time) sit in the "
         f"{util['quadrant_label']} quadrant of the roofline: compute utilization "
         f"{util['compute_utilization_pct']:.1f}%, memory utilization {util['memory_utilization_pct']:.1f}% of "
         f"{ceilings.name} (high from {util['high_utilization_pct']:.0f}%); the math with the most GPU time is "
-        f"{util['dominant_precision']}{' on Tensor Cores' if util['dominant_tensor_cores'] else ''}, the op family "
-        f"with the most is {util['dominant_family'] or 'unknown'}. The op furthest below its roof, "
+        f"{util['dominant_precision']}{units}, the op family with the most is "
+        f"{util['dominant_family'] or 'unknown'}. The op furthest below its roof, "
         f"{worst['op_name']}, runs at {worst['pct_of_ceiling']:.1f}% of its {worst['bound']} roof for "
         f"{fmt_ns(int(worst['gpu_time_ns']))}.")
     hints = " ".join(util["advice"])
@@ -77,6 +94,6 @@ def roofline_quadrant(ctx, cfg):
          "dominant_precision": util["dominant_precision"], "dominant_family": util["dominant_family"],
          "ops": [{"node_id": int(r["node_id"]), "op_name": r["op_name"], "precision": r["precision"],
                   "gpu_time_ns": int(r["gpu_time_ns"]), "pct_of_ceiling": r["pct_of_ceiling"],
-                  "saving_ns": int(r["saving_ns"])} for _, r in top.iterrows()],
+                  "saving_ns": int(r["saving_ns"])} for r in (dict(zip(top, row)) for row in zip(*top.values()))],
          "saving_basis": f"per op node: GPU time - max(FLOPs / peak, bytes / DRAM bandwidth) / "
                          f"{cfg['target_pct_of_roof']:g}% (its time at that share of its roof), at least 0"})

@@ -81,6 +81,9 @@ function summaryPanel(r) {
     el("div", { class: "panel-head" }, el("h2", { text: "Summary" })),
     kv([["GPU", gpuName, "gpu"], ["Roofs from", roofsFrom, "roofs-from"],
       ["DRAM bandwidth", c && c.bytes_per_s.dram ? bandwidth(c.bytes_per_s.dram) : null],
+      // cache roofs are published measurements: the cell's title says which file and how (gpu_specs.json)
+      ...["l2", "l1"].filter((l) => c && c.bytes_per_s[l]).map((l) => [`${l.toUpperCase()} bandwidth`,
+        el("span", { title: (c.sources || {})[l] || "", text: bandwidth(c.bytes_per_s[l]) }), `${l}-bandwidth`]),
       ["Memory-bound GPU time", shareOf(s.memory_bound_gpu_time_ns, modelled), "memory-bound"],
       ["Math-bound GPU time", shareOf(s.math_bound_gpu_time_ns, modelled), "math-bound"],
       ["Op GPU time on the chart", shareOf(modelled, s.op_gpu_time_ns), "modelled"],

@@ -1,0 +1,181 @@
+"""The parse of a job's files: grouped per worker task, each table joined once in the parent.
+
+Oracles: the raw JSON of each rank (counted here with the standard library), hand-made groupings, and pandas'
+own concatenation of the files imported one by one.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from conftest import data_file
+
+from dlscope.model import ID_COLUMNS, TABLES
+from dlscope.pipeline.executors import (
+    file_groups,
+    import_file,
+    import_group_to_bytes,
+    import_group_to_files,
+    joined_profile,
+    load_profiles_parallel,
+)
+from dlscope.pipeline.inputs import expand_inputs
+
+DLRM = ("kineto", "param_dlrm_8rank_v100")
+#: files of four formats whose tables differ in column types (an empty column of objects next to strings)
+MIXED = (("kineto", "hta_event_sync_a100.json.gz"), ("tf_trace", "tf2_keras_cnn_sm75.trace.json.gz"),
+         ("nsys_sqlite", "dlprof_pytorch_emit_nvtx_rtx2070s_nsys2022.1.sqlite"))
+
+
+@pytest.mark.parametrize(("sizes", "workers", "expected"), [
+    ([10] * 8, 2, [[0, 1], [2, 3], [4, 5], [6, 7]]),  # 2 groups per worker, of equal bytes
+    ([10] * 8, 1, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    ([10] * 3, 4, [[0], [1], [2]]),  # never more groups than files
+    ([100, 1, 1, 1, 1], 2, [[0], [1, 2, 3, 4]]),  # a file larger than a group's share is a group of its own
+    ([0, 0, 0, 0], 2, [[0], [1], [2], [3]]),  # unsized files (pipes, gone) still count
+])
+def test_files_are_grouped_in_order_into_about_two_groups_per_worker(sizes, workers, expected):
+    assert [list(g) for g in file_groups(sizes, workers)] == expected
+
+
+def _raw(path) -> dict:
+    with gzip.open(path) as f:
+        return json.load(f)
+
+
+def test_a_job_parsed_by_two_workers_has_each_rank_rows_as_its_raw_trace(tmp_path):
+    """8 DLRM ranks in 4 groups of 2: every kernel of every rank, under the rank its trace names, ids 0..n-1."""
+    paths = expand_inputs([data_file(*DLRM)])
+    profile = load_profiles_parallel(paths, workers=2)
+    expected_ranks, expected_names = [], Counter()
+    for path in paths:
+        raw = _raw(path)
+        rank = raw["distributedInfo"]["rank"]
+        kernels = [e for e in raw["traceEvents"] if e.get("cat") in ("kernel", "Kernel") and e.get("ph") == "X"]
+        expected_ranks += [rank] * len(kernels)
+        expected_names.update((rank, e["name"]) for e in kernels)
+    kernels = profile.kernels
+    assert kernels["rank"].tolist() == expected_ranks  # in input order, each file's rows together
+    assert Counter(zip(kernels["rank"].tolist(), kernels["name"].tolist())) == expected_names
+    for name, col in ID_COLUMNS.items():
+        assert profile.table(name)[col].tolist() == list(range(len(profile.table(name)))), name
+    assert [s["rank"] for s in profile.meta["sources"]] == [_raw(p)["distributedInfo"]["rank"] for p in paths]
+    assert [s["source_path"] for s in profile.meta["sources"]] == [str(p) for p in paths]
+
+
+def _concat_of_files(paths) -> dict[str, pd.DataFrame]:
+    """The oracle: each file imported alone, its rows given its place as rank, joined by pandas, ids renumbered."""
+    frames = {name: [] for name in TABLES}
+    for rank, path in enumerate(paths):
+        profile = import_file(str(path))
+        for name in TABLES:
+            frames[name].append(profile.table(name).assign(rank=np.int64(rank)))
+    out = {}
+    for name, parts in frames.items():
+        frame = pd.concat(parts, ignore_index=True)
+        if name in ID_COLUMNS:
+            frame[ID_COLUMNS[name]] = np.arange(len(frame), dtype=np.int64)
+        out[name] = frame
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_files_of_different_column_types_join_as_pandas_joins_them(workers):
+    """Tables whose columns are strings in one file and objects in another are joined with pandas' type."""
+    paths = [data_file(*p) for p in MIXED]
+    expected = _concat_of_files(paths)
+    assert str(expected["syncs"]["kind"].dtype) == "object"  # the case this test is about
+    profile = load_profiles_parallel(paths, workers=workers)
+    for name in TABLES:
+        pd.testing.assert_frame_equal(profile.table(name), expected[name], check_exact=True, obj=name)
+        assert list(profile.table(name).columns) == list(TABLES[name]), name
+
+
+def test_a_group_sends_one_segment_per_table_without_ranks_or_ids(tmp_path):
+    """A worker's group of same-typed files: one Arrow file per table, one batch per file, no rank or id."""
+    paths = [str(p) for p in expand_inputs([data_file(*DLRM)])][:3]
+    group = import_group_to_files(paths, None, str(tmp_path))
+    assert len(list(tmp_path.iterdir())) == len(TABLES)
+    for name in TABLES:
+        (segment,) = group.segments[name]
+        rows = [len(import_file(p).table(name)) for p in paths]
+        with pa.memory_map(segment.where) as mm:
+            reader = pa.ipc.open_file(mm)
+            batches = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+            sent = reader.schema.names
+        assert batches == [n for n in rows if n]  # a batch per file (none for a file without such rows)
+        assert "rank" not in sent and ID_COLUMNS.get(name) not in sent
+        assert segment.columns == list(TABLES[name])
+        assert group.rows[name] == rows
+    assert [m["source_path"] for m in group.metas] == paths
+
+
+def test_a_file_whose_column_types_differ_starts_a_new_segment():
+    paths = [str(data_file(*p)) for p in MIXED]
+    group = import_group_to_bytes(paths, None)
+    kinds = [dict(s.dtypes)["kind"] for s in group.segments["syncs"]]
+    assert len(kinds) == 3 and str(kinds[1]) == "object" and str(kinds[0]) == str(kinds[2]) == "str"
+    assert len(group.segments["kernels"]) == 1  # the same types in every file
+    profile = joined_profile([group], [data_file(*p) for p in MIXED])
+    assert profile.syncs["rank"].tolist() == [r for r, n in enumerate(group.rows["syncs"]) for _ in range(n)]
+
+
+def test_groups_join_in_input_order():
+    """Two groups joined: the second group's rows follow the first's, ranks and ids continue."""
+    paths = expand_inputs([data_file(*DLRM)])[:4]
+    groups = [import_group_to_bytes([str(p) for p in paths[:1]], None),
+              import_group_to_bytes([str(p) for p in paths[1:]], None)]
+    profile = joined_profile(groups, paths)
+    expected = _concat_of_files(paths)
+    ranks = [_raw(p)["distributedInfo"]["rank"] for p in paths]
+    for name in TABLES:
+        expected[name]["rank"] = np.repeat(np.array(ranks, dtype=np.int64), [len(import_file(str(p)).table(name))
+                                                                            for p in paths])
+        pd.testing.assert_frame_equal(profile.table(name), expected[name], check_exact=True, obj=name)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_joined_job_has_its_string_columns_in_one_arrow_chunk(workers):
+    """Joined from 8 files, yet each string column is one chunk (pandas' take pays per chunk)."""
+    profile = load_profiles_parallel(expand_inputs([data_file(*DLRM)]), workers=workers)
+    for name in ("ops", "kernels", "api_calls"):
+        for col in ("name",):
+            values = pa.array(profile.table(name)[col].array)
+            chunks = values.num_chunks if isinstance(values, pa.ChunkedArray) else 1
+            assert chunks == 1, (name, col)
+        assert len(profile.table(name)) > 0
+
+
+def test_a_worker_that_dies_names_its_group_and_leaves_no_files(tmp_path, monkeypatch):
+    """A worker killed while importing (out of memory, say): one InputError naming the first file not read and
+    how many others were not, the culprit among them; the Arrow folder is gone."""
+    import os
+    import tempfile
+
+    from dlscope.errors import InputError
+    from dlscope.pipeline import executors
+
+    paths = expand_inputs([data_file(*DLRM)])
+    real = executors.import_file
+
+    def dies_on_the_last(path, *args, **kwargs):  # the forked workers inherit this
+        if path == str(paths[-1]):
+            os._exit(9)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(executors, "import_file", dies_on_the_last)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(InputError) as failed:
+        load_profiles_parallel(paths, workers=2)
+    named, message = failed.value.path, failed.value.problem
+    first = [str(p) for p in paths].index(named)  # the first file not read; the culprit among it and the others
+    unread = int(message.split("one of the ")[1].split()[0]) if "one of the" in message else 0
+    assert first <= len(paths) - 1 <= first + unread
+    assert message.startswith("the worker importing it") and "ended abruptly" in message
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,81 @@
+"""Parts of the dependency graph's build made cheap (issue 21), each against a plain oracle: pandas' own
+factorize and value_counts, and a loop over the calls one at a time."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dlscope.whatif.graph import _Builder, row_codes
+
+
+@pytest.mark.parametrize("scale", [1, 10**15])
+def test_row_codes_are_pandas_sorted_factorize_of_the_rows(scale):
+    rng = np.random.default_rng(3)
+    for trial in range(30):
+        n, m = int(rng.integers(1, 3000)), int(rng.integers(1, 4))
+        keys = rng.integers(-2, int(rng.integers(2, 40)), (n, m)) * scale
+        codes, rows = row_codes(keys)
+        want_codes, want_rows = pd.factorize(pd.MultiIndex.from_arrays(list(keys.T)), sort=True)
+        assert np.array_equal(codes, want_codes), trial
+        assert np.array_equal(rows, np.array(want_rows.tolist(), np.int64).reshape(-1, m)), trial
+
+
+def test_row_codes_of_rows_too_varied_to_combine_are_still_pandas_sorted_factorize():
+    rng = np.random.default_rng(4)
+    keys = rng.permutation(np.arange(70_000))[:, None] * np.array([1, 3, 5, 7]) + rng.integers(0, 2, (70_000, 1))
+    codes, rows = row_codes(keys)  # 4 columns of ~70k distinct values: more combinations than an int64 holds
+    want_codes, want_rows = pd.factorize(pd.MultiIndex.from_arrays(list(keys.T)), sort=True)
+    assert np.array_equal(codes, want_codes)
+    assert np.array_equal(rows, np.array(want_rows.tolist(), np.int64))
+
+
+def test_the_busiest_thread_has_the_most_ops_and_calls_and_the_first_seen_wins_a_tie():
+    ops = pd.DataFrame({"rank": [0, 0, 0, 1, 1, 1, 2], "pid": [7, 7, 7, 5, 5, 5, 1],
+                        "tid": [2, 1, 1, 9, 8, 8, 4]})
+    api = pd.DataFrame({"rank": [0, 0, 1, 1, 3, 3], "pid": [7, 7, 5, 5, 4, 4], "tid": [2, 2, 9, 9, 6, 3]})
+    # rank 0: tid 2 three times, tid 1 twice; rank 1: tid 9 and 8 three times each, 9 first seen;
+    # rank 2: its only thread; rank 3: a tie of calls, tid 6 first
+    got = _Builder._busiest_threads(SimpleNamespace(job=SimpleNamespace(ops=ops, api_calls=api)))
+    assert got.to_dict("index") == {0: {"pid": 7, "tid": 2}, 1: {"pid": 5, "tid": 9}, 2: {"pid": 1, "tid": 4},
+                                    3: {"pid": 4, "tid": 6}}
+    # what pandas' value_counts says (most first; ties in order of first appearance), first per rank
+    want = (pd.concat([ops, api]).value_counts().reset_index().drop_duplicates("rank").set_index("rank")
+            [["pid", "tid"]])
+    pd.testing.assert_frame_equal(got.sort_index(), want.sort_index(), check_names=False)
+
+
+def _waited_one_at_a_time(calls: pd.DataFrame, acts: pd.DataFrame) -> list[int]:
+    """The activity each call waited for, call by call: among its rank's (and stream's, when it names one)
+    activities by end, the last to end by the call's end, stepping back (at most 64) over any launched after
+    the call started."""
+    out = []
+    for c in calls.itertuples():
+        a = acts[(acts["rank"] == c.rank) & ((acts["stream"] == c.stream) if c.stream >= 0 else True)]
+        a = a.sort_values("end", kind="stable")
+        ends, launches, rows = a["end"].tolist(), a["launch"].tolist(), a.index.tolist()
+        p = max((i for i, e in enumerate(ends) if e <= c.end), default=-1)
+        steps = 0
+        while p >= 0 and launches[p] >= c.start and steps < 64:
+            p, steps = p - 1, steps + 1
+        out.append(rows[p] if p >= 0 and launches[p] < c.start else -1)
+    return out
+
+
+def test_each_blocking_call_waits_for_the_last_work_launched_before_it():
+    rng = np.random.default_rng(5)
+    for trial in range(20):
+        na, nc = int(rng.integers(1, 300)), int(rng.integers(1, 60))
+        launch = rng.integers(0, 10_000, na)
+        start = launch + rng.integers(0, 500, na)
+        acts = pd.DataFrame({"rank": rng.integers(0, 3, na), "stream": rng.integers(0, 3, na), "launch": launch,
+                             "start": start, "end": start + rng.integers(0, 300, na) // 50 * 50},
+                            index=rng.permutation(na) * 2)  # rows of a larger table
+        cs = rng.integers(0, 10_000, nc)
+        calls = pd.DataFrame({"rank": rng.integers(0, 4, nc), "stream": rng.integers(-1, 3, nc), "start": cs,
+                              "end": cs + rng.integers(0, 2_000, nc)}, index=rng.permutation(nc) + 100)
+        got = _Builder._waited(None, calls, acts)
+        assert got.tolist() == _waited_one_at_a_time(calls, acts), trial
