@@ -16,8 +16,9 @@ import pyarrow as pa
 import pytest
 from conftest import data_file
 
-from dlscope.model import ID_COLUMNS, TABLES
+from dlscope.model import ID_COLUMNS, TABLES, S, text_column
 from dlscope.pipeline.executors import (
+    _SegmentWriter,
     file_groups,
     import_file,
     import_group_to_bytes,
@@ -28,7 +29,7 @@ from dlscope.pipeline.executors import (
 from dlscope.pipeline.inputs import expand_inputs
 
 DLRM = ("kineto", "param_dlrm_8rank_v100")
-#: files of four formats whose tables differ in column types (an empty column of objects next to strings)
+#: files of three formats whose text columns hold different words (pandas alone would join them as objects)
 MIXED = (("kineto", "hta_event_sync_a100.json.gz"), ("tf_trace", "tf2_keras_cnn_sm75.trace.json.gz"),
          ("nsys_sqlite", "dlprof_pytorch_emit_nvtx_rtx2070s_nsys2022.1.sqlite"))
 
@@ -81,19 +82,32 @@ def _concat_of_files(paths) -> dict[str, pd.DataFrame]:
         frame = pd.concat(parts, ignore_index=True)
         if name in ID_COLUMNS:
             frame[ID_COLUMNS[name]] = np.arange(len(frame), dtype=np.int64)
-        out[name] = frame
+        out[name] = _as_strings(frame)
     return out
 
 
+def _as_strings(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text columns as plain Python strings, so that rows compare by value whatever their encoding."""
+    return frame.assign(**{c: frame[c].astype(object) for c in frame.columns
+                           if isinstance(frame[c].dtype, (pd.CategoricalDtype, pd.StringDtype))})
+
+
+def _text_stays_categorical(profile) -> None:
+    for name, spec in TABLES.items():
+        for col in (c for c, dtype in spec.items() if dtype == S):
+            assert isinstance(profile.table(name)[col].dtype, pd.CategoricalDtype), (name, col)
+
+
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_files_of_different_column_types_join_as_pandas_joins_them(workers):
-    """Tables whose columns are strings in one file and objects in another are joined with pandas' type."""
+def test_files_whose_text_columns_hold_different_words_join_row_for_row_and_stay_categorical(workers):
+    """Each file's text columns have their own words; joined, the rows equal pandas' join of the files (which
+    would make them objects), and each text column still holds each distinct word once."""
     paths = [data_file(*p) for p in MIXED]
     expected = _concat_of_files(paths)
-    assert str(expected["syncs"]["kind"].dtype) == "object"  # the case this test is about
     profile = load_profiles_parallel(paths, workers=workers)
+    _text_stays_categorical(profile)
     for name in TABLES:
-        pd.testing.assert_frame_equal(profile.table(name), expected[name], check_exact=True, obj=name)
+        pd.testing.assert_frame_equal(_as_strings(profile.table(name)), expected[name], check_exact=True, obj=name)
         assert list(profile.table(name).columns) == list(TABLES[name]), name
 
 
@@ -116,14 +130,32 @@ def test_a_group_sends_one_segment_per_table_without_ranks_or_ids(tmp_path):
     assert [m["source_path"] for m in group.metas] == paths
 
 
-def test_a_file_whose_column_types_differ_starts_a_new_segment():
+def test_files_whose_text_columns_hold_different_words_share_one_segment():
+    """Text goes as its strings (each file's codes mean other words), so different words are not a new type."""
     paths = [str(data_file(*p)) for p in MIXED]
     group = import_group_to_bytes(paths, None)
-    kinds = [dict(s.dtypes)["kind"] for s in group.segments["syncs"]]
-    assert len(kinds) == 3 and str(kinds[1]) == "object" and str(kinds[0]) == str(kinds[2]) == "str"
-    assert len(group.segments["kernels"]) == 1  # the same types in every file
+    for name in TABLES:
+        assert len(group.segments[name]) == 1, name
+        assert all(dtype == S for col, dtype in group.segments[name][0].dtypes if TABLES[name][col] == S), name
     profile = joined_profile([group], [data_file(*p) for p in MIXED])
+    _text_stays_categorical(profile)
     assert profile.syncs["rank"].tolist() == [r for r, n in enumerate(group.rows["syncs"]) for _ in range(n)]
+
+
+def test_a_file_whose_column_types_differ_starts_a_new_segment():
+    """A column whose type differs from the file before it (here a float column where the first file had
+    integers) starts a new segment, and the join is pandas' join of the two frames."""
+    writer = _SegmentWriter(lambda: (sink := pa.BufferOutputStream(), lambda: sink.getvalue().to_pybytes()))
+    first = pd.DataFrame({"a": np.array([1, 2], dtype=np.int64), "b": text_column(["x", "y"])})
+    second = pd.DataFrame({"a": np.array([0.5]), "b": text_column(["z"])})
+    writer.add(first, set())
+    writer.add(first, set())
+    writer.add(second, set())
+    segments = writer.close()
+    assert [str(dict(s.dtypes)["a"]) for s in segments] == ["int64", "float64"]
+    assert dict(segments[0].dtypes)["b"] == S
+    read = pa.ipc.open_file(pa.BufferReader(segments[0].where)).read_all()
+    assert read.num_rows == 4 and read.column("b").to_pylist() == ["x", "y", "x", "y"]
 
 
 def test_groups_join_in_input_order():
@@ -137,19 +169,20 @@ def test_groups_join_in_input_order():
     for name in TABLES:
         expected[name]["rank"] = np.repeat(np.array(ranks, dtype=np.int64), [len(import_file(str(p)).table(name))
                                                                             for p in paths])
-        pd.testing.assert_frame_equal(profile.table(name), expected[name], check_exact=True, obj=name)
+        pd.testing.assert_frame_equal(_as_strings(profile.table(name)), expected[name], check_exact=True, obj=name)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_joined_job_has_its_string_columns_in_one_arrow_chunk(workers):
-    """Joined from 8 files, yet each string column is one chunk (pandas' take pays per chunk)."""
-    profile = load_profiles_parallel(expand_inputs([data_file(*DLRM)]), workers=workers)
+def test_a_joined_job_holds_each_distinct_name_once(workers):
+    """Joined from 8 files, each name column's words are the distinct names of all ranks' raw rows, once."""
+    paths = expand_inputs([data_file(*DLRM)])
+    profile = load_profiles_parallel(paths, workers=workers)
+    raw_kernel_names = {e["name"] for p in paths for e in _raw(p)["traceEvents"]
+                        if e.get("cat") in ("kernel", "Kernel") and e.get("ph") == "X"}
+    words = profile.kernels["name"].cat.categories
+    assert words.is_unique and set(words) - {""} == raw_kernel_names
     for name in ("ops", "kernels", "api_calls"):
-        for col in ("name",):
-            values = pa.array(profile.table(name)[col].array)
-            chunks = values.num_chunks if isinstance(values, pa.ChunkedArray) else 1
-            assert chunks == 1, (name, col)
-        assert len(profile.table(name)) > 0
+        assert len(profile.table(name)) > 0 and profile.table(name)["name"].cat.categories.is_unique
 
 
 def test_a_worker_that_dies_names_its_group_and_leaves_no_files(tmp_path, monkeypatch):

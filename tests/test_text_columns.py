@@ -109,3 +109,22 @@ def test_the_memory_budget_estimate_is_above_a_real_imports_peak(tmp_path):
         time.sleep(0.02)
     assert proc.wait() == 0, proc.stderr.read() if proc.stderr else ""
     assert 100 * 2**20 < peak < estimate, (peak / 2**20, estimate / 2**20)
+
+
+@pytest.mark.parametrize("source", [("kineto", "hta_event_sync_a100.json.gz"),
+                                    ("tf_trace", "tf2_keras_cnn_sm75.trace.json.gz"),
+                                    ("tf_trace", "tf2_keras_cnn_sm75.xplane.pb"),
+                                    ("nsys_sqlite", "dlprof_pytorch_emit_nvtx_rtx2070s_nsys2022.1.sqlite"),
+                                    ("nsys_sqlite", "pipit_cloverleaf_a100x4_nsys2024.5.sqlite")])
+def test_every_importer_gives_every_text_column_its_words_once(source):
+    """Each format's importer, including what it renames after building its tables (TF's launch calls), leaves
+    every text column of the model categorical: a job's files then join without a string per row."""
+    from dlscope.model import TABLES, S
+    from dlscope.pipeline.executors import import_file
+
+    profile = import_file(str(data_file(*source)))
+    for name, spec in TABLES.items():
+        table = profile.table(name)
+        for col in (c for c, dtype in spec.items() if dtype == S):
+            assert isinstance(table[col].dtype, pd.CategoricalDtype), (name, col)
+            assert table[col].cat.categories.is_unique, (name, col)

@@ -179,8 +179,11 @@ def text_column(values: Any, n: int | None = None) -> pd.Categorical:
         return _sorted_categories(pd.Categorical(values))
     if isinstance(values, (pd.Series, pd.Index)):
         values = values.to_numpy(dtype=object)
+    if isinstance(values, pa.ChunkedArray):  # an Arrow column (a job's ranks joined in the parent)
+        values = values.combine_chunks()
     try:
-        encoded = pa.array(values, type=pa.large_string(), from_pandas=True).dictionary_encode()
+        encoded = (values.cast(pa.large_string()) if isinstance(values, pa.Array)
+                   else pa.array(values, type=pa.large_string(), from_pandas=True)).dictionary_encode()
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all strings: pandas' own encoding
         return _sorted_categories(pd.Categorical(_object_array(values, n)))
     words = encoded.dictionary
@@ -225,7 +228,7 @@ def union_text(columns: list[pd.Series]) -> pd.Categorical:
     """Text columns of several tables (e.g. one per rank) as one, still one string per distinct value."""
     from pandas.api.types import union_categoricals
 
-    return union_categoricals([text_column(c) for c in columns], sort_categories=True)
+    return _sorted_categories(union_categoricals([text_column(c) for c in columns], sort_categories=True))
 
 
 def value_counts(column: pd.Series, sort: bool = True) -> pd.Series:

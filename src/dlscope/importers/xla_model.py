@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import Profile, make_table
+from ..model import Profile, make_table, text_column
 
 
 @dataclass
@@ -327,8 +327,8 @@ def _name_launches(profile: Profile) -> None:
     copies = set(profile.memops.loc[profile.memops["kind"] == "memcpy", "correlation"])
     sets = set(profile.memops.loc[profile.memops["kind"] == "memset", "correlation"])
     corr = api["correlation"]
-    api["name"] = np.where(corr.isin(copies), "cuMemcpyAsync", np.where(corr.isin(sets), "cuMemsetAsync",
-                                                                         "cuLaunchKernel"))
+    api["name"] = text_column(np.where(corr.isin(copies), "cuMemcpyAsync",
+                                       np.where(corr.isin(sets), "cuMemsetAsync", "cuLaunchKernel")))
 
 
 def _device_step_ranges(device_steps: list, group_spans: dict, ranges: _Rows) -> None:

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from ..errors import DlscopeError, InputError
 from ..importers.streams import source
-from ..model import ID_COLUMNS, TABLES, Profile
+from ..model import ID_COLUMNS, TABLES, Profile, S, concat_tables, text_column
 from ..processes import can_fork, owned_name, remove_dead, stop_pool, worker_pool
 from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
@@ -94,6 +94,10 @@ class _SegmentWriter:
         for col in sent:  # column by column: pa.Table.from_pandas costs 2-4x more on small frames
             series = frame[col]
             dtype = series.dtype
+            if isinstance(dtype, pd.CategoricalDtype):  # text (model.S): its strings, whatever each file's words
+                dtypes.append((col, S))
+                arrays.append(_text_strings(series))
+                continue
             dtypes.append((col, dtype))
             arrays.append(pa.array(series.to_numpy()) if isinstance(dtype, np.dtype) and dtype.kind != "O"
                           else pa.array(series.array, from_pandas=True))
@@ -158,6 +162,15 @@ def import_group_to_bytes(paths: Sequence[str], max_memory: int | None, reading=
     return import_group(paths, max_memory, new_sink, reading, job)
 
 
+def _text_strings(series: pd.Series) -> pa.Array:
+    """A text column's strings as one Arrow array (taken from its words by code in Arrow, no per-row Python): the
+    files of a group each have their own words, so codes cannot be sent; the parent encodes the joined column
+    once (:func:`_to_pandas`)."""
+    codes = series.cat.codes.to_numpy()
+    words = pa.array(np.asarray(series.cat.categories, dtype=object), type=pa.large_string())
+    return words.take(pa.array(codes, mask=codes < 0))
+
+
 def _read_segment(where: str | bytes) -> pa.Table:
     if isinstance(where, str):
         with pa.memory_map(where) as mm:
@@ -168,11 +181,14 @@ def _read_segment(where: str | bytes) -> pa.Table:
 
 
 def _to_pandas(table: pa.Table, dtypes: list[tuple[str, Any]]) -> pd.DataFrame:
-    frame = table.to_pandas()
+    text = [col for col, dtype in dtypes if isinstance(dtype, str) and dtype == S]
+    frame = table.drop_columns(text).to_pandas()
     for col, dtype in dtypes:  # the importer's own dtypes (strings of object dtype stay object)
-        if frame[col].dtype != dtype:
+        if col in text:
+            frame[col] = text_column(table.column(col))
+        elif frame[col].dtype != dtype:
             frame[col] = frame[col].astype(dtype)
-    return frame
+    return frame[[col for col, _ in dtypes]]
 
 
 def joined_profile(groups: Sequence[GroupTables], paths: Sequence[Path]) -> Profile:
@@ -189,8 +205,8 @@ def joined_profile(groups: Sequence[GroupTables], paths: Sequence[Path]) -> Prof
         read = [_read_segment(s.where) for s in segments]
         if all(s.dtypes == segments[0].dtypes and t.schema.equals(read[0].schema) for s, t in zip(segments, read)):
             frame = _to_pandas(pa.concat_tables(read), segments[0].dtypes)
-        else:  # files whose columns differ in type: pandas decides the joined type, as for the files' frames
-            frame = pd.concat([_to_pandas(t, s.dtypes) for s, t in zip(segments, read)], ignore_index=True)
+        else:  # files whose columns differ in type: joined as the files' frames are (:func:`merge`)
+            frame = concat_tables(name, [_to_pandas(t, s.dtypes) for s, t in zip(segments, read)])
         del read
         rows = [n for g in groups for n in g.rows[name]]
         tables[name] = _in_one_chunk(_with_rebuilt_columns(
@@ -424,7 +440,7 @@ def merge(profiles: list[Profile], paths: Sequence[Path]) -> Profile:
     tables = {}
     for name in TABLES:
         frames = [p.table(name) for p in profiles]
-        frame = pd.concat(frames, ignore_index=True)
+        frame = concat_tables(name, frames)
         tables[name] = _in_one_chunk(_with_rebuilt_columns(frame, list(frame.columns), ID_COLUMNS.get(name),
                                                            np.repeat(ranks, [len(f) for f in frames])))
     out = Profile(**tables)
