@@ -20,7 +20,7 @@ import psutil
 SAMPLE_S = 0.05
 
 
-def _pss_bytes(pid: int) -> int:
+def pss_bytes(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
             if line.startswith("Pss:"):
@@ -41,7 +41,7 @@ def measured(cmd: list[str], sample_memory: bool = False, env: dict | None = Non
             tree = timer.children(recursive=True)
         except psutil.NoSuchProcess:
             break
-        peak_pss = max(peak_pss, sum(_pss_bytes(p.pid) for p in tree))
+        peak_pss = max(peak_pss, sum(pss_bytes(p.pid) for p in tree))
         time.sleep(SAMPLE_S)
     stderr = timer.communicate()[1]
     if timer.returncode != 0:

@@ -19,21 +19,12 @@ import time
 from pathlib import Path
 
 import psutil
+from measure import pss_bytes
 
 from dlscope.model import TABLES
 from dlscope.pipeline import build
 
 MiB = 2**20
-
-
-def _pss(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 class Sampler(threading.Thread):
@@ -50,7 +41,7 @@ class Sampler(threading.Thread):
                 kids = [p.pid for p in self.me.children(recursive=True)]
             except psutil.Error:
                 kids = []
-            total = _pss(os.getpid()) + sum(_pss(k) for k in kids)
+            total = pss_bytes(os.getpid()) + sum(pss_bytes(k) for k in kids)
             self.peaks[self.stage] = max(self.peaks.get(self.stage, 0), total)
             time.sleep(0.02)
 

@@ -188,3 +188,24 @@ def memory_samples(path: Path) -> tuple[MemorySample, ...]:
         out.append(MemorySample(i, device, ns(e["ts"]), int(a.get("Bytes", 0)), a.get("Total Allocated"),
                                 a.get("Total Reserved")))
     return tuple(out)
+
+
+def flops_at_op_level(events: list, start: float, end: float, model) -> list[tuple[dict, float]]:
+    """The ops of ``[start, end)`` whose FLOP ``model`` (event -> FLOPs or None) gives a value and that no op around
+    them on their thread already counted (the op level MFU sums at), with their FLOPs: [(event, flops)]."""
+    threads: dict[tuple, list] = {}
+    for e in events:
+        if e.get("cat") == "cpu_op" and e.get("ph") == "X" and start <= e["ts"] < end:
+            threads.setdefault((e["pid"], e["tid"]), []).append(e)
+    counted = []
+    for ops in threads.values():
+        open_ops: list[tuple[float, bool]] = []  # (end, this op or one around it counts)
+        for e in sorted(ops, key=lambda e: (e["ts"], -e["dur"])):
+            while open_ops and open_ops[-1][0] <= e["ts"]:
+                open_ops.pop()
+            covered = any(counts for _, counts in open_ops)
+            work = model(e)
+            if work is not None and not covered:
+                counted.append((e, work))
+            open_ops.append((e["ts"] + e["dur"], covered or work is not None))
+    return counted

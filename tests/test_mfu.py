@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 from conftest import data_file
+from raw_kineto import flops_at_op_level
 from trace_builder import KinetoTrace
 
 from dlscope.pipeline import build_database
@@ -194,21 +195,8 @@ def test_mfu_of_the_real_a100_pg509_200_trace_is_over_the_a100_dense_tf32_peak(i
         events = json.load(f)["traceEvents"]
     steps = [e for e in events if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
     start, end = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
-    threads: dict[tuple, list] = {}
-    for e in events:
-        if e.get("cat") == "cpu_op" and e.get("ph") == "X" and start <= e["ts"] < end:
-            threads.setdefault((e["pid"], e["tid"]), []).append(e)
-    flops = 0
-    for ops in threads.values():
-        open_ops: list[tuple[float, bool]] = []  # (end, this op or one around it counts)
-        for e in sorted(ops, key=lambda e: (e["ts"], -e["dur"])):
-            while open_ops and open_ops[-1][0] <= e["ts"]:
-                open_ops.pop()
-            covered = any(counts for _, counts in open_ops)
-            work = _gemm_flops(e["name"], e["args"].get("Input Dims") or [])
-            if work is not None and not covered:
-                flops += work
-            open_ops.append((e["ts"] + e["dur"], covered or work is not None))
+    flops = sum(work for _, work in flops_at_op_level(
+        events, start, end, lambda e: _gemm_flops(e["name"], e["args"].get("Input Dims") or [])))
     a = summary_dict(import_db(path))["aggregation"]
     assert a["iterations_profiled"] == len(steps) == 6
     mfu = a["mfu"]

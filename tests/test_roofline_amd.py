@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, data_file
 from experts_helpers import stored_findings
+from raw_kineto import flops_at_op_level
 
 from dlscope.analyze.occupancy import kernel_waves
 from dlscope.present.summary import summary_dict
@@ -101,22 +102,8 @@ def test_mi300x_trace_mfu_is_model_flops_over_the_step_over_the_data_files_dense
     events = _raw(path)["traceEvents"]
     (step,) = [e for e in events if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")]
     start, end = step["ts"], step["ts"] + step["dur"]
-    threads: dict[tuple, list] = {}
-    for e in events:
-        if e.get("cat") == "cpu_op" and e.get("ph") == "X" and start <= e["ts"] < end:
-            threads.setdefault((e["pid"], e["tid"]), []).append(e)
-    flops, dtypes = 0, set()
-    for ops in threads.values():
-        open_ops: list[tuple[float, bool]] = []   # (end, this op or one around it counts)
-        for e in sorted(ops, key=lambda e: (e["ts"], -e["dur"])):
-            while open_ops and open_ops[-1][0] <= e["ts"]:
-                open_ops.pop()
-            covered = any(counts for _, counts in open_ops)
-            work = _model_flops(e)
-            if work is not None and not covered:
-                flops += work
-                dtypes.add(e["args"]["Input type"][0])
-            open_ops.append((e["ts"] + e["dur"], covered or work is not None))
+    counted = flops_at_op_level(events, start, end, _model_flops)
+    flops, dtypes = sum(work for _, work in counted), {e["args"]["Input type"][0] for e, _ in counted}
     assert dtypes == {"c10::BFloat16"}
     peak = _entry("AMD Instinct MI300X")["bf16_tensor_flops_dense"]
     assert peak == 1307.4e12 == pytest.approx(304 * 2.1e9 * 2048, rel=1e-4)
