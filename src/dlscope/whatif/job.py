@@ -65,8 +65,10 @@ def _clean(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
             out[col] = "" if col in _TEXT else np.full(len(frame), -1, np.int64)
         elif col in _TEXT:
             out[col] = filled_text(frame[col])
-        elif frame[col].dtype == np.int64:  # the analysed tables' own column, read in place (never written)
-            out[col] = frame[col].to_numpy()
+        elif frame[col].dtype == np.int64:  # the analysed tables' own column, read in place: a write would raise
+            view = frame[col].to_numpy().view()
+            view.flags.writeable = False
+            out[col] = view
         else:
             out[col] = pd.to_numeric(frame[col], errors="coerce").fillna(-1).to_numpy(np.int64)
     return pd.DataFrame(out, index=pd.RangeIndex(len(frame)), copy=False)
