@@ -27,11 +27,11 @@ def parse_size(text: str | int | None) -> int | None:
 
 #: The import after the parse (analysis, aggregations, rules, the critical path's replay, the database writer)
 #: peaks at about this many times the imported tables' size, plus a fixed part for the libraries and SQLite's
-#: page cache. Measured (bench/memory_stages.py, peak summed PSS of all processes): 400 MiB + 8.8x the tables
-#: on the 13M-event trace, 9.0x on the 4.3M-event one (before the replay read the tables in place), 4.6x on the
-#: 1.1M-event benchmark trace. The tables hold each distinct string once
-#: (text columns are categorical), so what grows with them is mostly the analysis' own columns and the
-#: critical path's graph (bench/README.md, "Distributed jobs and large traces").
+#: page cache. Measured (bench/memory_stages.py, peak summed PSS of all processes): 400 MiB + 9.6x the tables
+#: on the 4.3M-event trace and 7.7x on the 1.1M-event benchmark trace (main after the merges of 2026-11-27),
+#: 8.8x on the 13M-event trace (before the rules' frames were made once per job). The tables hold each distinct
+#: string once (text columns are categorical), so what grows with them is mostly the analysis' own columns and
+#: the critical path's graph (bench/README.md, "Distributed jobs and large traces").
 ANALYSIS_PEAK_FACTOR = 10.0
 ANALYSIS_FIXED_BYTES = 400 * 2**20
 

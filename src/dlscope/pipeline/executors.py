@@ -209,27 +209,11 @@ def joined_profile(groups: Sequence[GroupTables], paths: Sequence[Path]) -> Prof
             frame = concat_tables(name, [_to_pandas(t, s.dtypes) for s, t in zip(segments, read)])
         del read
         rows = [n for g in groups for n in g.rows[name]]
-        tables[name] = _in_one_chunk(_with_rebuilt_columns(
-            frame, segments[0].columns, ID_COLUMNS.get(name) if len(paths) > 1 else None, np.repeat(ranks, rows)))
+        tables[name] = _with_rebuilt_columns(
+            frame, segments[0].columns, ID_COLUMNS.get(name) if len(paths) > 1 else None, np.repeat(ranks, rows))
     profile = Profile(**tables)
     profile.meta = metas[0] if len(metas) == 1 else {"sources": metas}
     return profile
-
-
-def _in_one_chunk(frame: pd.DataFrame) -> pd.DataFrame:
-    """Arrow-backed columns (pandas' strings) joined from many files made one Arrow chunk: pandas' take and
-    comparisons on a chunked Arrow array pay per chunk (3-7x slower on the 64 chunks of a 64-rank job), and the
-    analysis takes and filters these columns thousands of times."""
-    for col in frame.columns:
-        values = frame[col].array
-        if isinstance(values, pd.arrays.ArrowExtensionArray):
-            chunked = pa.array(values)
-            if isinstance(chunked, pa.ChunkedArray) and chunked.num_chunks > 1:
-                try:
-                    frame[col] = pd.array(chunked.combine_chunks(), dtype=values.dtype)
-                except pa.ArrowInvalid:  # more than a 32-bit offset holds: stays chunked
-                    pass
-    return frame
 
 
 def _with_rebuilt_columns(frame: pd.DataFrame, columns: list[str], id_column: str | None,
@@ -441,8 +425,8 @@ def merge(profiles: list[Profile], paths: Sequence[Path]) -> Profile:
     for name in TABLES:
         frames = [p.table(name) for p in profiles]
         frame = concat_tables(name, frames)
-        tables[name] = _in_one_chunk(_with_rebuilt_columns(frame, list(frame.columns), ID_COLUMNS.get(name),
-                                                           np.repeat(ranks, [len(f) for f in frames])))
+        tables[name] = _with_rebuilt_columns(frame, list(frame.columns), ID_COLUMNS.get(name),
+                                             np.repeat(ranks, [len(f) for f in frames]))
     out = Profile(**tables)
     out.meta = {"sources": [p.meta for p in profiles]}
     return out
