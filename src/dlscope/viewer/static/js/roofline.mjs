@@ -11,9 +11,14 @@ const LEVELS = { l1: ["L1", "#2e7d32"], l2: ["L2", "#ef6c00"], dram: ["DRAM", "#
 const BOUND = { memory: ["Memory-bound ops", "#1e88e5"], math: ["Math-bound ops", "#8e24aa"], none: ["Ops (no roofs: GPU unknown)", "#78909c"] };
 const KERNEL_SYMBOL = { l1: "triangle", l2: "diamond", dram: "rect" };
 
-/** "bf16_tensor" -> "BF16 Tensor". */
-export function precisionLabel(key) {
-  return String(key).split("_").map((w) => (w === "tensor" ? "Tensor" : w.toUpperCase())).join(" ");
+/** What a vendor calls its matrix units: AMD's Matrix Cores are NVIDIA's Tensor Cores (gpu_specs.json). */
+export function matrixUnit(vendor) {
+  return vendor === "AMD" ? "Matrix Core" : "Tensor";
+}
+
+/** "bf16_tensor" -> "BF16 Tensor" ("BF16 Matrix Core" on an AMD GPU). */
+export function precisionLabel(key, vendor) {
+  return String(key).split("_").map((w) => (w === "tensor" ? matrixUnit(vendor) : w.toUpperCase())).join(" ");
 }
 
 /** FLOP/s in readable units: "989.4 TFLOP/s". */
@@ -34,14 +39,15 @@ function pctText(v) {
 }
 
 /** Roofs with the same peak drawn once: [{keys, label, value}] (FP16 and BF16 Tensor share a line). */
-export function mergedRoofs(flopsPerS) {
+export function mergedRoofs(flopsPerS, vendor) {
+  const unit = matrixUnit(vendor);
   const byValue = new Map();
   for (const [k, v] of Object.entries(flopsPerS || {})) if (v) {
     if (!byValue.has(v)) byValue.set(v, []);
     byValue.get(v).push(k);
   }
   return [...byValue.entries()].sort((a, b) => b[0] - a[0]).map(([value, keys]) => ({
-    keys, value, label: keys.map(precisionLabel).join(" / ").replace(/ Tensor \/ (\w+) Tensor/g, " / $1 Tensor"),
+    keys, value, label: keys.map((k) => precisionLabel(k, vendor)).join(" / ").replace(new RegExp(` ${unit} / (\\w+) ${unit}`, "g"), ` / $1 ${unit}`),
   }));
 }
 
@@ -111,7 +117,8 @@ function furthestPanel(r) {
 
 function drawChart(box, r) {
   const c = r.ceilings;
-  const roofs = c ? mergedRoofs(c.flops_per_s) : [];
+  const roofs = c ? mergedRoofs(c.flops_per_s, c.vendor) : [];
+  const vendor = c ? c.vendor : null;
   const bws = c ? Object.entries(c.bytes_per_s || {}).filter(([, v]) => v) : [];
   const used = new Set(r.ops.map((o) => o.ceiling).filter(Boolean));
   const opPts = r.ops.filter((o) => o.arithmetic_intensity > 0 && o.achieved_flops_per_s > 0);
@@ -159,10 +166,10 @@ function drawChart(box, r) {
     const d = p.data || {};
     if (d.op) {
       const o = d.op;
-      return [`<b>${esc(o.op_name)}</b>`, `<span style="color:#888">${esc(o.op_type || "")} · ${esc(o.precision || "?")}${o.tensor_cores ? " · Tensor Cores" : ""} · ${int(o.calls)} calls</span>`,
+      return [`<b>${esc(o.op_name)}</b>`, `<span style="color:#888">${esc(o.op_type || "")} · ${esc(o.precision || "?")}${o.tensor_cores ? ` · ${matrixUnit(vendor)}s` : ""} · ${int(o.calls)} calls</span>`,
         `Arithmetic intensity: <b>${num(o.arithmetic_intensity, 2)}</b> FLOP/B`, `Achieved: <b>${flops(o.achieved_flops_per_s)}</b>`,
         `GPU time: <b>${ns(o.gpu_time_ns)}</b> <span style="color:#888">${int(o.gpu_time_ns)} ns</span>`,
-        o.bound ? `${esc(o.bound)} bound · <b>${pctText(o.pct_of_ceiling)}</b> of its roof (${esc(precisionLabel(o.ceiling || ""))})` : "no roof: GPU unknown",
+        o.bound ? `${esc(o.bound)} bound · <b>${pctText(o.pct_of_ceiling)}</b> of its roof (${esc(precisionLabel(o.ceiling || "", vendor))})` : "no roof: GPU unknown",
         o.above_roof ? `<span style="color:#d32f2f">Above its roof: ${esc(o.above_roof_reason || "")}</span>` : ""].filter(Boolean).join("<br/>");
     }
     if (d.kernel) {
@@ -227,7 +234,7 @@ export function renderRoofline(content, data) {
     scope: () => pageScope({ node: null, iteration: null }), rowKey: "node_id",
     onRowClick: (row) => { location.href = viewUrl("ops-kernels", { node: row.node_id }); },
     format: { bound: (v) => (v ? el("span", { class: `tag bound-${v}`, text: v }) : el("span", { class: "na", text: NA })),
-      ceiling: (v) => el("span", { text: v ? precisionLabel(v) : NA, class: v ? "" : "na" }) } });
+      ceiling: (v) => el("span", { text: v ? precisionLabel(v, r.ceilings && r.ceilings.vendor) : NA, class: v ? "" : "na" }) } });
   if (r.kernels.length) dataTable(content, { table: "roofline_kernels", prefix: "kernels", title: "Kernels on the Roofline (Nsight Compute)",
     hint: "Measured FLOPs and bytes per memory level (hierarchical roofline).", scope: () => pageScope({ node: null, iteration: null }), rowKey: "row" });
   requestAnimationFrame(() => {
