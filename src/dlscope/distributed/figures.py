@@ -114,24 +114,38 @@ def _first_tensor(shapes: str, dtypes: str) -> tuple[int, str]:
 
 
 def _enclosing(kernels: pd.DataFrame, ops: pd.DataFrame, comm_ops: pd.DataFrame) -> np.ndarray:
-    """Row of ``comm_ops`` enclosing each kernel's launching op on its thread (-1 when none)."""
+    """Row of ``comm_ops`` enclosing each kernel's launching op on its thread (-1 when none).
+
+    One sort of the communication ops and the launch times together by (thread, time), instead of a filter of all
+    communication ops per thread: the op a launch falls in is the last one of its thread starting at or before it.
+    """
     out = np.full(len(kernels), -1, dtype=np.int64)
     if comm_ops.empty or kernels.empty:
         return out
     launcher = ops.set_index("op_id").reindex(kernels["op_id"].to_numpy())[["rank", "pid", "tid", "start"]]
     launcher = launcher.reset_index(drop=True).assign(row=np.arange(len(kernels)))
     launcher = launcher.dropna()
-    cands = comm_ops.reset_index(drop=True).assign(crow=np.arange(len(comm_ops)))
-    for (rank, pid, tid), group in launcher.groupby(["rank", "pid", "tid"]):
-        c = cands[(cands["rank"] == rank) & (cands["pid"] == pid) & (cands["tid"] == tid)].sort_values("start")
-        if c.empty:
-            continue
-        t = group["start"].to_numpy(np.int64)
-        pos = np.searchsorted(c["start"].to_numpy(np.int64), t, side="right") - 1
-        ok = pos >= 0
-        hit = np.full(len(t), -1, np.int64)
-        hit[ok] = np.where(c["end"].to_numpy(np.int64)[pos[ok]] >= t[ok], c["crow"].to_numpy(np.int64)[pos[ok]], -1)
-        out[group["row"].to_numpy(np.int64)] = hit
+    keys = ["rank", "pid", "tid"]
+    threads = pd.MultiIndex.from_frame(comm_ops[keys].astype(np.int64)).unique()
+    cand_thread = threads.get_indexer(pd.MultiIndex.from_frame(comm_ops[keys].astype(np.int64)))
+    query_thread = threads.get_indexer(pd.MultiIndex.from_frame(launcher[keys].astype(np.int64)))
+    asked = query_thread >= 0
+    query_thread, t = query_thread[asked], launcher["start"].to_numpy(np.int64)[asked]
+    n_cand = len(comm_ops)
+    thread = np.concatenate([cand_thread, query_thread])
+    time = np.concatenate([comm_ops["start"].to_numpy(np.int64), t])
+    is_query = np.concatenate([np.zeros(n_cand, np.int8), np.ones(len(t), np.int8)])
+    order = np.lexsort((np.arange(len(thread)), is_query, time, thread))  # ops starting at the launch come first
+    latest = np.where(order < n_cand, order, -1)
+    latest = np.maximum.accumulate(np.where(latest >= 0, np.arange(len(order)), -1))  # last op at or before
+    position = np.empty(len(order), np.int64)
+    position[order] = np.arange(len(order))
+    at = latest[position[n_cand:]]
+    cand = np.where(at >= 0, order[np.maximum(at, 0)], -1)
+    same = (cand >= 0) & (cand_thread[np.maximum(cand, 0)] == query_thread)
+    ends = comm_ops["end"].to_numpy(np.int64)
+    hit = np.where(same & (ends[np.maximum(cand, 0)] >= t), cand, -1)
+    out[launcher["row"].to_numpy(np.int64)[asked]] = hit
     return out
 
 
@@ -261,10 +275,11 @@ def _sources(an: Analysed) -> list[dict]:
 
 def rank_parts(an: Analysed, agg) -> dict:
     """One rank's figures from its own activity in its aggregation window (all but the collectives)."""
-    p, row = an.profile, agg.row
+    row = agg.row
     rank, lo, hi = int(row["rank"]), int(row["window_start"]), int(row["window_end"])
     src = next((s for s in _sources(an) if int(s.get("rank", 0)) == rank), {})
-    k, m = p.kernels[p.kernels["rank"] == rank], p.memops[p.memops["rank"] == rank]
+    own = an.rank_tables(rank)  # split once for all ranks
+    k, m = own["kernels"], own["memops"]
     out = {"rank": rank, "host": str(src.get("hostname") or ""), "world_size": int(src.get("world_size") or 1),
            "source_path": str(src.get("source_path") or ""),
            "iterations_profiled": row["iterations_profiled"] if row["iteration_method"] != "whole_profile" else None,
@@ -286,18 +301,26 @@ def job_figures(parts: list[dict], rows: pd.DataFrame, sizes: dict[int, int]) ->
     """The job's figures from each rank's :func:`rank_parts` and all ranks' :func:`collective_rows`."""
     coll = _sizes_and_bandwidth(rows, sizes)
     out_rows = []
-    for part in parts:
+    rank, start = coll["rank"].to_numpy(np.int64), coll["start"].to_numpy(np.int64)
+    msg, dur = coll["msg_bytes"].to_numpy(np.int64), coll["dur_ns"].to_numpy(np.int64)
+    busbw, lag = (coll["busbw_gbps"].to_numpy(np.float64),
+                  coll["arrival_lag_ns"].to_numpy(np.float64, na_value=np.nan))
+    order = np.argsort(rank, kind="stable")  # each rank's collectives in the table's order
+    bounds = np.searchsorted(rank[order], [int(part["rank"]) for part in parts], side="left")
+    ends = np.searchsorted(rank[order], [int(part["rank"]) for part in parts], side="right")
+    for part, first, last in zip(parts, bounds, ends):
         out = dict(part)
         lo, hi = out.pop("window")
-        mine = coll[(coll["rank"] == out["rank"]) & (coll["start"] >= lo) & (coll["start"] < hi)]
-        sized = mine[mine["msg_bytes"] >= 0]
-        bus_bytes = (sized["busbw_gbps"] * sized["dur_ns"]).sum()  # GB/s × ns = bytes
+        own = order[first:last]
+        mine = own[(start[own] >= lo) & (start[own] < hi)]
+        sized = mine[msg[mine] >= 0]
+        sized_ns = int(dur[sized].sum())
+        lags = lag[mine]
         out.update({"collective_count": len(mine),
-                    "collective_bytes": int(sized["msg_bytes"].sum()) if len(sized) else None,
-                    "busbw_gbps": float(bus_bytes / sized["dur_ns"].sum()) if len(sized) and sized["dur_ns"].sum() > 0
-                    and not np.isnan(bus_bytes) else None,
-                    "collective_lag_ns": round_ns(float(mine["arrival_lag_ns"].mean()))
-                    if mine["arrival_lag_ns"].notna().any() else None})
+                    "collective_bytes": int(msg[sized].sum()) if len(sized) else None,
+                    "busbw_gbps": float(np.nansum(busbw[sized] * dur[sized]) / sized_ns)  # GB/s × ns = bytes
+                    if len(sized) and sized_ns > 0 else None,
+                    "collective_lag_ns": round_ns(float(np.nanmean(lags))) if (~np.isnan(lags)).any() else None})
         out_rows.append(out)
     ranks = pd.DataFrame(out_rows, columns=[c for c in RANK_COLUMNS if c not in ("iteration_lag_ns", "straggler_score",
                                                                                  "straggler_rank")])
