@@ -58,6 +58,8 @@ class RuleFrames:
         self._no_framework_sign: bool | None = None
         self._ops_rank = np.zeros(0, dtype=np.int64)
         self._first_calls: tuple[pd.Index, dict[str, np.ndarray]] | None = None
+        self._columns: dict[tuple[str, str], np.ndarray] = {}
+        self._position = {int(r): i for i, r in enumerate(self.ranks)}
 
     def covers(self, rank: int, bounds: tuple[int, int, int, int]) -> bool:
         return self.bounds.get(rank) == bounds
@@ -278,6 +280,36 @@ class RuleFrames:
         else:
             self.in_iterations("kernels" if key == "kernel_facts" else key, rank)
 
+    #: the job-wide frame behind each :class:`Context` frame whose columns :meth:`column` reads
+    COLUMNS = {**MADE, "kernel_facts": "kernel facts", "memops": "in memops", "gpu_activity": "gpu_activity"}
+
+    def column(self, key: str, column: str, rank: int) -> np.ndarray:
+        """The rank's values of one column of its frame ``key`` (a :class:`Context` frame named in
+        :data:`COLUMNS`), as a read-only numpy view of the job-wide column (converted once): on a rank of a
+        few thousand rows a rule's pandas calls cost far more than their work."""
+        made = self.COLUMNS[key]
+        memo = (made, column)
+        values = self._columns.get(memo)
+        if values is None:
+            if made not in self._made and len(self.ranks):
+                self._make_frame(key, int(self.ranks[0]))
+            values = np.asarray(self._made[made][0][column].to_numpy()).view()
+            values.flags.writeable = False
+            self._columns[memo] = values
+        _, lo, hi = self._made[made]
+        i = self._position[rank]
+        return values[lo[i]:hi[i]]
+
+    def _make_frame(self, key: str, rank: int) -> None:
+        if key == "kernel_facts":
+            self.kernel_facts(rank)
+        elif key == "gpu_activity":
+            self.gpu_activity(rank)
+        elif key == "memops":
+            self.in_iterations("memops", rank)
+        else:
+            self._make(key, rank)
+
     def first_matches(self, key: str, pattern: re.Pattern, rank: int, count: int) -> list[str]:
         """The first ``count`` distinct names of the rank's frame ``key`` that match ``pattern``."""
         hit = self.matching(key, pattern, rank)
@@ -412,6 +444,21 @@ class Context:
         'ranges'): whether its name matches any of ``patterns`` (matched once for the whole job's rows)."""
         pattern = re.compile(patterns) if isinstance(patterns, str) else compile_any(patterns)
         return self.frames.matching(frame, pattern, self.rank)
+
+    def col(self, frame: str, column: str) -> np.ndarray:
+        """One column of the frame named ``frame`` (as :meth:`names_match` names them, or 'memops',
+        'gpu_activity') as a read-only numpy array, without making the frame: the cheap way for rules."""
+        return self.frames.column(frame, column, self.rank)
+
+    def op_rows(self, op_ids) -> np.ndarray:
+        """Per op id: its row in :attr:`ops_all`, -1 when it is none of the rank's ops (what
+        ``ops_all.index.get_indexer`` gives, by binary search: the rank's ops are ordered by op id)."""
+        ids = self.col("ops_all", "op_id")
+        wanted = np.asarray(op_ids, dtype=np.int64)
+        if len(ids) == 0:
+            return np.full(len(wanted), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        return np.where(ids[pos] == wanted, pos, -1)
 
     def ops_named(self, kind: str) -> np.ndarray:
         """Per row of :attr:`ops_all`: whether the op's name is of the category ``kind`` ('dataloader', 'io')."""

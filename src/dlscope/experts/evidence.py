@@ -54,9 +54,8 @@ def longest_ranges(starts, ends, n: int) -> list[list[int]]:
 
 def node_ids(ctx, op_ids) -> list[int]:
     """Op node ids (agg_ops.node_id) of op instances, in first-seen order."""
-    ops = ctx.ops_all
-    pos = ops.index.get_indexer(pd.Index(np.asarray(op_ids, dtype=np.int64)))
-    nodes = ops["node_id"].to_numpy(np.int64)[pos[pos >= 0]]
+    pos = ctx.op_rows(op_ids)
+    nodes = ctx.col("ops_all", "node_id")[pos[pos >= 0]]
     return [int(x) for x in pd.unique(nodes)]
 
 
