@@ -362,6 +362,7 @@ class Context:
             frames = RuleFrames(tables, {self.rank: bounds})
         self.frames = frames
         self._busy: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._api_order: tuple[np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ loading
 
@@ -460,6 +461,19 @@ class Context:
         pos = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
         return np.where(ids[pos] == wanted, pos, -1)
 
+    def api_rows(self, api_ids) -> np.ndarray:
+        """Per API call id: its row in :attr:`api_calls`, -1 when it is none of them (``get_indexer``)."""
+        if self._api_order is None:
+            ids = self.col("api_calls", "api_id")
+            order = np.argsort(ids, kind="stable")
+            self._api_order = (order, ids[order])
+        order, ids = self._api_order
+        wanted = np.asarray(api_ids, dtype=np.int64)
+        if len(ids) == 0:
+            return np.full(len(wanted), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        return np.where(ids[pos] == wanted, order[pos], -1)
+
     def ops_named(self, kind: str) -> np.ndarray:
         """Per row of :attr:`ops_all`: whether the op's name is of the category ``kind`` ('dataloader', 'io')."""
         return self.frames.ops_named(kind, self.rank)
@@ -508,19 +522,18 @@ class Context:
 
     @cached_property
     def devices(self) -> list[int]:
-        act = self.gpu_activity
-        return sorted(int(d) for d in act.loc[act["device"] >= 0, "device"].unique())
+        device = self.col("gpu_activity", "device")
+        return [int(d) for d in np.unique(device[device >= 0])]
 
     def busy(self, device: int | None = None, kinds: tuple = ("kernel", "memcpy", "memset")) -> tuple:
         """Intervals during which the device (or any device) runs GPU activity of the given kinds (selected
         once per device and kinds: most rules ask; each caller gets its own copy)."""
         key = (device, tuple(kinds))
         if key not in self._busy:
-            act = self.gpu_activity
-            sel = np.isin(act["kind"].to_numpy(object), list(kinds))
+            sel = np.isin(self.col("gpu_activity", "kind"), list(kinds))
             if device is not None:
-                sel &= act["device"].to_numpy() == device
-            self._busy[key] = Span(act["start"].to_numpy()[sel], act["end"].to_numpy()[sel])
+                sel &= self.col("gpu_activity", "device") == device
+            self._busy[key] = Span(self.col("gpu_activity", "start")[sel], self.col("gpu_activity", "end")[sel])
         starts, ends = self._busy[key]
         return starts.copy(), ends.copy()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -27,12 +28,14 @@ def short_kernel(name: str) -> str:
     return f"{text}<{inner}>" if inner and inner != text else text
 
 
-def top_by(frame: pd.DataFrame, key: str, weight: str, n: int) -> list:
-    """The ``n`` values of ``key`` with the largest summed ``weight``."""
-    if frame.empty:
+def top_by(frame: pd.DataFrame | Mapping[str, np.ndarray], key: str, weight: str, n: int) -> list:
+    """The ``n`` values of ``key`` with the largest summed ``weight``; ``frame``: a frame or its columns."""
+    w = np.asarray(frame[weight])
+    if len(w) == 0:
         return []
-    w = frame[weight].to_numpy()
     if w.dtype.kind not in "iu":
+        if not isinstance(frame, pd.DataFrame):
+            frame = pd.DataFrame({key: frame[key], weight: w})
         s = frame.groupby(key, sort=False)[weight].sum().sort_values(ascending=False)
         return [v.item() if hasattr(v, "item") else v for v in s.index[:n]]
     # integer weights: groupby(sort=False).sum() then Series.sort_values(ascending=False) (pandas' nargsort:
