@@ -281,7 +281,15 @@ class RuleFrames:
             self.in_iterations("kernels" if key == "kernel_facts" else key, rank)
 
     #: the job-wide frame behind each :class:`Context` frame whose columns :meth:`column` reads
-    COLUMNS = {**MADE, "kernel_facts": "kernel facts", "memops": "in memops", "gpu_activity": "gpu_activity"}
+    COLUMNS = {**MADE, "kernel_facts": "kernel facts", "memops": "in memops", "gpu_activity": "gpu_activity",
+               "gpus": "gpus by device"}
+
+    def has_column(self, key: str, column: str) -> bool:
+        """Whether the frame ``key`` (named as for :meth:`column`) has ``column``."""
+        made = self.COLUMNS[key]
+        if made not in self._made and len(self.ranks):
+            self._make_frame(key, int(self.ranks[0]))
+        return column in self._made[made][0].columns
 
     def column(self, key: str, column: str, rank: int) -> np.ndarray:
         """The rank's values of one column of its frame ``key`` (a :class:`Context` frame named in
@@ -307,6 +315,8 @@ class RuleFrames:
             self.gpu_activity(rank)
         elif key == "memops":
             self.in_iterations("memops", rank)
+        elif key == "gpus":
+            self.sorted_by("gpus", "device", rank)
         else:
             self._make(key, rank)
 
@@ -490,10 +500,9 @@ class Context:
         three, for the findings' evidence; empty for an inference (forward-only) run."""
         cfg = self.config["run_kind"]
         found: list[str] = []
-        for key, names, patterns in (("ops_all", self.ops_all["name"], cfg["training_op_patterns"]),
-                                     ("ranges", self.ranges["name"], cfg["training_op_patterns"]),
-                                     ("kernels", self.kernels["name"], cfg["training_kernel_patterns"])):
-            if len(names) == 0:
+        for key, patterns in (("ops_all", cfg["training_op_patterns"]), ("ranges", cfg["training_op_patterns"]),
+                              ("kernels", cfg["training_kernel_patterns"])):
+            if len(self.col(key, "name")) == 0:
                 continue
             found += self.frames.first_matches(key, compile_any(patterns), self.rank, 3 - len(found))
             if len(found) >= 3:
