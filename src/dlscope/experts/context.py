@@ -20,7 +20,7 @@ from ..analyze.dtypes import precision
 from ..analyze.tensor_core import MatrixUnits, classify_names, matrix_units
 from ..store.schema import DDL
 from .precision_names import kernel_precisions
-from .spans import Span
+from .spans import Span, distinct
 
 HALF = ("fp16", "bf16")
 
@@ -59,7 +59,27 @@ class RuleFrames:
         self._ops_rank = np.zeros(0, dtype=np.int64)
         self._first_calls: tuple[pd.Index, dict[str, np.ndarray]] | None = None
         self._columns: dict[tuple[str, str], np.ndarray] = {}
+        self._configs: dict[str | None, dict] = {}
+        self._ceilings: dict[tuple, object] = {}
         self._position = {int(r): i for i, r in enumerate(self.ranks)}
+
+    def rules_config(self, path) -> dict:
+        """:func:`.config.load_config` of ``path``, read once for all the job's ranks (the rules only read it)."""
+        from .config import load_config
+
+        key = None if path is None else str(path)
+        if key not in self._configs:
+            self._configs[key] = load_config(path)
+        return self._configs[key]
+
+    def gpu_ceilings(self, name: str | None, cc: str | None, sm_count):
+        """:func:`~dlscope.roofline.ceilings.find_ceilings` of a GPU, matched once for all the job's ranks."""
+        from ..roofline.ceilings import find_ceilings
+
+        key = (name, cc, sm_count)
+        if key not in self._ceilings:
+            self._ceilings[key] = find_ceilings(name, cc, sm_count)[0]
+        return self._ceilings[key]
 
     def covers(self, rank: int, bounds: tuple[int, int, int, int]) -> bool:
         return self.bounds.get(rank) == bounds
@@ -532,7 +552,7 @@ class Context:
     @cached_property
     def devices(self) -> list[int]:
         device = self.col("gpu_activity", "device")
-        return [int(d) for d in np.unique(device[device >= 0])]
+        return [int(d) for d in distinct(device[device >= 0])]
 
     def busy(self, device: int | None = None, kinds: tuple = ("kernel", "memcpy", "memset")) -> tuple:
         """Intervals during which the device (or any device) runs GPU activity of the given kinds (selected
@@ -549,14 +569,11 @@ class Context:
     @cached_property
     def ceilings(self):
         """The rank's GPU ceilings from gpu_specs.json, or None when the GPU is unknown."""
-        from ..roofline.ceilings import find_ceilings
-
         if self.gpus.empty:
             return None
         g = self.gpus.iloc[0]
         cc = f"{g['cc_major']}.{g['cc_minor']}" if g["cc_major"] is not None and g["cc_major"] >= 0 else None
-        ceilings, _ = find_ceilings(g["name"] or None, cc, g["sm_count"])
-        return ceilings
+        return self.frames.gpu_ceilings(g["name"] or None, cc, g["sm_count"])
 
     @cached_property
     def compute_capability(self) -> float | None:
@@ -584,7 +601,7 @@ def _inherit(ops: pd.DataFrame) -> None:
     prec = own.copy()
     root = np.where(eligible, ids, -1)
     depth = ops["depth"].fillna(0).to_numpy(np.int64)
-    for d in np.unique(depth):
+    for d in distinct(depth):
         rows = np.flatnonzero((depth == d) & (parent_pos >= 0))
         if len(rows) == 0:
             continue

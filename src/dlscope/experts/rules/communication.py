@@ -10,7 +10,7 @@ from ...analyze.intervals import clip
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, top_by
 from ..finding import Finding
 from ..registry import rule
-from ..spans import Span, length, minus
+from ..spans import Span, distinct, length, minus
 
 
 @rule("exposed_communication", gpu=True)
@@ -22,7 +22,7 @@ def exposed_communication(ctx, cfg):
     if not comm_mask.any():
         return None
     lo, hi = ctx.window
-    exposed_total, comm_total, parts, devices = 0, 0, [], np.unique(device[comm_mask]).tolist()
+    exposed_total, comm_total, parts, devices = 0, 0, [], distinct(device[comm_mask]).tolist()
     for dev in devices:
         on = device == dev
         comm = clip(start[comm_mask & on], end[comm_mask & on], lo, hi)

@@ -18,6 +18,7 @@ import pandas as pd
 from ..evidence import fmt_ns, node_ids, short_kernel
 from ..finding import Finding
 from ..registry import rule
+from ..spans import distinct
 
 
 def _runs(k: dict[str, np.ndarray], short_ns: int, max_gap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -63,8 +64,10 @@ def _gains(rows: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray
 
 
 def _occurrences(codes: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray, sizes: range,
-                 start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
-    """Each pattern (tuple of name codes, not all one name) -> its occurrences' rows and gains."""
+                 start: np.ndarray, end: np.ndarray, dur: np.ndarray,
+                 min_count: float = 0) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Each pattern (tuple of name codes, not all one name) occurring at least ``min_count`` times -> its
+    occurrences' rows and gains."""
     out = {}
     for size in sizes:
         rows = _windows(order, lo, hi, size)
@@ -76,9 +79,13 @@ def _occurrences(codes: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.nd
         gains = _gains(rows, start, end, dur)
         distinct, which = np.unique(pattern, axis=0, return_inverse=True)
         which = which.ravel()
+        counts = np.bincount(which, minlength=len(distinct))
+        frequent = np.flatnonzero(counts >= min_count)
+        if not len(frequent):
+            continue
         by = np.argsort(which, kind="stable")  # occurrences of a pattern stay in run order
-        bounds = np.searchsorted(which[by], np.arange(len(distinct) + 1))
-        for p, a, b in zip(distinct.tolist(), bounds[:-1], bounds[1:]):
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        for p, a, b in zip(distinct[frequent].tolist(), bounds[frequent].tolist(), bounds[frequent + 1].tolist()):
             out[tuple(p)] = (rows[by[a:b]], gains[by[a:b]])
     return out
 
@@ -112,12 +119,11 @@ def fusion_candidates(ctx, cfg):
     codes, names = pd.factorize(ctx.col("kernel_facts", "name")[keep])
     start, end, dur = k["start"], k["end"], k["dur"]
     order, lo, hi = _runs(k, int(cfg["short_kernel_us"] * 1000), int(cfg["max_gap_us"] * 1000))
-    occurrences = _occurrences(codes, order, lo, hi, range(cfg["min_length"], cfg["max_length"] + 1),
-                               start, end, dur)
     n_its = max(len(ctx.iterations), 1)
     min_occ = cfg["min_occurrences_per_iteration"] * n_its
-    scored = sorted(((int(gains.sum()), p) for p, (rows, gains) in occurrences.items() if len(rows) >= min_occ),
-                    reverse=True)
+    occurrences = _occurrences(codes, order, lo, hi, range(cfg["min_length"], cfg["max_length"] + 1),
+                               start, end, dur, min_occ)
+    scored = sorted(((int(gains.sum()), p) for p, (rows, gains) in occurrences.items()), reverse=True)
     used = np.zeros(len(start), dtype=bool)
     chosen = []
     for _, pattern in scored:
@@ -149,7 +155,7 @@ def fusion_candidates(ctx, cfg):
                    "chain.") + f" See {ctx.link('fusion_candidates')}",
         saving,
         {"node_ids": node_ids(ctx, ex_ops[ex_ops >= 0]), "kernels": [names[c] for c in pattern],
-         "iterations": [int(i) for i in np.unique(k["iteration"])],
+         "iterations": [int(i) for i in distinct(k["iteration"])],
          "time_ranges": [[int(start[r[0]]), int(end[r[-1]])] for r in rows_all[:n]],
          "patterns": [{"kernels": [names[c] for c in p], "occurrences": c, "saving_ns": g}
                       for g, p, c, _ in chosen]})

@@ -9,7 +9,7 @@ import numpy as np
 from ..evidence import fmt_ns, node_ids, short_kernel
 from ..finding import Finding
 from ..registry import rule
-from ..spans import gaps_in_windows
+from ..spans import distinct, gaps_in_windows
 
 
 @rule("gpu_gaps", gpu=True)
@@ -64,9 +64,9 @@ def gpu_gaps(ctx, cfg):
         f"around suspect code. See {ctx.link('gpu_gaps')}",
         saving,
         {"node_ids": node_ids(ctx, before_ops + after_ops), "kernels": list(dict.fromkeys(kernels)),
-         "iterations": [int(i) for i in np.unique(idle_it)],
+         "iterations": [int(i) for i in distinct(idle_it)],
          "time_ranges": [[int(g[0]), int(g[1])] for g in found], "gap_count": len(idle_s),
-         "devices": [int(d) for d in np.unique(idle_dev)]})
+         "devices": [int(d) for d in distinct(idle_dev)]})
 
 
 class _Neighbours:
@@ -75,7 +75,7 @@ class _Neighbours:
     def __init__(self, device: np.ndarray, start: np.ndarray, end: np.ndarray):
         self.by_end: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.by_start: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for dev in np.unique(device).tolist():
+        for dev in distinct(device).tolist():
             rows = np.flatnonzero(device == dev)
             for times, index in ((end, self.by_end), (start, self.by_start)):
                 ordered = rows[np.argsort(times[rows], kind="stable")]

@@ -14,13 +14,14 @@ from ...analyze.intervals import merge
 from ..evidence import fmt_ns, iterations_of, node_ids, plural, top_by
 from ..finding import Finding
 from ..registry import rule
+from ..spans import distinct
 
 
 def host_wait(ctx, device: np.ndarray, start: np.ndarray, launch_start: np.ndarray) -> np.ndarray:
     """Per kernel (its device and start), the idle time before it on its device when the host launched it
     after that idle began."""
     out = np.zeros(len(start), dtype=np.int64)
-    for dev in np.unique(device).tolist():
+    for dev in distinct(device).tolist():
         rows = np.flatnonzero(device == dev)
         bs, be = merge(*ctx.busy(dev))
         s = start[rows]

@@ -16,7 +16,7 @@ from ..context import HALF
 from ..evidence import fmt_ns, iterations_of, longest_ranges, plural, short_kernel, top_by
 from ..finding import Finding
 from ..registry import rule
-from ..spans import Span, length
+from ..spans import Span, distinct, length
 
 
 def speedup_factor(ctx, precision: str, on_tc: np.ndarray) -> np.ndarray:
@@ -126,7 +126,7 @@ def amp_not_enabled(ctx, cfg):
     how = (", precision read from the kernel names as the trace has no input dtypes" if by_name == single_time else
            f", the precision of {fmt_ns(by_name)} read from the kernel names" if by_name else "")
     none_or_few = "none are" if half_time == 0 else "almost none are"
-    n_ops = len(np.unique(single["root_node"]))
+    n_ops = len(distinct(single["root_node"]))
     return Finding(
         "amp_not_enabled",
         f"{plural(n_ops, 'op')} {'was' if n_ops == 1 else 'were'} eligible for FP16/BF16 {units} but {none_or_few} "
@@ -168,7 +168,7 @@ def tc_eligible_not_using_tc(ctx, cfg):
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
     n = ctx.config["evidence"]["max_items"]
-    n_ops = len(np.unique(bad["root_node"]))
+    n_ops = len(distinct(bad["root_node"]))
     names = ", ".join(short_kernel(k) for k in top_by(bad, "name", "dur", 3))
     units = ctx.matrix_units
     return Finding(

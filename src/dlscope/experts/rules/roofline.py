@@ -24,6 +24,8 @@ from ..registry import rule
 
 #: what ``roofline_ops`` reads of a node, besides its first call's shapes, dtypes and arguments
 _NODE_COLUMNS = ["node_id", "op_name", "op_type", "direction", "scope", "calls", "using_tc", "gpu_time_ns"]
+#: those that the finding depends on (the op type, direction and scope only pass through to the report's rows)
+_READ = {"node_id", "op_name", "calls", "using_tc", "gpu_time_ns"}
 
 
 def _op_rows(ctx) -> list:
@@ -36,7 +38,8 @@ def _op_rows(ctx) -> list:
     pos = node_ids.get_indexer(ids)
     keep = np.flatnonzero((gpu > 0) & (pos >= 0))
     order = keep[np.lexsort((ids[keep], -gpu[keep]))]  # GPU time descending, then node id
-    columns = {c: nodes[c].to_numpy()[order] for c in _NODE_COLUMNS if c in nodes.columns}
+    columns = {c: nodes[c].to_numpy()[order] if c in _READ else np.full(len(order), None)
+               for c in _NODE_COLUMNS if c in nodes.columns}
     if "using_tc" in columns:
         columns["using_tc"] = columns["using_tc"].astype(np.int64)
     columns.update({c: values[pos[order]] for c, values in first.items()})
