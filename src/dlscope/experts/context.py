@@ -1,5 +1,7 @@
 """A read-only view of one aggregation for the rules: tables load lazily, once, as DataFrames; in a job, the
-frames of all ranks are made once (:class:`RuleFrames`) and each rank's context reads its slices.
+frames of all ranks are made once (:class:`RuleFrames`) and each rank's context reads its slices, as frames or,
+cheaper, as numpy columns (:meth:`Context.col`: a rank's few thousand rows cost more in pandas' per-call
+overhead than in the rules' work).
 
 Every frame is restricted to the aggregation's rank; activity frames (ops, kernels, memops, API calls)
 to its profiled iterations, which is how the aggregation itself counts them. GPU idleness is judged
