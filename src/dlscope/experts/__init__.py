@@ -33,7 +33,7 @@ def evaluate(tables: dict, aggregation, rules_config: Path | str | None = None,
     only; the pipeline runs them during an import and a re-aggregation alike. ``frames``: the job's frames
     projected for all its ranks at once (:class:`RuleFrames`; by default made for this rank alone).
     """
-    config = load_config(rules_config)
+    config = frames.rules_config(rules_config) if frames is not None else load_config(rules_config)
     ctx = Context(config, tables, aggregation, frames)
     out = []
     for rule_id, check in load_rules().items():

@@ -1,5 +1,7 @@
 """A read-only view of one aggregation for the rules: tables load lazily, once, as DataFrames; in a job, the
-frames of all ranks are made once (:class:`RuleFrames`) and each rank's context reads its slices.
+frames of all ranks are made once (:class:`RuleFrames`) and each rank's context reads its slices, as frames or,
+cheaper, as numpy columns (:meth:`Context.col`: a rank's few thousand rows cost more in pandas' per-call
+overhead than in the rules' work).
 
 Every frame is restricted to the aggregation's rank; activity frames (ops, kernels, memops, API calls)
 to its profiled iterations, which is how the aggregation itself counts them. GPU idleness is judged
@@ -20,7 +22,7 @@ from ..analyze.dtypes import precision
 from ..analyze.tensor_core import MatrixUnits, classify_names, matrix_units
 from ..store.schema import DDL
 from .precision_names import kernel_precisions
-from .spans import Span
+from .spans import Span, distinct
 
 HALF = ("fp16", "bf16")
 
@@ -58,6 +60,28 @@ class RuleFrames:
         self._no_framework_sign: bool | None = None
         self._ops_rank = np.zeros(0, dtype=np.int64)
         self._first_calls: tuple[pd.Index, dict[str, np.ndarray]] | None = None
+        self._columns: dict[tuple[str, str], np.ndarray] = {}
+        self._configs: dict[str | None, dict] = {}
+        self._ceilings: dict[tuple, object] = {}
+        self._position = {int(r): i for i, r in enumerate(self.ranks)}
+
+    def rules_config(self, path) -> dict:
+        """:func:`.config.load_config` of ``path``, read once for all the job's ranks (the rules only read it)."""
+        from .config import load_config
+
+        key = None if path is None else str(path)
+        if key not in self._configs:
+            self._configs[key] = load_config(path)
+        return self._configs[key]
+
+    def gpu_ceilings(self, name: str | None, cc: str | None, sm_count):
+        """:func:`~dlscope.roofline.ceilings.find_ceilings` of a GPU, matched once for all the job's ranks."""
+        from ..roofline.ceilings import find_ceilings
+
+        key = (name, cc, sm_count)
+        if key not in self._ceilings:
+            self._ceilings[key] = find_ceilings(name, cc, sm_count)[0]
+        return self._ceilings[key]
 
     def covers(self, rank: int, bounds: tuple[int, int, int, int]) -> bool:
         return self.bounds.get(rank) == bounds
@@ -278,6 +302,46 @@ class RuleFrames:
         else:
             self.in_iterations("kernels" if key == "kernel_facts" else key, rank)
 
+    #: the job-wide frame behind each :class:`Context` frame whose columns :meth:`column` reads
+    COLUMNS = {**MADE, "kernel_facts": "kernel facts", "memops": "in memops", "gpu_activity": "gpu_activity",
+               "gpus": "gpus by device"}
+
+    def has_column(self, key: str, column: str) -> bool:
+        """Whether the frame ``key`` (named as for :meth:`column`) has ``column``."""
+        made = self.COLUMNS[key]
+        if made not in self._made and len(self.ranks):
+            self._make_frame(key, int(self.ranks[0]))
+        return column in self._made[made][0].columns
+
+    def column(self, key: str, column: str, rank: int) -> np.ndarray:
+        """The rank's values of one column of its frame ``key`` (a :class:`Context` frame named in
+        :data:`COLUMNS`), as a read-only numpy view of the job-wide column (converted once): on a rank of a
+        few thousand rows a rule's pandas calls cost far more than their work."""
+        made = self.COLUMNS[key]
+        memo = (made, column)
+        values = self._columns.get(memo)
+        if values is None:
+            if made not in self._made and len(self.ranks):
+                self._make_frame(key, int(self.ranks[0]))
+            values = np.asarray(self._made[made][0][column].to_numpy()).view()
+            values.flags.writeable = False
+            self._columns[memo] = values
+        _, lo, hi = self._made[made]
+        i = self._position[rank]
+        return values[lo[i]:hi[i]]
+
+    def _make_frame(self, key: str, rank: int) -> None:
+        if key == "kernel_facts":
+            self.kernel_facts(rank)
+        elif key == "gpu_activity":
+            self.gpu_activity(rank)
+        elif key == "memops":
+            self.in_iterations("memops", rank)
+        elif key == "gpus":
+            self.sorted_by("gpus", "device", rank)
+        else:
+            self._make(key, rank)
+
     def first_matches(self, key: str, pattern: re.Pattern, rank: int, count: int) -> list[str]:
         """The first ``count`` distinct names of the rank's frame ``key`` that match ``pattern``."""
         hit = self.matching(key, pattern, rank)
@@ -330,6 +394,7 @@ class Context:
             frames = RuleFrames(tables, {self.rank: bounds})
         self.frames = frames
         self._busy: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._api_order: tuple[np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ loading
 
@@ -413,6 +478,34 @@ class Context:
         pattern = re.compile(patterns) if isinstance(patterns, str) else compile_any(patterns)
         return self.frames.matching(frame, pattern, self.rank)
 
+    def col(self, frame: str, column: str) -> np.ndarray:
+        """One column of the frame named ``frame`` (as :meth:`names_match` names them, or 'memops',
+        'gpu_activity') as a read-only numpy array, without making the frame: the cheap way for rules."""
+        return self.frames.column(frame, column, self.rank)
+
+    def op_rows(self, op_ids) -> np.ndarray:
+        """Per op id: its row in :attr:`ops_all`, -1 when it is none of the rank's ops (what
+        ``ops_all.index.get_indexer`` gives, by binary search: the rank's ops are ordered by op id)."""
+        ids = self.col("ops_all", "op_id")
+        wanted = np.asarray(op_ids, dtype=np.int64)
+        if len(ids) == 0:
+            return np.full(len(wanted), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        return np.where(ids[pos] == wanted, pos, -1)
+
+    def api_rows(self, api_ids) -> np.ndarray:
+        """Per API call id: its row in :attr:`api_calls`, -1 when it is none of them (``get_indexer``)."""
+        if self._api_order is None:
+            ids = self.col("api_calls", "api_id")
+            order = np.argsort(ids, kind="stable")
+            self._api_order = (order, ids[order])
+        order, ids = self._api_order
+        wanted = np.asarray(api_ids, dtype=np.int64)
+        if len(ids) == 0:
+            return np.full(len(wanted), -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(ids, wanted), len(ids) - 1)
+        return np.where(ids[pos] == wanted, order[pos], -1)
+
     def ops_named(self, kind: str) -> np.ndarray:
         """Per row of :attr:`ops_all`: whether the op's name is of the category ``kind`` ('dataloader', 'io')."""
         return self.frames.ops_named(kind, self.rank)
@@ -429,10 +522,9 @@ class Context:
         three, for the findings' evidence; empty for an inference (forward-only) run."""
         cfg = self.config["run_kind"]
         found: list[str] = []
-        for key, names, patterns in (("ops_all", self.ops_all["name"], cfg["training_op_patterns"]),
-                                     ("ranges", self.ranges["name"], cfg["training_op_patterns"]),
-                                     ("kernels", self.kernels["name"], cfg["training_kernel_patterns"])):
-            if len(names) == 0:
+        for key, patterns in (("ops_all", cfg["training_op_patterns"]), ("ranges", cfg["training_op_patterns"]),
+                              ("kernels", cfg["training_kernel_patterns"])):
+            if len(self.col(key, "name")) == 0:
                 continue
             found += self.frames.first_matches(key, compile_any(patterns), self.rank, 3 - len(found))
             if len(found) >= 3:
@@ -461,33 +553,29 @@ class Context:
 
     @cached_property
     def devices(self) -> list[int]:
-        act = self.gpu_activity
-        return sorted(int(d) for d in act.loc[act["device"] >= 0, "device"].unique())
+        device = self.col("gpu_activity", "device")
+        return [int(d) for d in distinct(device[device >= 0])]
 
     def busy(self, device: int | None = None, kinds: tuple = ("kernel", "memcpy", "memset")) -> tuple:
         """Intervals during which the device (or any device) runs GPU activity of the given kinds (selected
         once per device and kinds: most rules ask; each caller gets its own copy)."""
         key = (device, tuple(kinds))
         if key not in self._busy:
-            act = self.gpu_activity
-            sel = np.isin(act["kind"].to_numpy(object), list(kinds))
+            sel = np.isin(self.col("gpu_activity", "kind"), list(kinds))
             if device is not None:
-                sel &= act["device"].to_numpy() == device
-            self._busy[key] = Span(act["start"].to_numpy()[sel], act["end"].to_numpy()[sel])
+                sel &= self.col("gpu_activity", "device") == device
+            self._busy[key] = Span(self.col("gpu_activity", "start")[sel], self.col("gpu_activity", "end")[sel])
         starts, ends = self._busy[key]
         return starts.copy(), ends.copy()
 
     @cached_property
     def ceilings(self):
         """The rank's GPU ceilings from gpu_specs.json, or None when the GPU is unknown."""
-        from ..roofline.ceilings import find_ceilings
-
         if self.gpus.empty:
             return None
         g = self.gpus.iloc[0]
         cc = f"{g['cc_major']}.{g['cc_minor']}" if g["cc_major"] is not None and g["cc_major"] >= 0 else None
-        ceilings, _ = find_ceilings(g["name"] or None, cc, g["sm_count"])
-        return ceilings
+        return self.frames.gpu_ceilings(g["name"] or None, cc, g["sm_count"])
 
     @cached_property
     def compute_capability(self) -> float | None:
@@ -515,7 +603,7 @@ def _inherit(ops: pd.DataFrame) -> None:
     prec = own.copy()
     root = np.where(eligible, ids, -1)
     depth = ops["depth"].fillna(0).to_numpy(np.int64)
-    for d in np.unique(depth):
+    for d in distinct(depth):
         rows = np.flatnonzero((depth == d) & (parent_pos >= 0))
         if len(rows) == 0:
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -27,12 +28,14 @@ def short_kernel(name: str) -> str:
     return f"{text}<{inner}>" if inner and inner != text else text
 
 
-def top_by(frame: pd.DataFrame, key: str, weight: str, n: int) -> list:
-    """The ``n`` values of ``key`` with the largest summed ``weight``."""
-    if frame.empty:
+def top_by(frame: pd.DataFrame | Mapping[str, np.ndarray], key: str, weight: str, n: int) -> list:
+    """The ``n`` values of ``key`` with the largest summed ``weight``; ``frame``: a frame or its columns."""
+    w = np.asarray(frame[weight])
+    if len(w) == 0:
         return []
-    w = frame[weight].to_numpy()
     if w.dtype.kind not in "iu":
+        if not isinstance(frame, pd.DataFrame):
+            frame = pd.DataFrame({key: frame[key], weight: w})
         s = frame.groupby(key, sort=False)[weight].sum().sort_values(ascending=False)
         return [v.item() if hasattr(v, "item") else v for v in s.index[:n]]
     # integer weights: groupby(sort=False).sum() then Series.sort_values(ascending=False) (pandas' nargsort:
@@ -54,9 +57,8 @@ def longest_ranges(starts, ends, n: int) -> list[list[int]]:
 
 def node_ids(ctx, op_ids) -> list[int]:
     """Op node ids (agg_ops.node_id) of op instances, in first-seen order."""
-    ops = ctx.ops_all
-    pos = ops.index.get_indexer(pd.Index(np.asarray(op_ids, dtype=np.int64)))
-    nodes = ops["node_id"].to_numpy(np.int64)[pos[pos >= 0]]
+    pos = ctx.op_rows(op_ids)
+    nodes = ctx.col("ops_all", "node_id")[pos[pos >= 0]]
     return [int(x) for x in pd.unique(nodes)]
 
 

@@ -48,6 +48,10 @@ def kernel_precisions(names: pd.Series) -> np.ndarray:
     """:func:`kernel_precision` of a column of names, evaluated once per distinct name."""
     from ..analyze.tensor_core import classify_names
 
+    if isinstance(names.dtype, pd.CategoricalDtype):  # once per category, without spelling out every row
+        verdicts = np.array([kernel_precision(str(c)) for c in names.cat.categories] + [kernel_precision("")],
+                            dtype=object)
+        return verdicts[names.cat.codes.to_numpy()]  # code -1 (missing): the last, the verdict on ""
     return classify_names(names.fillna("").astype(str), kernel_precision, dtype=object)
 
 

@@ -32,11 +32,17 @@ def rule(rule_id: str, *, gpu: bool = False) -> Callable:
 
 def load_rules() -> dict[str, Callable]:
     """Import every module of ``dlscope.experts.rules`` once and return the registry."""
-    from . import rules as package
+    global _LOADED
+    if not _LOADED:
+        from . import rules as package
 
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{info.name}")
+        for info in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"{package.__name__}.{info.name}")
+        _LOADED = True
     return RULES
+
+
+_LOADED = False  # the rule modules are imported (listing them costs a directory scan per rank)
 
 
 def as_list(result) -> list:

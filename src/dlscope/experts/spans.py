@@ -12,13 +12,23 @@ def Span(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
 
 
+def distinct(values) -> np.ndarray:
+    """The sorted distinct values of an array (``np.unique``'s result): a sort and a comparison of
+    neighbours, as ``np.unique`` hashes since numpy 2.3, which costs about a second per million distinct
+    int64 values here against a hundredth for the sort."""
+    ordered = np.sort(np.asarray(values), kind="stable")
+    if len(ordered) == 0:
+        return ordered
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])]
+
+
 def minus(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
     """The parts of union(a) not covered by union(b), as disjoint sorted intervals."""
     a_s, a_e = merge(*a)
     b_s, b_e = merge(*b)
     if len(a_s) == 0 or len(b_s) == 0:
         return a_s, a_e
-    bounds = np.unique(np.concatenate([a_s, a_e, b_s, b_e]))
+    bounds = distinct(np.concatenate([a_s, a_e, b_s, b_e]))
     mids = bounds[:-1]
     in_a = _covered(mids, a_s, a_e)
     in_b = _covered(mids, b_s, b_e)

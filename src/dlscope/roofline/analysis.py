@@ -16,6 +16,7 @@ import json
 import math
 import re
 import sqlite3
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -170,12 +171,13 @@ def _cost(op_name, input_shapes, input_dtypes, concrete_inputs):
         return op_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
 
 
-def roofline_ops(rows: pd.DataFrame, ceilings: GpuCeilings | None) -> tuple[list[dict], int]:
-    """Op dicts for every node with a FLOP model; also the GPU time of nodes without one."""
+def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) -> tuple[list[dict], int]:
+    """Op dicts for every node with a FLOP model; also the GPU time of nodes without one. ``rows``: a frame,
+    or its rows as ``itertuples`` gives them (the expert rule makes a rank's few rows without a frame)."""
     ops: list[dict] = []
     unmodelled_ns = 0
     dram = ceilings.bandwidth.get("dram") if ceilings else None
-    for row in rows.itertuples(index=False):
+    for row in rows.itertuples(index=False) if isinstance(rows, pd.DataFrame) else rows:
         cost = _cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs)
         if cost is None:
             unmodelled_ns += int(row.gpu_time_ns)

@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from ...analyze.intervals import clip, merge
-from ...model import value_counts
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, plural
 from ..finding import Finding
 from ..registry import rule
@@ -36,42 +35,52 @@ def refill_gaps(ctx, call_ends: np.ndarray) -> np.ndarray:
     inside[ok] = ends[ok] < be[prev[ok]]
     nxt = np.where(idx < len(bs), bs[np.minimum(idx, len(bs) - 1)] if len(bs) else hi, hi)
     gap_end = np.where(~inside, np.minimum(nxt, hi), ends)
-    ops = ctx.ops_all
     other = ctx.ops_named("dataloader") | ctx.ops_named("io")
-    rg = ctx.ranges["category"].isin(["dataloader", "io"]).to_numpy(bool)
-    owned = Span(np.concatenate([ops["start"].to_numpy(np.int64)[other], ctx.ranges["start"].to_numpy(np.int64)[rg]]),
-                 np.concatenate([ops["end"].to_numpy(np.int64)[other], ctx.ranges["end"].to_numpy(np.int64)[rg]]))
+    rg = np.isin(ctx.col("ranges", "category"), ["dataloader", "io"])
+    owned = Span(np.concatenate([ctx.col("ops_all", "start")[other], ctx.col("ranges", "start")[rg]]),
+                 np.concatenate([ctx.col("ops_all", "end")[other], ctx.col("ranges", "end")[rg]]))
     s, e = np.clip(ends, lo, hi), np.clip(gap_end, lo, hi)
     return np.where(e > s, (e - s) - covered_lengths(owned, s, e), 0)
 
 
-def _calls(ctx, patterns: list[str]) -> pd.DataFrame:
-    return ctx.api_calls[ctx.names_match("api_calls", patterns)]
+def _calls(ctx, patterns: list[str]) -> dict[str, np.ndarray]:
+    """The API calls whose names match, as columns."""
+    hit = ctx.names_match("api_calls", patterns)
+    return {c: ctx.col("api_calls", c)[hit] for c in ("name", "start", "end", "op_id", "iteration")}
 
 
-def _blocking_finding(ctx, cfg, rule_id: str, calls: pd.DataFrame, what: str, advice: str):
-    if calls.empty:
+def _most_called(names: np.ndarray, count: int) -> str:
+    """'name ×calls' of the ``count`` most called names (ties in order of first call)."""
+    codes, uniques = pd.factorize(names, sort=False)
+    calls = np.bincount(codes[codes >= 0], minlength=len(uniques))
+    order = np.argsort(-calls, kind="stable")[:count]
+    return ", ".join(f"{name} ×{n}" for name, n in zip(np.asarray(uniques, dtype=object)[order], calls[order]))
+
+
+def _blocking_finding(ctx, cfg, rule_id: str, calls: dict[str, np.ndarray], what: str, advice: str):
+    if not len(calls["end"]):
         return None
-    refill = refill_gaps(ctx, calls["end"].to_numpy(np.int64))
-    blocked_each = (calls["end"] - calls["start"]).to_numpy(np.int64)
+    refill = refill_gaps(ctx, calls["end"])
+    blocked_each = calls["end"] - calls["start"]
     saving = int(np.minimum(refill, blocked_each).sum())
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
     n = ctx.config["evidence"]["max_items"]
-    blocked = int(blocked_each.sum())
-    names = ", ".join(f"{name} ×{count}" for name, count in value_counts(calls["name"]).head(4).items())
-    callers = calls.loc[calls["op_id"] >= 0, "op_id"]
-    caller_names = ", ".join(pd.unique(ctx.ops_all["name"].reindex(callers).dropna())[:3]) or "no framework op"
+    blocked, count = int(blocked_each.sum()), len(calls["end"])
+    names = _most_called(calls["name"], 4)
+    callers = calls["op_id"][calls["op_id"] >= 0]
+    pos = ctx.op_rows(callers)
+    caller_names = ", ".join(pd.unique(ctx.col("ops_all", "name")[pos[pos >= 0]])[:3]) or "no framework op"
     return Finding(
         rule_id,
-        f"{plural(len(calls), what)} inside the step ({names}) blocked the CPU for {fmt_ns(blocked)}; after they "
+        f"{plural(count, what)} inside the step ({names}) blocked the CPU for {fmt_ns(blocked)}; after they "
         f"returned the GPU sat idle for {fmt_ns(int(refill.sum()))} until new work arrived, "
         f"{fmt_ns(saving)} ({ctx.pct(saving):.1f}%) of which the CPU could have filled instead of waiting. "
         f"Called from: {caller_names}.",
         f"{advice} See {ctx.link(rule_id)}",
         saving,
         {"node_ids": node_ids(ctx, callers), "iterations": iterations_of(calls["iteration"]),
-         "time_ranges": longest_ranges(calls["start"], calls["end"], n), "calls": int(len(calls)),
+         "time_ranges": longest_ranges(calls["start"], calls["end"], n), "calls": count,
          "blocked_cpu_ns": blocked, "idle_after_ns": int(refill.sum())})
 
 
@@ -94,30 +103,32 @@ def sync_api(ctx, cfg):
 
 @rule("pageable_memcpy", gpu=True)
 def pageable_memcpy(ctx, cfg):
-    m = ctx.memops
-    sel = (m["kind"] == "memcpy") & m["copy_kind"].isin(cfg["copy_kinds"]) & \
-        ((m["src_mem"] == "pageable") | (m["dst_mem"] == "pageable"))
-    copies = m[sel]
-    if copies.empty:
+    def memops(c: str) -> np.ndarray:
+        return ctx.col("memops", c)
+
+    sel = (memops("kind") == "memcpy") & np.isin(memops("copy_kind"), cfg["copy_kinds"]) & \
+        ((memops("src_mem") == "pageable") | (memops("dst_mem") == "pageable"))
+    if not sel.any():
         return None
+    copies = {c: memops(c)[sel] for c in ("start", "end", "dur", "bytes", "op_id", "iteration")}
     lo, hi = ctx.window
-    span = clip(copies["start"].to_numpy(np.int64), copies["end"].to_numpy(np.int64), lo, hi)
+    span = clip(copies["start"], copies["end"], lo, hi)
     exposed = minus(span, ctx.busy(kinds=("kernel",)))
     saving = length(exposed)
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
     n = ctx.config["evidence"]["max_items"]
-    nbytes = int(copies.loc[copies["bytes"] > 0, "bytes"].sum())
+    nbytes = int(copies["bytes"][copies["bytes"] > 0].sum())
     return Finding(
         "pageable_memcpy",
-        f"{plural(len(copies), 'host-to-device copy', 'host-to-device copies')} came from pageable memory "
+        f"{plural(len(copies['dur']), 'host-to-device copy', 'host-to-device copies')} came from pageable memory "
         f"({nbytes / 2**20:,.1f} MiB, "
         f"{fmt_ns(int(copies['dur'].sum()))} on the GPU); pageable copies are staged and synchronous, and "
         f"{fmt_ns(saving)} of them ran with no kernel alongside.",
         "Copy from pinned memory asynchronously: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
         f"tensor.to('cuda', non_blocking=True). See {ctx.link('pageable_memcpy')}",
         saving,
-        {"node_ids": node_ids(ctx, copies.loc[copies["op_id"] >= 0, "op_id"]),
+        {"node_ids": node_ids(ctx, copies["op_id"][copies["op_id"] >= 0]),
          "iterations": iterations_of(copies["iteration"]),
          "time_ranges": longest_ranges(copies["start"], copies["end"], n), "bytes": nbytes,
-         "copies": int(len(copies))})
+         "copies": int(len(copies["dur"]))})

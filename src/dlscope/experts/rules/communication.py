@@ -10,20 +10,19 @@ from ...analyze.intervals import clip
 from ..evidence import fmt_ns, iterations_of, longest_ranges, node_ids, top_by
 from ..finding import Finding
 from ..registry import rule
-from ..spans import Span, length, minus
+from ..spans import Span, distinct, length, minus
 
 
 @rule("exposed_communication", gpu=True)
 def exposed_communication(ctx, cfg):
-    k = ctx.kernel_facts
-    if k.empty:
+    device, start, end = (ctx.col("kernel_facts", c) for c in ("device", "start", "end"))
+    if not len(device):
         return None
     comm_mask = ctx.names_match("kernel_facts", cfg["kernel_patterns"])
     if not comm_mask.any():
         return None
     lo, hi = ctx.window
-    exposed_total, comm_total, parts, devices = 0, 0, [], sorted(k.loc[comm_mask, "device"].unique())
-    device, start, end = k["device"].to_numpy(), k["start"].to_numpy(np.int64), k["end"].to_numpy(np.int64)
+    exposed_total, comm_total, parts, devices = 0, 0, [], distinct(device[comm_mask]).tolist()
     for dev in devices:
         on = device == dev
         comm = clip(start[comm_mask & on], end[comm_mask & on], lo, hi)
@@ -35,7 +34,8 @@ def exposed_communication(ctx, cfg):
     saving = int(exposed_total / len(devices))
     if saving < cfg["min_share"] * ctx.wall:
         return None
-    ck = k.loc[comm_mask, ["op_id", "name", "dur", "iteration"]]
+    ck = {c: ctx.col("kernel_facts", c)[comm_mask] for c in ("op_id", "name", "dur", "iteration")}
+    launched = {c: values[ck["op_id"] >= 0] for c, values in ck.items()}
     n = ctx.config["evidence"]["max_items"]
     es = np.concatenate([p[0] for p in parts])
     ee = np.concatenate([p[1] for p in parts])
@@ -49,7 +49,7 @@ def exposed_communication(ctx, cfg):
         "(forward_prefetch / backward_prefetch), gradient accumulation with no_sync(), or fewer, larger "
         f"collectives. See {ctx.link('exposed_communication')}",
         saving,
-        {"node_ids": node_ids(ctx, top_by(ck[ck["op_id"] >= 0], "op_id", "dur", n)),
+        {"node_ids": node_ids(ctx, top_by(launched, "op_id", "dur", n)),
          "kernels": top_by(ck, "name", "dur", n), "iterations": iterations_of(ck["iteration"]),
          "time_ranges": longest_ranges(es, ee, n), "comm_ns": int(comm_total / len(devices)),
          "overlap_share": round(overlap, 4)})

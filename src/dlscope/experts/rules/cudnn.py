@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 
 from ...roofline.flops import op_cost
@@ -92,10 +93,10 @@ ADVICE = {"training": "Set torch.backends.cudnn.benchmark = True before training
 
 @rule("cudnn_benchmark_off", gpu=True)
 def cudnn_benchmark_off(ctx, cfg):
-    ops = ctx.ops
-    convs = ops[ops["name"].isin(list(cfg["benchmark_arg"]))]
-    if convs.empty:
+    conv = np.isin(ctx.col("ops", "name"), list(cfg["benchmark_arg"]))
+    if not conv.any():
         return None
+    convs = ctx.ops[conv]
     flags = [_flag(c, cfg["benchmark_arg"][name]) for name, c in zip(convs["name"], convs["concrete_inputs"])]
     finds = ctx.names_match("api_calls", cfg["find_api_pattern"]).any()
     gets = ctx.names_match("api_calls", cfg["get_api_pattern"]).any()

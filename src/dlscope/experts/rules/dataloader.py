@@ -16,14 +16,13 @@ from ..registry import rule
 
 def loader_intervals(ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(starts, ends, op_ids) of data-loading ops and ranges inside the window (op_id -1 for ranges)."""
-    ops = ctx.ops_all
     lo, hi = ctx.window
-    start, end = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
+    start, end = ctx.col("ops_all", "start"), ctx.col("ops_all", "end")
     o = ctx.ops_named("dataloader") & (end > lo) & (start < hi)
-    r = (ctx.ranges["category"] == "dataloader").to_numpy(bool)
-    rs, re_ = ctx.ranges["start"].to_numpy(np.int64)[r], ctx.ranges["end"].to_numpy(np.int64)[r]
+    r = ctx.col("ranges", "category") == "dataloader"
+    rs, re_ = ctx.col("ranges", "start")[r], ctx.col("ranges", "end")[r]
     return (np.concatenate([start[o], rs]), np.concatenate([end[o], re_]),
-            np.concatenate([ops["op_id"].to_numpy(np.int64)[o], np.full(len(rs), -1, dtype=np.int64)]))
+            np.concatenate([ctx.col("ops_all", "op_id")[o], np.full(len(rs), -1, dtype=np.int64)]))
 
 
 GPU_ADVICE = ("Load batches in parallel with the step: DataLoader(num_workers=N>0, pin_memory=True, "
@@ -43,7 +42,8 @@ def dataloader_bottleneck(ctx, cfg):
     s, e, op_ids = loader_intervals(ctx)
     n = ctx.config["evidence"]["max_items"]
     its = ctx.iterations
-    per_it = its.loc[its["dataloader_ns"] > 0, ["iteration", "dataloader_ns"]]
+    loading = its["dataloader_ns"].to_numpy(np.int64)
+    numbers, per_it = its["iteration"].to_numpy(np.int64)[loading > 0], loading[loading > 0]
     where = ("while the GPU was idle" if ctx.has_gpu else "of the step (CPU-only profile)")
     cs, ce = clip(s, e, *ctx.window)
     return Finding(
@@ -52,6 +52,6 @@ def dataloader_bottleneck(ctx, cfg):
         f"{fmt_ns(loader_ns / max(len(its), 1))} per iteration) was spent in data loading {where}.",
         (GPU_ADVICE if ctx.has_gpu else CPU_ADVICE) + f" See {ctx.link('dataloader_bottleneck')}",
         loader_ns,
-        {"node_ids": node_ids(ctx, op_ids[op_ids >= 0]), "iterations": [int(i) for i in per_it["iteration"]],
+        {"node_ids": node_ids(ctx, op_ids[op_ids >= 0]), "iterations": [int(i) for i in numbers],
          "time_ranges": longest_ranges(cs, ce, n),
-         "per_iteration_ns": {int(i): int(v) for i, v in zip(per_it["iteration"], per_it["dataloader_ns"])}})
+         "per_iteration_ns": {int(i): int(v) for i, v in zip(numbers, per_it)}})

@@ -10,24 +10,27 @@ remains. Patterns are taken greedily by saving, each kernel counted in at most o
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from ..evidence import fmt_ns, node_ids, short_kernel
 from ..finding import Finding
 from ..registry import rule
+from ..spans import distinct
 
 
-def _runs(k: pd.DataFrame, short_ns: int, max_gap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _runs(k: dict[str, np.ndarray], short_ns: int, max_gap_ns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Maximal runs (length >= 2) of short, closely spaced kernels per stream and iteration.
 
     Returns ``order`` (row positions, grouped by stream and iteration in order of first appearance, by
     start within a group) and each run's ``[lo, hi)`` bounds in it.
     """
-    group = _first_seen_groups(*(k[c].to_numpy() for c in ("device", "stream", "iteration")))
-    start, end = k["start"].to_numpy(np.int64), k["end"].to_numpy(np.int64)
+    group = _first_seen_groups(*(k[c] for c in ("device", "stream", "iteration")))
+    start, end = k["start"], k["end"]
     order = np.lexsort((start, group))
-    ok = k["dur"].to_numpy(np.int64)[order] <= short_ns
+    ok = k["dur"][order] <= short_ns
     same = group[order][1:] == group[order][:-1]
     gap = start[order][1:] - end[order][:-1]
     joined = np.concatenate([[False], same & ok[1:] & ok[:-1] & (gap <= max_gap_ns), [False]])
@@ -61,8 +64,10 @@ def _gains(rows: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray
 
 
 def _occurrences(codes: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray, sizes: range,
-                 start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
-    """Each pattern (tuple of name codes, not all one name) -> its occurrences' rows and gains."""
+                 start: np.ndarray, end: np.ndarray, dur: np.ndarray,
+                 min_count: float = 0) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+    """Each pattern (tuple of name codes, not all one name) occurring at least ``min_count`` times -> its
+    occurrences' rows and gains."""
     out = {}
     for size in sizes:
         rows = _windows(order, lo, hi, size)
@@ -74,47 +79,52 @@ def _occurrences(codes: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.nd
         gains = _gains(rows, start, end, dur)
         distinct, which = np.unique(pattern, axis=0, return_inverse=True)
         which = which.ravel()
+        counts = np.bincount(which, minlength=len(distinct))
+        frequent = np.flatnonzero(counts >= min_count)
+        if not len(frequent):
+            continue
         by = np.argsort(which, kind="stable")  # occurrences of a pattern stay in run order
-        bounds = np.searchsorted(which[by], np.arange(len(distinct) + 1))
-        for p, a, b in zip(distinct.tolist(), bounds[:-1], bounds[1:]):
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        for p, a, b in zip(distinct[frequent].tolist(), bounds[frequent].tolist(), bounds[frequent + 1].tolist()):
             out[tuple(p)] = (rows[by[a:b]], gains[by[a:b]])
     return out
 
 
-def _in_optimizer(ctx, k: pd.DataFrame) -> np.ndarray:
-    """Kernels launched by ops inside an optimizer step."""
-    ops = ctx.ops
+def _in_optimizer(ctx, op_id: np.ndarray) -> np.ndarray:
+    """Kernels (by their op ids) launched by ops inside an optimizer step."""
     named = ctx.names_match("ops", ctx.config["unfused_optimizer"]["step_op_patterns"])
-    steps = ops.loc[named, ["tid", "start", "end"]]
-    pos = ctx.ops_all.index.get_indexer(k["op_id"])
-    inside = np.zeros(len(k), dtype=bool)
-    if steps.empty:
+    inside = np.zeros(len(op_id), dtype=bool)
+    if not named.any():
         return inside
-    o = ctx.ops_all
-    start = np.where(pos >= 0, o["start"].to_numpy()[np.maximum(pos, 0)], -1)
-    tid = np.where(pos >= 0, o["tid"].to_numpy()[np.maximum(pos, 0)], -1)
-    for s in steps.itertuples(index=False):
-        inside |= (tid == s.tid) & (start >= s.start) & (start <= s.end)
+    steps = zip(*(ctx.col("ops", c)[named].tolist() for c in ("tid", "start", "end")))
+    pos = ctx.op_rows(op_id)
+    start = np.where(pos >= 0, ctx.col("ops_all", "start")[np.maximum(pos, 0)], -1)
+    tid = np.where(pos >= 0, ctx.col("ops_all", "tid")[np.maximum(pos, 0)], -1)
+    for s_tid, s_start, s_end in steps:
+        inside |= (tid == s_tid) & (start >= s_start) & (start <= s_end)
     return inside
+
+
+#: NCCL kernels are communication, never fused
+_NCCL = re.compile("nccl", re.IGNORECASE)
 
 
 @rule("fusion_candidates", gpu=True)
 def fusion_candidates(ctx, cfg):
-    k = ctx.kernel_facts
-    k = k[(k["eligible_root"] < 0) & ~k["name"].str.contains("nccl", case=False, regex=False)]
-    k = k[~_in_optimizer(ctx, k)].reset_index(drop=True)
-    if k.empty:
+    keep = (ctx.col("kernel_facts", "eligible_root") < 0) & ~ctx.frames.matching("kernel_facts", _NCCL, ctx.rank)
+    keep[keep] = ~_in_optimizer(ctx, ctx.col("kernel_facts", "op_id")[keep])
+    if not keep.any():
         return None
-    codes, names = k["name"].factorize()
-    start, end, dur = (k[c].to_numpy(np.int64) for c in ("start", "end", "dur"))
+    k = {c: ctx.col("kernel_facts", c)[keep] for c in ("device", "stream", "iteration", "start", "end", "dur", "op_id")}
+    codes, names = pd.factorize(ctx.col("kernel_facts", "name")[keep])
+    start, end, dur = k["start"], k["end"], k["dur"]
     order, lo, hi = _runs(k, int(cfg["short_kernel_us"] * 1000), int(cfg["max_gap_us"] * 1000))
-    occurrences = _occurrences(codes, order, lo, hi, range(cfg["min_length"], cfg["max_length"] + 1),
-                               start, end, dur)
     n_its = max(len(ctx.iterations), 1)
     min_occ = cfg["min_occurrences_per_iteration"] * n_its
-    scored = sorted(((int(gains.sum()), p) for p, (rows, gains) in occurrences.items() if len(rows) >= min_occ),
-                    reverse=True)
-    used = np.zeros(len(k), dtype=bool)
+    occurrences = _occurrences(codes, order, lo, hi, range(cfg["min_length"], cfg["max_length"] + 1),
+                               start, end, dur, min_occ)
+    scored = sorted(((int(gains.sum()), p) for p, (rows, gains) in occurrences.items()), reverse=True)
+    used = np.zeros(len(start), dtype=bool)
     chosen = []
     for _, pattern in scored:
         rows, gains = occurrences[pattern]
@@ -133,7 +143,7 @@ def fusion_candidates(ctx, cfg):
     gain, pattern, count, rows_all = chosen[0]
     text = " + ".join(short_kernel(names[c]) for c in pattern)
     ex_rows = np.concatenate([rs[:n].ravel() for _, _, _, rs in chosen])
-    ex_ops = k["op_id"].to_numpy()[ex_rows]
+    ex_ops = k["op_id"][ex_rows]
     return Finding(
         "fusion_candidates",
         f"{len(chosen)} short kernel sequences repeat on the same stream; the most costly, {text}, occurs "
@@ -145,7 +155,7 @@ def fusion_candidates(ctx, cfg):
                    "chain.") + f" See {ctx.link('fusion_candidates')}",
         saving,
         {"node_ids": node_ids(ctx, ex_ops[ex_ops >= 0]), "kernels": [names[c] for c in pattern],
-         "iterations": sorted(int(i) for i in k["iteration"].unique()),
+         "iterations": [int(i) for i in distinct(k["iteration"])],
          "time_ranges": [[int(start[r[0]]), int(end[r[-1]])] for r in rows_all[:n]],
          "patterns": [{"kernels": [names[c] for c in p], "occurrences": c, "saving_ns": g}
                       for g, p, c, _ in chosen]})

@@ -5,12 +5,11 @@ in such gaps, averaged over the GPUs."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from ..evidence import fmt_ns, node_ids, short_kernel
 from ..finding import Finding
 from ..registry import rule
-from ..spans import gaps_in_windows
+from ..spans import distinct, gaps_in_windows
 
 
 @rule("gpu_gaps", gpu=True)
@@ -19,42 +18,45 @@ def gpu_gaps(ctx, cfg):
         return None
     min_gap = int(cfg["min_gap_us"] * 1000)
     its = ctx.iterations
-    per_device = []
+    it_start, it_end, it_number = (its[c].to_numpy(np.int64) for c in ("start", "end", "iteration"))
+    parts = []
     for dev in ctx.devices:
-        gs, ge, window = gaps_in_windows(ctx.busy(dev), its["start"].to_numpy(np.int64), its["end"].to_numpy(np.int64))
+        gs, ge, window = gaps_in_windows(ctx.busy(dev), it_start, it_end)
         keep = (ge - gs) >= min_gap
-        per_device.append(pd.DataFrame({"start": gs[keep], "end": ge[keep], "device": dev,
-                                        "iteration": its["iteration"].to_numpy(np.int64)[window[keep]]}))
-    idle = pd.concat(per_device, ignore_index=True)
-    if idle.empty:
+        parts.append((gs[keep], ge[keep], np.full(int(keep.sum()), dev, dtype=np.int64), it_number[window[keep]]))
+    idle_s, idle_e, idle_dev, idle_it = (np.concatenate(c) for c in zip(*parts))
+    if not len(idle_s):
         return None
-    length = (idle["end"] - idle["start"]).to_numpy(np.int64)
+    length = idle_e - idle_s
     saving = int(int(length.sum()) / len(ctx.devices))
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
     n = ctx.config["evidence"]["max_items"]
-    found = list(idle.iloc[np.argsort(-length, kind="stable")[:n]].itertuples(index=False, name=None))
-    neighbours = _Neighbours(ctx.kernel_facts[["device", "start", "end", "op_id", "name"]])
+    top = np.argsort(-length, kind="stable")[:n]
+    found = list(zip(idle_s[top].tolist(), idle_e[top].tolist(), idle_dev[top].tolist(), idle_it[top].tolist()))
+    neighbours = _Neighbours(*(ctx.col("kernel_facts", c) for c in ("device", "start", "end")))
+    op_id, kernel_name = ctx.col("kernel_facts", "op_id"), ctx.col("kernel_facts", "name")
     before_ops, after_ops, kernels, located = [], [], [], []
     for s, e, dev, _it in found:
         prev, nxt = neighbours.before(dev, s), neighbours.after(dev, e)
         located.append((prev, nxt))
-        for frame, bucket in ((prev, before_ops), (nxt, after_ops)):
-            if len(frame):
-                bucket.append(int(frame["op_id"].iloc[0]))
-                kernels.append(frame["name"].iloc[0])
+        for row, bucket in ((prev, before_ops), (nxt, after_ops)):
+            if row >= 0:
+                bucket.append(int(op_id[row]))
+                kernels.append(kernel_name[row])
     s0, e0, dev0, it0 = found[0]
     prev, nxt = located[0]
 
-    def describe(frame) -> str:
-        if frame.empty:
+    def describe(row: int) -> str:
+        if row < 0:
             return "the iteration boundary"
-        op = ctx.ops_all["name"].get(int(frame["op_id"].iloc[0]), "?")
-        return f"{short_kernel(frame['name'].iloc[0])} (op {op})"
+        pos = int(ctx.op_rows([op_id[row]])[0])
+        op = ctx.col("ops_all", "name")[pos] if pos >= 0 else "?"
+        return f"{short_kernel(kernel_name[row])} (op {op})"
 
     return Finding(
         "gpu_gaps",
-        f"{len(idle):,} idle gaps of at least {fmt_ns(min_gap)} inside iterations leave the GPU idle for "
+        f"{len(idle_s):,} idle gaps of at least {fmt_ns(min_gap)} inside iterations leave the GPU idle for "
         f"{fmt_ns(saving)} ({ctx.pct(saving):.1f}% of the aggregated time); the largest, {fmt_ns(e0 - s0)} on GPU "
         f"{dev0} in iteration {it0}, lies between {describe(prev)} and {describe(nxt)}.",
         "Find what the CPU does during these gaps (data loading, synchronizations, Python work between ops), "
@@ -62,32 +64,31 @@ def gpu_gaps(ctx, cfg):
         f"around suspect code. See {ctx.link('gpu_gaps')}",
         saving,
         {"node_ids": node_ids(ctx, before_ops + after_ops), "kernels": list(dict.fromkeys(kernels)),
-         "iterations": sorted(int(i) for i in idle["iteration"].unique()),
-         "time_ranges": [[int(g[0]), int(g[1])] for g in found], "gap_count": len(idle),
-         "devices": [int(d) for d in np.unique(idle["device"])]})
+         "iterations": [int(i) for i in distinct(idle_it)],
+         "time_ranges": [[int(g[0]), int(g[1])] for g in found], "gap_count": len(idle_s),
+         "devices": [int(d) for d in distinct(idle_dev)]})
 
 
 class _Neighbours:
     """The kernels of a device just before and just after a moment (binary search, no frame filtering)."""
 
-    def __init__(self, kernels: pd.DataFrame):
-        self.kernels = kernels
-        start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    def __init__(self, device: np.ndarray, start: np.ndarray, end: np.ndarray):
         self.by_end: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.by_start: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for dev, rows in kernels.groupby("device", sort=False).indices.items():
+        for dev in distinct(device).tolist():
+            rows = np.flatnonzero(device == dev)
             for times, index in ((end, self.by_end), (start, self.by_start)):
                 ordered = rows[np.argsort(times[rows], kind="stable")]
-                index[int(dev)] = (ordered, times[ordered])
+                index[dev] = (ordered, times[ordered])
 
-    def before(self, device: int, t: int) -> pd.DataFrame:
-        """The kernel of ``device`` ending last at or before ``t`` (empty when none)."""
+    def before(self, device: int, t: int) -> int:
+        """The row of the kernel of ``device`` ending last at or before ``t`` (-1 when none)."""
         rows, ends = self.by_end.get(int(device), (np.zeros(0, np.int64),) * 2)
         i = int(np.searchsorted(ends, t, side="right"))
-        return self.kernels.iloc[rows[max(i - 1, 0):i]]
+        return int(rows[i - 1]) if i > 0 else -1
 
-    def after(self, device: int, t: int) -> pd.DataFrame:
-        """The kernel of ``device`` starting first at or after ``t`` (empty when none)."""
+    def after(self, device: int, t: int) -> int:
+        """The row of the kernel of ``device`` starting first at or after ``t`` (-1 when none)."""
         rows, starts = self.by_start.get(int(device), (np.zeros(0, np.int64),) * 2)
         i = int(np.searchsorted(starts, t, side="left"))
-        return self.kernels.iloc[rows[i:i + 1]]
+        return int(rows[i]) if i < len(rows) else -1

@@ -9,21 +9,22 @@ stalls that CUDA graphs would not remove are not counted.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from ...analyze.intervals import merge
 from ..evidence import fmt_ns, iterations_of, node_ids, plural, top_by
 from ..finding import Finding
 from ..registry import rule
+from ..spans import distinct
 
 
-def host_wait(ctx, k: pd.DataFrame, launch_start: np.ndarray) -> np.ndarray:
-    """Per kernel, the idle time before it on its device when the host launched it after that idle began."""
-    out = np.zeros(len(k), dtype=np.int64)
-    for dev in k["device"].unique():
-        rows = np.flatnonzero(k["device"].to_numpy() == dev)
-        bs, be = merge(*ctx.busy(int(dev)))
-        s = k["start"].to_numpy(np.int64)[rows]
+def host_wait(ctx, device: np.ndarray, start: np.ndarray, launch_start: np.ndarray) -> np.ndarray:
+    """Per kernel (its device and start), the idle time before it on its device when the host launched it
+    after that idle began."""
+    out = np.zeros(len(start), dtype=np.int64)
+    for dev in distinct(device).tolist():
+        rows = np.flatnonzero(device == dev)
+        bs, be = merge(*ctx.busy(dev))
+        s = start[rows]
         idx = np.searchsorted(bs, s, side="right") - 1
         ok = (idx >= 1) & (bs[np.maximum(idx, 0)] == s)
         prev_end = np.where(ok, be[np.maximum(idx - 1, 0)], s)
@@ -34,30 +35,32 @@ def host_wait(ctx, k: pd.DataFrame, launch_start: np.ndarray) -> np.ndarray:
 
 @rule("launch_bound", gpu=True)
 def launch_bound(ctx, cfg):
-    k = ctx.kernel_facts
-    if len(k) < cfg["min_kernels"]:
+    start = ctx.col("kernel_facts", "start")
+    if len(start) < cfg["min_kernels"]:
         return None
-    api = ctx.api_calls
-    pos = pd.Index(api["api_id"].to_numpy()).get_indexer(k["api_id"].to_numpy())
+    pos = ctx.api_rows(ctx.col("kernel_facts", "api_id"))
     has = pos >= 0
-    api_start, api_end = api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64)
-    launch_start = np.where(has, api_start[np.maximum(pos, 0)], k["start"].to_numpy())
+    api_start, api_end = ctx.col("api_calls", "start"), ctx.col("api_calls", "end")
+    launch_start = np.where(has, api_start[np.maximum(pos, 0)], start)
     launch_dur = np.where(has, (api_end - api_start)[np.maximum(pos, 0)], 0)
-    dur = k["dur"].to_numpy(np.int64)
+    dur = ctx.col("kernel_facts", "dur")
     short = has & (dur < cfg["short_kernel_us"] * 1000) & (launch_dur >= dur)
     if short.mean() < cfg["min_short_share"]:
         return None
-    wait = np.minimum(host_wait(ctx, k, launch_start), int(cfg["max_launch_gap_us"] * 1000))
+    wait = np.minimum(host_wait(ctx, ctx.col("kernel_facts", "device"), start, launch_start),
+                      int(cfg["max_launch_gap_us"] * 1000))
     saving = int(wait[short].sum())
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
-    sk = k.loc[short, ["op_id", "name", "iteration", "start"]].assign(wait=wait[short])
+    sk = {c: ctx.col("kernel_facts", c)[short] for c in ("op_id", "name", "iteration", "start")}
+    sk["wait"] = wait[short]
+    launched = sk["op_id"] >= 0
     n = ctx.config["evidence"]["max_items"]
     waited = np.flatnonzero(wait[short] > 0)
     longest = waited[np.argsort(-wait[short][waited], kind="stable")[:n]]  # nlargest: ties in row order
     return Finding(
         "launch_bound",
-        f"{plural(int(short.sum()), 'kernel')} ({100 * short.mean():.0f}% of {len(k):,}) ran shorter than "
+        f"{plural(int(short.sum()), 'kernel')} ({100 * short.mean():.0f}% of {len(start):,}) ran shorter than "
         f"{cfg['short_kernel_us']} µs and no longer than their CPU launch (median kernel "
         f"{fmt_ns(float(np.median(dur[short])))}, median launch {fmt_ns(float(np.median(launch_dur[short])))}); "
         f"the GPU waited {fmt_ns(saving)} for the host to launch them.",
@@ -68,8 +71,8 @@ def launch_bound(ctx, cfg):
                       if ctx.is_training else " and fuse small ops with torch.compile."))
         + f" See {ctx.link('launch_bound')}",
         saving,
-        {"node_ids": node_ids(ctx, top_by(sk[sk["op_id"] >= 0], "op_id", "wait", n)),
+        {"node_ids": node_ids(ctx, top_by({c: v[launched] for c, v in sk.items()}, "op_id", "wait", n)),
          "kernels": top_by(sk, "name", "wait", n), "iterations": iterations_of(sk["iteration"]),
          "time_ranges": [[int(s - w), int(s)] for s, w in
-                         zip(sk["start"].to_numpy()[longest], wait[short][longest])],
-         "short_kernels": int(short.sum()), "kernels_total": int(len(k))})
+                         zip(sk["start"][longest], wait[short][longest])],
+         "short_kernels": int(short.sum()), "kernels_total": int(len(start))})

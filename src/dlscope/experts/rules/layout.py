@@ -12,22 +12,23 @@ from ..spans import length
 
 @rule("layout_transposes", gpu=True)
 def layout_transposes(ctx, cfg):
-    k = ctx.kernel_facts
-    if k.empty:
+    dur = ctx.col("kernel_facts", "dur")
+    if not len(dur):
         return None
-    t = k[ctx.names_match("kernel_facts", cfg["kernel_patterns"])]
-    share = t["dur"].sum() / max(int(k["dur"].sum()), 1)
-    if t.empty or share < cfg["min_share"]:
+    hit = ctx.names_match("kernel_facts", cfg["kernel_patterns"])
+    t = {c: ctx.col("kernel_facts", c)[hit] for c in ("op_id", "name", "start", "end", "dur", "iteration")}
+    share = t["dur"].sum() / max(int(dur.sum()), 1)
+    if not hit.any() or share < cfg["min_share"]:
         return None
-    saving = length(clip(t["start"].to_numpy(), t["end"].to_numpy(), *ctx.window))
+    saving = length(clip(t["start"], t["end"], *ctx.window))
     n = ctx.config["evidence"]["max_items"]
     return Finding(
         "layout_transposes",
-        f"{plural(len(t), 'layout conversion kernel')} (NCHW<->NHWC) took {fmt_ns(int(t['dur'].sum()))}, "
+        f"{plural(len(t['dur']), 'layout conversion kernel')} (NCHW<->NHWC) took {fmt_ns(int(t['dur'].sum()))}, "
         f"{100 * share:.1f}% of kernel time: the convolutions want NHWC but get NCHW tensors.",
         "Keep activations in NHWC: model = model.to(memory_format=torch.channels_last) and "
         f"input = input.to(memory_format=torch.channels_last). See {ctx.link('layout_transposes')}",
         saving,
-        {"node_ids": node_ids(ctx, top_by(t[t["op_id"] >= 0], "op_id", "dur", 10 * n))[:n],
+        {"node_ids": node_ids(ctx, top_by({c: v[t["op_id"] >= 0] for c, v in t.items()}, "op_id", "dur", 10 * n))[:n],
          "kernels": top_by(t, "name", "dur", n), "iterations": iterations_of(t["iteration"]),
          "time_ranges": longest_ranges(t["start"], t["end"], n)})

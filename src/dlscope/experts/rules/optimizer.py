@@ -20,10 +20,11 @@ from ..spans import gaps_in_windows
 
 @rule("unfused_optimizer", gpu=True)
 def unfused_optimizer(ctx, cfg):
-    ops = ctx.ops
-    steps = ops[ctx.names_match("ops", cfg["step_op_patterns"])]
-    if steps.empty:
+    is_step = ctx.names_match("ops", cfg["step_op_patterns"])
+    if not is_step.any():
         return None
+    ops = ctx.ops
+    steps = ops[is_step]
     fused = compile_any(cfg["fused_patterns"])
     k, api = ctx.kernel_facts, ctx.api_calls.set_index("api_id")
     its = ctx.iterations

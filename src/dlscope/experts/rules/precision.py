@@ -16,7 +16,7 @@ from ..context import HALF
 from ..evidence import fmt_ns, iterations_of, longest_ranges, plural, short_kernel, top_by
 from ..finding import Finding
 from ..registry import rule
-from ..spans import Span, length
+from ..spans import Span, distinct, length
 
 
 def speedup_factor(ctx, precision: str, on_tc: np.ndarray) -> np.ndarray:
@@ -40,13 +40,13 @@ def _saving(ctx, kernels, precision: str, on_tc: np.ndarray | None = None, tf32_
     the kernels' uses_tc) says which peak each ran at. ``tf32_ratio``: FP16/TF32 peak ratio to use for FP32
     kernels on Tensor Cores when the datasheet does not give both peaks (never the whole-time ceiling:
     TF32 kernels are already on Tensor Cores)."""
-    flags = kernels["uses_tc"].to_numpy(bool) if on_tc is None else np.asarray(on_tc, dtype=bool)
+    flags = np.asarray(kernels["uses_tc"], dtype=bool) if on_tc is None else np.asarray(on_tc, dtype=bool)
     share = speedup_factor(ctx, precision, flags)
     if tf32_ratio and not _known_tf32(ctx):
         share[flags] = 1.0 - 1.0 / tf32_ratio
-    weighted = float((kernels["dur"].to_numpy() * share).sum())
+    weighted = float((np.asarray(kernels["dur"]) * share).sum())
     lo, hi = ctx.window
-    union = length(Span(kernels["start"].clip(lo, hi), kernels["end"].clip(lo, hi)))
+    union = length(Span(np.clip(kernels["start"], lo, hi), np.clip(kernels["end"], lo, hi)))
     return int(min(weighted, union))
 
 
@@ -81,30 +81,38 @@ _COLUMNS = ["name", "start", "end", "dur", "iteration", "uses_tc", "precision", 
             "root_node"]
 
 
+def _kernels(ctx, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The :data:`_COLUMNS` of the rank's kernel facts at ``rows`` (a mask), as numpy arrays."""
+    return {c: ctx.col("kernel_facts", c)[rows] for c in _COLUMNS}
+
+
+def _rows(kernels: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    return {c: values[rows] for c, values in kernels.items()}
+
+
 @rule("amp_not_enabled", gpu=True)
 def amp_not_enabled(ctx, cfg):
     """Eligible ops computing in FP32: on CUDA cores (the FP32 peak) or on TF32 Tensor Cores (half the
     FP16/BF16 peak). Precision is the op's input dtype, else the kernel's name (``precision_names``)."""
-    kf = ctx.kernel_facts[_COLUMNS]
-    elig = kf[kf["eligible_root"].to_numpy() >= 0]
-    if elig.empty:
+    eligible = ctx.col("kernel_facts", "eligible_root") >= 0
+    if not eligible.any():
         return None
     cc = ctx.compute_capability
     if cc is not None and cc < cfg["min_compute_capability"]:
         return None
-    prec, on_tc = elig["precision"].to_numpy(object), elig["uses_tc"].to_numpy(bool)
+    elig = _kernels(ctx, eligible)
+    prec, on_tc = elig["precision"], elig["uses_tc"]
     is_single = (prec == "fp32") | (prec == "tf32")
-    single, single_tc = elig[is_single], ((prec == "tf32") | on_tc)[is_single]   # FP32 on Tensor Cores is TF32
-    cuda_core, tf32 = single[~single_tc], single[single_tc]
-    half_time = int(elig.loc[elig["precision"].isin(HALF), "dur"].sum())
-    single_time, all_time = int(single["dur"].sum()), int(kf["dur"].sum())
-    if single.empty or not all_time or single_time < cfg["min_eligible_share"] * all_time:
+    single, single_tc = _rows(elig, is_single), ((prec == "tf32") | on_tc)[is_single]  # FP32 on Tensor Cores is TF32
+    half_time = int(elig["dur"][np.isin(prec, HALF)].sum())
+    single_time, all_time = int(single["dur"].sum()), int(ctx.col("kernel_facts", "dur").sum())
+    if not is_single.any() or not all_time or single_time < cfg["min_eligible_share"] * all_time:
         return None
     if half_time > cfg["max_half_share"] * int(elig["dur"].sum()):
         return None
     saving = _saving(ctx, single, "fp32", single_tc, cfg["tf32_to_half_peak_ratio"])
-    fp32_time, tf32_time = int(cuda_core["dur"].sum()), int(tf32["dur"].sum())
-    by_name = int(single.loc[single["precision_source"] == "name", "dur"].sum())
+    fp32_time, tf32_time = int(single["dur"][~single_tc].sum()), int(single["dur"][single_tc].sum())
+    by_name = int(single["dur"][single["precision_source"] == "name"].sum())
     n = ctx.config["evidence"]["max_items"]
     parts = []
     units = ctx.matrix_units.plural
@@ -118,7 +126,7 @@ def amp_not_enabled(ctx, cfg):
     how = (", precision read from the kernel names as the trace has no input dtypes" if by_name == single_time else
            f", the precision of {fmt_ns(by_name)} read from the kernel names" if by_name else "")
     none_or_few = "none are" if half_time == 0 else "almost none are"
-    n_ops = int(single["root_node"].nunique())
+    n_ops = len(distinct(single["root_node"]))
     return Finding(
         "amp_not_enabled",
         f"{plural(n_ops, 'op')} {'was' if n_ops == 1 else 'were'} eligible for FP16/BF16 {units} but {none_or_few} "
@@ -144,26 +152,28 @@ def _known_tf32(ctx) -> bool:
 
 @rule("tc_eligible_not_using_tc", gpu=True)
 def tc_eligible_not_using_tc(ctx, cfg):
-    kf = ctx.kernel_facts[_COLUMNS]
-    half = kf[(kf["eligible_root"] >= 0) & kf["precision"].isin(HALF)]
-    if half.empty:
+    half = _kernels(ctx, (ctx.col("kernel_facts", "eligible_root") >= 0)
+                    & np.isin(ctx.col("kernel_facts", "precision"), HALF))
+    if not len(half["dur"]):
         return None
-    uses = half.groupby("eligible_root")["uses_tc"].any()
-    missing = uses.index[~uses.to_numpy()]
-    bad = half[half["eligible_root"].isin(missing)]
+    roots = half["eligible_root"]
+    missing = ~np.isin(roots, roots[half["uses_tc"]])  # ops none of whose kernels used Tensor Cores
+    bad = _rows(half, missing)
     bad_time, half_time = int(bad["dur"].sum()), int(half["dur"].sum())
-    if bad.empty or bad_time < cfg["min_share"] * half_time:
+    if not missing.any() or bad_time < cfg["min_share"] * half_time:
         return None
-    precision = bad["precision"].mode().iloc[0]
+    values, counts = np.unique(bad["precision"], return_counts=True)
+    precision = values[counts == counts.max()][0]  # the mode (the first in order on a tie)
     saving = _saving(ctx, bad, precision)
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
     n = ctx.config["evidence"]["max_items"]
+    n_ops = len(distinct(bad["root_node"]))
     names = ", ".join(short_kernel(k) for k in top_by(bad, "name", "dur", 3))
     units = ctx.matrix_units
     return Finding(
         "tc_eligible_not_using_tc",
-        f"{plural(bad['root_node'].nunique(), 'op')} ran in FP16/BF16 but none of their kernels used {units.plural}: "
+        f"{plural(n_ops, 'op')} ran in FP16/BF16 but none of their kernels used {units.plural}: "
         f"{fmt_ns(bad_time)} ({100 * bad_time / half_time:.1f}% of the half-precision eligible kernel time), "
         f"mostly {names}.",
         "Check the shapes and layouts of these ops (see tc_shape_alignment), update cuDNN/cuBLAS, and for "

@@ -67,11 +67,11 @@ def tc_dims(name: str, input_shapes: str) -> dict[str, int] | None:
 def _candidates(ctx, multiples: dict) -> pd.DataFrame:
     """One modelled op per eligible root instance (the root itself, else its shallowest modelled
     descendant), with the root's kernel time, precision and FLOPs."""
+    eligible = (ctx.col("ops", "eligible_root") >= 0) & np.isin(ctx.col("ops", "precision"), list(multiples))
+    if not eligible.any():
+        return pd.DataFrame()
     kf = ctx.kernel_facts
-    ops = ctx.ops
-    ops = ops[(ops["eligible_root"] >= 0) & ops["precision"].isin(list(multiples))]
-    if ops.empty:
-        return ops
+    ops = ctx.ops[eligible]
     modelled = ops[[_model(n) is not None and s != "" for n, s in zip(ops["name"], ops["input_shapes"])]]
     modelled = modelled.sort_values("depth").drop_duplicates("eligible_root")
     time = kf[kf["eligible_root"] >= 0].groupby("eligible_root")["dur"].sum()

@@ -21,21 +21,26 @@ _CONFIG = ["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"
 
 @rule("tail_effect", gpu=True)
 def tail_effect(ctx, cfg):
-    k = ctx.kernels
-    if k.empty or "active_blocks_per_sm" not in k:
+    def kernels(c: str) -> np.ndarray:
+        return ctx.col("kernels", c)
+
+    dur = kernels("dur")
+    if not len(dur) or not ctx.frames.has_column("kernels", "active_blocks_per_sm"):
         return None
-    sms = ctx.gpus.set_index("device")["sm_count"]
-    pos = sms.index.get_indexer(k["device"])
-    sm_count = np.where(pos >= 0, sms.to_numpy(np.int64)[np.maximum(pos, 0)], -1)
-    active = k["active_blocks_per_sm"].fillna(-1).to_numpy(np.int64)
+    gpu_device, gpu_sms = ctx.col("gpus", "device"), ctx.col("gpus", "sm_count")  # by device
+    pos = np.minimum(np.searchsorted(gpu_device, kernels("device")), max(len(gpu_device) - 1, 0))
+    known = gpu_device[pos] == kernels("device") if len(gpu_device) else np.zeros(len(dur), dtype=bool)
+    sm_count = np.where(known, gpu_sms[pos] if len(gpu_device) else -1, -1).astype(np.int64)
+    active = kernels("active_blocks_per_sm")
+    active = np.where(np.isnan(active), -1, active).astype(np.int64) if active.dtype.kind == "f" else active
     slots = np.where((sm_count > 0) & (active > 0), sm_count * active, 0)
-    blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy(np.int64)
-    dur = k["dur"].to_numpy(np.int64)
+    blocks = (kernels("grid_x") * kernels("grid_y") * kernels("grid_z")).astype(np.int64)
     tail = tail_ns(dur, blocks, slots)
     costly = (tail > 0) & (tail >= cfg["min_tail_share"] * dur)
     saving = int(tail[costly].sum())
     if not costly.any() or ctx.pct(saving) < cfg["min_pct"]:
         return None
+    k = ctx.kernels
     hit = k[costly].assign(tail=tail[costly], slots=slots[costly], blocks=blocks[costly])
     n = ctx.config["evidence"]["max_items"]
     launches = (hit.groupby(_CONFIG, sort=False)
