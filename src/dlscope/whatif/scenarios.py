@@ -315,12 +315,13 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     op's) input dtype, else the kernel's name."""
     job, act = g.job, g.activities
     ops = job.ops
-    k = act[act["table"] == "kernel"]
+    is_k = (act["table"] == "kernel").to_numpy(bool)
+    k = act[is_k]
     if k.empty:
         return k.assign(on_tc=False)
     math, not_math = _math_kernel()
     # names are judged once per distinct name
-    name_code, distinct = pd.factorize(k["name"], use_na_sentinel=False)
+    name_code, distinct = g.name_codes(np.flatnonzero(is_k), na_sentinel=False)
     is_math = np.array([bool(math.search(n)) and not not_math.search(n) for n in distinct], bool)[name_code]
     pos = positions(ops["op_id"].to_numpy(np.int64))
     own = np.array([dtype_precision(x) if x else "" for x in pd.unique(ops["data_type"])], object)

@@ -69,8 +69,8 @@ class _Shared:
         acts = g.activities
         self.is_kernel = (acts["table"].to_numpy(object) == "kernel") if len(acts) else np.zeros(0, bool)
         # kernel names as codes: a rank's path is summed by code, its kernels table looked up by name once
-        code, names = pd.factorize(acts["name"])
-        self.name_code = np.asarray(code, np.int64)
+        code, names = g.name_codes()
+        self.name_code = code
         self.names = pd.Index(names)
 
 
