@@ -17,7 +17,7 @@ import pandas as pd
 from .graph import CATEGORIES, Graph, build, positions
 from .job import Job
 from .predict import IterationRows, path_arrays, price_findings, windows
-from .replay import Binding, Result, Weights, binding, solve
+from .replay import Binding, Result, binding, unchanged
 from .scenarios import for_rule
 
 #: the rows of ``agg_critical_path``: time on the critical path per rank (-1: before the first event the
@@ -40,7 +40,7 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
             note = "no CPU or GPU events to replay"
         else:
             g = build(job)
-            base = solve(g, Weights.measured(g), start=g.t)  # the unchanged replay is the measured times
+            base = unchanged(g)  # the measured times, checked
     except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
         note = f"the dependency graph could not be built ({_one_line(e)})"
     replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
