@@ -277,10 +277,20 @@ def _offsets(job: Job, coll: pd.DataFrame) -> dict[int, int]:
     offsets = {r: 0 for r in job.ranks}
     if coll.empty:
         return offsets
-    ends = coll.pivot_table(index=["collective", "call_index"], columns="rank", values="end", aggfunc="first")
-    ref = ends.columns[0]
-    for r in ends.columns:
-        offsets[int(r)] = int(np.round(np.nanmedian((ends[r] - ends[ref]).to_numpy(np.float64))))
+    # every rank has every matched collective once: a matrix of ends, one row per collective call, one column
+    # per rank (in rank order); the first rank is the reference
+    rank = coll["rank"].to_numpy(np.int64)
+    ranks = np.unique(rank)
+    call = row_codes(np.column_stack([pd.factorize(coll["collective"])[0], coll["call_index"].to_numpy(np.int64)]))[0]
+    at = (call, np.searchsorted(ranks, rank))
+    ends = np.zeros((int(call.max()) + 1, len(ranks)), np.int64)
+    ends[at] = coll["end"].to_numpy(np.int64)
+    have = np.zeros(ends.shape, bool)
+    have[at] = True
+    for j, r in enumerate(ranks.tolist()):
+        diff = (ends[:, j] - ends[:, 0]).astype(np.float64)  # differences of integers, exact
+        diff[~(have[:, j] & have[:, 0])] = np.nan
+        offsets[int(r)] = int(np.round(np.nanmedian(diff)))
     return offsets
 
 
