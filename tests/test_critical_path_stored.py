@@ -295,3 +295,22 @@ def test_no_critical_path_leaves_the_replay_figures_empty_and_says_why(tmp_path)
     assert conn.execute("SELECT COUNT(*) FROM agg_critical_path").fetchone()[0] == 0
     assert conn.execute("SELECT COUNT(*) FROM agg_ops WHERE critical_path_ns IS NOT NULL").fetchone()[0] == 0
     assert conn.execute("SELECT COUNT(*) FROM agg_ops").fetchone()[0] > 0
+
+
+@pytest.mark.parametrize("span", [20, 10**12])
+def test_the_path_is_summed_by_key_exactly_with_few_or_many_distinct_keys(span):
+    """The per-key sums behind the stored columns (a dense key range is summed without a sort, a sparse one
+    by sorting): distinct keys in order and exact integer sums, against a plain dictionary."""
+    import numpy as np
+
+    from dlscope.whatif.stored import _sums
+
+    rng = np.random.default_rng(3)
+    keys = rng.integers(-1, span, 5000)
+    values = rng.integers(0, 2**40, 5000)
+    want: dict[int, int] = {}
+    for k, v in zip(keys.tolist(), values.tolist()):
+        want[k] = want.get(k, 0) + v
+    got_keys, got_sums = _sums(keys, values)
+    assert got_keys.tolist() == sorted(want)
+    assert got_sums.tolist() == [want[k] for k in sorted(want)]

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import data_file, requires_shared
 
 from dlscope.whatif.graph import _Builder, row_codes
 
@@ -79,3 +80,54 @@ def test_each_blocking_call_waits_for_the_last_work_launched_before_it():
                               "end": cs + rng.integers(0, 2_000, nc)}, index=rng.permutation(nc) + 100)
         got = _Builder._waited(None, calls, acts)
         assert got.tolist() == _waited_one_at_a_time(calls, acts), trial
+
+
+def test_the_cpu_instants_sort_is_numpy_lexsort_of_the_four_keys():
+    """One stable sort of the packed first key, tied runs sorted again by the second: the order numpy's lexsort
+    gives (ties of all keys in row order)."""
+    from dlscope.whatif.graph import _lexsort_pairs
+
+    rng = np.random.default_rng(5)
+    for trial in range(30):
+        n = int(rng.integers(1, 4000))
+        major, minor = rng.integers(0, 5, n), rng.integers(0, 4, n)
+        time, sub = rng.integers(0, int(rng.integers(1, 50)), n), rng.integers(-3, 3, n)
+        want = np.lexsort((sub, minor, time, major))
+        assert np.array_equal(_lexsort_pairs(major, time, minor, sub), want), trial
+
+
+@requires_shared
+def test_the_activities_name_codes_are_pandas_factorize_of_their_names(tmp_path):
+    """Kernel and memop names kept as integer codes (their tables' categories joined) give what factorizing
+    the names themselves gives: codes in order of first appearance and the names, for all activities and for
+    a subset of rows; a missing name falls back to pandas' own handling."""
+    import sqlite3
+
+    from dlscope.pipeline import build_database
+    from dlscope.whatif.graph import Graph, build
+    from dlscope.whatif.job import from_database
+
+    path = data_file("kineto", "tbplugin_resnet50_v100_workers0.pt.trace.json.gz")  # kernels and memops
+    db = build_database([path], tmp_path / "x.sqlite", progress=False)
+    conn = sqlite3.connect(db)
+    try:
+        g = build(from_database(conn))
+    finally:
+        conn.close()
+    names = g.activities["name"]
+    assert (g.activities["table"] == "memop").any() and (g.activities["table"] == "kernel").any()
+    code, distinct = g.name_codes()
+    want_code, want = pd.factorize(names)
+    assert np.array_equal(code, want_code) and list(distinct) == list(want)
+    rows = np.flatnonzero((g.activities["table"] == "kernel").to_numpy(bool))[::-1]
+    code, distinct = g.name_codes(rows, na_sentinel=False)
+    want_code, want = pd.factorize(names.iloc[rows], use_na_sentinel=False)
+    assert np.array_equal(code, want_code) and list(distinct) == list(want)
+    # a missing name: the text itself is factorized
+    act = g.activities.copy()
+    act.loc[0, "name"] = None
+    act.loc[0, "name_code"] = -1
+    missing = SimpleNamespace(activities=act, activity_names=g.activity_names)
+    code, distinct = Graph.name_codes(missing)
+    want_code, want = pd.factorize(act["name"])
+    assert np.array_equal(code, want_code) and list(distinct) == list(want)

@@ -6,6 +6,7 @@ weights, and the validation pair's prediction must stay within the error measure
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import pairwise
 
 import numpy as np
@@ -159,7 +160,7 @@ def test_the_vectorized_replay_equals_plain_longest_paths_under_random_weights(n
     from dlscope.pipeline.inputs import expand_inputs
     from dlscope.whatif.graph import build
     from dlscope.whatif.job import from_analysed
-    from dlscope.whatif.replay import Weights, solve
+    from dlscope.whatif.replay import Weights, solve, unchanged
 
     path = DATA / name
     if not path.exists():
@@ -179,9 +180,15 @@ def test_the_vectorized_replay_equals_plain_longest_paths_under_random_weights(n
         assert np.array_equal(got, want), trial
         if trial == 0:
             assert np.array_equal(got, g.t)  # unchanged: the measured times
+            assert np.array_equal(unchanged(g).t, want)  # checked as the fixed point, not swept
         # swept from other times (the measured ones, as the import does; any others): the same longest paths
         assert np.array_equal(solve(g, w, start=g.t).t, want), trial
         assert np.array_equal(solve(g, w, start=rng.permutation(g.t)).t, want), trial
+    # a graph whose measured times are not its fixed point (heavier chain edges): the check sends it to a sweep
+    heavier = replace(g, wc=g.wc * 2, memo={})
+    want = _naive_longest_paths(heavier, Weights.measured(heavier))
+    assert not np.array_equal(want, g.t)
+    assert np.array_equal(unchanged(heavier).t, want)
 
 
 @requires_shared

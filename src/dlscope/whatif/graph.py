@@ -106,12 +106,26 @@ class Graph:
     #: what scenarios derive from the graph alone (spans, shares, candidates), found once per graph: a job's
     #: findings apply the same scenarios again in each rank's combination
     memo: dict = field(default_factory=dict)
+    #: the activities' distinct names; ``activities["name_code"]`` indexes them (-1: no name)
+    activity_names: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
 
     def memoized(self, key, make):
         """``make()``, computed once per graph for ``key``."""
         if key not in self.memo:
             self.memo[key] = make()
         return self.memo[key]
+
+    def name_codes(self, rows: np.ndarray | None = None, na_sentinel: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """``pd.factorize`` of the activities' names (of ``rows``): codes in order of first appearance and the
+        names, found from the integer name codes (no string hashed per row)."""
+        code = self.activities["name_code"].to_numpy(np.int64)
+        code = code if rows is None else code[rows]
+        if (code < 0).any():  # a missing name: factorize the text itself, as pandas treats missing values
+            names = self.activities["name"] if rows is None else self.activities["name"].iloc[rows]
+            found, distinct = pd.factorize(names, use_na_sentinel=na_sentinel)
+            return np.asarray(found, np.int64), np.asarray(distinct, object)
+        found, first = pd.factorize(code)
+        return np.asarray(found, np.int64), self.activity_names[first]
 
     @property
     def n(self) -> int:
@@ -206,7 +220,24 @@ def _lexsort_pairs(major: np.ndarray, time: np.ndarray, minor: np.ndarray, sub: 
     first, second = packed(major, time), packed(minor, sub)
     if first is None or second is None:
         return np.lexsort((sub, minor, time, major))
-    return np.lexsort((second, first))
+    # the first key alone orders nearly all rows (nearly sorted already: one fast stable sort); only the runs
+    # it ties are ordered by the second key
+    idx = np.argsort(first, kind="stable")
+    f = first[idx]
+    tie = f[1:] == f[:-1]
+    if tie.any():
+        at = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])
+        rows = idx[at]   # in row order within each tie (the sort is stable)
+        idx[at] = rows[np.lexsort((second[rows], f[at]))]
+    return idx
+
+
+def _text_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """(code of each row, -1 where missing; the distinct texts) of a text column, categorical or not."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(np.int64), pd.Index(column.cat.categories, dtype=object)
+    code, distinct = pd.factorize(column)
+    return np.asarray(code, np.int64), pd.Index(np.asarray(distinct, object), dtype=object)
 
 
 def _repeated(text: str, index: pd.Index) -> pd.Series:
@@ -246,10 +277,20 @@ def _offsets(job: Job, coll: pd.DataFrame) -> dict[int, int]:
     offsets = {r: 0 for r in job.ranks}
     if coll.empty:
         return offsets
-    ends = coll.pivot_table(index=["collective", "call_index"], columns="rank", values="end", aggfunc="first")
-    ref = ends.columns[0]
-    for r in ends.columns:
-        offsets[int(r)] = int(np.round(np.nanmedian((ends[r] - ends[ref]).to_numpy(np.float64))))
+    # every rank has every matched collective once: a matrix of ends, one row per collective call, one column
+    # per rank (in rank order); the first rank is the reference
+    rank = coll["rank"].to_numpy(np.int64)
+    ranks = np.unique(rank)
+    call = row_codes(np.column_stack([pd.factorize(coll["collective"])[0], coll["call_index"].to_numpy(np.int64)]))[0]
+    at = (call, np.searchsorted(ranks, rank))
+    ends = np.zeros((int(call.max()) + 1, len(ranks)), np.int64)
+    ends[at] = coll["end"].to_numpy(np.int64)
+    have = np.zeros(ends.shape, bool)
+    have[at] = True
+    for j, r in enumerate(ranks.tolist()):
+        diff = (ends[:, j] - ends[:, 0]).astype(np.float64)  # differences of integers, exact
+        diff[~(have[:, j] & have[:, 0])] = np.nan
+        offsets[int(r)] = int(np.round(np.nanmedian(diff)))
     return offsets
 
 
@@ -270,8 +311,13 @@ class _Builder:
         self.notes: list[str] = []
 
     def _aligned(self, frame: pd.DataFrame, col: str) -> np.ndarray:
-        off = frame["rank"].map(self.offsets).fillna(0).to_numpy(np.int64)
-        return frame[col].to_numpy(np.int64) - off
+        return frame[col].to_numpy(np.int64) - self._rank_offsets(frame)
+
+    def _rank_offsets(self, frame: pd.DataFrame) -> np.ndarray | int:
+        """Each row's clock offset (0 for all when no rank is shifted: a single trace)."""
+        if not any(self.offsets.values()):
+            return 0
+        return frame["rank"].map(self.offsets).fillna(0).to_numpy(np.int64)
 
     # ---------------------------------------------------------------- CPU points
 
@@ -318,11 +364,11 @@ class _Builder:
         rg = job.ranges[(job.ranges["device"] < 0) & job.ranges["category"].isin(["step", "dataloader"])]
         its = self._iteration_threads()
         self.its = its
-        parts: dict[str, list] = {c: [] for c in ("rank", "pid", "tid", "time", "kind", "ref", "other")}
+        parts: dict[str, list] = {c: [] for c in ("thread", "time", "kind", "ref", "other")}
+        threads: list[np.ndarray] = []  # each item's (rank, pid, tid): its start and end lie on the same thread
 
         def add(frame, time, kind, ref, other):
-            for c in ("rank", "pid", "tid"):
-                parts[c].append(frame[c].to_numpy(np.int64))
+            parts["thread"].append(len(threads) - 1)
             parts["time"].append(np.asarray(time, np.int64))
             parts["kind"].append(np.full(len(frame), kind, np.int8))
             parts["ref"].append(np.asarray(ref, np.int64))
@@ -331,23 +377,31 @@ class _Builder:
         for frame, start_kind, end_kind, ref in ((ops, OP_START, OP_END, ops["op_id"]),
                                                  (api, API_START, API_END, api["api_id"]),
                                                  (rg, RANGE_START, RANGE_END, rg["range_id"])):
-            s, e = self._aligned(frame, "start"), self._aligned(frame, "end")
-            e = np.maximum(e, s)
+            threads.append(frame[["rank", "pid", "tid"]].to_numpy(np.int64))
+            off = self._rank_offsets(frame)
+            s = frame["start"].to_numpy(np.int64) - off
+            e = np.maximum(frame["end"].to_numpy(np.int64) - off, s)
             add(frame, s, start_kind, ref, e)
             add(frame, e, end_kind, ref, s)
-        s = self._aligned(its, "start")
+        threads.append(its[["rank", "pid", "tid"]].to_numpy(np.int64))
+        off = self._rank_offsets(its)
+        s = its["start"].to_numpy(np.int64) - off
         add(its, s, IT_START, np.arange(len(its)), s)
-        add(its, np.maximum(self._aligned(its, "cpu_end"), s), IT_END, np.arange(len(its)), s)
+        add(its, np.maximum(its["cpu_end"].to_numpy(np.int64) - off, s), IT_END, np.arange(len(its)), s)
+        # threads coded once per item, not once per point
+        item_codes, uniques = row_codes(np.vstack(threads))
+        item_at = np.cumsum([0] + [len(x) for x in threads])
+        codes = np.concatenate([item_codes[item_at[i]:item_at[i + 1]] for i in parts.pop("thread")])
         pts = {c: np.concatenate(v) for c, v in parts.items()}
         # same instant: ends of earlier items (inner first), marks, starts (outer first), ends of empty items
         kind, time, other = pts["kind"], pts["time"], pts["other"]
         is_start = np.isin(kind, [OP_START, API_START, RANGE_START])
         is_mark = np.isin(kind, [IT_START, IT_END])
         order = np.where(is_mark, 1, np.where(is_start, 2, np.where(time == other, 3, 0)))
-        codes, uniques = row_codes(np.column_stack([pts["rank"], pts["pid"], pts["tid"]]))
         pts["chain"] = codes
         idx = _lexsort_pairs(codes, time, order, -other)
         pts = {c: v[idx] for c, v in pts.items()}
+        pts["rank"] = uniques[pts["chain"], 0] if len(uniques) else np.zeros(0, np.int64)
         self.cpu_chains = pd.DataFrame(list(uniques), columns=["rank", "pid", "tid"]) if len(uniques) else \
             pd.DataFrame(columns=["rank", "pid", "tid"])
         return pts
@@ -375,6 +429,13 @@ class _Builder:
                                 "root_op_id": m["root_op_id"], "iteration": m["iteration"], "is_comm": False,
                                 "pageable": ((m["src_mem"] == "pageable") | (m["dst_mem"] == "pageable")).to_numpy()})]
         act = pd.concat(frames, ignore_index=True)
+        # names as integer codes into one list of distinct names (the tables' categories, joined)
+        (ck, nk), (cm, nm) = _text_codes(k["name"]), _text_codes(m["name"])
+        joined, words = pd.factorize(nk.append(nm))
+        lookup = np.r_[np.asarray(joined, np.int64), -1]
+        act["name_code"] = np.r_[lookup[np.where(ck >= 0, ck, len(joined))],
+                                 lookup[np.where(cm >= 0, len(nk) + cm, len(joined))]]
+        self.activity_names = np.asarray(words, object)
         act["launch"] = np.where(act["api_id"].to_numpy() >= 0, act["launch"].to_numpy(), act["start"].to_numpy())
         order = np.lexsort([act[c].to_numpy(np.int64) for c in ("end", "start", "stream", "device", "rank")])
         act = act.take(order).reset_index(drop=True)   # by (rank, device, stream, start, end), stably
@@ -501,7 +562,7 @@ class _Builder:
                      n_cpu=ncpu, t0=t0,
                      offsets=self.offsets, activities=act, chains=chains, iterations=its, blocking=self.blocking,
                      op_end_v=op_end_v, job=job, notes=self.notes, launch_latency=self.launch_latency,
-                     queue_gap=self.queue_gap)
+                     queue_gap=self.queue_gap, activity_names=self.activity_names)
 
     # ---------------------------------------------------------------- attribution of CPU time
 

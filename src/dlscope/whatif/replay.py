@@ -63,6 +63,72 @@ def _segmented_cummax(y: np.ndarray, seg: np.ndarray, valid: np.ndarray) -> tupl
 BLOCK = 256
 
 
+@dataclass
+class _Layout:
+    """What a replay needs that depends on the graph and on which edges are on, not on their weights: heads,
+    blocks, cross edges in block order and each block's local runs. Found once per graph and switch set (the
+    scenarios that only change durations share the unchanged replay's)."""
+
+    seg_start: np.ndarray   # a vertex starts a segment (its chain's first, or its chain edge cut)
+    hid: np.ndarray         # segment (head) of each vertex
+    heads: np.ndarray
+    cont: np.ndarray        # a head continues the previous head's chain
+    base: np.ndarray        # a source head's own (measured) time, else NONE
+    e_src: np.ndarray       # cross edges on, in block then destination order: source vertex
+    e_on: np.ndarray        # ... their index among all cross edges
+    e_seg: np.ndarray       # ... source head
+    d_seg: np.ndarray       # ... destination head
+    order: np.ndarray       # heads by block, chain order inside
+    joined: np.ndarray      # in ``order``: the head continues the local run of the one before it
+    seg: np.ndarray         # in ``order``: local run number
+    blocks: list            # per block: (lo, hi) in ``order``, (lo, hi) in the edges, destination positions
+    #                         of the edges' first rows, their reduceat starts
+
+
+def _layout(g: Graph, cut: np.ndarray, off: np.ndarray) -> _Layout:
+    n = g.n
+    seg_start = g.first | cut
+    on = np.flatnonzero(~off)
+    src, dst = g.src[on], g.dst[on]
+    head = seg_start.copy()
+    head[dst] = True
+    hid = np.cumsum(head) - 1                 # segment of each vertex
+    heads = np.flatnonzero(head)
+    # a head continues the previous head's segment (same chain) unless its chain edge is cut or absent
+    cont = ~seg_start[heads]
+    has_cross = np.zeros(n, bool)
+    has_cross[dst] = True
+    base = np.where(seg_start[heads] & ~has_cross[heads], g.t[heads], NONE)
+    e_seg, d_seg = hid[src], hid[dst]
+    # blocks of heads by measured time; inside a block, heads stay in chain order
+    th = g.t[heads]
+    nb = max(1, len(heads) // BLOCK)
+    bounds = (np.unique(np.quantile(th, np.linspace(0, 1, nb + 1)[1:-1], method="lower")) if nb > 1
+              else np.zeros(0, np.int64))
+    block = np.searchsorted(bounds, th, side="right")
+    order = np.argsort(block, kind="stable")
+    b_lo = np.searchsorted(block[order], np.arange(block.max() + 2 if len(block) else 1))
+    e_block = block[d_seg]
+    e_order = np.lexsort((d_seg, e_block))
+    e_src, e_on, e_seg, d_seg, e_block = src[e_order], on[e_order], e_seg[e_order], d_seg[e_order], e_block[e_order]
+    eb_lo = np.searchsorted(e_block, np.arange(len(b_lo)))
+    # a local run continues inside the block; its first head carries in from its (final) predecessor
+    joined = np.r_[False, (order[1:] == order[:-1] + 1) & cont[order[1:]]] if len(order) else np.zeros(0, bool)
+    joined[b_lo[:-1][b_lo[:-1] < len(order)]] = False
+    seg = np.cumsum(~joined)
+    blocks = []
+    for b in range(len(b_lo) - 1):
+        lo, hi = int(b_lo[b]), int(b_lo[b + 1])
+        if lo == hi:
+            continue
+        elo, ehi = int(eb_lo[b]), int(eb_lo[b + 1])
+        d_ = d_seg[elo:ehi]
+        starts = np.r_[0, np.flatnonzero(d_[1:] != d_[:-1]) + 1] if len(d_) else np.zeros(0, np.int64)
+        upos = np.searchsorted(order[lo:hi], d_[starts]) if len(d_) else starts  # chain order: increasing
+        blocks.append((lo, hi, elo, ehi, upos, starts))
+    return _Layout(seg_start, hid, heads, cont, base, e_src, e_on, e_seg, d_seg, order, joined, seg, blocks)
+
+
 def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | None = None) -> Result:
     """Replay the graph under ``w``: every vertex's time (sources keep their measured time).
 
@@ -76,61 +142,39 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
     and per synchronization) and only heads are swept. Every edge points forward in measured time, whatever
     the weights, so heads are settled in blocks of measured time, one block after another: a block's inputs
     from earlier blocks are final, and sweeping it until nothing changes crosses its own few dependencies.
+    The layout of heads and blocks depends only on which edges are on: it is found once per graph for each
+    set of switches.
     """
-    n = g.n
-    seg_start = g.first | w.cut
-    on = ~w.off
-    src, dst, wx = g.src[on], g.dst[on], w.wx[on]
-    head = seg_start.copy()
-    head[dst] = True
-    hid = np.cumsum(head) - 1                 # segment of each vertex
-    heads = np.flatnonzero(head)
-    wc = np.where(seg_start, 0, w.wc)
+    key = ("replay-layout", np.packbits(w.cut).tobytes(), np.packbits(w.off).tobytes())
+    lay = g.memoized(key, lambda: _layout(g, w.cut, w.off))
+    heads, hid, order = lay.heads, lay.hid, lay.order
+    wc = np.where(lay.seg_start, 0, w.wc)
     run = np.cumsum(wc)
     off = run - run[heads][hid]               # offset of a vertex after its segment's head
-    # a head continues the previous head's segment (same chain) unless its chain edge is cut or absent
-    cont = ~seg_start[heads]
+    cont = lay.cont
     step = np.zeros(len(heads), np.int64)
     step[cont] = off[heads[cont] - 1] + wc[heads[cont]]
-    has_cross = np.zeros(n, bool)
-    has_cross[dst] = True
-    base = np.where(seg_start[heads] & ~has_cross[heads], g.t[heads], NONE)
-    e_seg, e_off, d_seg = hid[src], off[src] + wx, hid[dst]
-    # blocks of heads by measured time; inside a block, heads stay in chain order
-    th = g.t[heads]
-    nb = max(1, len(heads) // BLOCK)
-    bounds = (np.unique(np.quantile(th, np.linspace(0, 1, nb + 1)[1:-1], method="lower")) if nb > 1
-              else np.zeros(0, np.int64))
-    block = np.searchsorted(bounds, th, side="right")
-    order = np.argsort(block, kind="stable")
-    b_lo = np.searchsorted(block[order], np.arange(block.max() + 2 if len(block) else 1))
-    e_block = block[d_seg]
-    e_order = np.lexsort((d_seg, e_block))
-    e_seg, e_off, d_seg, e_block = e_seg[e_order], e_off[e_order], d_seg[e_order], e_block[e_order]
-    eb_lo = np.searchsorted(e_block, np.arange(len(b_lo)))
+    e_off = off[lay.e_src] + w.wx[lay.e_on]
+    e_seg, joined, seg = lay.e_seg, lay.joined, lay.seg
+    # each local run's offsets from its first head, in block order
+    local = np.cumsum(np.where(joined, step[order], 0))
+    C_all = local - local[np.flatnonzero(~joined)][seg - 1]
+    step_o = step[order]
+    carry_o = cont[order] & ~joined
+    base = lay.base
     H = base.copy()
     if start is not None:
         H = np.maximum(start[heads], NONE)
     rounds = 0
-    for b in range(len(b_lo) - 1):
-        hs = order[b_lo[b]:b_lo[b + 1]]
-        if len(hs) == 0:
-            continue
-        # a local run continues inside the block; its first head carries in from its (final) predecessor
-        joined = np.r_[False, (hs[1:] == hs[:-1] + 1) & cont[hs[1:]]]
+    for lo, hi, elo, ehi, upos, starts in lay.blocks:
+        hs = order[lo:hi]
         x0 = base[hs].copy()
-        carry = cont[hs] & ~joined
+        carry = carry_o[lo:hi]
         prev = H[hs[carry] - 1]
-        x0[carry] = np.maximum(x0[carry], np.where(prev > NONE, prev + step[hs[carry]], NONE))
-        local_step = np.where(joined, step[hs], 0)
-        seg = np.cumsum(~joined)
-        C = np.cumsum(local_step)
-        C = C - C[np.flatnonzero(~joined)][seg - 1]
-        lo, hi = eb_lo[b], eb_lo[b + 1]
-        s_, o_, d_ = e_seg[lo:hi], e_off[lo:hi], d_seg[lo:hi]
-        pos = np.searchsorted(hs, d_)        # hs is increasing (chain order)
-        starts = np.r_[0, np.flatnonzero(d_[1:] != d_[:-1]) + 1] if len(d_) else np.zeros(0, np.int64)
-        upos = pos[starts] if len(d_) else starts
+        x0[carry] = np.maximum(x0[carry], np.where(prev > NONE, prev + step_o[lo:hi][carry], NONE))
+        C = C_all[lo:hi]
+        sg = seg[lo:hi]
+        s_, o_ = e_seg[elo:ehi], e_off[elo:ehi]
         for _ in range(max_rounds):
             rounds += 1
             x = x0.copy()
@@ -138,7 +182,7 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
                 hv = H[s_]
                 vals = np.where(hv > NONE, hv + o_, NONE)
                 x[upos] = np.maximum(x[upos], np.maximum.reduceat(vals, starts))
-            cum, reached = _segmented_cummax(x - C, seg, x > NONE)
+            cum, reached = _segmented_cummax(x - C, sg, x > NONE)
             new = np.where(reached, C + cum, NONE)
             if np.array_equal(new, H[hs]):
                 break
@@ -148,6 +192,27 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
     hv = H[hid]
     t = np.where(hv > NONE, hv + off, NONE)
     return Result(t, rounds, w)
+
+
+def unchanged(g: Graph) -> Result:
+    """The unchanged replay. The graph is built so that the measured times are its fixed point (every vertex
+    at the latest of its inputs): checked here in one vectorised pass, they are the replay (no sweep); were
+    they not, it is solved."""
+    w = Weights.measured(g)
+    t = g.t
+    on = ~w.off
+    src, dst = g.src[on], g.dst[on]
+    latest = np.full(g.n, NONE, np.int64)
+    inner = np.flatnonzero(~g.first)
+    latest[inner] = t[inner - 1] + w.wc[inner]
+    if len(dst):  # cross edges are sorted by destination: the latest of each destination's inputs
+        starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
+        d = dst[starts]
+        latest[d] = np.maximum(latest[d], np.maximum.reduceat(t[src] + w.wx[on], starts))
+    source = latest == NONE   # neither a chain predecessor nor a cross input: keeps its measured time
+    if np.array_equal(np.where(source, t, latest), t):
+        return Result(t.copy(), 0, w)
+    return solve(g, w, start=t)
 
 
 # ------------------------------------------------------------------------------------------ critical path

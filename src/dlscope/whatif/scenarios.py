@@ -315,12 +315,13 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     op's) input dtype, else the kernel's name."""
     job, act = g.job, g.activities
     ops = job.ops
-    k = act[act["table"] == "kernel"]
+    is_k = (act["table"] == "kernel").to_numpy(bool)
+    k = act[is_k]
     if k.empty:
         return k.assign(on_tc=False)
     math, not_math = _math_kernel()
     # names are judged once per distinct name
-    name_code, distinct = pd.factorize(k["name"], use_na_sentinel=False)
+    name_code, distinct = g.name_codes(np.flatnonzero(is_k), na_sentinel=False)
     is_math = np.array([bool(math.search(n)) and not not_math.search(n) for n in distinct], bool)[name_code]
     pos = positions(ops["op_id"].to_numpy(np.int64))
     own = np.array([dtype_precision(x) if x else "" for x in pd.unique(ops["data_type"])], object)
@@ -362,28 +363,40 @@ def _amp(factor: float | None) -> Callable[[Graph, Weights], str]:
             keep[:] = factor
             how.append(f"duration ×{factor:g} (given)")
         else:
-            for (rank, device), grp in cand.groupby(["rank", "device"]):
-                gpus = g.job.gpus
-                row = gpus[(gpus["rank"] == rank) & (gpus["device"] == device)]
-                row = row if len(row) else gpus[gpus["rank"] == rank]
+            # per (rank, device) in sorted order; each distinct GPU matched to the spec table once
+            codes, keys = row_codes(cand[["rank", "device"]].to_numpy(np.int64))
+            on_tc = cand["on_tc"].to_numpy(bool)
+            has = [np.bincount(codes[on_tc == flag], minlength=len(keys)) > 0 for flag in (False, True)]
+            gpus = g.job.gpus
+            by_pair: dict[tuple[int, int], int] = {}
+            by_rank: dict[int, int] = {}
+            for i, (r_, d_) in enumerate(gpus[["rank", "device"]].to_numpy(np.int64).tolist()):
+                by_pair.setdefault((r_, d_), i)
+                by_rank.setdefault(r_, i)
+            found: dict[tuple, tuple] = {}
+            factor_of = np.ones((2, len(keys)))
+            for j, (rank, device) in enumerate(keys.tolist()):
+                at_row = by_pair.get((rank, device), by_rank.get(rank))
                 ceil = None
-                if len(row):
-                    r = row.iloc[0]
+                if at_row is not None:
+                    r = gpus.iloc[at_row]
                     cc = f"{r['cc_major']}.{r['cc_minor']}" if r["cc_major"] >= 0 else None
-                    ceil, _ = find_ceilings(r["name"] or None, cc, r["sm_count"])
+                    spec = (r["name"] or None, cc, r["sm_count"])
+                    if spec not in found:
+                        found[spec] = find_ceilings(*spec)
+                    ceil, _ = found[spec]
                 target = ceil.peak("fp16", True) if ceil is not None else None
                 if ceil is None or target is None:
-                    name = row.iloc[0]["name"] if len(row) else "unknown"
+                    name = gpus.iloc[at_row]["name"] if at_row is not None else "unknown"
                     return DlscopeError(f"amp: no FP16 Tensor Core peak for GPU '{name}' (rank {rank}); give the "
                                         f"speed-up as a duration factor, e.g. amp=0.5")
-                at = cand.index.get_indexer(grp.index)
                 for flag in (False, True):
                     now = ceil.peak("fp32", flag)
-                    sel = grp["on_tc"].to_numpy(bool) == flag
-                    if now is not None and sel.any():
-                        keep[at[sel]] = min(1.0, now[1] / target[1])
+                    if now is not None and has[flag][j]:
+                        factor_of[int(flag), j] = min(1.0, now[1] / target[1])
                         how.append(f"{'TF32' if flag else 'FP32'} → FP16 Tensor Cores on {ceil.name}: "
                                    f"×{now[1] / target[1]:.3f}")
+            keep = factor_of[on_tc.astype(np.int64), codes]
         return cand.index.to_numpy(), keep, how
 
     def apply(g: Graph, w: Weights) -> str:

@@ -17,7 +17,7 @@ import pandas as pd
 from .graph import CATEGORIES, Graph, build, positions
 from .job import Job
 from .predict import IterationRows, path_arrays, price_findings, windows
-from .replay import Binding, Result, Weights, binding, solve
+from .replay import Binding, Result, binding, unchanged
 from .scenarios import for_rule
 
 #: the rows of ``agg_critical_path``: time on the critical path per rank (-1: before the first event the
@@ -40,7 +40,7 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
             note = "no CPU or GPU events to replay"
         else:
             g = build(job)
-            base = solve(g, Weights.measured(g), start=g.t)  # the unchanged replay is the measured times
+            base = unchanged(g)  # the measured times, checked
     except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
         note = f"the dependency graph could not be built ({_one_line(e)})"
     replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
@@ -69,8 +69,8 @@ class _Shared:
         acts = g.activities
         self.is_kernel = (acts["table"].to_numpy(object) == "kernel") if len(acts) else np.zeros(0, bool)
         # kernel names as codes: a rank's path is summed by code, its kernels table looked up by name once
-        code, names = pd.factorize(acts["name"])
-        self.name_code = np.asarray(code, np.int64)
+        code, names = g.name_codes()
+        self.name_code = code
         self.names = pd.Index(names)
 
 
@@ -129,6 +129,13 @@ def _sums(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     """(distinct keys in order, the sum of ``values`` of each): a group-by sum on integers, exact."""
     if len(keys) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lo, hi = int(keys.min()), int(keys.max())
+    if hi - lo < 4 * len(keys) + 1024:  # few distinct keys (categories, op nodes, kernel names): no sort
+        at = keys - lo
+        total = np.zeros(hi - lo + 1, np.int64)
+        np.add.at(total, at, np.asarray(values, np.int64))
+        seen = np.bincount(at, minlength=hi - lo + 1) > 0
+        return np.flatnonzero(seen) + lo, total[seen]
     order = np.argsort(keys, kind="stable")
     k = keys[order]
     starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
