@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .intervals import sorted_unique
 from .memory import allocator_series
 
 KINDS = ("range", "op", "runtime", "kernel", "memop")
@@ -339,7 +340,7 @@ def _packed(keys: np.ndarray, columns: list[np.ndarray] | None = None) -> tuple[
                 values.append(np.arange(lo, hi + 1, dtype=np.int64))
                 packed = packed * (hi - lo + 2) + (col - lo)
                 continue
-        v = columns[c] if columns is not None else np.unique(col)
+        v = columns[c] if columns is not None else sorted_unique(col)
         values.append(v)
         packed = packed * (len(v) + 1) + np.searchsorted(v, col)
     return packed, values

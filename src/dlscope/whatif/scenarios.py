@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..analyze.categories import matches
 from ..analyze.dtypes import precision as dtype_precision
-from ..analyze.intervals import merge
+from ..analyze.intervals import merge, sorted_unique
 from ..errors import DlscopeError
 from ..experts.precision_names import kernel_precisions
 from ..roofline.ceilings import find_ceilings
@@ -145,7 +145,7 @@ def _spans(g: Graph, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.nd
 def _launch_cost(g: Graph) -> dict[int, int]:
     """Per rank, the median duration of a call that launched GPU work (what one graph launch costs)."""
     api = g.job.api_calls
-    launched = np.unique(g.activities["api_id"].to_numpy(np.int64))
+    launched = sorted_unique(g.activities["api_id"].to_numpy(np.int64))
     a = api[api["api_id"].isin(launched[launched >= 0])]
     med = (a["end"] - a["start"]).groupby(a["rank"]).median()
     return {int(r): int(v) for r, v in med.items()}
