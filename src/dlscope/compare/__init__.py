@@ -6,6 +6,8 @@ pandas through the command line's registration of ``diff`` and ``check``."""
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 __all__ = ["check", "compare"]
@@ -16,4 +18,19 @@ _HOMES = {"check": ".check", "compare": ".diff"}
 def __getattr__(name: str) -> Any:
     if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    value = getattr(importlib.import_module(_HOMES[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """``check`` stays the function when its submodule (also ``check``) is imported: the import system would
+    bind the submodule to the package's attribute, as an eager ``from .check import check`` undid."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _HOMES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
