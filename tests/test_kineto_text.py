@@ -57,3 +57,27 @@ def test_batches_with_different_words_join_as_the_strings_would():
     strings = [w for b in batches for w in b]
     assert list(column) == strings
     assert list(column.categories) == sorted({"", *strings})
+
+
+def test_op_scopes_are_the_enclosing_annotations_then_the_enclosing_ops(tmp_path):
+    """PRODUCT.md's group path, written out by hand: the annotation ranges open at the op node's start (the
+    iteration's ProfilerStep excluded), then the names of the ops it is nested in."""
+    from dlscope.analyze.analysis import analyse
+
+    def event(cat, name, ts, dur):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    events = [event("user_annotation", "ProfilerStep#1", 0, 200), event("user_annotation", "encoder", 1, 99),
+              event("user_annotation", "layer1", 10, 40),
+              event("cpu_op", "aten::linear", 12, 28), event("cpu_op", "aten::addmm", 13, 17),
+              event("cpu_op", "aten::mm", 14, 6),
+              event("cpu_op", "aten::linear", 41, 7), event("cpu_op", "aten::addmm", 42, 5),
+              event("cpu_op", "aten::relu", 60, 10), event("cpu_op", "aten::add", 110, 10)]
+    path = tmp_path / "scopes.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    ops = analyse(load_kineto(path)).profile.ops.sort_values("start")
+    assert list(zip(ops["name"], ops["scope"])) == [
+        ("aten::linear", "encoder/layer1"), ("aten::addmm", "encoder/layer1/aten::linear"),
+        ("aten::mm", "encoder/layer1/aten::linear/aten::addmm"),
+        ("aten::linear", "encoder/layer1"), ("aten::addmm", "encoder/layer1/aten::linear"),
+        ("aten::relu", "encoder"), ("aten::add", "")]
