@@ -1,14 +1,15 @@
 """Readable numbers: one formatter for durations, shares and table cells, used by every presenter (summary,
-reports, findings, diff, roofline). A leaf module: it imports nothing of dlscope."""
+reports, findings, diff, roofline). A leaf module: it imports nothing of dlscope, and numpy and pandas only
+when a function needs them, so a command that formats a duration does not load them."""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def fmt_ns(ns: float | None) -> str:
@@ -49,6 +50,8 @@ _RATE = re.compile(r"(flops|bytes)_per_s$")
 def readable(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame as display text, each cell formatted by what its column holds (see :func:`readable_value`);
     a ``metric``/``value`` frame (the summary) formats each value by its metric's name."""
+    import pandas as pd
+
     if list(frame.columns) == ["metric", "value"]:
         values = [readable_value(m, v) for m, v in zip(frame["metric"], frame["value"])]
         return pd.DataFrame({"metric": frame["metric"], "value": values})
@@ -57,6 +60,8 @@ def readable(frame: pd.DataFrame) -> pd.DataFrame:
 
 def readable_value(name: str, value: Any) -> str:
     """A value of the column or metric ``name`` (dotted for nested summary figures) as display text."""
+    import numpy as np
+
     parts = name.split(".")
     leaf = parts[-1]
     if _missing(value) or (leaf in _REFERENCES and value == -1):
@@ -83,6 +88,9 @@ def readable_value(name: str, value: Any) -> str:
 
 
 def _missing(value: Any) -> bool:
+    import numpy as np
+    import pandas as pd
+
     if value is None or value is pd.NA:
         return True
     return isinstance(value, (float, np.floating)) and math.isnan(value)
@@ -139,6 +147,8 @@ def spreadsheet_text(value: Any) -> Any:
 
 def spreadsheet_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with every text cell made :func:`spreadsheet_text` (numeric columns untouched)."""
+    import pandas as pd
+
     text_columns = [c for c in frame.columns if frame[c].dtype == object or pd.api.types.is_string_dtype(frame[c])]
     if not text_columns:
         return frame

@@ -179,11 +179,14 @@ def text_column(values: Any, n: int | None = None) -> pd.Categorical:
         return _sorted_categories(pd.Categorical(values))
     if isinstance(values, (pd.Series, pd.Index)):
         values = values.to_numpy(dtype=object)
-    if isinstance(values, pa.ChunkedArray):  # an Arrow column (a job's ranks joined in the parent)
-        values = values.combine_chunks()
+    if isinstance(values, pa.ChunkedArray):  # an Arrow column (a job's ranks joined, a trace's batches)
+        values = (values.unify_dictionaries() if pa.types.is_dictionary(values.type) else values).combine_chunks()
     try:
-        encoded = (values.cast(pa.large_string()) if isinstance(values, pa.Array)
-                   else pa.array(values, type=pa.large_string(), from_pandas=True)).dictionary_encode()
+        if isinstance(values, pa.DictionaryArray):  # already encoded (an importer's batches): words stay words
+            encoded = values.cast(pa.dictionary(values.type.index_type, pa.large_string()))
+        else:
+            encoded = (values.cast(pa.large_string()) if isinstance(values, pa.Array)
+                       else pa.array(values, type=pa.large_string(), from_pandas=True)).dictionary_encode()
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all strings: pandas' own encoding
         return _sorted_categories(pd.Categorical(_object_array(values, n)))
     words = encoded.dictionary

@@ -83,7 +83,8 @@ def _renumber(profile: Profile) -> None:
         setattr(profile, name, frame)
 
 
-def _scopes(ops: pd.DataFrame, ranges: pd.DataFrame, skip_ranges: np.ndarray, tree: OpTree) -> np.ndarray:
+def _scopes(ops: pd.DataFrame, ranges: pd.DataFrame, skip_ranges: np.ndarray, tree: OpTree
+            ) -> np.ndarray | pd.Categorical:
     """Group path of each op: the importer's scope, else the names of the annotation ranges open at its op
     node's start (ranges standing for ops included), then of the ops it is nested in."""
     promoted = ops["range_domain"].to_numpy(dtype=object) != ""
@@ -96,21 +97,45 @@ def _scopes(ops: pd.DataFrame, ranges: pd.DataFrame, skip_ranges: np.ndarray, tr
     full = names.copy()  # each range's path, its own name last
     for rows in levels(nest.depth)[1:]:
         full[rows] = full[nest.parent[rows]] + "/" + names[rows]
-    path = np.empty(len(ops), dtype=object)
-    path[:] = ""
     roots = np.flatnonzero(tree.parent < 0)
     hit = nest.innermost_at(op_keys[roots], ops["start"].to_numpy()[roots])
     # a range standing for an op is not a scope of itself
     own = promoted[roots] & (hit >= 0)
     hit[own] = nest.parent[hit[own]]
-    path[roots] = take(full, hit, missing="") if len(full) else ""
-    op_names = ops["name"].to_numpy(dtype=object)
+    # Paths as codes into ``words``: ops repeat few distinct paths, so each is joined once per level (a string
+    # per row would be built, then encoded again)
+    path = np.zeros(len(ops), dtype=np.int64)
+    root_codes, root_words = pd.factorize(take(full, hit, missing="") if len(full) else np.full(len(roots), "", object))
+    path[roots] = root_codes
+    words = [str(w) for w in root_words]
+    code_of = {w: i for i, w in enumerate(words)}
+    name_codes, names_of = _codes(ops["name"])
     for rows in tree.levels[1:]:
-        prefix = path[tree.parent[rows]]
-        parent_names = op_names[tree.parent[rows]]
-        path[rows] = np.where(prefix == "", parent_names, prefix + "/" + parent_names)
-    mine = ops["scope"].to_numpy(dtype=object)
-    return np.where(mine != "", mine, path)
+        parent = tree.parent[rows]
+        pairs, pair_of_row = np.unique(path[parent] * max(len(names_of), 1) + name_codes[parent], return_inverse=True)
+        joined = []
+        for prefix, name in zip((words[p] for p in (pairs // max(len(names_of), 1)).tolist()),
+                                (names_of[c] for c in (pairs % max(len(names_of), 1)).tolist())):
+            text = name if prefix == "" else f"{prefix}/{name}"
+            if text not in code_of:
+                code_of[text] = len(words)
+                words.append(text)
+            joined.append(code_of[text])
+        path[rows] = np.asarray(joined, dtype=np.int64)[pair_of_row.reshape(-1)]
+    mine = ops["scope"]
+    if not (mine != "").any():  # the importer gave no scopes (Kineto): the paths are the column
+        return pd.Categorical.from_codes(path, categories=pd.Index(words, dtype=object))
+    paths = np.asarray(words, dtype=object)[path] if len(words) else np.full(len(ops), "", dtype=object)
+    mine = mine.to_numpy(dtype=object)
+    return np.where(mine != "", mine, paths)
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """A text column as int64 codes and the words they point at."""
+    if isinstance(column.dtype, pd.CategoricalDtype) and not column.isna().any():
+        return column.cat.codes.to_numpy(np.int64), [str(w) for w in column.cat.categories]
+    codes, words = pd.factorize(column.to_numpy(dtype=object), use_na_sentinel=False)
+    return codes.astype(np.int64), [str(w) for w in words]
 
 
 def _activity_spans(profile: Profile) -> dict[int, tuple[int, int]]:

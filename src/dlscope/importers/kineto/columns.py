@@ -18,8 +18,9 @@ from typing import Any
 import msgspec
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from ...model import ID_COLUMNS, Profile, make_table
+from ...model import ID_COLUMNS, MISSING_STR, TABLES, Profile, S, make_table
 from ...system import cuda_version, known
 from ..exact_ns import TimeOutOfRange, checked_end, us_to_ns
 from ..python_frames import MAX_FRAMES, bounded, innermost_user_frame, parse_names
@@ -81,9 +82,12 @@ class Tables:
     def _add(self, table: str, columns: dict[str, Any]) -> None:
         n = len(next(iter(columns.values())))
         if n:
-            if "name" in columns:
-                columns["name"] = [self.names.setdefault(name, name) for name in columns["name"]]
+            spec = TABLES[table]
             for col, values in columns.items():
+                if table == "python_frames" and col == "name":  # indexed and parsed as strings (_python_frames)
+                    values = [self.names.setdefault(name, name) for name in values]
+                elif spec[col] == S:
+                    values = _encoded(values)
                 self.chunks[table][col].append(values)
             self.rows[table] += n
 
@@ -139,10 +143,24 @@ class Tables:
         return make_table(table, columns, n)
 
 
-def _concat(chunks: list) -> np.ndarray | list:
-    if isinstance(chunks[0], np.ndarray):
+def _encoded(values: Any) -> Any:
+    """A batch's text column as an Arrow dictionary array: each distinct string once and an int32 code per
+    row, encoded in C (the table's categorical column is made from these codes, never from Python strings);
+    the values as they are when they are not all strings."""
+    if isinstance(values, pa.DictionaryArray):
+        return values
+    try:
+        return pa.array(values, type=pa.large_string()).dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return values
+
+
+def _concat(chunks: list) -> np.ndarray | list | pa.ChunkedArray:
+    if isinstance(chunks[0], np.ndarray) and all(isinstance(c, np.ndarray) for c in chunks):
         return np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
-    return list(itertools.chain.from_iterable(chunks))
+    if all(isinstance(c, pa.DictionaryArray) for c in chunks):
+        return pa.chunked_array(chunks)
+    return list(itertools.chain.from_iterable(c.to_pylist() if isinstance(c, pa.Array) else c for c in chunks))
 
 
 def _group(events: list[Event]) -> tuple[dict[str, list[Event]], list[Event]]:
@@ -248,7 +266,7 @@ def first_start(profile: Profile) -> int:
 
 
 def _op_columns(evs: list[Event]) -> dict[str, Any]:
-    names = [e.name for e in evs]
+    names = _encoded([e.name for e in evs])
     args = [e.args for e in evs]
     start, end = _times(evs)
     return {
@@ -267,9 +285,11 @@ def _op_columns(evs: list[Event]) -> dict[str, Any]:
     }
 
 
-def _legacy_stacks(stacks: list[Any]) -> np.ndarray:
+def _legacy_stacks(stacks: list[Any]) -> np.ndarray | pa.DictionaryArray:
     """The innermost user ``file.py:123`` of each op's legacy ``Call stack`` arg ("" when absent); stacks repeat,
     so each distinct one is read once."""
+    if stacks.count(MISSING_STR) == len(stacks):  # no stacks recorded (torch > 1.10): one compare a row, in C
+        return _constant(MISSING_STR, len(stacks))
     codes, uniques = pd.factorize(pd.Series(stacks, dtype=object), use_na_sentinel=False)
     places = np.array([innermost_user_frame(s) if isinstance(s, str) and s else "" for s in uniques] or [""],
                       dtype=object)
@@ -330,10 +350,11 @@ def _comm_columns(evs: list[Event], kind: str) -> dict[str, Any]:
     }
 
 
-def _directions(names: list[str]) -> list[str]:
+def _directions(names: pa.DictionaryArray) -> pa.DictionaryArray:
     """Mark autograd backward ops "bwd" and the rest "", testing each distinct name once."""
-    bwd = {n for n in set(names) if "Backward" in n or n.startswith("autograd::engine::evaluate_function")}
-    return ["bwd" if n in bwd else "" for n in names]
+    bwd = np.array([("Backward" in n or n.startswith("autograd::engine::evaluate_function"))
+                    for n in names.dictionary.to_pylist()], dtype=np.int32)
+    return _from_codes(bwd[names.indices.to_numpy()] if len(bwd) else np.zeros(0, np.int32), ["", "bwd"])
 
 
 def _range_columns(cpu: list[Event], gpu: list[Event], python: list[Event]) -> dict[str, Any]:
@@ -583,20 +604,43 @@ def _external_ids(args: list[Args]) -> np.ndarray:
     return np.where(new != -1, new, legacy)
 
 
-def _json_strings(values: list[msgspec.Raw]) -> list[str]:
-    """Compact JSON text per value ("" when absent or null), so equal shapes compare equal as strings.
+def _json_strings(values: list[msgspec.Raw]) -> pa.DictionaryArray:
+    """Compact JSON text per value ("" when absent or null), so equal shapes compare equal as strings, as a
+    dictionary array (:func:`_encoded`).
 
-    Shapes and dtypes repeat across ops, so each distinct text is compacted once and its string shared.
+    Shapes and dtypes repeat across ops: the raw texts are joined in C, each ended by a NUL byte (never part
+    of JSON text), cut where the NULs are and encoded by Arrow; each distinct text is compacted once.
     """
-    cache: dict[bytes, str] = {b"": "", b"null": ""}
-    out = []
-    for raw in values:
-        text = bytes(raw)
-        compact = cache.get(text)
-        if compact is None:
-            compact = cache[text] = msgspec.json.encode(msgspec.json.decode(text)).decode()
-        out.append(compact)
-    return out
+    n = len(values)
+    data = b"\0".join(values) + b"\0"
+    if len(data) == n:  # none recorded (a trace without record_shapes)
+        return _constant(MISSING_STR, n)
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 0)
+    if len(ends) != n:  # never for valid JSON (msgspec rejects a raw control character)
+        raws = pa.array([bytes(v) + b"\0" for v in values], type=pa.large_binary()).dictionary_encode()
+    else:
+        offsets = np.concatenate([[0], ends + 1]).astype(np.int64)
+        raws = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets),
+                                                                        pa.py_buffer(data)]).dictionary_encode()
+    compact = [msgspec.json.encode(msgspec.json.decode(t[:-1])).decode() if t not in (b"\0", b"null\0") else ""
+               for t in raws.dictionary.to_pylist()]
+    codes, words = pd.factorize(np.array(compact, dtype=object))  # two texts may compact to one
+    return _from_codes(np.asarray(codes, dtype=np.int32)[raws.indices.to_numpy()], list(words))
+
+
+def _constant(word: str, n: int) -> pa.DictionaryArray:
+    """A text column holding ``word`` on every row."""
+    return _from_codes(np.zeros(n, dtype=np.int32), [word])
+
+
+def _from_codes(codes: np.ndarray, words: list[str]) -> pa.DictionaryArray:
+    """A dictionary array from int codes into ``words`` (distinct); words no row uses are left out, so the
+    table's categories are the values present, as when strings are encoded."""
+    used = np.bincount(codes, minlength=len(words)) > 0
+    if not used.all():
+        codes = (np.cumsum(used) - 1).astype(np.int32)[codes]
+        words = [w for w, u in zip(words, used) if u]
+    return pa.DictionaryArray.from_arrays(codes.astype(np.int32, copy=False), pa.array(words, type=pa.large_string()))
 
 
 def _get(obj: Any, key: str, default: Any) -> Any:

@@ -123,7 +123,7 @@ class Unsplittable(Exception):
     """A piece did not decode on its own: its cut is not between events, or the file is bad."""
 
 
-def decode_piece(piece_decoder: msgspec.json.Decoder, text: bytes) -> Any:
+def decode_piece(piece_decoder: msgspec.json.Decoder, text: bytes | bytearray) -> Any:
     """A piece of the file, or :class:`Unsplittable` (the caller merges it with the next one)."""
     try:
         return piece_decoder.decode(text)

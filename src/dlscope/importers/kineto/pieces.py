@@ -127,7 +127,7 @@ def _decode(text: Text, cuts: list[int], lo: int, hi: int, progress: Progress | 
             try:
                 if j < len(cuts):  # "{...}, ..., {...}" up to the "}" before the cut's ", {"
                     end = text.rfind(b"}", cuts[i], cuts[j]) + 1
-                    batch = decode_piece(BATCH_DECODER, b"[" + text[cuts[i]:end] + b"]")
+                    batch = decode_piece(BATCH_DECODER, bracketed(text, cuts[i], end))
                 else:
                     trailer = decode_piece(TRAILER_DECODER, b'{"traceEvents":[' + text[cuts[i]:])
                     batch, trailer.traceEvents = trailer.traceEvents or [], None
@@ -145,6 +145,16 @@ def _decode(text: Text, cuts: list[int], lo: int, hi: int, progress: Progress | 
             progress(cuts[j] if j < len(cuts) else len(text), events)
         i = j
     return tables, events, trailer, i
+
+
+def bracketed(text: Text, start: int, end: int) -> bytearray:
+    """``[`` + ``text[start:end]`` + ``]``, the piece as a JSON array, copied once: a slice of the map and a
+    concatenation would copy it twice (a third of the time spent outside decoding on a large file)."""
+    piece = bytearray(end - start + 2)
+    piece[0], piece[-1] = 0x5B, 0x5D
+    with memoryview(text) as view:
+        piece[1:-1] = view[start:end]
+    return piece
 
 
 def with_trailer(header: Trace, trailer: Trace | None) -> Trace:
@@ -193,7 +203,7 @@ def streamed(path: Path, piece_bytes: int, block_bytes: int, progress: Progress 
                 break
             cut = gap.end() - 1
             try:
-                batch: list[Event] = decode_piece(BATCH_DECODER, b"[" + text[:text.rfind(b"}", 0, cut) + 1] + b"]")
+                batch: list[Event] = decode_piece(BATCH_DECODER, bracketed(text, 0, text.rfind(b"}", 0, cut) + 1))
             except Unsplittable:
                 merges += 1
                 if merges > MAX_MERGES:
