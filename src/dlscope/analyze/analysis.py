@@ -15,6 +15,7 @@ from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, l
 from .call_tree import TREE_COLUMNS, analyse_frames
 from .categories import matches
 from .dtypes import numpy_name
+from .intervals import sorted_unique
 from .iterations import assign, find_iterations
 from .nesting import Nesting, inclusive_sum, levels
 from .occupancy import COLUMNS as WAVE_COLUMNS
@@ -169,7 +170,7 @@ def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) ->
     rng_keys, out_keys = thread_keys([cand, api[outside]])
     hit = Nesting.build(rng_keys, cand["start"].to_numpy(), cand["end"].to_numpy()).innermost_at(
         out_keys, api.loc[outside, "start"].to_numpy())
-    rows = np.unique(hit[hit >= 0])
+    rows = sorted_unique(hit[hit >= 0])
     if len(rows) == 0:
         return tree, api_op_row
     promoted = cand.iloc[rows]
