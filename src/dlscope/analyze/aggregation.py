@@ -371,6 +371,7 @@ class JobAggregation:
         self.chosen = {r: resolve_range(an, r, iter_start, iter_stop).sort_values("start", kind="stable")
                        for r in ranks}
         self.tables = _JobTables(an, {r: c["iteration"].to_numpy() for r, c in self.chosen.items()})
+        self.groups = _JobGroups(self.tables, an, {r: (b[2], b[3]) for r, b in self.bounds().items()})
 
     def bounds(self) -> dict[int, tuple[int, int, int, int]]:
         """Per rank: (iter_start, iter_stop, window_start, window_end) of its aggregation (as its row has them)."""
@@ -382,7 +383,7 @@ class JobAggregation:
         return out
 
     def aggregate(self, rank: int) -> Aggregation:
-        return _aggregate_rank(self.an, rank, self.chosen[rank], self.tables)
+        return _aggregate_rank(self.an, rank, self.chosen[rank], self.tables, self.groups)
 
 
 class _JobTables:
@@ -391,6 +392,7 @@ class _JobTables:
 
     def __init__(self, an: Analysed, profiled: dict[int, np.ndarray]):
         self.ranks = list(profiled)
+        self.profiled = profiled
         kernels, ops = an.profile.table("kernels"), an.profile.table("ops")
         # op ids are unique across ranks: one map for all (kernels may hang under ops of other iterations)
         self.node_of = pd.Series(ops["node_id"].to_numpy(), index=ops["op_id"].to_numpy())
@@ -480,6 +482,130 @@ class _JobTables:
         return frame.iloc[at[self.ranks.index(rank)]].reset_index(drop=True)
 
 
+class _JobGroups:
+    """:func:`_groups` of every rank at once: groups keyed by (rank, scope prefix), every rank's intervals in
+    one :func:`union_per_group`, each clipped to its rank's window; the rows of rank i come out contiguous and
+    numbered as the rank alone numbers them (groups in order of discovery, then the op nodes' leaves)."""
+
+    def __init__(self, job: _JobTables, an: Analysed, windows: dict[int, tuple[int, int]]):
+        self.at: list[slice | None] = [None] * len(job.ranks)
+        rank_order = np.concatenate(job.nodes_at) if job.nodes_at else np.zeros(0, dtype=np.int64)
+        nodes = job.nodes.iloc[rank_order].reset_index(drop=True)
+        node_rank = np.repeat(np.arange(len(job.ranks)), [len(p) for p in job.nodes_at])
+        scope_codes, scopes = pd.factorize(pd.Series(nodes["scope"].to_numpy(dtype=object)))
+        # per distinct scope: its prefixes' paths (outermost first), the group each one names
+        path_ids: dict[str, int] = {}
+        words: list[str] = []
+        chain_of_scope = []
+        for scope in scopes:
+            parts = [p for p in str(scope).split("/") if p]
+            chain = []
+            for depth in range(len(parts)):
+                path = "/".join(parts[: depth + 1])
+                if path not in path_ids:
+                    path_ids[path] = len(path_ids)
+                    words.append(parts[depth])
+                chain.append(path_ids[path])
+            chain_of_scope.append(chain)
+        paths = np.array(list(path_ids), dtype=object)
+        # (rank, scope) pairs in order of the nodes, rank by rank; each pair's chain of prefixes
+        pair_codes, pair_keys = pd.factorize(node_rank * (len(scopes) + 1) + scope_codes)
+        pair_rank, pair_scope = pair_keys // (len(scopes) + 1), pair_keys % (len(scopes) + 1)
+        lens = np.array([len(chain_of_scope[s]) for s in pair_scope], dtype=np.int64)
+        flat_path = np.array([p for s in pair_scope for p in chain_of_scope[s]], dtype=np.int64)
+        flat_rank = np.repeat(pair_rank, lens)
+        flat_depth = np.arange(len(flat_path)) - np.repeat(np.cumsum(lens) - lens, lens)
+        # groups: (rank, path) in order of discovery, so each rank's are contiguous and in its own order
+        flat_group, first = pd.factorize(flat_rank * (len(paths) + 1) + flat_path)
+        n_groups = len(first)
+        first_at = np.unique(flat_group, return_index=True)[1]
+        parent = np.where(flat_depth > 0, np.concatenate([[-1], flat_group[:-1]]), -1)[first_at]
+        group_rank = flat_rank[first_at]
+        per_rank_groups = np.bincount(group_rank, minlength=len(job.ranks))
+        offset = np.concatenate([[0], np.cumsum(per_rank_groups)[:-1]])
+        self.pair_flat = (np.concatenate([[0], np.cumsum(lens)[:-1]]), lens, flat_group)
+        self.node_pair = pd.Series(pair_codes, index=nodes["node_id"].to_numpy(np.int64))
+
+        lo = np.array([windows[r][0] for r in job.ranks], dtype=np.int64)
+        hi = np.array([windows[r][1] for r in job.ranks], dtype=np.int64)
+        roots = job.ops.iloc[job.roots]
+        api, memops = (_rows(an.profile.table(n), _in_profiled(an.profile.table(n), job.profiled))
+                       for n in ("api_calls", "memops"))
+        ops = an.profile.table("ops")
+        root_of = pd.Series(ops["root_id"].to_numpy(), index=ops["op_id"].to_numpy())
+        api_node = _lookup(job.node_of, _lookup(root_of, api["op_id"]))
+        gpu_node = np.concatenate([job.ak["node_id"].to_numpy(np.int64), _lookup(job.node_of, memops["root_op_id"])])
+        gpu_start = np.concatenate([job.ak["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
+        gpu_end = np.concatenate([job.ak["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
+        gpu_tc = np.concatenate([job.ak["uses_tc"].to_numpy(bool), np.zeros(len(memops), dtype=bool)])
+
+        def union_of(node_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+            g, r = self._expand(node_ids)
+            rank = group_rank[g]
+            return union_per_group(g, np.clip(starts[r], lo[rank], hi[rank]), np.clip(ends[r], lo[rank], hi[rank]),
+                                   n_groups)
+
+        cpu, _, _ = union_of(roots["node_id"].to_numpy(np.int64), roots["start"].to_numpy(np.int64),
+                             roots["end"].to_numpy(np.int64))
+        api_u, _, _ = union_of(api_node, api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64))
+        gpu_u, g_first, g_last = union_of(gpu_node, gpu_start, gpu_end)
+        tc_u, _, _ = union_of(gpu_node[gpu_tc], gpu_start[gpu_tc], gpu_end[gpu_tc])
+        g_nodes, r_nodes = self._expand(nodes["node_id"].to_numpy(np.int64))
+        metrics: dict[str, np.ndarray] = {
+            col: np.bincount(g_nodes, weights=nodes[col].to_numpy(np.int64)[r_nodes], minlength=n_groups
+                             ).round().astype(np.int64) for col in ("calls", "kernel_count")}
+        metrics.update({col: np.bincount(g_nodes, weights=nodes[col].astype(bool).to_numpy()[r_nodes],
+                                         minlength=n_groups) > 0 for col in ("tc_eligible", "using_tc")})
+        local_parent = np.where(parent >= 0, parent - offset[group_rank], -1)
+        group_path = flat_path[first_at]
+        grp = pd.DataFrame({
+            "group_id": np.arange(n_groups, dtype=np.int64) - offset[group_rank],
+            "parent_group_id": local_parent.astype(np.int64), "is_group": np.ones(n_groups, dtype=bool),
+            "level": (flat_depth[first_at] + 1).astype(np.int64),
+            "name": np.array([words[p] + "/" for p in group_path], dtype=object), "path": paths[group_path],
+            "node_id": np.full(n_groups, -1, dtype=np.int64), **metrics,
+            "cpu_time_ns": cpu, "api_time_ns": api_u, "gpu_time_ns": gpu_u, "tc_gpu_time_ns": tc_u,
+            "cpu_overhead_ns": np.maximum(cpu - api_u, 0), "gpu_idle_ns": g_last - g_first - gpu_u})
+        # the leaves: each op node under the innermost group of its scope
+        pair_start, _, _ = self.pair_flat
+        node_chain_len = lens[pair_codes]
+        last_group = np.where(node_chain_len > 0, flat_group[pair_start[pair_codes] + node_chain_len - 1], -1)
+        per_rank_nodes = np.bincount(node_rank, minlength=len(job.ranks))
+        node_offset = np.concatenate([[0], np.cumsum(per_rank_nodes)[:-1]])
+        within = np.arange(len(nodes)) - node_offset[node_rank]
+        leaves = nodes.assign(
+            group_id=per_rank_groups[node_rank] + within,
+            parent_group_id=np.where(last_group >= 0, last_group - offset[node_rank], -1).astype(np.int64),
+            is_group=False, level=node_chain_len + 1, name=nodes["op_name"],
+            path=[(sc + "/" if sc else "") + nm for sc, nm in zip(nodes["scope"], nodes["op_name"])])
+        columns = ["group_id", "parent_group_id", "is_group", "level", "name", "path", "node_id", *GROUP_METRICS,
+                   "tc_eligible", "using_tc"]
+        both = pd.concat([grp[columns], leaves[columns]], ignore_index=True)
+        # rank by rank: its groups, then its leaves
+        order = np.lexsort((np.arange(len(both)), np.concatenate([np.zeros(n_groups), np.ones(len(nodes))]),
+                            np.concatenate([group_rank, node_rank])))
+        self.table = both.iloc[order].reset_index(drop=True).astype(dict.fromkeys(GROUP_METRICS, np.int64))
+        ends = np.cumsum(per_rank_groups + per_rank_nodes)
+        for i in range(len(job.ranks)):
+            if per_rank_groups[i] and per_rank_nodes[i]:  # else the rank's own (empty or group-less) table
+                self.at[i] = slice(int(ends[i] - per_rank_groups[i] - per_rank_nodes[i]), int(ends[i]))
+
+    def _expand(self, node_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(group, row) pairs: each row counted in every group of its node's (rank, scope)."""
+        start, lens, flat = self.pair_flat
+        codes = self.node_pair.reindex(node_ids).fillna(-1).to_numpy(np.int64)
+        rows = np.flatnonzero(codes >= 0)
+        n_each = lens[codes[rows]]
+        rep = np.repeat(rows, n_each)
+        within = np.arange(len(rep)) - np.repeat(np.cumsum(n_each) - n_each, n_each)
+        return flat[start[codes[rep]] + within], rep
+
+    def of(self, i: int) -> pd.DataFrame | None:
+        """Rank i's table, None when the rank's own computation must make it (no op node or no group)."""
+        at = self.at[i]
+        return None if at is None else self.table.iloc[at].reset_index(drop=True)
+
+
 def _in_profiled(frame: pd.DataFrame, profiled: dict[int, np.ndarray]) -> np.ndarray:
     """Rows whose (rank, iteration) is one of the aggregations' profiled iterations."""
     rank, it = frame["rank"].to_numpy(np.int64), frame["iteration"].to_numpy(np.int64)
@@ -501,7 +627,8 @@ def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
     return [order[a:b] for a, b in zip(lo, hi)]
 
 
-def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTables) -> Aggregation:
+def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTables,
+                    job_groups: _JobGroups) -> Aggregation:
     """One rank's aggregation: its windows, breakdown, GPUs, iterations and groups, and its slice of the
     job's kernel and op tables."""
     fr = _rank_frames(an, rank)
@@ -516,8 +643,6 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
     parts = segments.breakdown(lo, hi)
 
     ops = fr["ops"]
-    in_agg = {name: _rows(fr[name], np.isin(fr[name]["iteration"].to_numpy(), profiled))
-              for name in ("memops", "api_calls")}
     i = job.ranks.index(rank)
     ak = job.ak.iloc[job.ak_at[i]]
     in_ops = np.isin(ops["iteration"].to_numpy(), profiled)
@@ -541,18 +666,6 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
     node_gpu = int(nodes["gpu_time_ns"].sum())
     elig_gpu = int(nodes.loc[nodes["tc_eligible"].astype(bool), "gpu_time_ns"].sum())
 
-    node_of = job.node_of
-    api = in_agg["api_calls"]
-    api = api[["op_id", "start", "end"]].assign(
-        node_id=_lookup(node_of, _lookup(pd.Series(ops["root_id"].to_numpy(), index=ops["op_id"].to_numpy()),
-                                         api["op_id"])))
-    mem = in_agg["memops"]
-    gpu = pd.concat([ak[["node_id", "start", "end", "uses_tc"]],
-                     pd.DataFrame({"node_id": _lookup(node_of, mem["root_op_id"]), "start": mem["start"].to_numpy(),
-                                   "end": mem["end"].to_numpy(), "uses_tc": False})], ignore_index=True)
-    gpu["uses_tc"] = gpu["uses_tc"].astype(bool)
-    root_calls = ops[["node_id", "start", "end"]].iloc[roots]
-
     row = {
         "rank": rank, "iter_start": int(profiled.min()), "iter_stop": int(profiled.max()),
         "key_node": an.key_node or "", "iteration_method": an.iteration_methods.get(rank, "whole_profile"),
@@ -570,6 +683,22 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         "tc_eligible_gpu_time_pct": 100.0 * elig_gpu / node_gpu if node_gpu > 0 else None,
         "reader_cost_ns": segments.reader_cost(lo, hi),
     }
+    groups = job_groups.of(i)
+    if groups is None:  # no op node or no group: what the rank alone gives
+        in_agg = {name: _rows(fr[name], np.isin(fr[name]["iteration"].to_numpy(), profiled))
+                  for name in ("memops", "api_calls")}
+        node_of = job.node_of
+        api = in_agg["api_calls"]
+        api = api[["op_id", "start", "end"]].assign(
+            node_id=_lookup(node_of, _lookup(pd.Series(ops["root_id"].to_numpy(), index=ops["op_id"].to_numpy()),
+                                             api["op_id"])))
+        mem = in_agg["memops"]
+        gpu = pd.concat([ak[["node_id", "start", "end", "uses_tc"]],
+                         pd.DataFrame({"node_id": _lookup(node_of, mem["root_op_id"]), "start": mem["start"].to_numpy(),
+                                       "end": mem["end"].to_numpy(), "uses_tc": False})], ignore_index=True)
+        gpu["uses_tc"] = gpu["uses_tc"].astype(bool)
+        root_calls = ops[["node_id", "start", "end"]].iloc[roots]
+        groups = _groups(nodes, root_calls, api, gpu, lo, hi)
     kernel_rows = job.slice(job.kernel_rows, job.kernel_rows_at, rank)
     kernel_rows["op_names"] = string_column(pd.Series(job.op_names[job.kernel_rows_at[i]]).fillna("")
                                             .to_numpy(dtype=object))
@@ -577,7 +706,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         row=row, gpus=gpus.assign(rank=rank),
         iterations=_iteration_table(its_all, profiled, hi, fr, segments).assign(rank=rank),
         ops=nodes.assign(rank=rank), op_types=types, kernels=kernel_rows,
-        op_kernels=op_kernels, groups=_groups(nodes, root_calls, api, gpu, lo, hi),
+        op_kernels=op_kernels, groups=groups,
     )
 
 
