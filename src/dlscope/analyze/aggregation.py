@@ -489,6 +489,7 @@ class _JobGroups:
 
     def __init__(self, job: _JobTables, an: Analysed, windows: dict[int, tuple[int, int]]):
         self.at: list[slice | None] = [None] * len(job.ranks)
+        self.table = pd.DataFrame()
         rank_order = np.concatenate(job.nodes_at) if job.nodes_at else np.zeros(0, dtype=np.int64)
         nodes = job.nodes.iloc[rank_order].reset_index(drop=True)
         node_rank = np.repeat(np.arange(len(job.ranks)), [len(p) for p in job.nodes_at])
@@ -518,6 +519,8 @@ class _JobGroups:
         # groups: (rank, path) in order of discovery, so each rank's are contiguous and in its own order
         flat_group, first = pd.factorize(flat_rank * (len(paths) + 1) + flat_path)
         n_groups = len(first)
+        if n_groups == 0:  # no scopes at all: every rank's table is its own (leaves only, or empty)
+            return
         first_at = np.unique(flat_group, return_index=True)[1]
         parent = np.where(flat_depth > 0, np.concatenate([[-1], flat_group[:-1]]), -1)[first_at]
         group_rank = flat_rank[first_at]
