@@ -282,6 +282,29 @@ def test_job_wide_aggregation_equals_each_rank_aggregated_alone(folder, iter_sta
 
 
 @pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])
+def test_job_wide_mfu_equals_each_rank_modelled_alone(folder, iter_start, iter_stop):
+    """The ops of all ranks are modelled, summed per op node and their dominant precisions found in one pass
+    (JobMFU): every rank's MFU figures and op-node FLOPs are the ones ``add_mfu`` of its own ops gives."""
+    from dlscope.analyze.aggregation import JobAggregation
+    from dlscope.analyze.analysis import analyse
+    from dlscope.roofline.mfu import JobMFU, add_mfu
+
+    an = analyse(load_profiles_parallel(expand_inputs([job(folder)]), workers=1))
+    job_agg = JobAggregation(an, an.ranks, iter_start, iter_stop)
+    mfu = JobMFU(an.profile.table("ops"), {r: (b[0], b[1]) for r, b in job_agg.bounds().items()},
+                 {r: an.rank_tables(r)["gpus"] for r in an.ranks}, job_agg.tables.nodes)
+    modelled = 0
+    for rank in an.ranks:
+        agg, tables = job_agg.aggregate(rank), an.rank_tables(rank)
+        row, nodes = mfu.add(rank, agg.row, agg.ops)
+        row_alone, nodes_alone = add_mfu(agg.row, agg.ops, tables["ops"], tables["gpus"])
+        assert json.dumps(row, sort_keys=True) == json.dumps(row_alone, sort_keys=True)
+        pd.testing.assert_frame_equal(nodes, nodes_alone, obj=f"rank {rank} op nodes")
+        modelled += int((nodes["model_flops"].fillna(0) > 0).sum())
+    assert modelled > 0  # op nodes with FLOPs: there are numbers to compare
+
+
+@pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])
 def test_rules_frames_made_once_for_the_job_equal_each_rank_alone(folder, iter_start, iter_stop):
     """The rules' frames are projected once for all ranks and sliced per rank: every frame a rule reads is the
     rank's rows as its definition says (checked with plain pandas on the rank's raw table) and as the rank's
