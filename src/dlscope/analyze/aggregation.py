@@ -57,44 +57,77 @@ def _name_is(ops: pd.DataFrame, kind: str) -> np.ndarray:
 
 
 class Segments:
-    """The time line cut at every interval end point, each piece labelled with its breakdown category.
+    """The time line of every rank cut at every interval end point, each piece labelled with its breakdown
+    category, in one sweep: rank i's time line [lo_i, hi_i] is shifted to follow rank i-1's, so no piece spans
+    two ranks. Any window's breakdown (the aggregation's, each iteration's) is then a difference of prefix
+    sums, so the parts add up to the window length exactly; only the sums at the windows' points are kept.
 
-    Built once; any window's breakdown (the aggregation's, each iteration's) is then a difference of
-    prefix sums, so the parts add up to the window length exactly.
+    ``sets``: per category in priority order (all but 'other'), (starts, ends, rank of each row: 0..n-1);
+    ``points``: per rank, its windows' ends (lo_i and hi_i are their min and max).
     """
 
-    def __init__(self, sets: list[tuple[np.ndarray, np.ndarray]], points: np.ndarray):
-        lo, hi = int(points.min()), int(points.max())
-        clipped = [clip(s, e, lo, hi) for s, e in sets]
-        self.bounds = sorted_unique(np.concatenate([points] + [np.concatenate([s, e]) for s, e in clipped]))
-        seg = np.diff(self.bounds)
+    def __init__(self, sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]], points: list[np.ndarray]):
+        lo = np.array([p.min() for p in points], dtype=np.int64)
+        hi = np.array([p.max() for p in points], dtype=np.int64)
+        base = np.concatenate([[0], np.cumsum(hi - lo + 1)[:-1]]).astype(np.int64)
+        self.shift = base - lo
+        clipped = []
+        for s, e, r in sets:
+            cs, ce = np.maximum(s, lo[r]), np.minimum(e, hi[r])
+            keep = ce > cs
+            clipped.append((cs[keep] + self.shift[r[keep]], ce[keep] + self.shift[r[keep]], r[keep]))
+        self.points = sorted_unique(np.concatenate([p + self.shift[i] for i, p in enumerate(points)]))
+        bounds = sorted_unique(np.concatenate([self.points] + [np.concatenate([s, e]) for s, e, _ in clipped]))
+        at = np.searchsorted(bounds, self.points)  # the points among the bounds
+        seg = np.diff(bounds)
         label = np.full(len(seg), len(CATEGORIES) - 1, dtype=np.int64)
         taken = np.zeros(len(seg), dtype=bool)
-        for i, (s, e) in enumerate(clipped):
-            cov = coverage(self.bounds, s, e) & ~taken
+        for i, (s, e, _) in enumerate(clipped):
+            cov = coverage(bounds, s, e) & ~taken
             label[cov] = i
             taken |= cov
-        self.cum = np.zeros((len(CATEGORIES), len(self.bounds)), dtype=np.int64)
+        self.cum = np.zeros((len(CATEGORIES), len(self.points)), dtype=np.int64)
         for i in range(len(CATEGORIES)):
-            self.cum[i, 1:] = np.cumsum(np.where(label == i, seg, 0))
+            self.cum[i] = _prefix_sums(np.where(label == i, seg, 0))[at]
         # the reader cost: all of the time inside data loading, whatever else runs (not only the Dataloader part)
         loader = clipped[CATEGORIES.index("dataloader")]
-        self.has_loader = len(loader[0]) > 0
-        self.loader_cum = np.zeros(len(self.bounds), dtype=np.int64)
-        self.loader_cum[1:] = np.cumsum(np.where(coverage(self.bounds, *loader), seg, 0))
+        self.has_loader = np.bincount(loader[2], minlength=len(points)) > 0
+        self.loader_cum = _prefix_sums(np.where(coverage(bounds, loader[0], loader[1]), seg, 0))[at]
+
+    def of(self, i: int) -> RankSegments:
+        return RankSegments(self, i)
+
+
+def _prefix_sums(values: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=out[1:])
+    return out
+
+
+class RankSegments:
+    """One rank's view of the job's :class:`Segments` (its own time, not shifted)."""
+
+    def __init__(self, segments: Segments, i: int):
+        self.segments, self.i = segments, i
+
+    def _at(self, lo: int, hi: int) -> tuple[int, int]:
+        shift = int(self.segments.shift[self.i])
+        i0, i1 = np.searchsorted(self.segments.points, [lo + shift, hi + shift])
+        return int(i0), int(i1)
 
     def reader_cost(self, lo: int, hi: int) -> int | None:
         """Time inside data loading (DataLoader ``__next__``, data-loading ranges) in [lo, hi); None when the
         rank's trace shows no data loading at all (it cannot tell whether steps waited for their batches)."""
-        if not self.has_loader:
+        if not self.segments.has_loader[self.i]:
             return None
-        i0, i1 = np.searchsorted(self.bounds, [lo, hi])
-        return int(self.loader_cum[i1] - self.loader_cum[i0])
+        i0, i1 = self._at(lo, hi)
+        return int(self.segments.loader_cum[i1] - self.segments.loader_cum[i0])
 
     def breakdown(self, lo: int, hi: int) -> dict[str, int]:
-        """Time per category inside [lo, hi); lo and hi must be among the points given at build time."""
-        i0, i1 = np.searchsorted(self.bounds, [lo, hi])
-        return {name: int(self.cum[c, i1] - self.cum[c, i0]) for c, name in enumerate(CATEGORIES)}
+        """Time per category inside [lo, hi); lo and hi must be among the rank's points given at build time."""
+        i0, i1 = self._at(lo, hi)
+        cum = self.segments.cum
+        return {name: int(cum[c, i1] - cum[c, i0]) for c, name in enumerate(CATEGORIES)}
 
 
 def _windows(chosen: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -124,7 +157,7 @@ def _gpu_table(fr, lo, hi, wall, agg_kernels) -> pd.DataFrame:
 
 
 def _iteration_table(its_all: pd.DataFrame, profiled: np.ndarray, stop_end: int, fr,
-                     segments: Segments) -> pd.DataFrame:
+                     segments: RankSegments) -> pd.DataFrame:
     """Per iteration of the rank: its window (time figures) and the GPU work it launched; ``profiled`` marks
     the aggregation's, whose last window ends with its own activity (``stop_end``)."""
     k = fr["kernels"]
@@ -372,6 +405,15 @@ class JobAggregation:
                        for r in ranks}
         self.tables = _JobTables(an, {r: c["iteration"].to_numpy() for r, c in self.chosen.items()})
         self.groups = _JobGroups(self.tables, an, {r: (b[2], b[3]) for r, b in self.bounds().items()})
+        # every iteration of each rank by start (a rank's rows contiguous), and each rank's window points
+        self.iterations = an.iterations.sort_values(["rank", "start"], kind="stable").reset_index(drop=True)
+        self.iterations_at = _positions(self.iterations["rank"].to_numpy(np.int64), ranks)
+        points = []
+        for r, rows in zip(ranks, self.iterations_at):
+            starts, ends = _windows(self.chosen[r])
+            all_starts, all_ends = _windows(self.iterations.iloc[rows])
+            points.append(np.concatenate([[starts[0], ends[-1]], starts, ends, all_starts, all_ends]))
+        self.segments = Segments(self.tables.category_sets(), points)
 
     def bounds(self) -> dict[int, tuple[int, int, int, int]]:
         """Per rank: (iter_start, iter_stop, window_start, window_end) of its aggregation (as its row has them)."""
@@ -383,7 +425,10 @@ class JobAggregation:
         return out
 
     def aggregate(self, rank: int) -> Aggregation:
-        return _aggregate_rank(self.an, rank, self.chosen[rank], self.tables, self.groups)
+        i = self.tables.ranks.index(rank)
+        its_all = self.iterations.iloc[self.iterations_at[i]]
+        return _aggregate_rank(self.an, rank, self.chosen[rank], its_all, self.tables, self.groups,
+                               self.segments.of(i))
 
 
 class _JobTables:
@@ -419,7 +464,7 @@ class _JobTables:
         self._category_columns(an)
 
     def _category_columns(self, an: Analysed) -> None:
-        """What :meth:`category_intervals` reads, for all ranks' rows at once (every row of a rank counts)."""
+        """What :meth:`category_sets` reads, for all ranks' rows at once (every row of a rank counts)."""
         k, m, ops, rg = (an.profile.table(n) for n in ("kernels", "memops", "ops", "ranges"))
         self._cat = {}
         for name, frame in (("kernels", k), ("memops", m), ("ops", ops), ("ranges", rg)):
@@ -430,21 +475,23 @@ class _JobTables:
         self._ranges_of = {c: cpu & (rg["category"] == c).to_numpy(bool) for c in ("dataloader", "io")}
         self._ops_of = {c: _name_is(ops, c) for c in ("dataloader", "io")}
 
-    def category_intervals(self, rank: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def category_sets(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Interval sets of the breakdown categories in priority order (all but 'other'): kernels on and off
         Tensor Cores, memory operations, data loading and I/O (CPU ranges of those categories, then ops named
-        so), CPU ops; each of one rank's rows, from the job's columns."""
-        i = self.ranks.index(rank)
-
-        def of(name: str, mask=None) -> tuple[np.ndarray, np.ndarray]:
+        so), CPU ops; every row of the chosen ranks, as (starts, ends, rank index)."""
+        def of(name: str, mask=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             starts, ends, at = self._cat[name]
-            rows = at[i] if mask is None else at[i][mask[at[i]]]
-            return starts[rows], ends[rows]
+            rank = np.full(len(starts), -1, dtype=np.int64)
+            for i, rows in enumerate(at):
+                rank[rows] = i
+            rows = np.flatnonzero(rank >= 0) if mask is None else np.flatnonzero((rank >= 0) & mask)
+            return starts[rows], ends[rows], rank[rows]
 
         kind = {}
         for c in ("dataloader", "io"):
-            (rs, re_), (os_, oe) = of("ranges", self._ranges_of[c]), of("ops", self._ops_of[c])
-            kind[c] = (np.concatenate([rs, os_]), np.concatenate([re_, oe]))
+            ranges, ops = of("ranges", self._ranges_of[c]), of("ops", self._ops_of[c])
+            kind[c] = (np.concatenate([ranges[0], ops[0]]), np.concatenate([ranges[1], ops[1]]),
+                       np.concatenate([ranges[2], ops[2]]))
         return [of("kernels", self._tc), of("kernels", ~self._tc), of("memops"), kind["dataloader"], kind["io"],
                 of("ops")]
 
@@ -630,8 +677,8 @@ def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
     return [order[a:b] for a, b in zip(lo, hi)]
 
 
-def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTables,
-                    job_groups: _JobGroups) -> Aggregation:
+def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, its_all: pd.DataFrame, job: _JobTables,
+                    job_groups: _JobGroups, segments: RankSegments) -> Aggregation:
     """One rank's aggregation: its windows, breakdown, GPUs, iterations and groups, and its slice of the
     job's kernel and op tables."""
     fr = _rank_frames(an, rank)
@@ -639,10 +686,6 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
     starts, ends = _windows(chosen)
     lo, hi = int(starts[0]), int(ends[-1])
     wall = hi - lo
-    its_all = an.iterations[an.iterations["rank"] == rank].sort_values("start", kind="stable")
-    all_starts, all_ends = _windows(its_all)
-    points = np.concatenate([[lo, hi], starts, ends, all_starts, all_ends])
-    segments = Segments(job.category_intervals(rank), points)
     parts = segments.breakdown(lo, hi)
 
     ops = fr["ops"]
