@@ -156,6 +156,49 @@ def _gpu_table(fr, lo, hi, wall, agg_kernels) -> pd.DataFrame:
                                        "tc_kernel_time_ns", "memory_ns"])
 
 
+def _job_gpu_tables(job: _JobTables, windows: dict[int, tuple[int, int]]) -> tuple[pd.DataFrame, list]:
+    """:func:`_gpu_table` of every rank at once (with its ``rank`` column), keyed by (rank, device): the rows
+    and the slice of each rank's (None where the rank's own must be made: no device, or an empty window)."""
+    lo = np.array([windows[r][0] for r in job.ranks], dtype=np.int64)
+    hi = np.array([windows[r][1] for r in job.ranks], dtype=np.int64)
+    k_start, k_end, k_rank = job.rank_rows("kernels")
+    m_start, m_end, m_rank = job.rank_rows("memops")
+    k_dev, m_dev = job.device_of["kernels"], job.device_of["memops"]
+    width = int(max(k_dev.max(initial=0), m_dev.max(initial=0))) + 2  # device -1..max, as (rank, device) keys
+    k_key, m_key = k_rank * width + k_dev + 1, m_rank * width + m_dev + 1
+    keys = sorted_unique(np.concatenate([k_key[(k_rank >= 0) & (k_dev >= 0)], m_key[(m_rank >= 0) & (m_dev >= 0)]]))
+    pair_rank, device = keys // width, keys % width - 1
+
+    def union_by_pair(starts, ends, key, rank):
+        rows = np.flatnonzero((rank >= 0) & np.isin(key, keys))
+        r = rank[rows]
+        return union_per_group(np.searchsorted(keys, key[rows]), np.clip(starts[rows], lo[r], hi[r]),
+                               np.clip(ends[rows], lo[r], hi[r]), len(keys))[0]
+
+    busy = union_by_pair(k_start, k_end, k_key, k_rank)
+    memory = union_by_pair(m_start, m_end, m_key, m_rank)
+    ak_rank = np.zeros(len(job.ak), dtype=np.int64)
+    for i, rows in enumerate(job.ak_at):
+        ak_rank[rows] = i
+    ak_key = ak_rank * width + job.ak["device"].to_numpy(np.int64) + 1
+    listed = np.isin(ak_key, keys)
+    pair = np.searchsorted(keys, ak_key[listed])
+    dur = job.ak["dur"].to_numpy(np.int64)[listed]
+    tc = job.ak["uses_tc"].astype(bool).to_numpy()[listed]
+    wall = (hi - lo)[pair_rank]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        utilization = busy / wall
+    table = pd.DataFrame({"device": device, "busy_ns": busy, "utilization": utilization,
+                          "kernel_count": np.bincount(pair, minlength=len(keys)).astype(np.int64),
+                          "kernel_time_ns": _sum_by(pair, dur, len(keys)),
+                          "tc_kernel_time_ns": _sum_by(pair[tc], dur[tc], len(keys)), "memory_ns": memory,
+                          "rank": np.array(job.ranks, dtype=np.int64)[pair_rank]})
+    first = np.searchsorted(pair_rank, np.arange(len(job.ranks)), side="left")
+    last = np.searchsorted(pair_rank, np.arange(len(job.ranks)), side="right")
+    at = [slice(int(a), int(b)) if b > a and hi[i] > lo[i] else None for i, (a, b) in enumerate(zip(first, last))]
+    return table, at
+
+
 def _iteration_table(its_all: pd.DataFrame, profiled: np.ndarray, stop_end: int, fr,
                      segments: RankSegments) -> pd.DataFrame:
     """Per iteration of the rank: its window (time figures) and the GPU work it launched; ``profiled`` marks
@@ -414,6 +457,7 @@ class JobAggregation:
             all_starts, all_ends = _windows(self.iterations.iloc[rows])
             points.append(np.concatenate([[starts[0], ends[-1]], starts, ends, all_starts, all_ends]))
         self.segments = Segments(self.tables.category_sets(), points)
+        self.gpus, self.gpus_at = _job_gpu_tables(self.tables, {r: (b[2], b[3]) for r, b in self.bounds().items()})
 
     def bounds(self) -> dict[int, tuple[int, int, int, int]]:
         """Per rank: (iter_start, iter_stop, window_start, window_end) of its aggregation (as its row has them)."""
@@ -427,8 +471,10 @@ class JobAggregation:
     def aggregate(self, rank: int) -> Aggregation:
         i = self.tables.ranks.index(rank)
         its_all = self.iterations.iloc[self.iterations_at[i]]
+        at = self.gpus_at[i]
+        gpus = None if at is None else self.gpus.iloc[at].reset_index(drop=True)
         return _aggregate_rank(self.an, rank, self.chosen[rank], its_all, self.tables, self.groups,
-                               self.segments.of(i))
+                               self.segments.of(i), gpus)
 
 
 class _JobTables:
@@ -471,19 +517,25 @@ class _JobTables:
             self._cat[name] = (frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64),
                                _positions(frame["rank"].to_numpy(np.int64), self.ranks))
         self._tc = k["uses_tc"].to_numpy(bool)
+        self.device_of = {"kernels": k["device"].to_numpy(np.int64), "memops": m["device"].to_numpy(np.int64)}
         cpu = rg["device"].to_numpy() < 0
         self._ranges_of = {c: cpu & (rg["category"] == c).to_numpy(bool) for c in ("dataloader", "io")}
         self._ops_of = {c: _name_is(ops, c) for c in ("dataloader", "io")}
+
+    def rank_rows(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(starts, ends, rank index or -1 for ranks not chosen) of every row of one of the tables."""
+        starts, ends, at = self._cat[name]
+        rank = np.full(len(starts), -1, dtype=np.int64)
+        for i, rows in enumerate(at):
+            rank[rows] = i
+        return starts, ends, rank
 
     def category_sets(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Interval sets of the breakdown categories in priority order (all but 'other'): kernels on and off
         Tensor Cores, memory operations, data loading and I/O (CPU ranges of those categories, then ops named
         so), CPU ops; every row of the chosen ranks, as (starts, ends, rank index)."""
         def of(name: str, mask=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            starts, ends, at = self._cat[name]
-            rank = np.full(len(starts), -1, dtype=np.int64)
-            for i, rows in enumerate(at):
-                rank[rows] = i
+            starts, ends, rank = self.rank_rows(name)
             rows = np.flatnonzero(rank >= 0) if mask is None else np.flatnonzero((rank >= 0) & mask)
             return starts[rows], ends[rows], rank[rows]
 
@@ -678,7 +730,7 @@ def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
 
 
 def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, its_all: pd.DataFrame, job: _JobTables,
-                    job_groups: _JobGroups, segments: RankSegments) -> Aggregation:
+                    job_groups: _JobGroups, segments: RankSegments, gpus: pd.DataFrame | None) -> Aggregation:
     """One rank's aggregation: its windows, breakdown, GPUs, iterations and groups, and its slice of the
     job's kernel and op tables."""
     fr = _rank_frames(an, rank)
@@ -693,7 +745,8 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, its_all: pd.D
     ak = job.ak.iloc[job.ak_at[i]]
     in_ops = np.isin(ops["iteration"].to_numpy(), profiled)
     roots = np.flatnonzero(in_ops & (ops["parent_id"].to_numpy() < 0))
-    gpus = _gpu_table(fr, lo, hi, wall, ak)
+    if gpus is None:  # no device or an empty window: the rank's own table
+        gpus = _gpu_table(fr, lo, hi, wall, ak).assign(rank=rank)
     has_gpu = len(fr["kernels"]) > 0
     util = float(gpus["utilization"].mean()) if has_gpu and len(gpus) else None
 
@@ -749,7 +802,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, its_all: pd.D
     kernel_rows["op_names"] = string_column(pd.Series(job.op_names[job.kernel_rows_at[i]]).fillna("")
                                             .to_numpy(dtype=object))
     return Aggregation(
-        row=row, gpus=gpus.assign(rank=rank),
+        row=row, gpus=gpus,
         iterations=_iteration_table(its_all, profiled, hi, fr, segments).assign(rank=rank),
         ops=nodes.assign(rank=rank), op_types=types, kernels=kernel_rows,
         op_kernels=op_kernels, groups=groups,
