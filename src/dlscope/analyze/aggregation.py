@@ -491,23 +491,32 @@ class _JobTables:
         self.ops = ops
         ak = _rows(kernels, _in_profiled(kernels, profiled))
         self.ak = ak.assign(node_id=_lookup(self.node_of, ak["root_op_id"]))
-        self.ak_at = _positions(self.ak["rank"].to_numpy(np.int64), self.ranks)
+        self.ak_at: list = _positions(self.ak["rank"].to_numpy(np.int64), self.ranks)
         self.roots = roots = np.flatnonzero(ops["parent_id"].to_numpy() < 0)
 
         codes, self.kernel_names = pd.factorize(self.ak["name"])
         launched = self.ak["node_id"].to_numpy() >= 0
         self.op_kernels = _kernel_summary(self.ak[launched], codes[launched], self.kernel_names, ["rank", "node_id"])
-        self.op_kernels_at = _positions(self.op_kernels.pop("rank").to_numpy(np.int64), self.ranks)
+        self.op_kernels_at: list = _positions(self.op_kernels.pop("rank").to_numpy(np.int64), self.ranks)
         self.nodes = _op_nodes(ops, roots, self.op_kernels)
         root_nodes, first = np.unique(ops["node_id"].to_numpy(np.int64)[roots], return_index=True)
         rank_of_node = pd.Series(ops["rank"].to_numpy(np.int64)[roots][first], index=root_nodes)
         self.node_rank = rank_of_node.reindex(self.nodes["node_id"].to_numpy()).to_numpy(np.int64)
-        self.nodes_at = _positions(self.node_rank, self.ranks)
+        self.nodes_at: list = _positions(self.node_rank, self.ranks)
         self.kernel_rows = _kernel_summary(self.ak, codes, self.kernel_names, ["rank"])
-        self.kernel_rows_at = _positions(self.kernel_rows.pop("rank").to_numpy(np.int64), self.ranks)
-        self.op_names = self._kernel_op_names()
+        self.kernel_rows_at: list = _positions(self.kernel_rows.pop("rank").to_numpy(np.int64), self.ranks)
+        op_names = self._kernel_op_names()
         self.op_types = self._op_types()
         self._category_columns(an)
+        # every per-rank table rank by rank, so that a rank's rows are a slice (a view, not a gather)
+        self.kernel_rows["op_names"] = string_column(pd.Series(op_names).fillna("").to_numpy(dtype=object))
+        self.ak, self.ak_at = _rank_major(self.ak, self.ak_at)
+        self.nodes, self.nodes_at = _rank_major(self.nodes.assign(rank=self.node_rank), self.nodes_at)
+        self.op_kernels, self.op_kernels_at = _rank_major(self.op_kernels, self.op_kernels_at)
+        self.kernel_rows, self.kernel_rows_at = _rank_major(self.kernel_rows, self.kernel_rows_at)
+        i = np.arange(len(self.ranks))
+        self.types_at = [slice(int(a), int(b)) for a, b in zip(np.searchsorted(self.type_rank, i, side="left"),
+                                                                np.searchsorted(self.type_rank, i, side="right"))]
 
     def _category_columns(self, an: Analysed) -> None:
         """What :meth:`category_sets` reads, for all ranks' rows at once (every row of a rank counts)."""
@@ -577,7 +586,7 @@ class _JobTables:
         self.type_rank = rank_code[np.unique(pair_codes, return_index=True)[1]] if len(pairs) else rank_code[:0]
         return _op_types_coded(self.ops, self.roots, nodes, pair_codes, self.type_names, self.op_kernels)
 
-    def slice(self, frame: pd.DataFrame, at: list[np.ndarray], rank: int) -> pd.DataFrame:
+    def slice(self, frame: pd.DataFrame, at: list, rank: int) -> pd.DataFrame:
         return frame.iloc[at[self.ranks.index(rank)]].reset_index(drop=True)
 
 
@@ -589,9 +598,8 @@ class _JobGroups:
     def __init__(self, job: _JobTables, an: Analysed, windows: dict[int, tuple[int, int]]):
         self.at: list[slice | None] = [None] * len(job.ranks)
         self.table = pd.DataFrame()
-        rank_order = np.concatenate(job.nodes_at) if job.nodes_at else np.zeros(0, dtype=np.int64)
-        nodes = job.nodes.iloc[rank_order].reset_index(drop=True)
-        node_rank = np.repeat(np.arange(len(job.ranks)), [len(p) for p in job.nodes_at])
+        nodes = job.nodes  # rank by rank
+        node_rank = np.repeat(np.arange(len(job.ranks)), [a.stop - a.start for a in job.nodes_at])
         scope_codes, scopes = pd.factorize(pd.Series(nodes["scope"].to_numpy(dtype=object)))
         # per distinct scope: its prefixes' paths (outermost first), the group each one names
         path_ids: dict[str, int] = {}
@@ -720,6 +728,18 @@ def _in_profiled(frame: pd.DataFrame, profiled: dict[int, np.ndarray]) -> np.nda
     return out
 
 
+def _rank_major(frame: pd.DataFrame, at: list[np.ndarray]) -> tuple[pd.DataFrame, list[slice]]:
+    """The frame's rows rank by rank (each rank's in its own order), and each rank's slice of them; the frame
+    itself when its rows already are (a single trace, or a job whose tables follow the ranks)."""
+    sizes = np.array([len(a) for a in at], dtype=np.int64)
+    ends = np.cumsum(sizes)
+    slices = [slice(int(e - n), int(e)) for e, n in zip(ends, sizes)]
+    order = np.concatenate(at) if at else np.zeros(0, dtype=np.int64)
+    if len(order) == len(frame) and bool((order == np.arange(len(frame))).all()):
+        return frame, slices
+    return frame.iloc[order].reset_index(drop=True), slices
+
+
 def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
     """Row positions of each rank (in row order)."""
     order = np.argsort(rank_of_row, kind="stable")
@@ -753,10 +773,10 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, its_all: pd.D
     if len(roots):
         op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
         nodes = job.slice(job.nodes, job.nodes_at, rank)
-        types = job.op_types.iloc[np.flatnonzero(job.type_rank == i)].reset_index(drop=True)
+        types = job.slice(job.op_types, job.types_at, rank)
     else:  # no op node: the empty tables a rank alone gives
         op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
-        nodes = _op_nodes(ops, roots, op_kernels)
+        nodes = _op_nodes(ops, roots, op_kernels).assign(rank=rank)
         types = _op_types(ops, roots, nodes, op_kernels)
     eligible_nodes = set(nodes.loc[nodes["tc_eligible"].astype(bool), "node_id"])
     elig_k = ak[ak["node_id"].isin(eligible_nodes)]
@@ -799,12 +819,10 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, its_all: pd.D
         root_calls = ops[["node_id", "start", "end"]].iloc[roots]
         groups = _groups(nodes, root_calls, api, gpu, lo, hi)
     kernel_rows = job.slice(job.kernel_rows, job.kernel_rows_at, rank)
-    kernel_rows["op_names"] = string_column(pd.Series(job.op_names[job.kernel_rows_at[i]]).fillna("")
-                                            .to_numpy(dtype=object))
     return Aggregation(
         row=row, gpus=gpus,
         iterations=_iteration_table(its_all, profiled, hi, fr, segments).assign(rank=rank),
-        ops=nodes.assign(rank=rank), op_types=types, kernels=kernel_rows,
+        ops=nodes, op_types=types, kernels=kernel_rows,
         op_kernels=op_kernels, groups=groups,
     )
 
