@@ -68,6 +68,9 @@ class JobMFU:
         code = pd.Index(self.ranks).get_indexer(mine["rank"].to_numpy(np.int64))
         shaped = (mine["input_shapes"].fillna("") != "").to_numpy(bool)
         self.modelled = np.bincount(code[shaped], minlength=len(self.ranks)) > 0  # else: no figures at all
+        if not self.modelled.all():  # a rank that recorded no shapes has nothing to model
+            keep = self.modelled[code]
+            mine, code = mine[keep], code[keep]
         figures = op_model_flops(mine)
         hit = figures["model_flops"].to_numpy() >= 0
         ids = mine["op_id"].to_numpy(np.int64)
