@@ -97,6 +97,13 @@ class Segments:
     def of(self, i: int) -> RankSegments:
         return RankSegments(self, i)
 
+    def windows(self, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`RankSegments.breakdown` (one row per category) and the reader cost (without the rank's
+        has-loader test) of many windows [lo, hi) at once, window j of rank index ``rank[j]``."""
+        i0 = np.searchsorted(self.points, lo + self.shift[rank])
+        i1 = np.searchsorted(self.points, hi + self.shift[rank])
+        return self.cum[:, i1] - self.cum[:, i0], self.loader_cum[i1] - self.loader_cum[i0]
+
 
 def _prefix_sums(values: np.ndarray) -> np.ndarray:
     out = np.zeros(len(values) + 1, dtype=np.int64)
@@ -199,30 +206,44 @@ def _job_gpu_tables(job: _JobTables, windows: dict[int, tuple[int, int]]) -> tup
     return table, at
 
 
-def _iteration_table(its_all: pd.DataFrame, profiled: np.ndarray, stop_end: int, fr,
-                     segments: RankSegments) -> pd.DataFrame:
-    """Per iteration of the rank: its window (time figures) and the GPU work it launched; ``profiled`` marks
-    the aggregation's, whose last window ends with its own activity (``stop_end``)."""
-    k = fr["kernels"]
-    kit = k["iteration"].to_numpy()
-    tc_all = k["uses_tc"].to_numpy(bool)
-    dur = k["dur"].to_numpy(np.int64)
-    starts, ends = _windows(its_all)
-    numbers = its_all["iteration"].to_numpy(np.int64)
-    ends = np.where(numbers == profiled.max(), stop_end, ends)
-    rows = []
-    for number, lo, hi in zip(numbers, starts, ends):
-        sel = kit == number
-        tc = tc_all & sel
-        parts = segments.breakdown(int(lo), int(hi))
-        row = {"iteration": int(number), "profiled": bool(np.isin(number, profiled)), "start": int(lo),
-               "end": int(hi), "duration_ns": int(hi - lo), "kernel_count": int(sel.sum()),
-               "tc_kernel_count": int(tc.sum()), "kernel_time_ns": int(dur[sel].sum()),
-               "tc_kernel_time_ns": int(dur[tc].sum()), "gpu_busy_ns": parts["tensor_core"] + parts["non_tensor_core"],
-               "reader_cost_ns": segments.reader_cost(int(lo), int(hi))}
-        row.update({f"{c}_ns": v for c, v in parts.items()})
-        rows.append(row)
-    return pd.DataFrame(rows)
+def _job_iteration_tables(agg: JobAggregation) -> pd.DataFrame:
+    """:func:`_iteration_table` of every rank at once (with its ``rank`` column), rank by rank: kernel sums per
+    (rank, iteration), every window's breakdown read from the job's :class:`Segments` in one step."""
+    job, its = agg.tables, agg.iterations
+    rows = np.concatenate(agg.iterations_at)
+    rank = np.repeat(np.arange(len(job.ranks)), [len(a) for a in agg.iterations_at])
+    numbers = its["iteration"].to_numpy(np.int64)[rows]
+    lo, hi = np.empty(len(rows), dtype=np.int64), np.empty(len(rows), dtype=np.int64)
+    profiled = np.zeros(len(rows), dtype=bool)
+    done = 0
+    for r, at in zip(job.ranks, agg.iterations_at):  # per rank: its windows (a few numpy steps)
+        n = len(at)
+        starts, ends = _windows(its.iloc[at])
+        chosen = job.profiled[r]
+        mine = numbers[done: done + n]
+        lo[done: done + n] = starts
+        hi[done: done + n] = np.where(mine == chosen.max(), agg.bounds_of[r][3], ends)
+        profiled[done: done + n] = np.isin(mine, chosen)
+        done += n
+    k_rank = job.rank_rows("kernels")[2]
+    kernels = agg.an.profile.table("kernels")
+    launched = k_rank >= 0
+    k = pd.DataFrame({"rank": k_rank[launched], "iteration": kernels["iteration"].to_numpy(np.int64)[launched],
+                      "dur": kernels["dur"].to_numpy(np.int64)[launched]})
+    tc = kernels["uses_tc"].to_numpy(bool)[launched]
+    k["tc"], k["tc_dur"] = tc.astype(np.int64), np.where(tc, k["dur"].to_numpy(), 0)
+    sums = k.groupby(["rank", "iteration"]).agg(n=("dur", "size"), tc_n=("tc", "sum"), t=("dur", "sum"),
+                                                tc_t=("tc_dur", "sum"))
+    sums = sums.reindex(pd.MultiIndex.from_arrays([rank, numbers])).fillna(0).astype(np.int64)
+    parts, reader = agg.segments.windows(rank, lo, hi)
+    out = pd.DataFrame({
+        "iteration": numbers, "profiled": profiled, "start": lo, "end": hi, "duration_ns": hi - lo,
+        "kernel_count": sums["n"].to_numpy(), "tc_kernel_count": sums["tc_n"].to_numpy(),
+        "kernel_time_ns": sums["t"].to_numpy(), "tc_kernel_time_ns": sums["tc_t"].to_numpy(),
+        "gpu_busy_ns": parts[0] + parts[1], "reader_cost_ns": reader,
+        **{f"{c}_ns": parts[i] for i, c in enumerate(CATEGORIES)},
+        "rank": np.array(job.ranks, dtype=np.int64)[rank]})
+    return out
 
 
 NODE_COLUMNS = ["node_id", "op_name", "op_type", "direction", "scope", "input_shapes", "data_type", "calls",
@@ -457,7 +478,11 @@ class JobAggregation:
             all_starts, all_ends = _windows(self.iterations.iloc[rows])
             points.append(np.concatenate([[starts[0], ends[-1]], starts, ends, all_starts, all_ends]))
         self.segments = Segments(self.tables.category_sets(), points)
-        self.gpus, self.gpus_at = _job_gpu_tables(self.tables, {r: (b[2], b[3]) for r, b in self.bounds().items()})
+        self.bounds_of = self.bounds()
+        self.gpus, self.gpus_at = _job_gpu_tables(self.tables, {r: (b[2], b[3]) for r, b in self.bounds_of.items()})
+        self.iteration_rows = _job_iteration_tables(self)
+        ends = np.cumsum([len(a) for a in self.iterations_at])
+        self.iteration_rows_at = [slice(int(e - len(a)), int(e)) for e, a in zip(ends, self.iterations_at)]
 
     def bounds(self) -> dict[int, tuple[int, int, int, int]]:
         """Per rank: (iter_start, iter_stop, window_start, window_end) of its aggregation (as its row has them)."""
@@ -470,11 +495,13 @@ class JobAggregation:
 
     def aggregate(self, rank: int) -> Aggregation:
         i = self.tables.ranks.index(rank)
-        its_all = self.iterations.iloc[self.iterations_at[i]]
         at = self.gpus_at[i]
         gpus = None if at is None else self.gpus.iloc[at].reset_index(drop=True)
-        return _aggregate_rank(self.an, rank, self.chosen[rank], its_all, self.tables, self.groups,
-                               self.segments.of(i), gpus)
+        iterations = self.iteration_rows.iloc[self.iteration_rows_at[i]].reset_index(drop=True)
+        if not self.segments.has_loader[i]:  # no data loading seen: no reader cost, as the rank alone gives
+            iterations["reader_cost_ns"] = np.full(len(iterations), None, dtype=object)
+        return _aggregate_rank(self.an, rank, self.chosen[rank], self.tables, self.groups,
+                               self.segments.of(i), gpus, iterations)
 
 
 class _JobTables:
@@ -749,8 +776,9 @@ def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
     return [order[a:b] for a, b in zip(lo, hi)]
 
 
-def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, its_all: pd.DataFrame, job: _JobTables,
-                    job_groups: _JobGroups, segments: RankSegments, gpus: pd.DataFrame | None) -> Aggregation:
+def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTables,
+                    job_groups: _JobGroups, segments: RankSegments, gpus: pd.DataFrame | None,
+                    iterations: pd.DataFrame) -> Aggregation:
     """One rank's aggregation: its windows, breakdown, GPUs, iterations and groups, and its slice of the
     job's kernel and op tables."""
     fr = _rank_frames(an, rank)
@@ -821,7 +849,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, its_all: pd.D
     kernel_rows = job.slice(job.kernel_rows, job.kernel_rows_at, rank)
     return Aggregation(
         row=row, gpus=gpus,
-        iterations=_iteration_table(its_all, profiled, hi, fr, segments).assign(rank=rank),
+        iterations=iterations,
         ops=nodes, op_types=types, kernels=kernel_rows,
         op_kernels=op_kernels, groups=groups,
     )
