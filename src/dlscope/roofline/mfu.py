@@ -64,13 +64,14 @@ class JobMFU:
         lo = pd.Series({r: a for r, (a, _) in ranges.items()}, dtype=float).reindex(rank).to_numpy(float)
         hi = pd.Series({r: b for r, (_, b) in ranges.items()}, dtype=float).reindex(rank).to_numpy(float)
         it = ops["iteration"].to_numpy(np.int64)
-        mine = ops[(it >= lo) & (it <= hi)]  # other ranks' rows: NaN bounds, never chosen
-        code = pd.Index(self.ranks).get_indexer(mine["rank"].to_numpy(np.int64))
-        shaped = (mine["input_shapes"].fillna("") != "").to_numpy(bool)
+        code = pd.Index(self.ranks).get_indexer(rank)
+        in_range = (it >= lo) & (it <= hi)  # other ranks' rows: NaN bounds, never in range
+        shaped = in_range & (ops["input_shapes"].fillna("") != "").to_numpy(bool)
         self.modelled = np.bincount(code[shaped], minlength=len(self.ranks)) > 0  # else: no figures at all
-        if not self.modelled.all():  # a rank that recorded no shapes has nothing to model
-            keep = self.modelled[code]
-            mine, code = mine[keep], code[keep]
+        if not self.modelled.any():
+            return
+        keep = in_range & self.modelled[np.maximum(code, 0)]  # a rank that recorded no shapes has nothing to model
+        mine, code = ops[keep], code[keep]
         figures = op_model_flops(mine)
         hit = figures["model_flops"].to_numpy() >= 0
         ids = mine["op_id"].to_numpy(np.int64)
