@@ -1,9 +1,10 @@
 """Each rank's aggregation (with its MFU) and expert findings; a job of many ranks spreads them over forked workers.
 
-The kernel and op tables of every rank are grouped once, in the parent (:class:`JobAggregation`); what is
-left per rank (windows, breakdown, groups, MFU, rules) is a few tens of ms of pandas work whatever the
-rank's size, so a job of many ranks spreads it over workers forked after the analysis, which read it
-copy-on-write; only each rank's small results travel back (pickled). Results come back in rank order,
+The aggregation tables and the MFU of every rank are computed once, in the parent (:class:`JobAggregation`,
+:class:`JobMFU`: the rank in every key), so each rank's are slices and look-ups; what is left per rank, its
+rules, is a few tens of ms of pandas work whatever the rank's size, so a job of many ranks spreads it over
+workers forked after the analysis, which read it copy-on-write; only each rank's small results travel back
+(pickled). Results come back in rank order,
 so the database is the same however many workers ran.
 """
 
