@@ -274,11 +274,23 @@ def test_job_wide_aggregation_equals_each_rank_aggregated_alone(folder, iter_sta
     assert len(an.ranks) > 1
     together = aggregate_ranks(an, an.ranks, iter_start, iter_stop)
     for rank, agg in zip(an.ranks, together):
-        alone = aggregate(an, rank, iter_start, iter_stop)
-        assert json.dumps(agg.row, sort_keys=True) == json.dumps(alone.row, sort_keys=True)
-        for name in ("gpus", "iterations", "ops", "op_types", "kernels", "op_kernels", "groups"):
-            pd.testing.assert_frame_equal(getattr(agg, name), getattr(alone, name), obj=f"rank {rank} {name}")
+        # the rank picked out of the job, and the rank's analysis with no other rank's rows at all
+        for alone in (aggregate(an, rank, iter_start, iter_stop),
+                      aggregate(_one_rank(an, rank), rank, iter_start, iter_stop)):
+            assert json.dumps(agg.row, sort_keys=True) == json.dumps(alone.row, sort_keys=True)
+            for name in ("gpus", "iterations", "ops", "op_types", "kernels", "op_kernels", "groups"):
+                pd.testing.assert_frame_equal(getattr(agg, name), getattr(alone, name), obj=f"rank {rank} {name}")
         assert len(agg.kernels) and len(agg.ops) and len(agg.groups)
+
+
+def _one_rank(an, rank: int):
+    """The job's analysis cut down to one rank's rows (what the rank's own analysis holds)."""
+    from dlscope.analyze.analysis import Analysed
+    from dlscope.model import Profile
+
+    tables = {name: an.profile.table(name)[an.profile.table(name)["rank"] == rank] for name in an.RAW}
+    return Analysed(Profile(**tables, meta=an.profile.meta), an.iterations[an.iterations["rank"] == rank],
+                    {rank: an.iteration_methods[rank]}, an.key_node)
 
 
 @pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])
