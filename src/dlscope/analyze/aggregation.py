@@ -806,12 +806,14 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
         nodes = _op_nodes(ops, roots, op_kernels).assign(rank=rank)
         types = _op_types(ops, roots, nodes, op_kernels)
-    eligible_nodes = set(nodes.loc[nodes["tc_eligible"].astype(bool), "node_id"])
-    elig_k = ak[ak["node_id"].isin(eligible_nodes)]
-    elig_time = int(elig_k["dur"].sum())
-    tc_time = int(elig_k.loc[elig_k["uses_tc"].astype(bool), "dur"].sum())
-    node_gpu = int(nodes["gpu_time_ns"].sum())
-    elig_gpu = int(nodes.loc[nodes["tc_eligible"].astype(bool), "gpu_time_ns"].sum())
+    node_elig = nodes["tc_eligible"].astype(bool).to_numpy()
+    eligible_nodes = np.unique(nodes["node_id"].to_numpy(np.int64)[node_elig])
+    ak_dur, ak_tc = ak["dur"].to_numpy(np.int64), ak["uses_tc"].astype(bool).to_numpy()
+    elig = np.isin(ak["node_id"].to_numpy(np.int64), eligible_nodes)
+    elig_time = int(ak_dur[elig].sum())
+    tc_time = int(ak_dur[elig & ak_tc].sum())
+    node_time = nodes["gpu_time_ns"].to_numpy(np.int64)
+    node_gpu, elig_gpu = int(node_time.sum()), int(node_time[node_elig].sum())
 
     row = {
         "rank": rank, "iter_start": int(profiled.min()), "iter_stop": int(profiled.max()),
@@ -820,8 +822,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         "avg_iteration_ns": round_ns(Fraction(wall, len(profiled))) if len(profiled) else None,
         "gpu_busy_ns": int(gpus["busy_ns"].sum()) if has_gpu else None,
         "gpu_utilization": util,
-        "kernel_count": len(ak), "kernel_time_ns": int(ak["dur"].sum()),
-        "tc_kernel_time_ns": int(ak.loc[ak["uses_tc"].astype(bool), "dur"].sum()),
+        "kernel_count": len(ak), "kernel_time_ns": int(ak_dur.sum()), "tc_kernel_time_ns": int(ak_dur[ak_tc].sum()),
         "tc_eligible_kernel_time_ns": elig_time,
         "tc_kernel_efficiency": tc_time / elig_time if elig_time > 0 else None,
         "memory_ns": parts["memory"], **{f"{c}_ns": v for c, v in parts.items() if c != "memory"},
