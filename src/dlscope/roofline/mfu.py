@@ -122,6 +122,7 @@ class JobMFU:
             nodes = agg_ops.assign(model_flops=pd.array([pd.NA] * len(agg_ops), dtype="Int64"), mfu=np.nan)
             return {**row, **out}, nodes
         at = self.node_index.get_indexer(agg_ops["node_id"].to_numpy(np.int64))
+        assert (at >= 0).all(), "the aggregation's op nodes are the job's"
         nodes = agg_ops.assign(model_flops=pd.array(self.node_flops[at], dtype="Int64"), mfu=self.node_mfu[at])
         total = int(self.total[i])
         wall = row.get("wall_clock_ns") or 0
