@@ -49,6 +49,9 @@ def main() -> None:
     args = parser.parse_args()
     spent: Counter = Counter()
     per_rank.JobAggregation.aggregate = timed(spent, "aggregation, per rank", per_rank.JobAggregation.aggregate)
+    if hasattr(per_rank, "JobMFU"):  # MFU of all ranks at once, then a look-up per rank
+        per_rank.JobMFU.__init__ = timed(spent, "MFU, job-wide", per_rank.JobMFU.__init__)
+        per_rank.JobMFU.add = timed(spent, "MFU, per rank", per_rank.JobMFU.add)
     if hasattr(per_rank, "RuleFrames"):
         per_rank.RuleFrames.make_all = timed(spent, "rules' frames, job-wide", per_rank.RuleFrames.make_all)
     for module, name, stage in STAGES:

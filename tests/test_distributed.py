@@ -274,11 +274,46 @@ def test_job_wide_aggregation_equals_each_rank_aggregated_alone(folder, iter_sta
     assert len(an.ranks) > 1
     together = aggregate_ranks(an, an.ranks, iter_start, iter_stop)
     for rank, agg in zip(an.ranks, together):
-        alone = aggregate(an, rank, iter_start, iter_stop)
-        assert json.dumps(agg.row, sort_keys=True) == json.dumps(alone.row, sort_keys=True)
-        for name in ("gpus", "iterations", "ops", "op_types", "kernels", "op_kernels", "groups"):
-            pd.testing.assert_frame_equal(getattr(agg, name), getattr(alone, name), obj=f"rank {rank} {name}")
+        # the rank picked out of the job, and the rank's analysis with no other rank's rows at all
+        for alone in (aggregate(an, rank, iter_start, iter_stop),
+                      aggregate(_one_rank(an, rank), rank, iter_start, iter_stop)):
+            assert json.dumps(agg.row, sort_keys=True) == json.dumps(alone.row, sort_keys=True)
+            for name in ("gpus", "iterations", "ops", "op_types", "kernels", "op_kernels", "groups"):
+                pd.testing.assert_frame_equal(getattr(agg, name), getattr(alone, name), obj=f"rank {rank} {name}")
         assert len(agg.kernels) and len(agg.ops) and len(agg.groups)
+
+
+def _one_rank(an, rank: int):
+    """The job's analysis cut down to one rank's rows (what the rank's own analysis holds)."""
+    from dlscope.analyze.analysis import Analysed
+    from dlscope.model import Profile
+
+    tables = {name: an.profile.table(name)[an.profile.table(name)["rank"] == rank] for name in an.RAW}
+    return Analysed(Profile(**tables, meta=an.profile.meta), an.iterations[an.iterations["rank"] == rank],
+                    {rank: an.iteration_methods[rank]}, an.key_node)
+
+
+@pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])
+def test_job_wide_mfu_equals_each_rank_modelled_alone(folder, iter_start, iter_stop):
+    """The ops of all ranks are modelled, summed per op node and their dominant precisions found in one pass
+    (JobMFU): every rank's MFU figures and op-node FLOPs are the ones ``add_mfu`` of its own ops gives."""
+    from dlscope.analyze.aggregation import JobAggregation
+    from dlscope.analyze.analysis import analyse
+    from dlscope.roofline.mfu import JobMFU, add_mfu
+
+    an = analyse(load_profiles_parallel(expand_inputs([job(folder)]), workers=1))
+    job_agg = JobAggregation(an, an.ranks, iter_start, iter_stop)
+    mfu = JobMFU(an.profile.table("ops"), {r: (b[0], b[1]) for r, b in job_agg.bounds().items()},
+                 {r: an.rank_tables(r)["gpus"] for r in an.ranks}, job_agg.tables.nodes)
+    modelled = 0
+    for rank in an.ranks:
+        agg, tables = job_agg.aggregate(rank), an.rank_tables(rank)
+        row, nodes = mfu.add(rank, agg.row, agg.ops)
+        row_alone, nodes_alone = add_mfu(agg.row, agg.ops, tables["ops"], tables["gpus"])
+        assert json.dumps(row, sort_keys=True) == json.dumps(row_alone, sort_keys=True)
+        pd.testing.assert_frame_equal(nodes, nodes_alone, obj=f"rank {rank} op nodes")
+        modelled += int((nodes["model_flops"].fillna(0) > 0).sum())
+    assert modelled > 0  # op nodes with FLOPs: there are numbers to compare
 
 
 @pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])

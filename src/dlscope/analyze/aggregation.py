@@ -57,44 +57,84 @@ def _name_is(ops: pd.DataFrame, kind: str) -> np.ndarray:
 
 
 class Segments:
-    """The time line cut at every interval end point, each piece labelled with its breakdown category.
+    """The time line of every rank cut at every interval end point, each piece labelled with its breakdown
+    category, in one sweep: rank i's time line [lo_i, hi_i] is shifted to follow rank i-1's, so no piece spans
+    two ranks. Any window's breakdown (the aggregation's, each iteration's) is then a difference of prefix
+    sums, so the parts add up to the window length exactly; only the sums at the windows' points are kept.
 
-    Built once; any window's breakdown (the aggregation's, each iteration's) is then a difference of
-    prefix sums, so the parts add up to the window length exactly.
+    ``sets``: per category in priority order (all but 'other'), (starts, ends, rank of each row: 0..n-1);
+    ``points``: per rank, its windows' ends (lo_i and hi_i are their min and max).
     """
 
-    def __init__(self, sets: list[tuple[np.ndarray, np.ndarray]], points: np.ndarray):
-        lo, hi = int(points.min()), int(points.max())
-        clipped = [clip(s, e, lo, hi) for s, e in sets]
-        self.bounds = sorted_unique(np.concatenate([points] + [np.concatenate([s, e]) for s, e in clipped]))
-        seg = np.diff(self.bounds)
+    def __init__(self, sets: list[tuple[np.ndarray, np.ndarray, np.ndarray]], points: list[np.ndarray]):
+        lo = np.array([p.min() for p in points], dtype=np.int64)
+        hi = np.array([p.max() for p in points], dtype=np.int64)
+        base = np.concatenate([[0], np.cumsum(hi - lo + 1)[:-1]]).astype(np.int64)
+        self.shift = base - lo
+        clipped = []
+        for s, e, r in sets:
+            cs, ce = np.maximum(s, lo[r]), np.minimum(e, hi[r])
+            keep = ce > cs
+            clipped.append((cs[keep] + self.shift[r[keep]], ce[keep] + self.shift[r[keep]], r[keep]))
+        self.points = sorted_unique(np.concatenate([p + self.shift[i] for i, p in enumerate(points)]))
+        bounds = sorted_unique(np.concatenate([self.points] + [np.concatenate([s, e]) for s, e, _ in clipped]))
+        at = np.searchsorted(bounds, self.points)  # the points among the bounds
+        seg = np.diff(bounds)
         label = np.full(len(seg), len(CATEGORIES) - 1, dtype=np.int64)
         taken = np.zeros(len(seg), dtype=bool)
-        for i, (s, e) in enumerate(clipped):
-            cov = coverage(self.bounds, s, e) & ~taken
+        for i, (s, e, _) in enumerate(clipped):
+            cov = coverage(bounds, s, e) & ~taken
             label[cov] = i
             taken |= cov
-        self.cum = np.zeros((len(CATEGORIES), len(self.bounds)), dtype=np.int64)
+        self.cum = np.zeros((len(CATEGORIES), len(self.points)), dtype=np.int64)
         for i in range(len(CATEGORIES)):
-            self.cum[i, 1:] = np.cumsum(np.where(label == i, seg, 0))
+            self.cum[i] = _prefix_sums(np.where(label == i, seg, 0))[at]
         # the reader cost: all of the time inside data loading, whatever else runs (not only the Dataloader part)
         loader = clipped[CATEGORIES.index("dataloader")]
-        self.has_loader = len(loader[0]) > 0
-        self.loader_cum = np.zeros(len(self.bounds), dtype=np.int64)
-        self.loader_cum[1:] = np.cumsum(np.where(coverage(self.bounds, *loader), seg, 0))
+        self.has_loader = np.bincount(loader[2], minlength=len(points)) > 0
+        self.loader_cum = _prefix_sums(np.where(coverage(bounds, loader[0], loader[1]), seg, 0))[at]
+
+    def of(self, i: int) -> RankSegments:
+        return RankSegments(self, i)
+
+    def windows(self, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`RankSegments.breakdown` (one row per category) and the reader cost (without the rank's
+        has-loader test) of many windows [lo, hi) at once, window j of rank index ``rank[j]``."""
+        i0 = np.searchsorted(self.points, lo + self.shift[rank])
+        i1 = np.searchsorted(self.points, hi + self.shift[rank])
+        return self.cum[:, i1] - self.cum[:, i0], self.loader_cum[i1] - self.loader_cum[i0]
+
+
+def _prefix_sums(values: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(values, out=out[1:])
+    return out
+
+
+class RankSegments:
+    """One rank's view of the job's :class:`Segments` (its own time, not shifted)."""
+
+    def __init__(self, segments: Segments, i: int):
+        self.segments, self.i = segments, i
+
+    def _at(self, lo: int, hi: int) -> tuple[int, int]:
+        shift = int(self.segments.shift[self.i])
+        i0, i1 = np.searchsorted(self.segments.points, [lo + shift, hi + shift])
+        return int(i0), int(i1)
 
     def reader_cost(self, lo: int, hi: int) -> int | None:
         """Time inside data loading (DataLoader ``__next__``, data-loading ranges) in [lo, hi); None when the
         rank's trace shows no data loading at all (it cannot tell whether steps waited for their batches)."""
-        if not self.has_loader:
+        if not self.segments.has_loader[self.i]:
             return None
-        i0, i1 = np.searchsorted(self.bounds, [lo, hi])
-        return int(self.loader_cum[i1] - self.loader_cum[i0])
+        i0, i1 = self._at(lo, hi)
+        return int(self.segments.loader_cum[i1] - self.segments.loader_cum[i0])
 
     def breakdown(self, lo: int, hi: int) -> dict[str, int]:
-        """Time per category inside [lo, hi); lo and hi must be among the points given at build time."""
-        i0, i1 = np.searchsorted(self.bounds, [lo, hi])
-        return {name: int(self.cum[c, i1] - self.cum[c, i0]) for c, name in enumerate(CATEGORIES)}
+        """Time per category inside [lo, hi); lo and hi must be among the rank's points given at build time."""
+        i0, i1 = self._at(lo, hi)
+        cum = self.segments.cum
+        return {name: int(cum[c, i1] - cum[c, i0]) for c, name in enumerate(CATEGORIES)}
 
 
 def _windows(chosen: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -123,30 +163,87 @@ def _gpu_table(fr, lo, hi, wall, agg_kernels) -> pd.DataFrame:
                                        "tc_kernel_time_ns", "memory_ns"])
 
 
-def _iteration_table(its_all: pd.DataFrame, profiled: np.ndarray, stop_end: int, fr,
-                     segments: Segments) -> pd.DataFrame:
-    """Per iteration of the rank: its window (time figures) and the GPU work it launched; ``profiled`` marks
-    the aggregation's, whose last window ends with its own activity (``stop_end``)."""
-    k = fr["kernels"]
-    kit = k["iteration"].to_numpy()
-    tc_all = k["uses_tc"].to_numpy(bool)
-    dur = k["dur"].to_numpy(np.int64)
-    starts, ends = _windows(its_all)
-    numbers = its_all["iteration"].to_numpy(np.int64)
-    ends = np.where(numbers == profiled.max(), stop_end, ends)
-    rows = []
-    for number, lo, hi in zip(numbers, starts, ends):
-        sel = kit == number
-        tc = tc_all & sel
-        parts = segments.breakdown(int(lo), int(hi))
-        row = {"iteration": int(number), "profiled": bool(np.isin(number, profiled)), "start": int(lo),
-               "end": int(hi), "duration_ns": int(hi - lo), "kernel_count": int(sel.sum()),
-               "tc_kernel_count": int(tc.sum()), "kernel_time_ns": int(dur[sel].sum()),
-               "tc_kernel_time_ns": int(dur[tc].sum()), "gpu_busy_ns": parts["tensor_core"] + parts["non_tensor_core"],
-               "reader_cost_ns": segments.reader_cost(int(lo), int(hi))}
-        row.update({f"{c}_ns": v for c, v in parts.items()})
-        rows.append(row)
-    return pd.DataFrame(rows)
+def _job_gpu_tables(job: _JobTables, windows: dict[int, tuple[int, int]]) -> tuple[pd.DataFrame, list]:
+    """:func:`_gpu_table` of every rank at once (with its ``rank`` column), keyed by (rank, device): the rows
+    and the slice of each rank's (None where the rank's own must be made: no device, or an empty window)."""
+    lo = np.array([windows[r][0] for r in job.ranks], dtype=np.int64)
+    hi = np.array([windows[r][1] for r in job.ranks], dtype=np.int64)
+    k_start, k_end, k_rank = job.rank_rows("kernels")
+    m_start, m_end, m_rank = job.rank_rows("memops")
+    k_dev, m_dev = job.device_of["kernels"], job.device_of["memops"]
+    width = int(max(k_dev.max(initial=0), m_dev.max(initial=0))) + 2  # device -1..max, as (rank, device) keys
+    k_key, m_key = k_rank * width + k_dev + 1, m_rank * width + m_dev + 1
+    keys = sorted_unique(np.concatenate([k_key[(k_rank >= 0) & (k_dev >= 0)], m_key[(m_rank >= 0) & (m_dev >= 0)]]))
+    pair_rank, device = keys // width, keys % width - 1
+
+    def union_by_pair(starts, ends, key, rank):
+        rows = np.flatnonzero((rank >= 0) & np.isin(key, keys))
+        r = rank[rows]
+        return union_per_group(np.searchsorted(keys, key[rows]), np.clip(starts[rows], lo[r], hi[r]),
+                               np.clip(ends[rows], lo[r], hi[r]), len(keys))[0]
+
+    busy = union_by_pair(k_start, k_end, k_key, k_rank)
+    memory = union_by_pair(m_start, m_end, m_key, m_rank)
+    ak_rank = np.zeros(len(job.ak), dtype=np.int64)
+    for i, rows in enumerate(job.ak_at):
+        ak_rank[rows] = i
+    ak_key = ak_rank * width + job.ak["device"].to_numpy(np.int64) + 1
+    listed = np.isin(ak_key, keys)
+    pair = np.searchsorted(keys, ak_key[listed])
+    dur = job.ak["dur"].to_numpy(np.int64)[listed]
+    tc = job.ak["uses_tc"].astype(bool).to_numpy()[listed]
+    wall = (hi - lo)[pair_rank]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        utilization = busy / wall
+    table = pd.DataFrame({"device": device, "busy_ns": busy, "utilization": utilization,
+                          "kernel_count": np.bincount(pair, minlength=len(keys)).astype(np.int64),
+                          "kernel_time_ns": _sum_by(pair, dur, len(keys)),
+                          "tc_kernel_time_ns": _sum_by(pair[tc], dur[tc], len(keys)), "memory_ns": memory,
+                          "rank": np.array(job.ranks, dtype=np.int64)[pair_rank]})
+    first = np.searchsorted(pair_rank, np.arange(len(job.ranks)), side="left")
+    last = np.searchsorted(pair_rank, np.arange(len(job.ranks)), side="right")
+    at = [slice(int(a), int(b)) if b > a and hi[i] > lo[i] else None for i, (a, b) in enumerate(zip(first, last))]
+    return table, at
+
+
+def _job_iteration_tables(agg: JobAggregation) -> pd.DataFrame:
+    """:func:`_iteration_table` of every rank at once (with its ``rank`` column), rank by rank: kernel sums per
+    (rank, iteration), every window's breakdown read from the job's :class:`Segments` in one step."""
+    job, its = agg.tables, agg.iterations
+    rows = np.concatenate(agg.iterations_at)
+    rank = np.repeat(np.arange(len(job.ranks)), [len(a) for a in agg.iterations_at])
+    numbers = its["iteration"].to_numpy(np.int64)[rows]
+    lo, hi = np.empty(len(rows), dtype=np.int64), np.empty(len(rows), dtype=np.int64)
+    profiled = np.zeros(len(rows), dtype=bool)
+    done = 0
+    for r, at in zip(job.ranks, agg.iterations_at):  # per rank: its windows (a few numpy steps)
+        n = len(at)
+        starts, ends = _windows(its.iloc[at])
+        chosen = job.profiled[r]
+        mine = numbers[done: done + n]
+        lo[done: done + n] = starts
+        hi[done: done + n] = np.where(mine == chosen.max(), agg.bounds_of[r][3], ends)
+        profiled[done: done + n] = np.isin(mine, chosen)
+        done += n
+    k_rank = job.rank_rows("kernels")[2]
+    kernels = agg.an.profile.table("kernels")
+    launched = k_rank >= 0
+    k = pd.DataFrame({"rank": k_rank[launched], "iteration": kernels["iteration"].to_numpy(np.int64)[launched],
+                      "dur": kernels["dur"].to_numpy(np.int64)[launched]})
+    tc = kernels["uses_tc"].to_numpy(bool)[launched]
+    k["tc"], k["tc_dur"] = tc.astype(np.int64), np.where(tc, k["dur"].to_numpy(), 0)
+    sums = k.groupby(["rank", "iteration"]).agg(n=("dur", "size"), tc_n=("tc", "sum"), t=("dur", "sum"),
+                                                tc_t=("tc_dur", "sum"))
+    sums = sums.reindex(pd.MultiIndex.from_arrays([rank, numbers])).fillna(0).astype(np.int64)
+    parts, reader = agg.segments.windows(rank, lo, hi)
+    out = pd.DataFrame({
+        "iteration": numbers, "profiled": profiled, "start": lo, "end": hi, "duration_ns": hi - lo,
+        "kernel_count": sums["n"].to_numpy(), "tc_kernel_count": sums["tc_n"].to_numpy(),
+        "kernel_time_ns": sums["t"].to_numpy(), "tc_kernel_time_ns": sums["tc_t"].to_numpy(),
+        "gpu_busy_ns": parts[0] + parts[1], "reader_cost_ns": reader,
+        **{f"{c}_ns": parts[i] for i, c in enumerate(CATEGORIES)},
+        "rank": np.array(job.ranks, dtype=np.int64)[rank]})
+    return out
 
 
 NODE_COLUMNS = ["node_id", "op_name", "op_type", "direction", "scope", "input_shapes", "data_type", "calls",
@@ -371,6 +468,21 @@ class JobAggregation:
         self.chosen = {r: resolve_range(an, r, iter_start, iter_stop).sort_values("start", kind="stable")
                        for r in ranks}
         self.tables = _JobTables(an, {r: c["iteration"].to_numpy() for r, c in self.chosen.items()})
+        self.groups = _JobGroups(self.tables, an, {r: (b[2], b[3]) for r, b in self.bounds().items()})
+        # every iteration of each rank by start (a rank's rows contiguous), and each rank's window points
+        self.iterations = an.iterations.sort_values(["rank", "start"], kind="stable").reset_index(drop=True)
+        self.iterations_at = _positions(self.iterations["rank"].to_numpy(np.int64), ranks)
+        points = []
+        for r, rows in zip(ranks, self.iterations_at):
+            starts, ends = _windows(self.chosen[r])
+            all_starts, all_ends = _windows(self.iterations.iloc[rows])
+            points.append(np.concatenate([[starts[0], ends[-1]], starts, ends, all_starts, all_ends]))
+        self.segments = Segments(self.tables.category_sets(), points)
+        self.bounds_of = self.bounds()
+        self.gpus, self.gpus_at = _job_gpu_tables(self.tables, {r: (b[2], b[3]) for r, b in self.bounds_of.items()})
+        self.iteration_rows = _job_iteration_tables(self)
+        ends = np.cumsum([len(a) for a in self.iterations_at])
+        self.iteration_rows_at = [slice(int(e - len(a)), int(e)) for e, a in zip(ends, self.iterations_at)]
 
     def bounds(self) -> dict[int, tuple[int, int, int, int]]:
         """Per rank: (iter_start, iter_stop, window_start, window_end) of its aggregation (as its row has them)."""
@@ -382,7 +494,14 @@ class JobAggregation:
         return out
 
     def aggregate(self, rank: int) -> Aggregation:
-        return _aggregate_rank(self.an, rank, self.chosen[rank], self.tables)
+        i = self.tables.ranks.index(rank)
+        at = self.gpus_at[i]
+        gpus = None if at is None else self.gpus.iloc[at].reset_index(drop=True)
+        iterations = self.iteration_rows.iloc[self.iteration_rows_at[i]].reset_index(drop=True)
+        if not self.segments.has_loader[i]:  # no data loading seen: no reader cost, as the rank alone gives
+            iterations["reader_cost_ns"] = np.full(len(iterations), None, dtype=object)
+        return _aggregate_rank(self.an, rank, self.chosen[rank], self.tables, self.groups,
+                               self.segments.of(i), gpus, iterations)
 
 
 class _JobTables:
@@ -391,6 +510,7 @@ class _JobTables:
 
     def __init__(self, an: Analysed, profiled: dict[int, np.ndarray]):
         self.ranks = list(profiled)
+        self.profiled = profiled
         kernels, ops = an.profile.table("kernels"), an.profile.table("ops")
         # op ids are unique across ranks: one map for all (kernels may hang under ops of other iterations)
         self.node_of = pd.Series(ops["node_id"].to_numpy(), index=ops["op_id"].to_numpy())
@@ -398,51 +518,68 @@ class _JobTables:
         self.ops = ops
         ak = _rows(kernels, _in_profiled(kernels, profiled))
         self.ak = ak.assign(node_id=_lookup(self.node_of, ak["root_op_id"]))
-        self.ak_at = _positions(self.ak["rank"].to_numpy(np.int64), self.ranks)
+        self.ak_at: list = _positions(self.ak["rank"].to_numpy(np.int64), self.ranks)
         self.roots = roots = np.flatnonzero(ops["parent_id"].to_numpy() < 0)
 
         codes, self.kernel_names = pd.factorize(self.ak["name"])
         launched = self.ak["node_id"].to_numpy() >= 0
         self.op_kernels = _kernel_summary(self.ak[launched], codes[launched], self.kernel_names, ["rank", "node_id"])
-        self.op_kernels_at = _positions(self.op_kernels.pop("rank").to_numpy(np.int64), self.ranks)
+        self.op_kernels_at: list = _positions(self.op_kernels.pop("rank").to_numpy(np.int64), self.ranks)
         self.nodes = _op_nodes(ops, roots, self.op_kernels)
         root_nodes, first = np.unique(ops["node_id"].to_numpy(np.int64)[roots], return_index=True)
         rank_of_node = pd.Series(ops["rank"].to_numpy(np.int64)[roots][first], index=root_nodes)
         self.node_rank = rank_of_node.reindex(self.nodes["node_id"].to_numpy()).to_numpy(np.int64)
-        self.nodes_at = _positions(self.node_rank, self.ranks)
+        self.nodes_at: list = _positions(self.node_rank, self.ranks)
         self.kernel_rows = _kernel_summary(self.ak, codes, self.kernel_names, ["rank"])
-        self.kernel_rows_at = _positions(self.kernel_rows.pop("rank").to_numpy(np.int64), self.ranks)
-        self.op_names = self._kernel_op_names()
+        self.kernel_rows_at: list = _positions(self.kernel_rows.pop("rank").to_numpy(np.int64), self.ranks)
+        op_names = self._kernel_op_names()
         self.op_types = self._op_types()
         self._category_columns(an)
+        # every per-rank table rank by rank, so that a rank's rows are a slice (a view, not a gather)
+        self.kernel_rows["op_names"] = string_column(pd.Series(op_names).fillna("").to_numpy(dtype=object))
+        self.ak, self.ak_at = _rank_major(self.ak, self.ak_at)
+        self.nodes, self.nodes_at = _rank_major(self.nodes.assign(rank=self.node_rank), self.nodes_at)
+        self.op_kernels, self.op_kernels_at = _rank_major(self.op_kernels, self.op_kernels_at)
+        self.kernel_rows, self.kernel_rows_at = _rank_major(self.kernel_rows, self.kernel_rows_at)
+        i = np.arange(len(self.ranks))
+        self.types_at = [slice(int(a), int(b)) for a, b in zip(np.searchsorted(self.type_rank, i, side="left"),
+                                                                np.searchsorted(self.type_rank, i, side="right"))]
 
     def _category_columns(self, an: Analysed) -> None:
-        """What :meth:`category_intervals` reads, for all ranks' rows at once (every row of a rank counts)."""
+        """What :meth:`category_sets` reads, for all ranks' rows at once (every row of a rank counts)."""
         k, m, ops, rg = (an.profile.table(n) for n in ("kernels", "memops", "ops", "ranges"))
         self._cat = {}
         for name, frame in (("kernels", k), ("memops", m), ("ops", ops), ("ranges", rg)):
             self._cat[name] = (frame["start"].to_numpy(np.int64), frame["end"].to_numpy(np.int64),
                                _positions(frame["rank"].to_numpy(np.int64), self.ranks))
         self._tc = k["uses_tc"].to_numpy(bool)
+        self.device_of = {"kernels": k["device"].to_numpy(np.int64), "memops": m["device"].to_numpy(np.int64)}
         cpu = rg["device"].to_numpy() < 0
         self._ranges_of = {c: cpu & (rg["category"] == c).to_numpy(bool) for c in ("dataloader", "io")}
         self._ops_of = {c: _name_is(ops, c) for c in ("dataloader", "io")}
 
-    def category_intervals(self, rank: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def rank_rows(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(starts, ends, rank index or -1 for ranks not chosen) of every row of one of the tables."""
+        starts, ends, at = self._cat[name]
+        rank = np.full(len(starts), -1, dtype=np.int64)
+        for i, rows in enumerate(at):
+            rank[rows] = i
+        return starts, ends, rank
+
+    def category_sets(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Interval sets of the breakdown categories in priority order (all but 'other'): kernels on and off
         Tensor Cores, memory operations, data loading and I/O (CPU ranges of those categories, then ops named
-        so), CPU ops; each of one rank's rows, from the job's columns."""
-        i = self.ranks.index(rank)
-
-        def of(name: str, mask=None) -> tuple[np.ndarray, np.ndarray]:
-            starts, ends, at = self._cat[name]
-            rows = at[i] if mask is None else at[i][mask[at[i]]]
-            return starts[rows], ends[rows]
+        so), CPU ops; every row of the chosen ranks, as (starts, ends, rank index)."""
+        def of(name: str, mask=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            starts, ends, rank = self.rank_rows(name)
+            rows = np.flatnonzero(rank >= 0) if mask is None else np.flatnonzero((rank >= 0) & mask)
+            return starts[rows], ends[rows], rank[rows]
 
         kind = {}
         for c in ("dataloader", "io"):
-            (rs, re_), (os_, oe) = of("ranges", self._ranges_of[c]), of("ops", self._ops_of[c])
-            kind[c] = (np.concatenate([rs, os_]), np.concatenate([re_, oe]))
+            ranges, ops = of("ranges", self._ranges_of[c]), of("ops", self._ops_of[c])
+            kind[c] = (np.concatenate([ranges[0], ops[0]]), np.concatenate([ranges[1], ops[1]]),
+                       np.concatenate([ranges[2], ops[2]]))
         return [of("kernels", self._tc), of("kernels", ~self._tc), of("memops"), kind["dataloader"], kind["io"],
                 of("ops")]
 
@@ -476,8 +613,134 @@ class _JobTables:
         self.type_rank = rank_code[np.unique(pair_codes, return_index=True)[1]] if len(pairs) else rank_code[:0]
         return _op_types_coded(self.ops, self.roots, nodes, pair_codes, self.type_names, self.op_kernels)
 
-    def slice(self, frame: pd.DataFrame, at: list[np.ndarray], rank: int) -> pd.DataFrame:
+    def slice(self, frame: pd.DataFrame, at: list, rank: int) -> pd.DataFrame:
         return frame.iloc[at[self.ranks.index(rank)]].reset_index(drop=True)
+
+
+class _JobGroups:
+    """:func:`_groups` of every rank at once: groups keyed by (rank, scope prefix), every rank's intervals in
+    one :func:`union_per_group`, each clipped to its rank's window; the rows of rank i come out contiguous and
+    numbered as the rank alone numbers them (groups in order of discovery, then the op nodes' leaves)."""
+
+    def __init__(self, job: _JobTables, an: Analysed, windows: dict[int, tuple[int, int]]):
+        self.at: list[slice | None] = [None] * len(job.ranks)
+        self.table = pd.DataFrame()
+        nodes = job.nodes  # rank by rank
+        node_rank = np.repeat(np.arange(len(job.ranks)), [a.stop - a.start for a in job.nodes_at])
+        scope_codes, scopes = pd.factorize(pd.Series(nodes["scope"].to_numpy(dtype=object)))
+        # per distinct scope: its prefixes' paths (outermost first), the group each one names
+        path_ids: dict[str, int] = {}
+        words: list[str] = []
+        chain_of_scope = []
+        for scope in scopes:
+            parts = [p for p in str(scope).split("/") if p]
+            chain = []
+            for depth in range(len(parts)):
+                path = "/".join(parts[: depth + 1])
+                if path not in path_ids:
+                    path_ids[path] = len(path_ids)
+                    words.append(parts[depth])
+                chain.append(path_ids[path])
+            chain_of_scope.append(chain)
+        paths = np.array(list(path_ids), dtype=object)
+        # (rank, scope) pairs in order of the nodes, rank by rank; each pair's chain of prefixes
+        pair_codes, pair_keys = pd.factorize(node_rank * (len(scopes) + 1) + scope_codes)
+        pair_rank, pair_scope = pair_keys // (len(scopes) + 1), pair_keys % (len(scopes) + 1)
+        lens = np.array([len(chain_of_scope[s]) for s in pair_scope], dtype=np.int64)
+        flat_path = np.array([p for s in pair_scope for p in chain_of_scope[s]], dtype=np.int64)
+        flat_rank = np.repeat(pair_rank, lens)
+        flat_depth = np.arange(len(flat_path)) - np.repeat(np.cumsum(lens) - lens, lens)
+        # groups: (rank, path) in order of discovery, so each rank's are contiguous and in its own order
+        flat_group, first = pd.factorize(flat_rank * (len(paths) + 1) + flat_path)
+        n_groups = len(first)
+        if n_groups == 0:  # no scopes at all: every rank's table is its own (leaves only, or empty)
+            return
+        first_at = np.unique(flat_group, return_index=True)[1]
+        parent = np.where(flat_depth > 0, np.concatenate([[-1], flat_group[:-1]]), -1)[first_at]
+        group_rank = flat_rank[first_at]
+        per_rank_groups = np.bincount(group_rank, minlength=len(job.ranks))
+        offset = np.concatenate([[0], np.cumsum(per_rank_groups)[:-1]])
+        self.pair_flat = (np.concatenate([[0], np.cumsum(lens)[:-1]]), lens, flat_group)
+        self.node_pair = pd.Series(pair_codes, index=nodes["node_id"].to_numpy(np.int64))
+
+        lo = np.array([windows[r][0] for r in job.ranks], dtype=np.int64)
+        hi = np.array([windows[r][1] for r in job.ranks], dtype=np.int64)
+        roots = job.ops.iloc[job.roots]
+        api, memops = (_rows(an.profile.table(n), _in_profiled(an.profile.table(n), job.profiled))
+                       for n in ("api_calls", "memops"))
+        ops = an.profile.table("ops")
+        root_of = pd.Series(ops["root_id"].to_numpy(), index=ops["op_id"].to_numpy())
+        api_node = _lookup(job.node_of, _lookup(root_of, api["op_id"]))
+        gpu_node = np.concatenate([job.ak["node_id"].to_numpy(np.int64), _lookup(job.node_of, memops["root_op_id"])])
+        gpu_start = np.concatenate([job.ak["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
+        gpu_end = np.concatenate([job.ak["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
+        gpu_tc = np.concatenate([job.ak["uses_tc"].to_numpy(bool), np.zeros(len(memops), dtype=bool)])
+
+        def union_of(node_ids: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+            g, r = self._expand(node_ids)
+            rank = group_rank[g]
+            return union_per_group(g, np.clip(starts[r], lo[rank], hi[rank]), np.clip(ends[r], lo[rank], hi[rank]),
+                                   n_groups)
+
+        cpu, _, _ = union_of(roots["node_id"].to_numpy(np.int64), roots["start"].to_numpy(np.int64),
+                             roots["end"].to_numpy(np.int64))
+        api_u, _, _ = union_of(api_node, api["start"].to_numpy(np.int64), api["end"].to_numpy(np.int64))
+        gpu_u, g_first, g_last = union_of(gpu_node, gpu_start, gpu_end)
+        tc_u, _, _ = union_of(gpu_node[gpu_tc], gpu_start[gpu_tc], gpu_end[gpu_tc])
+        g_nodes, r_nodes = self._expand(nodes["node_id"].to_numpy(np.int64))
+        metrics: dict[str, np.ndarray] = {
+            col: np.bincount(g_nodes, weights=nodes[col].to_numpy(np.int64)[r_nodes], minlength=n_groups
+                             ).round().astype(np.int64) for col in ("calls", "kernel_count")}
+        metrics.update({col: np.bincount(g_nodes, weights=nodes[col].astype(bool).to_numpy()[r_nodes],
+                                         minlength=n_groups) > 0 for col in ("tc_eligible", "using_tc")})
+        local_parent = np.where(parent >= 0, parent - offset[group_rank], -1)
+        group_path = flat_path[first_at]
+        grp = pd.DataFrame({
+            "group_id": np.arange(n_groups, dtype=np.int64) - offset[group_rank],
+            "parent_group_id": local_parent.astype(np.int64), "is_group": np.ones(n_groups, dtype=bool),
+            "level": (flat_depth[first_at] + 1).astype(np.int64),
+            "name": np.array([words[p] + "/" for p in group_path], dtype=object), "path": paths[group_path],
+            "node_id": np.full(n_groups, -1, dtype=np.int64), **metrics,
+            "cpu_time_ns": cpu, "api_time_ns": api_u, "gpu_time_ns": gpu_u, "tc_gpu_time_ns": tc_u,
+            "cpu_overhead_ns": np.maximum(cpu - api_u, 0), "gpu_idle_ns": g_last - g_first - gpu_u})
+        # the leaves: each op node under the innermost group of its scope
+        pair_start, _, _ = self.pair_flat
+        node_chain_len = lens[pair_codes]
+        last_group = np.where(node_chain_len > 0, flat_group[pair_start[pair_codes] + node_chain_len - 1], -1)
+        per_rank_nodes = np.bincount(node_rank, minlength=len(job.ranks))
+        node_offset = np.concatenate([[0], np.cumsum(per_rank_nodes)[:-1]])
+        within = np.arange(len(nodes)) - node_offset[node_rank]
+        leaves = nodes.assign(
+            group_id=per_rank_groups[node_rank] + within,
+            parent_group_id=np.where(last_group >= 0, last_group - offset[node_rank], -1).astype(np.int64),
+            is_group=False, level=node_chain_len + 1, name=nodes["op_name"],
+            path=[(sc + "/" if sc else "") + nm for sc, nm in zip(nodes["scope"], nodes["op_name"])])
+        columns = ["group_id", "parent_group_id", "is_group", "level", "name", "path", "node_id", *GROUP_METRICS,
+                   "tc_eligible", "using_tc"]
+        both = pd.concat([grp[columns], leaves[columns]], ignore_index=True)
+        # rank by rank: its groups, then its leaves
+        order = np.lexsort((np.arange(len(both)), np.concatenate([np.zeros(n_groups), np.ones(len(nodes))]),
+                            np.concatenate([group_rank, node_rank])))
+        self.table = both.iloc[order].reset_index(drop=True).astype(dict.fromkeys(GROUP_METRICS, np.int64))
+        ends = np.cumsum(per_rank_groups + per_rank_nodes)
+        for i in range(len(job.ranks)):
+            if per_rank_groups[i] and per_rank_nodes[i]:  # else the rank's own (empty or group-less) table
+                self.at[i] = slice(int(ends[i] - per_rank_groups[i] - per_rank_nodes[i]), int(ends[i]))
+
+    def _expand(self, node_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(group, row) pairs: each row counted in every group of its node's (rank, scope)."""
+        start, lens, flat = self.pair_flat
+        codes = self.node_pair.reindex(node_ids).fillna(-1).to_numpy(np.int64)
+        rows = np.flatnonzero(codes >= 0)
+        n_each = lens[codes[rows]]
+        rep = np.repeat(rows, n_each)
+        within = np.arange(len(rep)) - np.repeat(np.cumsum(n_each) - n_each, n_each)
+        return flat[start[codes[rep]] + within], rep
+
+    def of(self, i: int) -> pd.DataFrame | None:
+        """Rank i's table, None when the rank's own computation must make it (no op node or no group)."""
+        at = self.at[i]
+        return None if at is None else self.table.iloc[at].reset_index(drop=True)
 
 
 def _in_profiled(frame: pd.DataFrame, profiled: dict[int, np.ndarray]) -> np.ndarray:
@@ -492,6 +755,18 @@ def _in_profiled(frame: pd.DataFrame, profiled: dict[int, np.ndarray]) -> np.nda
     return out
 
 
+def _rank_major(frame: pd.DataFrame, at: list[np.ndarray]) -> tuple[pd.DataFrame, list[slice]]:
+    """The frame's rows rank by rank (each rank's in its own order), and each rank's slice of them; the frame
+    itself when its rows already are (a single trace, or a job whose tables follow the ranks)."""
+    sizes = np.array([len(a) for a in at], dtype=np.int64)
+    ends = np.cumsum(sizes)
+    slices = [slice(int(e - n), int(e)) for e, n in zip(ends, sizes)]
+    order = np.concatenate(at) if at else np.zeros(0, dtype=np.int64)
+    if len(order) == len(frame) and bool((order == np.arange(len(frame))).all()):
+        return frame, slices
+    return frame.iloc[order].reset_index(drop=True), slices
+
+
 def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
     """Row positions of each rank (in row order)."""
     order = np.argsort(rank_of_row, kind="stable")
@@ -501,7 +776,9 @@ def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
     return [order[a:b] for a, b in zip(lo, hi)]
 
 
-def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTables) -> Aggregation:
+def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTables,
+                    job_groups: _JobGroups, segments: RankSegments, gpus: pd.DataFrame | None,
+                    iterations: pd.DataFrame) -> Aggregation:
     """One rank's aggregation: its windows, breakdown, GPUs, iterations and groups, and its slice of the
     job's kernel and op tables."""
     fr = _rank_frames(an, rank)
@@ -509,49 +786,34 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
     starts, ends = _windows(chosen)
     lo, hi = int(starts[0]), int(ends[-1])
     wall = hi - lo
-    its_all = an.iterations[an.iterations["rank"] == rank].sort_values("start", kind="stable")
-    all_starts, all_ends = _windows(its_all)
-    points = np.concatenate([[lo, hi], starts, ends, all_starts, all_ends])
-    segments = Segments(job.category_intervals(rank), points)
     parts = segments.breakdown(lo, hi)
 
     ops = fr["ops"]
-    in_agg = {name: _rows(fr[name], np.isin(fr[name]["iteration"].to_numpy(), profiled))
-              for name in ("memops", "api_calls")}
     i = job.ranks.index(rank)
     ak = job.ak.iloc[job.ak_at[i]]
     in_ops = np.isin(ops["iteration"].to_numpy(), profiled)
     roots = np.flatnonzero(in_ops & (ops["parent_id"].to_numpy() < 0))
-    gpus = _gpu_table(fr, lo, hi, wall, ak)
+    if gpus is None:  # no device or an empty window: the rank's own table
+        gpus = _gpu_table(fr, lo, hi, wall, ak).assign(rank=rank)
     has_gpu = len(fr["kernels"]) > 0
     util = float(gpus["utilization"].mean()) if has_gpu and len(gpus) else None
 
     if len(roots):
         op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
         nodes = job.slice(job.nodes, job.nodes_at, rank)
-        types = job.op_types.iloc[np.flatnonzero(job.type_rank == i)].reset_index(drop=True)
+        types = job.slice(job.op_types, job.types_at, rank)
     else:  # no op node: the empty tables a rank alone gives
         op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
-        nodes = _op_nodes(ops, roots, op_kernels)
+        nodes = _op_nodes(ops, roots, op_kernels).assign(rank=rank)
         types = _op_types(ops, roots, nodes, op_kernels)
-    eligible_nodes = set(nodes.loc[nodes["tc_eligible"].astype(bool), "node_id"])
-    elig_k = ak[ak["node_id"].isin(eligible_nodes)]
-    elig_time = int(elig_k["dur"].sum())
-    tc_time = int(elig_k.loc[elig_k["uses_tc"].astype(bool), "dur"].sum())
-    node_gpu = int(nodes["gpu_time_ns"].sum())
-    elig_gpu = int(nodes.loc[nodes["tc_eligible"].astype(bool), "gpu_time_ns"].sum())
-
-    node_of = job.node_of
-    api = in_agg["api_calls"]
-    api = api[["op_id", "start", "end"]].assign(
-        node_id=_lookup(node_of, _lookup(pd.Series(ops["root_id"].to_numpy(), index=ops["op_id"].to_numpy()),
-                                         api["op_id"])))
-    mem = in_agg["memops"]
-    gpu = pd.concat([ak[["node_id", "start", "end", "uses_tc"]],
-                     pd.DataFrame({"node_id": _lookup(node_of, mem["root_op_id"]), "start": mem["start"].to_numpy(),
-                                   "end": mem["end"].to_numpy(), "uses_tc": False})], ignore_index=True)
-    gpu["uses_tc"] = gpu["uses_tc"].astype(bool)
-    root_calls = ops[["node_id", "start", "end"]].iloc[roots]
+    node_elig = nodes["tc_eligible"].astype(bool).to_numpy()
+    eligible_nodes = np.unique(nodes["node_id"].to_numpy(np.int64)[node_elig])
+    ak_dur, ak_tc = ak["dur"].to_numpy(np.int64), ak["uses_tc"].astype(bool).to_numpy()
+    elig = np.isin(ak["node_id"].to_numpy(np.int64), eligible_nodes)
+    elig_time = int(ak_dur[elig].sum())
+    tc_time = int(ak_dur[elig & ak_tc].sum())
+    node_time = nodes["gpu_time_ns"].to_numpy(np.int64)
+    node_gpu, elig_gpu = int(node_time.sum()), int(node_time[node_elig].sum())
 
     row = {
         "rank": rank, "iter_start": int(profiled.min()), "iter_stop": int(profiled.max()),
@@ -560,8 +822,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         "avg_iteration_ns": round_ns(Fraction(wall, len(profiled))) if len(profiled) else None,
         "gpu_busy_ns": int(gpus["busy_ns"].sum()) if has_gpu else None,
         "gpu_utilization": util,
-        "kernel_count": len(ak), "kernel_time_ns": int(ak["dur"].sum()),
-        "tc_kernel_time_ns": int(ak.loc[ak["uses_tc"].astype(bool), "dur"].sum()),
+        "kernel_count": len(ak), "kernel_time_ns": int(ak_dur.sum()), "tc_kernel_time_ns": int(ak_dur[ak_tc].sum()),
         "tc_eligible_kernel_time_ns": elig_time,
         "tc_kernel_efficiency": tc_time / elig_time if elig_time > 0 else None,
         "memory_ns": parts["memory"], **{f"{c}_ns": v for c, v in parts.items() if c != "memory"},
@@ -570,14 +831,28 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         "tc_eligible_gpu_time_pct": 100.0 * elig_gpu / node_gpu if node_gpu > 0 else None,
         "reader_cost_ns": segments.reader_cost(lo, hi),
     }
+    groups = job_groups.of(i)
+    if groups is None:  # no op node or no group: what the rank alone gives
+        in_agg = {name: _rows(fr[name], np.isin(fr[name]["iteration"].to_numpy(), profiled))
+                  for name in ("memops", "api_calls")}
+        node_of = job.node_of
+        api = in_agg["api_calls"]
+        api = api[["op_id", "start", "end"]].assign(
+            node_id=_lookup(node_of, _lookup(pd.Series(ops["root_id"].to_numpy(), index=ops["op_id"].to_numpy()),
+                                             api["op_id"])))
+        mem = in_agg["memops"]
+        gpu = pd.concat([ak[["node_id", "start", "end", "uses_tc"]],
+                         pd.DataFrame({"node_id": _lookup(node_of, mem["root_op_id"]), "start": mem["start"].to_numpy(),
+                                       "end": mem["end"].to_numpy(), "uses_tc": False})], ignore_index=True)
+        gpu["uses_tc"] = gpu["uses_tc"].astype(bool)
+        root_calls = ops[["node_id", "start", "end"]].iloc[roots]
+        groups = _groups(nodes, root_calls, api, gpu, lo, hi)
     kernel_rows = job.slice(job.kernel_rows, job.kernel_rows_at, rank)
-    kernel_rows["op_names"] = string_column(pd.Series(job.op_names[job.kernel_rows_at[i]]).fillna("")
-                                            .to_numpy(dtype=object))
     return Aggregation(
-        row=row, gpus=gpus.assign(rank=rank),
-        iterations=_iteration_table(its_all, profiled, hi, fr, segments).assign(rank=rank),
-        ops=nodes.assign(rank=rank), op_types=types, kernels=kernel_rows,
-        op_kernels=op_kernels, groups=_groups(nodes, root_calls, api, gpu, lo, hi),
+        row=row, gpus=gpus,
+        iterations=iterations,
+        ops=nodes, op_types=types, kernels=kernel_rows,
+        op_kernels=op_kernels, groups=groups,
     )
 
 

@@ -1,9 +1,10 @@
 """Each rank's aggregation (with its MFU) and expert findings; a job of many ranks spreads them over forked workers.
 
-The kernel and op tables of every rank are grouped once, in the parent (:class:`JobAggregation`); what is
-left per rank (windows, breakdown, groups, MFU, rules) is a few tens of ms of pandas work whatever the
-rank's size, so a job of many ranks spreads it over workers forked after the analysis, which read it
-copy-on-write; only each rank's small results travel back (pickled). Results come back in rank order,
+The aggregation tables and the MFU of every rank are computed once, in the parent (:class:`JobAggregation`,
+:class:`JobMFU`: the rank in every key), so each rank's are slices and look-ups; what is left per rank, its
+rules, is a few tens of ms of pandas work whatever the rank's size, so a job of many ranks spreads it over
+workers forked after the analysis, which read it copy-on-write; only each rank's small results travel back
+(pickled). Results come back in rank order,
 so the database is the same however many workers ran.
 """
 
@@ -15,7 +16,7 @@ from ..analyze.aggregation import Aggregation, JobAggregation
 from ..analyze.analysis import Analysed
 from ..experts import RuleFrames, evaluate
 from ..processes import can_fork, release_free_memory, stop_pool, worker_pool
-from ..roofline.mfu import add_mfu, job_model_flops
+from ..roofline.mfu import JobMFU
 
 #: below this many ranks, forking workers costs more than it saves
 MIN_RANKS = 8
@@ -32,9 +33,8 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
     ranks = an.ranks if ranks is None else ranks
     n = _worker_count(len(ranks), workers)
     job = JobAggregation(an, ranks, iter_start, iter_stop)
-    flops = None if len(ranks) == 1 else job_model_flops(  # one rank models its own ops as fast
-        an.profile.table("ops"), {r: (int(c["iteration"].min()), int(c["iteration"].max()))
-                                  for r, c in job.chosen.items()})
+    flops = JobMFU(an.profile.table("ops"), {r: (b[0], b[1]) for r, b in job.bounds().items()},
+                   {r: an.rank_tables(r)["gpus"] for r in ranks}, job.tables.nodes)
     frames = RuleFrames({name: an.profile.table(name) for name in an.RAW}, job.bounds()).make_all()
     if n <= 1:
         return [_rank_results(an, job, flops, frames, rank, rules_config) for rank in ranks]
@@ -66,9 +66,8 @@ def _forked_rank(rank: int) -> tuple[Aggregation, list[dict]]:
     return _rank_results(an, job, flops, frames, rank, rules_config)
 
 
-def _rank_results(an: Analysed, job: JobAggregation, flops, frames: RuleFrames, rank: int,
+def _rank_results(an: Analysed, job: JobAggregation, flops: JobMFU, frames: RuleFrames, rank: int,
                   rules_config) -> tuple[Aggregation, list[dict]]:
     agg = job.aggregate(rank)
-    tables = an.rank_tables(rank)
-    agg.row, agg.ops = add_mfu(agg.row, agg.ops, tables["ops"], tables["gpus"], flops)
-    return agg, evaluate(tables, agg, rules_config, frames)
+    agg.row, agg.ops = flops.add(rank, agg.row, agg.ops)
+    return agg, evaluate(an.rank_tables(rank), agg, rules_config, frames)

@@ -49,15 +49,108 @@ def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
                          "tensor": tensor}, index=ops.index)
 
 
-def job_model_flops(ops: pd.DataFrame, ranges: dict[int, tuple[int, int]]) -> pd.DataFrame:
-    """:func:`op_model_flops` of every rank's op calls in its aggregation's iterations (rank -> (iter_start,
-    iter_stop), inclusive), in one pass: an op's enclosing ops are of its own rank and iterations, so each
-    rank's rows are what that rank alone gives."""
-    rank = ops["rank"].to_numpy(np.int64)
-    lo = pd.Series({r: a for r, (a, _) in ranges.items()}, dtype=float).reindex(rank).to_numpy(float)
-    hi = pd.Series({r: b for r, (_, b) in ranges.items()}, dtype=float).reindex(rank).to_numpy(float)
-    it = ops["iteration"].to_numpy(np.int64)
-    return op_model_flops(ops[(it >= lo) & (it <= hi)])  # other ranks' rows: NaN bounds, never chosen
+class JobMFU:
+    """:func:`add_mfu` of every rank at once: the ops of all ranks modelled, summed per op node and per rank and
+    their dominant precisions found in one pass (op node ids are unique across ranks); :meth:`add` then only
+    looks a rank's figures up, so each is what the rank alone gives.
+
+    ``ops``: every rank's op calls; ``ranges``: rank -> (iter_start, iter_stop) of its aggregation (inclusive);
+    ``gpus``: rank -> its GPUs table; ``nodes``: the op nodes of all ranks (``node_id``, ``gpu_time_ns``)."""
+
+    def __init__(self, ops: pd.DataFrame, ranges: dict[int, tuple[int, int]], gpus: dict[int, pd.DataFrame],
+                 nodes: pd.DataFrame):
+        self.ranks = list(ranges)
+        rank = ops["rank"].to_numpy(np.int64)
+        lo = pd.Series({r: a for r, (a, _) in ranges.items()}, dtype=float).reindex(rank).to_numpy(float)
+        hi = pd.Series({r: b for r, (_, b) in ranges.items()}, dtype=float).reindex(rank).to_numpy(float)
+        it = ops["iteration"].to_numpy(np.int64)
+        code = pd.Index(self.ranks).get_indexer(rank)
+        in_range = (it >= lo) & (it <= hi)  # other ranks' rows: NaN bounds, never in range
+        shaped = in_range & (ops["input_shapes"].fillna("") != "").to_numpy(bool)
+        self.modelled = np.bincount(code[shaped], minlength=len(self.ranks)) > 0  # else: no figures at all
+        if not self.modelled.any():
+            return
+        keep = in_range & self.modelled[np.maximum(code, 0)]  # a rank that recorded no shapes has nothing to model
+        mine, code = ops[keep], code[keep]
+        figures = op_model_flops(mine)
+        hit = figures["model_flops"].to_numpy() >= 0
+        ids = mine["op_id"].to_numpy(np.int64)
+        root_pos = pd.Index(ids).get_indexer(mine["root_id"].to_numpy(np.int64)[hit])
+        node_of_root = mine["node_id"].to_numpy(np.int64)[np.maximum(root_pos, 0)]
+        # per rank: its GPU's peaks (ranks of one GPU model share them)
+        peaks: dict[tuple, tuple] = {}
+        self.peak_of = []
+        matrix_fp32 = np.empty(len(self.ranks), dtype=object)
+        for i, r in enumerate(self.ranks):
+            key = _gpu_key(gpus[r])
+            if key not in peaks:
+                peaks[key] = _peaks(gpus[r])
+            self.peak_of.append(peaks[key][0])
+            matrix_fp32[i] = peaks[key][1]
+        hit_rank = code[hit]
+        precision = figures["precision"].to_numpy()[hit]
+        precision = np.where(precision == "tf32", matrix_fp32[hit_rank], precision)  # "fp32" on AMD matrix cores
+        counted = pd.DataFrame({"node_id": np.where(root_pos >= 0, node_of_root, -1),
+                                "flops": figures["model_flops"].to_numpy()[hit], "precision": precision,
+                                "rank": hit_rank})
+        self.total = _sum_by(hit_rank, counted["flops"].to_numpy(np.int64), len(self.ranks))
+        self.precision = _dominant(counted, "rank").reindex(np.arange(len(self.ranks))).to_numpy(dtype=object)
+        per_node = counted.groupby("node_id")["flops"].sum()
+        node_prec = _dominant(counted, "node_id")
+        node_ids = nodes["node_id"].to_numpy(np.int64)
+        self.node_index = pd.Index(node_ids)
+        self.node_flops = per_node.reindex(node_ids).fillna(0).to_numpy(np.int64)
+        # each node's peak: its rank's at its dominant precision
+        node_rank = pd.Series(hit_rank, index=counted["node_id"].to_numpy()).groupby(level=0).first()
+        prec = node_prec.reindex(node_ids).to_numpy(dtype=object)
+        owner = node_rank.reindex(node_ids).fillna(-1).to_numpy(np.int64)
+        node_peak = np.full(len(node_ids), np.nan)
+        known = np.flatnonzero(pd.notna(prec))
+        pair_codes, pairs = pd.MultiIndex.from_arrays([owner[known], prec[known]]).factorize()
+        pair_peak = np.array([self.peak_of[o](p) for o, p in pairs], dtype=float)  # None: NaN
+        node_peak[known] = pair_peak[pair_codes] if len(pairs) else np.zeros(0)
+        seconds = nodes["gpu_time_ns"].to_numpy().astype(float) * 1e-9
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.node_mfu = np.where((seconds > 0) & (node_peak > 0) & (self.node_flops > 0),
+                                     self.node_flops.astype(float) / seconds / node_peak, np.nan)
+
+    def add(self, rank: int, row: dict, agg_ops: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+        """:func:`add_mfu` of one rank's aggregation row and op nodes."""
+        i = self.ranks.index(rank)
+        out = dict.fromkeys(ROW_KEYS)
+        if not self.modelled[i]:
+            nodes = agg_ops.assign(model_flops=pd.array([pd.NA] * len(agg_ops), dtype="Int64"), mfu=np.nan)
+            return {**row, **out}, nodes
+        at = self.node_index.get_indexer(agg_ops["node_id"].to_numpy(np.int64))
+        assert (at >= 0).all(), "the aggregation's op nodes are the job's"
+        nodes = agg_ops.assign(model_flops=pd.array(self.node_flops[at], dtype="Int64"), mfu=self.node_mfu[at])
+        total = int(self.total[i])
+        wall = row.get("wall_clock_ns") or 0
+        whole = row.get("iteration_method") == "whole_profile"  # no iterations: the profile is one window
+        iterations = 0 if whole else row.get("iterations_profiled") or 0
+        precision = self.precision[i] if total and isinstance(self.precision[i], str) else None
+        peak = self.peak_of[i](precision) if precision else None
+        achieved = total / (wall * 1e-9) if wall else None
+        out.update(model_flops=total,
+                   model_flops_per_iteration=round(total / iterations) if iterations else None,
+                   achieved_flops_per_s=achieved, peak_flops_per_s=peak, mfu_precision=precision,
+                   mfu=achieved / peak if achieved is not None and peak else None)
+        return {**row, **out}, nodes
+
+
+def _sum_by(inverse: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums per group."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, inverse, values)
+    return out
+
+
+def _gpu_key(gpus: pd.DataFrame) -> tuple:
+    """What :func:`_peaks` reads of a rank's GPUs table."""
+    if gpus.empty:
+        return ()
+    g = gpus.sort_values("device").iloc[0]
+    return (g["name"], int(g["cc_major"]), int(g["cc_minor"]), int(g["sm_count"]))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -79,13 +172,11 @@ def _precision(dtypes) -> str:
     return next((p for p in (precision_of(str(t)) for t in types) if p), "") if isinstance(types, list) else ""
 
 
-def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFrame,
-            flops: pd.DataFrame | None = None) -> tuple[dict, pd.DataFrame]:
-    """The aggregation row with :data:`ROW_KEYS` and its op nodes with ``model_flops`` and ``mfu``.
+def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """The aggregation row with :data:`ROW_KEYS` and its op nodes with ``model_flops`` and ``mfu``: one rank's,
+    the definition :class:`JobMFU` computes for every rank at once (the pipeline uses that; tests check both agree).
 
     ``ops``: the rank's op calls as the analysis made them; only the aggregation's iterations count.
-    ``flops``: :func:`op_model_flops` of op calls that include the aggregation's (by row label), when the
-    caller modelled every rank's at once (see :func:`job_model_flops`).
     ``model_flops`` is None when no op of the aggregation recorded input shapes (nothing to model), the MFU
     figures None when the GPU's peak at that precision is unknown, the per-iteration figure when no iterations
     were found."""
@@ -94,7 +185,7 @@ def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFr
     mine = ops[ops["iteration"].between(int(row["iter_start"]), int(row["iter_stop"]))]
     if mine.empty or not (mine["input_shapes"].fillna("") != "").any():
         return {**row, **out}, nodes
-    figures = op_model_flops(mine) if flops is None else flops.loc[mine.index]
+    figures = op_model_flops(mine)
     hit = figures["model_flops"].to_numpy() >= 0
     ids = mine["op_id"].to_numpy(np.int64)
     root_pos = pd.Index(ids).get_indexer(mine["root_id"].to_numpy(np.int64)[hit])
