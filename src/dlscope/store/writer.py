@@ -12,6 +12,7 @@ import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -115,23 +116,49 @@ def root_op_names(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> pd.Series:
     return kernels["root_op_id"].map(pd.Series(ops["name"].to_numpy(object), index=ops["op_id"].to_numpy()))
 
 
-def kernel_pairs(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> pd.DataFrame:
-    """Each kernel's name (``k``, None: none) and outermost op's name (``o``, NaN: none) as Python objects: made
-    once for both the search_key and the search tables (each conversion of a million names costs)."""
-    return pd.DataFrame({"k": kernels["name"].to_numpy(object, na_value=None),
-                         "o": root_op_names(kernels, ops).to_numpy(object)})
+class KernelPairs(NamedTuple):
+    """The kernels' distinct (kernel name, outermost op name) pairs, found on integer codes (hashing a million
+    names as Python strings costs a second): ``names`` holds each pair once, in order of first appearance, as
+    Python objects (``k``: None for none, ``o``: NaN for none, None without ops) with its ``kernels`` and its
+    ``first`` kernel row; ``of_kernel``: each kernel's row of ``names``."""
+
+    names: pd.DataFrame
+    of_kernel: np.ndarray
 
 
-def search_keys(pairs: pd.DataFrame) -> pd.arrays.IntegerArray:
+def kernel_pairs(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> KernelPairs:
+    """Each kernel's (kernel name, outermost op name) pair (``KernelPairs``), made once for both the search_key
+    and the search tables."""
+    k_codes, k_names = pd.factorize(kernels["name"], sort=False)
+    k_names = np.append(np.asarray(k_names, dtype=object), np.array([None], dtype=object))  # code -1: None
+    if ops is None or ops.empty:
+        o_codes = np.full(len(kernels), -1, dtype=np.int64)
+        o_names = np.array([None], dtype=object)
+    else:
+        node_codes, o_names = pd.factorize(ops["name"], sort=False)
+        o_names = np.append(np.asarray(o_names, dtype=object), np.array([np.nan], dtype=object))  # none: NaN
+        at = pd.Index(ops["op_id"].to_numpy()).get_indexer(kernels["root_op_id"].to_numpy())
+        o_codes = np.where(at >= 0, node_codes[at], -1)
+    pair = (k_codes.astype(np.int64) + 1) * (len(o_names) + 1) + (o_codes.astype(np.int64) + 1)
+    of_kernel, distinct = pd.factorize(pair, sort=False)  # in order of first appearance
+    first = np.unique(of_kernel, return_index=True)[1]
+    k_of, o_of = np.divmod(np.asarray(distinct, dtype=np.int64), len(o_names) + 1)
+    names = pd.DataFrame({"k": k_names[k_of - 1], "o": o_names[o_of - 1]})
+    return KernelPairs(names.assign(kernels=np.bincount(of_kernel, minlength=len(names)), first=first), of_kernel)
+
+
+def search_keys(pairs: KernelPairs) -> pd.arrays.IntegerArray:
     """kernels.search_key: a 64-bit hash (pandas' SipHash, once per distinct pair) of the kernel's name and its
     outermost op's name (``pairs``: as ``kernel_pairs`` makes them). Two pairs with one key would share an index
     range: the writer refuses to index such a database's names (``add_names``), so the viewer never confuses
     them."""
-    keys = pd.util.hash_pandas_object(pairs.fillna("\x00none"), index=False, categorize=True).to_numpy()
+    distinct = pd.util.hash_pandas_object(pairs.names[["k", "o"]].fillna("\x00none"), index=False,
+                                          categorize=True).to_numpy()
+    keys = distinct[pairs.of_kernel]
     return pd.arrays.IntegerArray(keys.view(np.int64), np.zeros(len(keys), dtype=bool))
 
 
-def raw_names(tables: dict[str, pd.DataFrame], pairs: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+def raw_names(tables: dict[str, pd.DataFrame], pairs: KernelPairs | None = None) -> dict[str, pd.DataFrame]:
     """The distinct searched names of raw tables (source -> frame of name and kernels), counted with pandas as
     they are written: kernel names with their kernels, the outermost ops' names with the kernels launched
     beneath them, op types; and under "pairs" the (kernel name, outermost op name) pairs of the kernels with
@@ -148,13 +175,12 @@ def raw_names(tables: dict[str, pd.DataFrame], pairs: pd.DataFrame | None = None
         types = ops["op_type"].dropna().unique()
         out["op_nodes.op_type"] = pd.DataFrame({"name": types, "kernels": None})
     if kernels is not None and "search_key" in kernels and not kernels.empty:
-        named = kernel_pairs(kernels, ops) if pairs is None else pairs
-        keyed = pd.DataFrame({"key": kernels["search_key"].to_numpy(np.int64),
-                              "kernel_name": named["k"].to_numpy(), "op_name": named["o"].to_numpy()})
-        distinct = keyed.drop_duplicates(["kernel_name", "op_name"])
-        counts = keyed.groupby("key", sort=False).size()
-        out["pairs"] = distinct.assign(kernels=counts.reindex(distinct["key"]).to_numpy(),
-                                       clash=len(distinct) != distinct["key"].nunique())
+        named = (kernel_pairs(kernels, ops) if pairs is None else pairs).names
+        keys = kernels["search_key"].to_numpy(np.int64)[named["first"].to_numpy()]
+        per_key = named["kernels"].groupby(keys, sort=False).transform("sum").to_numpy()  # one key, one count
+        out["pairs"] = pd.DataFrame({"key": keys, "kernel_name": named["k"].to_numpy(object),
+                                     "op_name": named["o"].to_numpy(object), "kernels": per_key,
+                                     "clash": len(named) != len(np.unique(keys))})
     return out
 
 
