@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
-import itertools
 import json
 import os
 import sqlite3
@@ -449,14 +448,16 @@ def split_ops(ops: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return ops.drop_duplicates("node_id"), ops
 
 
-#: rows converted to Arrow and ingested at a time: the writer holds one such chunk, not a table's copy
+#: rows handed to ADBC at a time (a batch of Arrow views of the frame's columns)
 INGEST_ROWS = 65_536
 
 
-def _arrow_rows(frame: pd.DataFrame, columns: list[str], lo: int, schema: pa.Schema | None = None) -> pa.Table:
-    """Rows [lo, lo + INGEST_ROWS) as Arrow; later chunks take the first one's schema (an all-missing
-    chunk of an object column would otherwise come out as a null column)."""
-    return pa.Table.from_pandas(frame.iloc[lo:lo + INGEST_ROWS][columns], schema=schema, preserve_index=False)
+def _arrow_batches(frame: pd.DataFrame, columns: list[str]) -> pa.RecordBatchReader:
+    """The frame's columns as Arrow record batches, converted once: numbers, pandas' Arrow-backed strings and the
+    categoricals' codes are taken as they are (no copy), so the writer holds no copy of a table; each column's
+    type is inferred from all its rows (one all-missing object column: a null column, read as NULL)."""
+    table = pa.Table.from_pandas(frame[columns], preserve_index=False)
+    return pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=INGEST_ROWS))
 
 
 class _ArrowIngest:
@@ -493,10 +494,7 @@ class _ArrowIngest:
         if frame.empty:
             return
         columns = [c for c in self.columns_of[name] if c in frame.columns]
-        first = _arrow_rows(frame, columns, 0)
-        rest = (_arrow_rows(frame, columns, lo, first.schema) for lo in range(INGEST_ROWS, len(frame), INGEST_ROWS))
-        batches = itertools.chain.from_iterable(chunk.to_batches() for chunk in itertools.chain([first], rest))
-        self.cursor.adbc_ingest(name, pa.RecordBatchReader.from_batches(first.schema, batches), mode="append")
+        self.cursor.adbc_ingest(name, _arrow_batches(frame, columns), mode="append")
 
     def __exit__(self, kind, value, tb) -> None:
         try:
