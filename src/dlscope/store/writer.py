@@ -82,25 +82,23 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
         tables = {**tables, "kernels": kernels.assign(search_key=search_keys(pairs))}
     else:
         pairs = None
-    if tables:
+    if tables or indexes:
         with _ArrowIngest(path, columns_of) as ingest:
             for name, frame in tables.items():
                 ingest.add(name, frame)
+            if indexes:  # right after the rows, on the pages still in the ingest's cache
+                ingest.execute_script(INDEXES + (SEARCH_INDEXES if "search_key" in columns_of["kernels"] else ""))
     names = raw_names(tables, pairs)
     if names or indexes or timelines:
         conn = sqlite3.connect(path)
         try:
-            # as the ingest: no journal, no fsync per index (the file is renamed into place only when complete)
+            # as the ingest: no journal, no fsync (the file is renamed into place only when complete)
             conn.execute("PRAGMA journal_mode=OFF")
             conn.execute("PRAGMA synchronous=OFF")
             add_names(conn, names)
             if timelines is not None:
                 write_timeline_arrays(conn, timelines())
             if indexes:
-                conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: index builds sort in memory
-                conn.executescript(INDEXES)
-                if "search_key" in columns_of["kernels"]:
-                    conn.executescript(SEARCH_INDEXES)
                 index_names(conn, {}, renumber=True)
             conn.commit()
         finally:
@@ -461,7 +459,9 @@ def _arrow_batches(frame: pd.DataFrame, columns: list[str]) -> pa.RecordBatchRea
 
 
 class _ArrowIngest:
-    """Bulk-load frames into a closed database file through ADBC (Arrow in, no per-row Python).
+    """Bulk-load frames into a closed database file through ADBC (Arrow in, no per-row Python), and build the
+    indexes there: ADBC's own SQLite is newer than the one Python links here (3.53 beside 3.40) and sorts an
+    index build about a quarter cheaper, on table pages still in its cache.
 
     ADBC links its own copy of SQLite; two SQLite libraries must never have one file open at the same
     time in one process (their POSIX locks and WAL maps do not know of each other), so this runs while
@@ -484,6 +484,12 @@ class _ArrowIngest:
     def _execute(self, statement: str) -> None:
         self.cursor.execute(statement)
         self.cursor.fetchall()
+
+    def execute_script(self, script: str) -> None:
+        """Run ``;``-separated statements without parameters (the schema's CREATE INDEX lists)."""
+        for statement in script.split(";"):
+            if statement.strip():
+                self._execute(statement)
 
     def add(self, name: str, frame: pd.DataFrame) -> None:
         if name == "ops":
