@@ -112,7 +112,8 @@ def test_files_whose_text_columns_hold_different_words_join_row_for_row_and_stay
 
 
 def test_a_group_sends_one_segment_per_table_without_ranks_or_ids(tmp_path):
-    """A worker's group of same-typed files: one Arrow file per table, one batch per file, no rank or id."""
+    """A worker's group of Kineto files: one Arrow file per table, its files' rows joined in one batch (the
+    group's DataFrames made once), no rank or id; each file's row count still told."""
     paths = [str(p) for p in expand_inputs([data_file(*DLRM)])][:3]
     group = import_group_to_files(paths, None, str(tmp_path))
     assert len(list(tmp_path.iterdir())) == len(TABLES)
@@ -123,7 +124,7 @@ def test_a_group_sends_one_segment_per_table_without_ranks_or_ids(tmp_path):
             reader = pa.ipc.open_file(mm)
             batches = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
             sent = reader.schema.names
-        assert batches == [n for n in rows if n]  # a batch per file (none for a file without such rows)
+        assert batches == ([sum(rows)] if sum(rows) else [])  # one batch for the group (none without rows)
         assert "rank" not in sent and ID_COLUMNS.get(name) not in sent
         assert segment.columns == list(TABLES[name])
         assert group.rows[name] == rows
@@ -195,14 +196,14 @@ def test_a_worker_that_dies_names_its_group_and_leaves_no_files(tmp_path, monkey
     from dlscope.pipeline import executors
 
     paths = expand_inputs([data_file(*DLRM)])
-    real = executors.import_file
+    real = executors.import_job_file
 
     def dies_on_the_last(path, *args, **kwargs):  # the forked workers inherit this
         if path == str(paths[-1]):
             os._exit(9)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(executors, "import_file", dies_on_the_last)
+    monkeypatch.setattr(executors, "import_job_file", dies_on_the_last)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(InputError) as failed:
         load_profiles_parallel(paths, workers=2)

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from ..errors import DlscopeError, InputError
 from ..importers.streams import source
-from ..model import ID_COLUMNS, TABLES, Profile, S, concat_tables, text_column
+from ..model import ID_COLUMNS, TABLES, Profile, S, TableColumns, concat_tables, joined_tables, text_column
 from ..processes import can_fork, owned_name, remove_dead, stop_pool, worker_pool
 from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
@@ -51,6 +51,29 @@ def import_file(path: str, max_memory: int | None = None, progress=None, reading
 
     return load(path, max_memory=max_memory, progress=progress, reading=reading,
                 json_limit=most_json_bytes(max_memory) if max_memory else None)
+
+
+def import_job_file(path: str, max_memory: int | None = None, progress=None, reading=None
+                    ) -> Profile | TableColumns:
+    """:func:`import_file` for one file of a job: a Kineto trace comes back as column arrays when validation
+    leaves it as it is (:func:`dlscope.importers.load_for_job`), for the job to make its DataFrames once."""
+    from ..importers import load_for_job
+
+    return load_for_job(path, max_memory=max_memory, progress=progress, reading=reading,
+                        json_limit=most_json_bytes(max_memory) if max_memory else None)
+
+
+def as_profile(file: Profile | TableColumns) -> Profile:
+    return file.profile() if isinstance(file, TableColumns) else file
+
+
+def joined_files(files: Sequence[Profile | TableColumns]) -> dict[str, pd.DataFrame] | None:
+    """The files' tables joined column by column, each DataFrame made once (:func:`dlscope.model.joined_tables`);
+    None when a file came back as a profile (another format, or one validation changed) or a text column is not
+    all strings: those are joined frame by frame, as before."""
+    if len(files) < 2 or not all(isinstance(f, TableColumns) for f in files):
+        return None
+    return joined_tables(cast(list[TableColumns], list(files)))
 
 
 # ------------------------------------------------------------------------------------- a group of files
@@ -125,14 +148,21 @@ def import_group(paths: Sequence[str], max_memory: int | None, new_sink, reading
     writers = {name: _SegmentWriter(new_sink) for name in TABLES}
     rebuilt = {"rank", *(ID_COLUMNS.values() if job else ())}
     try:
-        for path in paths:
-            profile = import_file(path, max_memory, reading=reading)
-            out.metas.append(profile.meta)
+        files = [import_job_file(path, max_memory, reading=reading) for path in paths]
+        out.metas.extend(f.meta for f in files)
+        joined = joined_files(files)
+        if joined is not None:  # the group's files as one record batch per table
             for name, writer in writers.items():
-                frame = profile.table(name)
-                out.rows[name].append(len(frame))
-                writer.add(frame, rebuilt)
-            del profile
+                out.rows[name].extend(f.rows.get(name, 0) for f in cast(list[TableColumns], files))
+                writer.add(joined[name], rebuilt)
+        else:
+            for file in files:
+                profile = as_profile(file)
+                for name, writer in writers.items():
+                    frame = profile.table(name)
+                    out.rows[name].append(len(frame))
+                    writer.add(frame, rebuilt)
+        del files, joined
     finally:
         for name, writer in writers.items():
             out.segments[name] = writer.close()
@@ -292,12 +322,13 @@ class FileProgress:
         self.step(f"read {self.done}/{self.files} files, {self.events:,} events", advance=size)
 
 
-def _serial(paths, sizes, budget, step, reading) -> list[Profile]:
+def _serial(paths, sizes, budget, step, reading) -> list[Profile | TableColumns]:
     files = FileProgress(step, len(paths))
     return [import_with_progress(path, size, budget, files, reading) for path, size in zip(paths, sizes)]
 
 
-def import_with_progress(path: Path, size: int, budget: int | None, files: FileProgress, reading=None) -> Profile:
+def import_with_progress(path: Path, size: int, budget: int | None, files: FileProgress, reading=None
+                         ) -> Profile | TableColumns:
     """Import one file in this process, reporting its bytes and events as they are read."""
     seen = [0]
 
@@ -308,7 +339,7 @@ def import_with_progress(path: Path, size: int, budget: int | None, files: FileP
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        profile = import_file(str(path), budget, progress, reading)
+        profile = import_job_file(str(path), budget, progress, reading)
     finally:
         if gc_was:
             gc.enable()
@@ -411,22 +442,31 @@ def apply_identity(profile: Profile, who: Identity, path: Path) -> None:
         getattr(profile, name)["rank"] = np.int64(who.rank)
 
 
-def merge(profiles: list[Profile], paths: Sequence[Path]) -> Profile:
+def merge(files: Sequence[Profile | TableColumns], paths: Sequence[Path]) -> Profile:
     """Give each file its rank (see :mod:`.inputs`) and join them into one profile in input order, each table
-    joined once, its rank column and (for a job) its ids made for all its rows at once."""
-    who = identities(paths, [p.meta for p in profiles])
-    if len(profiles) == 1:
-        apply_identity(profiles[0], who[0], paths[0])
-        return profiles[0]
-    for profile, identity, path in zip(profiles, who, paths):
-        _record_identity(profile.meta, identity, path)
+    joined once (column by column where the files came back as columns), its rank column and (for a job) its
+    ids made for all its rows at once."""
+    who = identities(paths, [f.meta for f in files])
+    if len(files) == 1:
+        profile = as_profile(files[0])
+        apply_identity(profile, who[0], paths[0])
+        return profile
+    for file, identity, path in zip(files, who, paths):
+        _record_identity(file.meta, identity, path)
     ranks = np.array([w.rank for w in who], dtype=np.int64)
+    joined = joined_files(files)
+    profiles = None if joined is not None else [as_profile(f) for f in files]
     tables = {}
     for name in TABLES:
-        frames = [p.table(name) for p in profiles]
-        frame = concat_tables(name, frames)
+        if joined is not None:
+            frame = joined.pop(name)
+            rows = [cast(TableColumns, f).rows.get(name, 0) for f in files]
+        else:
+            frames = [p.table(name) for p in cast(list[Profile], profiles)]
+            frame = concat_tables(name, frames)
+            rows = [len(f) for f in frames]
         tables[name] = _with_rebuilt_columns(frame, list(frame.columns), ID_COLUMNS.get(name),
-                                             np.repeat(ranks, [len(f) for f in frames]))
+                                             np.repeat(ranks, rows))
     out = Profile(**tables)
-    out.meta = {"sources": [p.meta for p in profiles]}
+    out.meta = {"sources": [f.meta for f in files]}
     return out
