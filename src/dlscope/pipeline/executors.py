@@ -269,8 +269,8 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
                            max_memory: int | str | None = None, step: Step = _noop, reading=None) -> Profile:
     """Import every file of a job and merge them into one profile, one rank per file.
 
-    ``workers``: local worker processes (default: the machine's cores for jobs of 64 MiB or more, else 1;
-    1 imports in this process).
+    ``workers``: local worker processes (default: the machine's cores for jobs of ``PARALLEL_MIN_BYTES`` of
+    JSON or more, else 1; 1 imports in this process).
     ``scheduler``: a Dask scheduler address (``tcp://host:8786``); the files must be readable there.
     ``max_memory``: the budget shared by the concurrent imports; a file whose in-memory import would
     not fit its share is streamed. Progress goes to ``step(description, advance=bytes, total=bytes)``.
@@ -285,7 +285,7 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     if scheduler:
         profile = _on_dask(files, sizes, scheduler, budget, step, reading)
     else:
-        n = max(1, min(workers or _default_workers(sizes), len(files))) if can_fork() else 1
+        n = max(1, min(workers or _default_workers(files), len(files))) if can_fork() else 1
         share = budget // n if budget else None
         profile = merge(_serial(files, sizes, share, step, reading), files) if n == 1 else \
             _on_processes(files, sizes, n, share, step, reading)
@@ -294,13 +294,19 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     return profile
 
 
-#: below this much input, worker start-up costs more than the parallel import saves (bench/README.md)
+#: below this much JSON text in all (a gzip file's trailer says how much it inflates to; another file counts its
+#: own size), worker processes cost more than the parallel import saves. Measured with bench/job_parse.py on jobs
+#: of 8 to 64 files cut from bench/out/job64 and the DLRM 8-rank job (bench/README.md, h21jobparse): up to the
+#: 51.5 MiB of job64, 2 workers spend 1.3x (job64) to 2.6x (8 files) the serial CPU and never won on the wall
+#: clock (a shared 2-core machine); the serial parse is about 1 s per 50 MiB of JSON, so below this little is left to win.
 PARALLEL_MIN_BYTES = 64 * 2**20
 
 
-def _default_workers(sizes: list[int]) -> int:
-    """The machine's cores when the job is large enough to pay for worker processes, else 1."""
-    return (os.cpu_count() or 1) if sum(sizes) >= PARALLEL_MIN_BYTES else 1
+def _default_workers(paths: Sequence[Path]) -> int:
+    """The machine's cores when the job's JSON is large enough to pay for worker processes, else 1."""
+    from ..importers.kineto.text import estimated_json_size
+
+    return (os.cpu_count() or 1) if sum(estimated_json_size(p) for p in paths) >= PARALLEL_MIN_BYTES else 1
 
 
 def file_size(path: Path) -> int:
@@ -324,12 +330,16 @@ class FileProgress:
 
 def _serial(paths, sizes, budget, step, reading) -> list[Profile | TableColumns]:
     files = FileProgress(step, len(paths))
-    return [import_with_progress(path, size, budget, files, reading) for path, size in zip(paths, sizes)]
+    return [_with_progress(import_job_file, path, size, budget, files, reading) for path, size in zip(paths, sizes)]
 
 
-def import_with_progress(path: Path, size: int, budget: int | None, files: FileProgress, reading=None
-                         ) -> Profile | TableColumns:
+def import_with_progress(path: Path, size: int, budget: int | None, files: FileProgress, reading=None) -> Profile:
     """Import one file in this process, reporting its bytes and events as they are read."""
+    return _with_progress(import_file, path, size, budget, files, reading)
+
+
+def _with_progress(importer: Callable[..., Any], path: Path, size: int, budget: int | None, files: FileProgress,
+                   reading=None) -> Any:
     seen = [0]
 
     def progress(done_bytes: int, events: int) -> None:
@@ -339,7 +349,7 @@ def import_with_progress(path: Path, size: int, budget: int | None, files: FileP
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        profile = import_job_file(str(path), budget, progress, reading)
+        profile = importer(str(path), budget, progress, reading)
     finally:
         if gc_was:
             gc.enable()

@@ -530,8 +530,8 @@ def gpus_columns(device_properties: Any, kernel_devices: Any, rank: int) -> tupl
     listed = device_properties if isinstance(device_properties, list) else []  # any other value says nothing
     props = [p for p in listed if isinstance(p, dict)]
     devices = [_as_int(p.get("id", -1)) for p in props]
-    seen = np.unique(np.asarray(kernel_devices, dtype=np.int64)) if kernel_devices is not None else []
-    missing = sorted(set(np.asarray(seen).tolist()) - set(devices) - {-1})
+    seen = np.unique(np.asarray([] if kernel_devices is None else kernel_devices, dtype=np.int64))
+    missing = sorted(set(seen.tolist()) - set(devices) - {-1})
     return {
         "rank": [rank] * (len(props) + len(missing)),
         "device": devices + missing,
