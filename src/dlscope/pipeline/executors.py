@@ -298,7 +298,8 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
 #: own size), worker processes cost more than the parallel import saves. Measured with bench/job_parse.py on jobs
 #: of 8 to 64 files cut from bench/out/job64 and the DLRM 8-rank job (bench/README.md, h21jobparse): up to the
 #: 51.5 MiB of job64, 2 workers spend 1.3x (job64) to 2.6x (8 files) the serial CPU and never won on the wall
-#: clock (a shared 2-core machine); the serial parse is about 1 s per 50 MiB of JSON, so below this little is left to win.
+#: clock (a shared 2-core machine); the serial parse is about 1 s per 50 MiB of JSON, so below this little is
+#: left to win.
 PARALLEL_MIN_BYTES = 64 * 2**20
 
 
