@@ -3,11 +3,13 @@ existing Dask cluster.
 
 A worker task imports a group of consecutive files (:func:`file_groups`: a few groups per worker, so a job of
 many small files costs one round trip per group, not per file) and hands its tables back as Arrow IPC, not as
-pickled DataFrames: each file's table is one record batch appended to its group's file of that table, without the
-columns the parent rebuilds anyway (the rank, and the row ids of a job). A process-pool worker writes these files
-in a private temporary folder (the parent memory-maps them), a Dask task returns the IPC bytes, which Dask ships
-without copying them through pickle. The parent joins every table once, in input order (one Arrow concatenation,
-one conversion to pandas), so the result is the same however and wherever the import ran.
+pickled DataFrames: a group's Kineto files come back as column arrays, joined column by column into one record
+batch per table (each DataFrame made once per group, :func:`dlscope.model.joined_tables`; a group holding another
+format, or a file validation changed, sends a batch per file), without the columns the parent rebuilds anyway (the
+rank, and the row ids of a job); the serial import joins its files' columns so too, once per job. A process-pool
+worker writes these files in a private temporary folder (the parent memory-maps them), a Dask task returns the
+IPC bytes, which Dask ships without copying them through pickle. The parent joins every table once, in input order
+(one Arrow concatenation, one conversion to pandas), so the result is the same however and wherever it ran.
 """
 
 from __future__ import annotations
