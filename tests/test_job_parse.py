@@ -112,7 +112,8 @@ def test_files_whose_text_columns_hold_different_words_join_row_for_row_and_stay
 
 
 def test_a_group_sends_one_segment_per_table_without_ranks_or_ids(tmp_path):
-    """A worker's group of same-typed files: one Arrow file per table, one batch per file, no rank or id."""
+    """A worker's group of Kineto files: one Arrow file per table, its files' rows joined in one batch (the
+    group's DataFrames made once), no rank or id; each file's row count still told."""
     paths = [str(p) for p in expand_inputs([data_file(*DLRM)])][:3]
     group = import_group_to_files(paths, None, str(tmp_path))
     assert len(list(tmp_path.iterdir())) == len(TABLES)
@@ -123,7 +124,7 @@ def test_a_group_sends_one_segment_per_table_without_ranks_or_ids(tmp_path):
             reader = pa.ipc.open_file(mm)
             batches = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
             sent = reader.schema.names
-        assert batches == [n for n in rows if n]  # a batch per file (none for a file without such rows)
+        assert batches == ([sum(rows)] if sum(rows) else [])  # one batch for the group (none without rows)
         assert "rank" not in sent and ID_COLUMNS.get(name) not in sent
         assert segment.columns == list(TABLES[name])
         assert group.rows[name] == rows
@@ -195,14 +196,14 @@ def test_a_worker_that_dies_names_its_group_and_leaves_no_files(tmp_path, monkey
     from dlscope.pipeline import executors
 
     paths = expand_inputs([data_file(*DLRM)])
-    real = executors.import_file
+    real = executors.import_job_file
 
     def dies_on_the_last(path, *args, **kwargs):  # the forked workers inherit this
         if path == str(paths[-1]):
             os._exit(9)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(executors, "import_file", dies_on_the_last)
+    monkeypatch.setattr(executors, "import_job_file", dies_on_the_last)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(InputError) as failed:
         load_profiles_parallel(paths, workers=2)
@@ -212,3 +213,63 @@ def test_a_worker_that_dies_names_its_group_and_leaves_no_files(tmp_path, monkey
     assert first <= len(paths) - 1 <= first + unread
     assert message.startswith("the worker importing it") and "ended abruptly" in message
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_clean_kineto_files_are_joined_column_by_column_as_pandas_joins_the_files(workers):
+    """The DLRM ranks come back as column arrays (validation changes none of them) and the job makes each
+    table once: row for row pandas' join of the files imported one by one, each word once, sorted."""
+    from dlscope.importers import load_for_job
+    from dlscope.model import TableColumns
+
+    paths = expand_inputs([data_file(*DLRM)])
+    assert all(isinstance(load_for_job(p), TableColumns) for p in paths)  # the path under test
+    expected = _concat_of_files(paths)
+    profile = load_profiles_parallel(paths, workers=workers)
+    _text_stays_categorical(profile)
+    for name in TABLES:
+        pd.testing.assert_frame_equal(_as_strings(profile.table(name)), expected[name], check_exact=True, obj=name)
+        assert list(profile.table(name).columns) == list(TABLES[name]), name
+        for col, dtype in TABLES[name].items():
+            if dtype == S:
+                words = list(profile.table(name)[col].cat.categories)
+                assert words == sorted(set(expected[name][col].dropna()) | {""}), (name, col)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_validation_changes_is_joined_as_validated_beside_clean_ones(tmp_path, workers):
+    """A rank with a kernel that ends before it starts: validated alone (the kernel dropped and counted), and
+    joined with a clean rank as pandas joins the two files imported one by one."""
+    from dlscope.importers import load_for_job
+    from dlscope.model import TableColumns
+
+    clean, bad = expand_inputs([data_file(*DLRM)])[:2]
+    raw = _raw(bad)
+    kernels = [e for e in raw["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[0]["dur"] = -5  # ends before it starts
+    broken = tmp_path / "rank1.json.gz"
+    broken.write_bytes(gzip.compress(json.dumps(raw).encode()))
+    assert not isinstance(load_for_job(broken), TableColumns)
+    paths = [clean, broken]
+    expected = _concat_of_files(paths)
+    profile = load_profiles_parallel(paths, workers=workers)
+    for name in TABLES:
+        pd.testing.assert_frame_equal(_as_strings(profile.table(name)), expected[name], check_exact=True, obj=name)
+    assert len(profile.kernels) == sum(1 for p in paths for e in _raw(p)["traceEvents"] if e.get("cat") == "kernel") - 1
+    assert profile.meta["sources"][1]["dropped_events"] == {"kernels": {"end_before_start": 1}}
+
+
+def test_the_default_workers_follow_the_json_bytes_not_the_compressed_bytes(monkeypatch):
+    """The job's JSON text (inflated here with gzip) decides: the cores from PARALLEL_MIN_BYTES of it, else 1."""
+    import os
+
+    from dlscope.pipeline import executors
+
+    paths = expand_inputs([data_file(*DLRM)])
+    json_bytes = sum(len(gzip.decompress(p.read_bytes())) for p in paths)
+    assert json_bytes > 10 * sum(p.stat().st_size for p in paths)  # far more than the gzip files' sizes
+    monkeypatch.setattr(os, "cpu_count", lambda: 7)
+    monkeypatch.setattr(executors, "PARALLEL_MIN_BYTES", json_bytes)
+    assert executors._default_workers(paths) == 7
+    monkeypatch.setattr(executors, "PARALLEL_MIN_BYTES", json_bytes + 1)
+    assert executors._default_workers(paths) == 1

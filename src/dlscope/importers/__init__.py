@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..errors import reading as os_errors_as_input_errors
-from ..model import Profile
+from ..model import Profile, TableColumns
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -120,3 +120,21 @@ def load(path: str | Path, *, max_memory: int | None = None, progress: Callable[
         raise InputError(path, f"{kind} files carry no timeline; import them next to a trace "
                                "(roofline counters)")
     return validated(profile, path)
+
+
+def load_for_job(path: str | Path, *, max_memory: int | None = None,
+                 progress: Callable[[int, int], None] | None = None, reading: Any = None,
+                 json_limit: int | None = None) -> Profile | TableColumns:
+    """:func:`load` for one file of a job: a Kineto trace that validation leaves as it is comes back as
+    column arrays (:class:`~dlscope.model.TableColumns`), so that the job makes each DataFrame once
+    (:func:`~dlscope.model.joined_tables`); any other file as its validated profile."""
+    from .validate import validated, validated_columns
+
+    path = Path(path)
+    if sniff(path) != "kineto":
+        return load(path, max_memory=max_memory, progress=progress, reading=reading, json_limit=json_limit)
+    from .kineto import kineto_columns
+
+    columns = kineto_columns(path, max_memory=max_memory, progress=progress, reading=reading,
+                             json_limit=json_limit)
+    return columns if validated_columns(columns, path) else validated(columns.profile(), path)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from ..errors import InputError
-from ..model import Profile
+from ..model import MISSING_INT, Profile, TableColumns
 
 #: tables of events with a start and an end
 TIMED_TABLES = ("ops", "ranges", "api_calls", "kernels", "memops", "syncs")
@@ -72,6 +74,59 @@ def validated(profile: Profile, path: str | Path) -> Profile:
     if dropped:
         profile.meta["dropped_events"] = dropped
     return profile
+
+
+def validated_columns(file: TableColumns, path: str | Path) -> bool:
+    """Whether :func:`validated` would leave a file's tables as they are: nothing to drop, nothing to refuse
+    (checked on its column arrays, so that a job's clean files need no DataFrames of their own). False
+    sends the file through :func:`validated` itself, which drops or refuses as it says."""
+    meta = file.meta
+    for key in ("rank", "world_size"):
+        value = meta.get(key)
+        if value is not None and not 0 <= int(value) < MAX_RANKS + (key == "world_size"):
+            return False
+    gpus = file.columns.get("gpus", {})
+    devices = np.asarray(gpus.get("device", []), dtype=np.int64)
+    if len(np.unique(devices)) < len(devices):
+        return False
+    firsts, lasts = [], []
+    for name in (*TIMED_TABLES, "comm_args"):
+        n = file.rows.get(name, 0)
+        if not n:
+            continue
+        columns = file.columns.get(name, {})
+        if "start" not in columns or "end" not in columns:
+            return False
+        start, end = np.asarray(columns["start"], dtype=np.int64), np.asarray(columns["end"], dtype=np.int64)
+        if (end < start).any():
+            return False
+        if name == "comm_args":
+            continue
+        if name in ("ranges", "ops") and _any_huge_step_word(columns.get("name")):
+            return False
+        firsts.append(int(start.min()))
+        lasts.append(int(end.max()))
+        if float((end.astype(np.float64) - start.astype(np.float64)).sum()) > _INT64_MAX:
+            return False
+    if file.rows.get("memory", 0):
+        ts = np.asarray(file.columns.get("memory", {}).get("ts", [MISSING_INT]), dtype=np.int64)
+        firsts.append(int(ts.min()))
+        lasts.append(int(ts.max()))
+    if firsts and max(lasts) - min(firsts) > _INT64_MAX:
+        return False
+    return any(file.rows.get(name, 0) for name in EVENT_TABLES) and "dropped_events" not in meta
+
+
+def _any_huge_step_word(names: Any) -> bool:
+    """Whether a text column's words (Arrow dictionary batches) include a ProfilerStep#N that int64 cannot
+    hold (True, to be safe, for a column of another kind)."""
+    if names is None:
+        return False
+    chunks = names.chunks if isinstance(names, pa.ChunkedArray) else [names]
+    if not all(isinstance(c, pa.DictionaryArray) for c in chunks):
+        return True
+    words = {w for c in chunks for w in c.dictionary.to_pylist()}
+    return bool(_huge_step_numbers(pd.Series(list(words), dtype=object)).any()) if words else False
 
 
 def describe(dropped: dict[str, dict[str, int]]) -> str:

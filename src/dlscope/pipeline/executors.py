@@ -3,11 +3,13 @@ existing Dask cluster.
 
 A worker task imports a group of consecutive files (:func:`file_groups`: a few groups per worker, so a job of
 many small files costs one round trip per group, not per file) and hands its tables back as Arrow IPC, not as
-pickled DataFrames: each file's table is one record batch appended to its group's file of that table, without the
-columns the parent rebuilds anyway (the rank, and the row ids of a job). A process-pool worker writes these files
-in a private temporary folder (the parent memory-maps them), a Dask task returns the IPC bytes, which Dask ships
-without copying them through pickle. The parent joins every table once, in input order (one Arrow concatenation,
-one conversion to pandas), so the result is the same however and wherever the import ran.
+pickled DataFrames: a group's Kineto files come back as column arrays, joined column by column into one record
+batch per table (each DataFrame made once per group, :func:`dlscope.model.joined_tables`; a group holding another
+format, or a file validation changed, sends a batch per file), without the columns the parent rebuilds anyway (the
+rank, and the row ids of a job); the serial import joins its files' columns so too, once per job. A process-pool
+worker writes these files in a private temporary folder (the parent memory-maps them), a Dask task returns the
+IPC bytes, which Dask ships without copying them through pickle. The parent joins every table once, in input order
+(one Arrow concatenation, one conversion to pandas), so the result is the same however and wherever it ran.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pyarrow as pa
 
 from ..errors import DlscopeError, InputError
 from ..importers.streams import source
-from ..model import ID_COLUMNS, TABLES, Profile, S, concat_tables, text_column
+from ..model import ID_COLUMNS, TABLES, Profile, S, TableColumns, concat_tables, joined_tables, text_column
 from ..processes import can_fork, owned_name, remove_dead, stop_pool, worker_pool
 from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
@@ -51,6 +53,29 @@ def import_file(path: str, max_memory: int | None = None, progress=None, reading
 
     return load(path, max_memory=max_memory, progress=progress, reading=reading,
                 json_limit=most_json_bytes(max_memory) if max_memory else None)
+
+
+def import_job_file(path: str, max_memory: int | None = None, progress=None, reading=None
+                    ) -> Profile | TableColumns:
+    """:func:`import_file` for one file of a job: a Kineto trace comes back as column arrays when validation
+    leaves it as it is (:func:`dlscope.importers.load_for_job`), for the job to make its DataFrames once."""
+    from ..importers import load_for_job
+
+    return load_for_job(path, max_memory=max_memory, progress=progress, reading=reading,
+                        json_limit=most_json_bytes(max_memory) if max_memory else None)
+
+
+def as_profile(file: Profile | TableColumns) -> Profile:
+    return file.profile() if isinstance(file, TableColumns) else file
+
+
+def joined_files(files: Sequence[Profile | TableColumns]) -> dict[str, pd.DataFrame] | None:
+    """The files' tables joined column by column, each DataFrame made once (:func:`dlscope.model.joined_tables`);
+    None when a file came back as a profile (another format, or one validation changed) or a text column is not
+    all strings: those are joined frame by frame, as before."""
+    if len(files) < 2 or not all(isinstance(f, TableColumns) for f in files):
+        return None
+    return joined_tables(cast(list[TableColumns], list(files)))
 
 
 # ------------------------------------------------------------------------------------- a group of files
@@ -125,14 +150,21 @@ def import_group(paths: Sequence[str], max_memory: int | None, new_sink, reading
     writers = {name: _SegmentWriter(new_sink) for name in TABLES}
     rebuilt = {"rank", *(ID_COLUMNS.values() if job else ())}
     try:
-        for path in paths:
-            profile = import_file(path, max_memory, reading=reading)
-            out.metas.append(profile.meta)
+        files = [import_job_file(path, max_memory, reading=reading) for path in paths]
+        out.metas.extend(f.meta for f in files)
+        joined = joined_files(files)
+        if joined is not None:  # the group's files as one record batch per table
             for name, writer in writers.items():
-                frame = profile.table(name)
-                out.rows[name].append(len(frame))
-                writer.add(frame, rebuilt)
-            del profile
+                out.rows[name].extend(f.rows.get(name, 0) for f in cast(list[TableColumns], files))
+                writer.add(joined[name], rebuilt)
+        else:
+            for file in files:
+                profile = as_profile(file)
+                for name, writer in writers.items():
+                    frame = profile.table(name)
+                    out.rows[name].append(len(frame))
+                    writer.add(frame, rebuilt)
+        del files, joined
     finally:
         for name, writer in writers.items():
             out.segments[name] = writer.close()
@@ -239,8 +271,8 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
                            max_memory: int | str | None = None, step: Step = _noop, reading=None) -> Profile:
     """Import every file of a job and merge them into one profile, one rank per file.
 
-    ``workers``: local worker processes (default: the machine's cores for jobs of 64 MiB or more, else 1;
-    1 imports in this process).
+    ``workers``: local worker processes (default: the machine's cores for jobs of ``PARALLEL_MIN_BYTES`` of
+    JSON or more, else 1; 1 imports in this process).
     ``scheduler``: a Dask scheduler address (``tcp://host:8786``); the files must be readable there.
     ``max_memory``: the budget shared by the concurrent imports; a file whose in-memory import would
     not fit its share is streamed. Progress goes to ``step(description, advance=bytes, total=bytes)``.
@@ -255,7 +287,7 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     if scheduler:
         profile = _on_dask(files, sizes, scheduler, budget, step, reading)
     else:
-        n = max(1, min(workers or _default_workers(sizes), len(files))) if can_fork() else 1
+        n = max(1, min(workers or _default_workers(files), len(files))) if can_fork() else 1
         share = budget // n if budget else None
         profile = merge(_serial(files, sizes, share, step, reading), files) if n == 1 else \
             _on_processes(files, sizes, n, share, step, reading)
@@ -264,13 +296,20 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     return profile
 
 
-#: below this much input, worker start-up costs more than the parallel import saves (bench/README.md)
+#: below this much JSON text in all (a gzip file's trailer says how much it inflates to; another file counts its
+#: own size), worker processes cost more than the parallel import saves. Measured with bench/job_parse.py on jobs
+#: of 8 to 64 files cut from bench/out/job64 and the DLRM 8-rank job (bench/README.md, h21jobparse): up to the
+#: 51.5 MiB of job64, 2 workers spend 1.3x (job64) to 2.6x (8 files) the serial CPU and never won on the wall
+#: clock (a shared 2-core machine); the serial parse is about 1 s per 50 MiB of JSON, so below this little is
+#: left to win.
 PARALLEL_MIN_BYTES = 64 * 2**20
 
 
-def _default_workers(sizes: list[int]) -> int:
-    """The machine's cores when the job is large enough to pay for worker processes, else 1."""
-    return (os.cpu_count() or 1) if sum(sizes) >= PARALLEL_MIN_BYTES else 1
+def _default_workers(paths: Sequence[Path]) -> int:
+    """The machine's cores when the job's JSON is large enough to pay for worker processes, else 1."""
+    from ..importers.kineto.text import estimated_json_size
+
+    return (os.cpu_count() or 1) if sum(estimated_json_size(p) for p in paths) >= PARALLEL_MIN_BYTES else 1
 
 
 def file_size(path: Path) -> int:
@@ -292,13 +331,18 @@ class FileProgress:
         self.step(f"read {self.done}/{self.files} files, {self.events:,} events", advance=size)
 
 
-def _serial(paths, sizes, budget, step, reading) -> list[Profile]:
+def _serial(paths, sizes, budget, step, reading) -> list[Profile | TableColumns]:
     files = FileProgress(step, len(paths))
-    return [import_with_progress(path, size, budget, files, reading) for path, size in zip(paths, sizes)]
+    return [_with_progress(import_job_file, path, size, budget, files, reading) for path, size in zip(paths, sizes)]
 
 
 def import_with_progress(path: Path, size: int, budget: int | None, files: FileProgress, reading=None) -> Profile:
     """Import one file in this process, reporting its bytes and events as they are read."""
+    return _with_progress(import_file, path, size, budget, files, reading)
+
+
+def _with_progress(importer: Callable[..., Any], path: Path, size: int, budget: int | None, files: FileProgress,
+                   reading=None) -> Any:
     seen = [0]
 
     def progress(done_bytes: int, events: int) -> None:
@@ -308,7 +352,7 @@ def import_with_progress(path: Path, size: int, budget: int | None, files: FileP
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        profile = import_file(str(path), budget, progress, reading)
+        profile = importer(str(path), budget, progress, reading)
     finally:
         if gc_was:
             gc.enable()
@@ -411,22 +455,31 @@ def apply_identity(profile: Profile, who: Identity, path: Path) -> None:
         getattr(profile, name)["rank"] = np.int64(who.rank)
 
 
-def merge(profiles: list[Profile], paths: Sequence[Path]) -> Profile:
+def merge(files: Sequence[Profile | TableColumns], paths: Sequence[Path]) -> Profile:
     """Give each file its rank (see :mod:`.inputs`) and join them into one profile in input order, each table
-    joined once, its rank column and (for a job) its ids made for all its rows at once."""
-    who = identities(paths, [p.meta for p in profiles])
-    if len(profiles) == 1:
-        apply_identity(profiles[0], who[0], paths[0])
-        return profiles[0]
-    for profile, identity, path in zip(profiles, who, paths):
-        _record_identity(profile.meta, identity, path)
+    joined once (column by column where the files came back as columns), its rank column and (for a job) its
+    ids made for all its rows at once."""
+    who = identities(paths, [f.meta for f in files])
+    if len(files) == 1:
+        profile = as_profile(files[0])
+        apply_identity(profile, who[0], paths[0])
+        return profile
+    for file, identity, path in zip(files, who, paths):
+        _record_identity(file.meta, identity, path)
     ranks = np.array([w.rank for w in who], dtype=np.int64)
+    joined = joined_files(files)
+    profiles = None if joined is not None else [as_profile(f) for f in files]
     tables = {}
     for name in TABLES:
-        frames = [p.table(name) for p in profiles]
-        frame = concat_tables(name, frames)
+        if joined is not None:
+            frame = joined.pop(name)
+            rows = [cast(TableColumns, f).rows.get(name, 0) for f in files]
+        else:
+            frames = [p.table(name) for p in cast(list[Profile], profiles)]
+            frame = concat_tables(name, frames)
+            rows = [len(f) for f in frames]
         tables[name] = _with_rebuilt_columns(frame, list(frame.columns), ID_COLUMNS.get(name),
-                                             np.repeat(ranks, [len(f) for f in frames]))
+                                             np.repeat(ranks, rows))
     out = Profile(**tables)
-    out.meta = {"sources": [p.meta for p in profiles]}
+    out.meta = {"sources": [f.meta for f in files]}
     return out

@@ -29,7 +29,7 @@ from typing import Any
 
 from ... import processes
 from ...errors import InputError
-from ...model import Profile
+from ...model import Profile, TableColumns
 from ..exact_ns import TimeOutOfRange
 from ..python_frames import MAX_FRAMES
 from . import pieces
@@ -47,7 +47,7 @@ from .text import (
 )
 
 __all__ = ["IN_MEMORY_PEAK_FACTOR", "PARALLEL_MIN_BYTES", "Reading", "estimated_json_size",
-           "load_kineto", "read_identity", "should_stream"]
+           "kineto_columns", "load_kineto", "read_identity", "should_stream"]
 
 #: The in-memory reader holds the JSON text plus one piece of objects at a time: at most about this many
 #: times the JSON's size at its peak (measured on the real traces; see bench/README.md). Files whose
@@ -90,7 +90,15 @@ class Reading:
 
 def load_kineto(path: Path, *, max_memory: int | None = None, progress: Progress | None = None,
                 reading: Reading | None = None, json_limit: int | None = None) -> Profile:
-    """Import one Kineto trace file; raise :class:`InputError` when it is not a readable trace.
+    """Import one Kineto trace file (:func:`kineto_columns`, made into DataFrames)."""
+    return kineto_columns(path, max_memory=max_memory, progress=progress, reading=reading,
+                          json_limit=json_limit).profile()
+
+
+def kineto_columns(path: Path, *, max_memory: int | None = None, progress: Progress | None = None,
+                   reading: Reading | None = None, json_limit: int | None = None) -> TableColumns:
+    """Import one Kineto trace file as column arrays (:class:`~dlscope.model.TableColumns`: a job joins its
+    files' columns and makes each DataFrame once); raise :class:`InputError` when it is not a readable trace.
 
     With ``max_memory`` (bytes), a file whose in-memory import would not fit is streamed, and so is one
     whose text turns out larger than its estimate while it is inflated. ``json_limit``: the most JSON text
@@ -103,7 +111,7 @@ def load_kineto(path: Path, *, max_memory: int | None = None, progress: Progress
         with text_limit(json_limit):
             header, tables, event_count = _read(path, max_memory, progress, reading or Reading())
         reading = reading or Reading()
-        profile = tables.profile(rank_of(header), header.deviceProperties, reading.max_python_frames)
+        columns = tables.columns(rank_of(header), header.deviceProperties, reading.max_python_frames)
     except TimeOutOfRange as e:
         raise InputError(path, f"has an event whose {e}") from None
     except TooMuchText as e:
@@ -112,8 +120,8 @@ def load_kineto(path: Path, *, max_memory: int | None = None, progress: Progress
     finally:
         if gc_was_enabled:
             gc.enable()
-    profile.meta.update(meta(path, header, event_count))
-    return profile
+    columns.meta.update(meta(path, header, event_count))
+    return columns
 
 
 def _read(path: Path, max_memory: int | None, progress: Progress | None, reading: Reading

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ...model import ID_COLUMNS, MISSING_STR, TABLES, Profile, S, make_table
+from ...model import ID_COLUMNS, MISSING_STR, TABLES, Profile, S, TableColumns, make_table
 from ...system import cuda_version, known
 from ..exact_ns import TimeOutOfRange, checked_end, us_to_ns
 from ..python_frames import MAX_FRAMES, bounded, innermost_user_frame, parse_names
@@ -92,27 +92,33 @@ class Tables:
             self.rows[table] += n
 
     def profile(self, rank: int, device_properties: Any, max_python_frames: int = MAX_FRAMES) -> Profile:
+        return self.columns(rank, device_properties, max_python_frames).profile()
+
+    def columns(self, rank: int, device_properties: Any, max_python_frames: int = MAX_FRAMES) -> TableColumns:
+        """The file's tables as column arrays (a job makes its DataFrames once, :func:`~...model.joined_tables`)."""
         tables = {name: self._frame(name, rank) for name in
                   ("ops", "ranges", "api_calls", "kernels", "memops", "syncs", "memory")}
-        tables["gpus"] = gpus_frame(device_properties, tables["kernels"]["device"], rank)
-        frames, frames_meta = self._python_frames(rank, max_python_frames)
-        profile = Profile(**tables, comm_args=self._comm_frame(rank), python_frames=frames)
-        profile.meta = {
-            "trace_start_ns": first_start(profile),
+        tables["gpus"] = gpus_columns(device_properties, tables["kernels"][0].get("device"), rank)
+        tables["comm_args"] = self._comm_frame(rank)
+        tables["python_frames"], frames_meta = self._python_frames(rank, max_python_frames)
+        meta = {
+            "trace_start_ns": first_start_of({name: cols.get("start", np.full(n, -1)) for name, (cols, n) in
+                                              tables.items() if name in _TIMED and n}),
             "python_frames": frames_meta,
             "dropped_python_functions": frames_meta["dropped"],
             "unmapped_categories": dict(self.unmapped),
         }
-        return profile
+        return TableColumns({name: cols for name, (cols, _) in tables.items()},
+                            {name: n for name, (_, n) in tables.items()}, meta)
 
-    def _python_frames(self, rank: int, max_frames: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+    def _python_frames(self, rank: int, max_frames: int) -> tuple[tuple[dict[str, Any], int], dict[str, Any]]:
         """The python_function frames, at most ``max_python_frames`` of them (the longest), and what was kept."""
         n = self.rows["python_frames"]
         chunks = self.chunks.pop("python_frames", {})
         columns = {col: _concat(values) for col, values in chunks.items()} if n else {}
         meta: dict[str, Any] = {"recorded": n, "kept": n, "dropped": 0, "max_frames": max_frames}
         if not n:
-            return make_table("python_frames", {}, 0), meta
+            return ({}, 0), meta
         keep = bounded(np.asarray(columns["start"]), np.asarray(columns["end"]), max_frames)
         if len(keep) < n:
             columns["python_parent_id"] = kept_parent_ids(columns, keep)
@@ -122,17 +128,16 @@ class Tables:
                         dropped_reason=f"more than {max_frames} frames: the shortest were dropped")
         files, lines, functions = parse_names(columns["name"])
         m = len(keep)
-        return make_table("python_frames", {**columns, "file": files, "line": lines, "function": functions,
-                                            "rank": np.full(m, rank, np.int64),
-                                            "frame_id": np.arange(m, dtype=np.int64)}, m), meta
+        return ({**columns, "file": files, "line": lines, "function": functions,
+                 "rank": np.full(m, rank, np.int64), "frame_id": np.arange(m, dtype=np.int64)}, m), meta
 
-    def _comm_frame(self, rank: int) -> pd.DataFrame:
+    def _comm_frame(self, rank: int) -> tuple[dict[str, Any], int]:
         chunks = self.chunks.pop("comm_args", {})
         n = self.rows["comm_args"]
         columns = {col: _concat(values) for col, values in chunks.items()}
-        return make_table("comm_args", {**columns, "rank": np.full(n, rank, np.int64)}, n)
+        return {**columns, "rank": np.full(n, rank, np.int64)}, n
 
-    def _frame(self, table: str, rank: int) -> pd.DataFrame:
+    def _frame(self, table: str, rank: int) -> tuple[dict[str, Any], int]:
         n = self.rows[table]
         columns = {col: _concat(chunks) for col, chunks in self.chunks.pop(table, {}).items()}
         columns["rank"] = np.full(n, rank, dtype=np.int64)
@@ -140,7 +145,10 @@ class Tables:
             columns["op_type"] = columns["name"]  # until op types are classified
         if table != "memory":
             columns[ID_COLUMNS[table]] = np.arange(n, dtype=np.int64)
-        return make_table(table, columns, n)
+        unknown = set(columns) - set(TABLES[table])
+        if unknown:  # as make_table says it: a typo in an importer fails loudly
+            raise KeyError(f"{table}: unknown columns {sorted(unknown)}")
+        return columns, n
 
 
 def _encoded(values: Any) -> Any:
@@ -257,9 +265,17 @@ def system_facts(header: Trace) -> dict[str, Any]:
 
 def first_start(profile: Profile) -> int:
     """The earliest timestamp of any mapped event, in ns (-1 for a trace with none)."""
-    starts = [t["start"].min() for t in (profile.ops, profile.ranges, profile.api_calls, profile.kernels,
-                                         profile.memops, profile.syncs) if len(t)]
-    return int(min(starts)) if starts else -1
+    return first_start_of({name: profile.table(name)["start"] for name in _TIMED if len(profile.table(name))})
+
+
+#: the tables of events with a start (what :func:`first_start` reads)
+_TIMED = ("ops", "ranges", "api_calls", "kernels", "memops", "syncs")
+
+
+def first_start_of(starts: dict[str, Any]) -> int:
+    """:func:`first_start` from the start columns of the tables with rows."""
+    firsts = [np.asarray(column, dtype=np.int64).min() for column in starts.values()]
+    return int(min(firsts)) if firsts else -1
 
 
 # ------------------------------------------------------------------------ per-batch table columns
@@ -505,11 +521,18 @@ def _memory_columns(evs: list[Event]) -> dict[str, Any]:
 
 def gpus_frame(device_properties: Any, kernel_devices: pd.Series, rank: int) -> pd.DataFrame:
     """One row per ``deviceProperties`` entry, plus a blank row for any kernel device it lacks."""
+    columns, n = gpus_columns(device_properties, kernel_devices, rank)
+    return make_table("gpus", columns, n)
+
+
+def gpus_columns(device_properties: Any, kernel_devices: Any, rank: int) -> tuple[dict[str, Any], int]:
+    """:func:`gpus_frame`'s columns."""
     listed = device_properties if isinstance(device_properties, list) else []  # any other value says nothing
     props = [p for p in listed if isinstance(p, dict)]
     devices = [_as_int(p.get("id", -1)) for p in props]
-    missing = sorted(set(np.unique(kernel_devices).tolist()) - set(devices) - {-1})
-    return make_table("gpus", {
+    seen = np.unique(np.asarray([] if kernel_devices is None else kernel_devices, dtype=np.int64))
+    missing = sorted(set(seen.tolist()) - set(devices) - {-1})
+    return {
         "rank": [rank] * (len(props) + len(missing)),
         "device": devices + missing,
         "name": [str(p.get("name", "")) for p in props] + [""] * len(missing),
@@ -517,7 +540,7 @@ def gpus_frame(device_properties: Any, kernel_devices: pd.Series, rank: int) -> 
         "memory_bytes": [_as_int(p.get("totalGlobalMem", -1)) for p in props] + [-1] * len(missing),
         "cc_major": [_as_int(p.get("computeMajor", -1)) for p in props] + [-1] * len(missing),
         "cc_minor": [_as_int(p.get("computeMinor", -1)) for p in props] + [-1] * len(missing),
-    })
+    }, len(props) + len(missing)
 
 
 # ----------------------------------------------------------------------------------- column helpers
