@@ -289,14 +289,33 @@ def _sum_by(inverse: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 
 def _top_kernels(op_kernels: pd.DataFrame, by: str, limit: int = 5) -> pd.Series:
     """Per ``by`` (from kernel rows already summed per op node and name), its kernels by GPU time
-    ("name ×calls; …"), at most ``limit``."""
+    ("name ×calls; …"), at most ``limit``; ties by name. Grouped on integer codes with numpy (one sort, sums
+    by ``reduceat``): a job has tens of thousands of groups, too many for a pandas aggregation per group."""
     if op_kernels.empty:
         return pd.Series(dtype=object)
-    per = op_kernels.groupby([by, "kernel_name"], sort=False)[["gpu_time_ns", "calls"]].sum().reset_index()
-    per = per.sort_values([by, "gpu_time_ns", "kernel_name"], ascending=[True, False, True], kind="stable")
-    per = per.groupby(by, sort=False).head(limit)
-    text = per["kernel_name"].astype(str) + " ×" + per["calls"].astype(str)
-    return text.groupby(per[by].to_numpy(), sort=False).agg("; ".join)
+    names = op_kernels["kernel_name"].to_numpy(dtype=object)
+    named = np.flatnonzero(pd.notna(names))  # rows without a name are in no group
+    if len(named) == 0:
+        return pd.Series(dtype=object)
+    name_code, name_of = pd.factorize(names[named], sort=True)  # codes in name order
+    by_code, by_of = pd.factorize(op_kernels[by].to_numpy()[named], sort=True)
+    pair = by_code.astype(np.int64) * len(name_of) + name_code
+    order = np.argsort(pair, kind="stable")
+    pair = pair[order]
+    first = np.flatnonzero(np.concatenate([[True], pair[1:] != pair[:-1]]))
+    gpu = np.add.reduceat(op_kernels["gpu_time_ns"].to_numpy()[named][order], first)
+    calls = np.add.reduceat(op_kernels["calls"].to_numpy()[named][order], first)
+    pair_by, pair_name = pair[first] // len(name_of), pair[first] % len(name_of)
+    ranked = np.lexsort((pair_name, -gpu, pair_by))  # per group: GPU time down, then name
+    pair_by, pair_name, calls = pair_by[ranked], pair_name[ranked], calls[ranked]
+    starts = np.flatnonzero(np.concatenate([[True], pair_by[1:] != pair_by[:-1]]))
+    within = np.arange(len(pair_by)) - np.repeat(starts, np.diff(np.append(starts, len(pair_by))))
+    kept = within < limit
+    label = np.asarray(name_of, dtype=object)[pair_name[kept]]
+    text = [f"{n} ×{c}" for n, c in zip(label.tolist(), calls[kept].tolist())]
+    bounds = np.append(np.flatnonzero(within[kept] == 0), len(text)).tolist()
+    joined = ["; ".join(text[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    return pd.Series(joined, index=np.asarray(by_of)[pair_by[starts]], dtype=object)
 
 
 OP_TYPE_COLUMNS = ["op_type", "ops", "calls"] + [
@@ -431,14 +450,22 @@ def _groups(nodes: pd.DataFrame, roots: pd.DataFrame, api: pd.DataFrame, gpu: pd
 
 def resolve_range(an: Analysed, rank: int, iter_start: int | None, iter_stop: int | None) -> pd.DataFrame:
     """The iterations of the aggregation, or a clear error for a range outside the profile."""
-    its = an.iterations[an.iterations["rank"] == rank].sort_values("iteration")
-    numbers = its["iteration"].to_numpy()
+    return an.iterations.iloc[_chosen_rows(an, rank, iter_start, iter_stop)]
+
+
+def _chosen_rows(an: Analysed, rank: int, iter_start: int | None, iter_stop: int | None) -> np.ndarray:
+    """:func:`resolve_range`'s rows of ``an.iterations`` (by iteration number), found with numpy: a job calls
+    it once per rank."""
     if iter_start is not None and iter_stop is not None and iter_stop < iter_start:
         raise DlscopeError(f"--iter-start {iter_start} is after --iter-stop {iter_stop}")
+    all_numbers = an.iterations["iteration"].to_numpy()
+    rows = np.flatnonzero(an.iterations["rank"].to_numpy() == rank)
+    rows = rows[np.argsort(all_numbers[rows], kind="stable")]
+    numbers = all_numbers[rows]
     lo = int(numbers.min()) if iter_start is None else int(iter_start)
     hi = int(numbers.max()) if iter_stop is None else int(iter_stop)
-    chosen = its[(its["iteration"] >= lo) & (its["iteration"] <= hi)]
-    if chosen.empty:
+    chosen = rows[(numbers >= lo) & (numbers <= hi)]
+    if len(chosen) == 0:
         raise DlscopeError(f"no iterations from {lo} to {hi}; the profile has iterations "
                            f"{int(numbers.min())}..{int(numbers.max())}")
     return chosen
@@ -465,8 +492,11 @@ class JobAggregation:
 
     def __init__(self, an: Analysed, ranks: list[int], iter_start: int | None = None, iter_stop: int | None = None):
         self.an = an
-        self.chosen = {r: resolve_range(an, r, iter_start, iter_stop).sort_values("start", kind="stable")
-                       for r in ranks}
+        starts = an.iterations["start"].to_numpy()
+        self.chosen = {}
+        for r in ranks:  # the rank's iterations in the range, by start
+            rows = _chosen_rows(an, r, iter_start, iter_stop)
+            self.chosen[r] = an.iterations.iloc[rows[np.argsort(starts[rows], kind="stable")]]
         self.tables = _JobTables(an, {r: c["iteration"].to_numpy() for r, c in self.chosen.items()})
         self.groups = _JobGroups(self.tables, an, {r: (b[2], b[3]) for r, b in self.bounds().items()})
         # every iteration of each rank by start (a rank's rows contiguous), and each rank's window points
