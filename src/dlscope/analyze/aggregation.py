@@ -492,6 +492,7 @@ class JobAggregation:
 
     def __init__(self, an: Analysed, ranks: list[int], iter_start: int | None = None, iter_stop: int | None = None):
         self.an = an
+        self._bounds: dict[int, tuple[int, int, int, int]] | None = None
         starts = an.iterations["start"].to_numpy()
         self.chosen = {}
         for r in ranks:  # the rank's iterations in the range, by start
@@ -516,12 +517,13 @@ class JobAggregation:
 
     def bounds(self) -> dict[int, tuple[int, int, int, int]]:
         """Per rank: (iter_start, iter_stop, window_start, window_end) of its aggregation (as its row has them)."""
-        out = {}
-        for r, chosen in self.chosen.items():
-            starts, ends = _windows(chosen)
-            its = chosen["iteration"].to_numpy()
-            out[r] = (int(its.min()), int(its.max()), int(starts[0]), int(ends[-1]))
-        return out
+        if self._bounds is None:  # made once: the set-up and the pipeline ask for it several times
+            self._bounds = {}
+            for r, chosen in self.chosen.items():
+                starts, ends = _windows(chosen)
+                its = chosen["iteration"].to_numpy()
+                self._bounds[r] = (int(its.min()), int(its.max()), int(starts[0]), int(ends[-1]))
+        return dict(self._bounds)
 
     def aggregate(self, rank: int) -> Aggregation:
         i = self.tables.ranks.index(rank)
@@ -744,7 +746,8 @@ class _JobGroups:
             group_id=per_rank_groups[node_rank] + within,
             parent_group_id=np.where(last_group >= 0, last_group - offset[node_rank], -1).astype(np.int64),
             is_group=False, level=node_chain_len + 1, name=nodes["op_name"],
-            path=[(sc + "/" if sc else "") + nm for sc, nm in zip(nodes["scope"], nodes["op_name"])])
+            path=[(sc + "/" if sc else "") + nm for sc, nm in zip(nodes["scope"].to_numpy(dtype=object).tolist(),
+                                                                  nodes["op_name"].to_numpy(dtype=object).tolist())])
         columns = ["group_id", "parent_group_id", "is_group", "level", "name", "path", "node_id", *GROUP_METRICS,
                    "tc_eligible", "using_tc"]
         both = pd.concat([grp[columns], leaves[columns]], ignore_index=True)
