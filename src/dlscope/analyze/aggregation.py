@@ -273,7 +273,7 @@ def _op_nodes(ops: pd.DataFrame, roots: np.ndarray, op_kernels: pd.DataFrame) ->
         out[col] = np.bincount(inverse, weights=ops[col].to_numpy(bool)[roots], minlength=len(ids)) > 0
     firsts = roots[first]
     for col, src in _NODE_TEXT.items():
-        out[col] = ops[src].take(firsts).to_numpy()
+        out[col] = _text_values(ops[src].take(firsts))
     out["cpu_overhead_ns"] = np.maximum(out["cpu_time_ns"] - out["api_time_ns"], 0)
     out["kernels"] = string_column(_top_kernels(op_kernels, "node_id").reindex(ids).fillna("").to_numpy(dtype=object))
     order = np.argsort(first, kind="stable")  # nodes in order of their first call
@@ -359,13 +359,27 @@ def _op_types_coded(ops: pd.DataFrame, roots: np.ndarray, nodes: pd.DataFrame, t
 
 
 def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, by: list[str]) -> pd.DataFrame:
-    """Kernel time statistics per kernel name (and ``by``), grouped on integer name codes."""
+    """Kernel time statistics per kernel name (and ``by``), grouped on integer name codes; the names are taken
+    from ``names`` as they are (Arrow strings stay Arrow strings, not converted to Python objects and back),
+    ``name_code`` (last) their positions in it."""
     frame = kernels[by + ["uses_tc", "dur"]].assign(name_code=codes)
     g = frame.groupby(by + ["name_code"], sort=False)
     out = g.agg(uses_tc=("uses_tc", "max"), calls=("dur", "size"), gpu_time_ns=("dur", "sum"),
                 avg_ns=("dur", "mean"), min_ns=("dur", "min"), max_ns=("dur", "max")).reset_index()
-    out.insert(len(by), "kernel_name", np.asarray(names, dtype=object)[out.pop("name_code").to_numpy()])
+    code = out.pop("name_code").to_numpy() % max(len(names), 1)  # a missing name (-1): the last, as numpy indexes
+    out.insert(len(by), "kernel_name", _text_values(names.take(code)))
+    out["name_code"] = code
     return out
+
+
+def _text_values(values: pd.Index | pd.Series):
+    """Values to put in a frame's column: a column of pandas' default string dtype its own array (what its
+    object array would be converted back to), anything else the object array."""
+    return values.array if values.dtype == _DEFAULT_STRINGS else values.to_numpy()
+
+
+#: the dtype pandas gives a column of Python strings (``str`` in pandas 3, object before)
+_DEFAULT_STRINGS = pd.Series(np.array([""], dtype=object)).dtype
 
 
 GROUP_METRICS = ["calls", "kernel_count", "gpu_time_ns", "tc_gpu_time_ns", "cpu_time_ns", "api_time_ns",
@@ -557,6 +571,7 @@ class _JobTables:
         launched = self.ak["node_id"].to_numpy() >= 0
         self.op_kernels = _kernel_summary(self.ak[launched], codes[launched], self.kernel_names, ["rank", "node_id"])
         self.op_kernels_at: list = _positions(self.op_kernels.pop("rank").to_numpy(np.int64), self.ranks)
+        op_kernel_codes = self.op_kernels.pop("name_code").to_numpy()
         self.nodes = _op_nodes(ops, roots, self.op_kernels)
         root_nodes, first = np.unique(ops["node_id"].to_numpy(np.int64)[roots], return_index=True)
         rank_of_node = pd.Series(ops["rank"].to_numpy(np.int64)[roots][first], index=root_nodes)
@@ -564,7 +579,7 @@ class _JobTables:
         self.nodes_at: list = _positions(self.node_rank, self.ranks)
         self.kernel_rows = _kernel_summary(self.ak, codes, self.kernel_names, ["rank"])
         self.kernel_rows_at: list = _positions(self.kernel_rows.pop("rank").to_numpy(np.int64), self.ranks)
-        op_names = self._kernel_op_names()
+        op_names = self._kernel_op_names(self.kernel_rows.pop("name_code").to_numpy(), op_kernel_codes)
         self.op_types = self._op_types()
         self._category_columns(an)
         # every per-rank table rank by rank, so that a rank's rows are a slice (a view, not a gather)
@@ -615,19 +630,20 @@ class _JobTables:
         return [of("kernels", self._tc), of("kernels", ~self._tc), of("memops"), kind["dataloader"], kind["io"],
                 of("ops")]
 
-    def _kernel_op_names(self) -> np.ndarray:
-        """Per kernel_rows row: the op nodes that launched its kernel name on its rank (``_kernel_ops``)."""
+    def _kernel_op_names(self, row_codes: np.ndarray, op_kernel_codes: np.ndarray) -> np.ndarray:
+        """Per kernel_rows row: the op nodes that launched its kernel name on its rank (``_kernel_ops``);
+        ``row_codes``, ``op_kernel_codes``: the kernel names' codes of kernel_rows and op_kernels."""
         rank_code = np.zeros(len(self.kernel_rows), dtype=np.int64)
         for i, rows in enumerate(self.kernel_rows_at):
             rank_code[rows] = i
-        names = pd.Index(np.asarray(self.kernel_names, dtype=object))
-        row_key = rank_code * len(names) + names.get_indexer(self.kernel_rows["kernel_name"].to_numpy(dtype=object))
+        n_names = len(self.kernel_names)
+        row_key = rank_code * n_names + row_codes
         ok = self.op_kernels
         ok_rank = np.zeros(len(ok), dtype=np.int64)
         for i, rows in enumerate(self.op_kernels_at):
             ok_rank[rows] = i
         named = pd.DataFrame({
-            "k": ok_rank * len(names) + names.get_indexer(ok["kernel_name"].to_numpy(dtype=object)),
+            "k": ok_rank * n_names + op_kernel_codes,
             "kernel_name": ok["node_id"].map(self.nodes.set_index("node_id")["op_name"]).to_numpy(dtype=object),
             "gpu_time_ns": ok["gpu_time_ns"].to_numpy(), "calls": ok["calls"].to_numpy()})
         return _top_kernels(named, "k").reindex(row_key).to_numpy(dtype=object)
