@@ -273,7 +273,7 @@ def _op_nodes(ops: pd.DataFrame, roots: np.ndarray, op_kernels: pd.DataFrame) ->
         out[col] = np.bincount(inverse, weights=ops[col].to_numpy(bool)[roots], minlength=len(ids)) > 0
     firsts = roots[first]
     for col, src in _NODE_TEXT.items():
-        out[col] = ops[src].take(firsts).to_numpy()
+        out[col] = _text_values(ops[src].take(firsts))
     out["cpu_overhead_ns"] = np.maximum(out["cpu_time_ns"] - out["api_time_ns"], 0)
     out["kernels"] = string_column(_top_kernels(op_kernels, "node_id").reindex(ids).fillna("").to_numpy(dtype=object))
     order = np.argsort(first, kind="stable")  # nodes in order of their first call
@@ -289,14 +289,33 @@ def _sum_by(inverse: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 
 def _top_kernels(op_kernels: pd.DataFrame, by: str, limit: int = 5) -> pd.Series:
     """Per ``by`` (from kernel rows already summed per op node and name), its kernels by GPU time
-    ("name ×calls; …"), at most ``limit``."""
+    ("name ×calls; …"), at most ``limit``; ties by name. Grouped on integer codes with numpy (one sort, sums
+    by ``reduceat``): a job has tens of thousands of groups, too many for a pandas aggregation per group."""
     if op_kernels.empty:
         return pd.Series(dtype=object)
-    per = op_kernels.groupby([by, "kernel_name"], sort=False)[["gpu_time_ns", "calls"]].sum().reset_index()
-    per = per.sort_values([by, "gpu_time_ns", "kernel_name"], ascending=[True, False, True], kind="stable")
-    per = per.groupby(by, sort=False).head(limit)
-    text = per["kernel_name"].astype(str) + " ×" + per["calls"].astype(str)
-    return text.groupby(per[by].to_numpy(), sort=False).agg("; ".join)
+    names = op_kernels["kernel_name"].to_numpy(dtype=object)
+    named = np.flatnonzero(pd.notna(names))  # rows without a name are in no group
+    if len(named) == 0:
+        return pd.Series(dtype=object)
+    name_code, name_of = pd.factorize(names[named], sort=True)  # codes in name order
+    by_code, by_of = pd.factorize(op_kernels[by].to_numpy()[named], sort=True)
+    pair = by_code.astype(np.int64) * len(name_of) + name_code
+    order = np.argsort(pair, kind="stable")
+    pair = pair[order]
+    first = np.flatnonzero(np.concatenate([[True], pair[1:] != pair[:-1]]))
+    gpu = np.add.reduceat(op_kernels["gpu_time_ns"].to_numpy()[named][order], first)
+    calls = np.add.reduceat(op_kernels["calls"].to_numpy()[named][order], first)
+    pair_by, pair_name = pair[first] // len(name_of), pair[first] % len(name_of)
+    ranked = np.lexsort((pair_name, -gpu, pair_by))  # per group: GPU time down, then name
+    pair_by, pair_name, calls = pair_by[ranked], pair_name[ranked], calls[ranked]
+    starts = np.flatnonzero(np.concatenate([[True], pair_by[1:] != pair_by[:-1]]))
+    within = np.arange(len(pair_by)) - np.repeat(starts, np.diff(np.append(starts, len(pair_by))))
+    kept = within < limit
+    label = np.asarray(name_of, dtype=object)[pair_name[kept]]
+    text = [f"{n} ×{c}" for n, c in zip(label.tolist(), calls[kept].tolist())]
+    bounds = np.append(np.flatnonzero(within[kept] == 0), len(text)).tolist()
+    joined = ["; ".join(text[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    return pd.Series(joined, index=np.asarray(by_of)[pair_by[starts]], dtype=object)
 
 
 OP_TYPE_COLUMNS = ["op_type", "ops", "calls"] + [
@@ -340,13 +359,27 @@ def _op_types_coded(ops: pd.DataFrame, roots: np.ndarray, nodes: pd.DataFrame, t
 
 
 def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, by: list[str]) -> pd.DataFrame:
-    """Kernel time statistics per kernel name (and ``by``), grouped on integer name codes."""
+    """Kernel time statistics per kernel name (and ``by``), grouped on integer name codes; the names are taken
+    from ``names`` as they are (Arrow strings stay Arrow strings, not converted to Python objects and back),
+    ``name_code`` (last) their positions in it."""
     frame = kernels[by + ["uses_tc", "dur"]].assign(name_code=codes)
     g = frame.groupby(by + ["name_code"], sort=False)
     out = g.agg(uses_tc=("uses_tc", "max"), calls=("dur", "size"), gpu_time_ns=("dur", "sum"),
                 avg_ns=("dur", "mean"), min_ns=("dur", "min"), max_ns=("dur", "max")).reset_index()
-    out.insert(len(by), "kernel_name", np.asarray(names, dtype=object)[out.pop("name_code").to_numpy()])
+    code = out.pop("name_code").to_numpy() % max(len(names), 1)  # a missing name (-1): the last, as numpy indexes
+    out.insert(len(by), "kernel_name", _text_values(names.take(code)))
+    out["name_code"] = code
     return out
+
+
+def _text_values(values: pd.Index | pd.Series):
+    """Values to put in a frame's column: a column of pandas' default string dtype its own array (what its
+    object array would be converted back to), anything else the object array."""
+    return values.array if values.dtype == _DEFAULT_STRINGS else values.to_numpy()
+
+
+#: the dtype pandas gives a column of Python strings (``str`` in pandas 3, object before)
+_DEFAULT_STRINGS = pd.Series(np.array([""], dtype=object)).dtype
 
 
 GROUP_METRICS = ["calls", "kernel_count", "gpu_time_ns", "tc_gpu_time_ns", "cpu_time_ns", "api_time_ns",
@@ -431,14 +464,22 @@ def _groups(nodes: pd.DataFrame, roots: pd.DataFrame, api: pd.DataFrame, gpu: pd
 
 def resolve_range(an: Analysed, rank: int, iter_start: int | None, iter_stop: int | None) -> pd.DataFrame:
     """The iterations of the aggregation, or a clear error for a range outside the profile."""
-    its = an.iterations[an.iterations["rank"] == rank].sort_values("iteration")
-    numbers = its["iteration"].to_numpy()
+    return an.iterations.iloc[_chosen_rows(an, rank, iter_start, iter_stop)]
+
+
+def _chosen_rows(an: Analysed, rank: int, iter_start: int | None, iter_stop: int | None) -> np.ndarray:
+    """:func:`resolve_range`'s rows of ``an.iterations`` (by iteration number), found with numpy: a job calls
+    it once per rank."""
     if iter_start is not None and iter_stop is not None and iter_stop < iter_start:
         raise DlscopeError(f"--iter-start {iter_start} is after --iter-stop {iter_stop}")
+    all_numbers = an.iterations["iteration"].to_numpy()
+    rows = np.flatnonzero(an.iterations["rank"].to_numpy() == rank)
+    rows = rows[np.argsort(all_numbers[rows], kind="stable")]
+    numbers = all_numbers[rows]
     lo = int(numbers.min()) if iter_start is None else int(iter_start)
     hi = int(numbers.max()) if iter_stop is None else int(iter_stop)
-    chosen = its[(its["iteration"] >= lo) & (its["iteration"] <= hi)]
-    if chosen.empty:
+    chosen = rows[(numbers >= lo) & (numbers <= hi)]
+    if len(chosen) == 0:
         raise DlscopeError(f"no iterations from {lo} to {hi}; the profile has iterations "
                            f"{int(numbers.min())}..{int(numbers.max())}")
     return chosen
@@ -465,8 +506,12 @@ class JobAggregation:
 
     def __init__(self, an: Analysed, ranks: list[int], iter_start: int | None = None, iter_stop: int | None = None):
         self.an = an
-        self.chosen = {r: resolve_range(an, r, iter_start, iter_stop).sort_values("start", kind="stable")
-                       for r in ranks}
+        self._bounds: dict[int, tuple[int, int, int, int]] | None = None
+        starts = an.iterations["start"].to_numpy()
+        self.chosen = {}
+        for r in ranks:  # the rank's iterations in the range, by start
+            rows = _chosen_rows(an, r, iter_start, iter_stop)
+            self.chosen[r] = an.iterations.iloc[rows[np.argsort(starts[rows], kind="stable")]]
         self.tables = _JobTables(an, {r: c["iteration"].to_numpy() for r, c in self.chosen.items()})
         self.groups = _JobGroups(self.tables, an, {r: (b[2], b[3]) for r, b in self.bounds().items()})
         # every iteration of each rank by start (a rank's rows contiguous), and each rank's window points
@@ -486,12 +531,13 @@ class JobAggregation:
 
     def bounds(self) -> dict[int, tuple[int, int, int, int]]:
         """Per rank: (iter_start, iter_stop, window_start, window_end) of its aggregation (as its row has them)."""
-        out = {}
-        for r, chosen in self.chosen.items():
-            starts, ends = _windows(chosen)
-            its = chosen["iteration"].to_numpy()
-            out[r] = (int(its.min()), int(its.max()), int(starts[0]), int(ends[-1]))
-        return out
+        if self._bounds is None:  # made once: the set-up and the pipeline ask for it several times
+            self._bounds = {}
+            for r, chosen in self.chosen.items():
+                starts, ends = _windows(chosen)
+                its = chosen["iteration"].to_numpy()
+                self._bounds[r] = (int(its.min()), int(its.max()), int(starts[0]), int(ends[-1]))
+        return dict(self._bounds)
 
     def aggregate(self, rank: int) -> Aggregation:
         i = self.tables.ranks.index(rank)
@@ -525,6 +571,7 @@ class _JobTables:
         launched = self.ak["node_id"].to_numpy() >= 0
         self.op_kernels = _kernel_summary(self.ak[launched], codes[launched], self.kernel_names, ["rank", "node_id"])
         self.op_kernels_at: list = _positions(self.op_kernels.pop("rank").to_numpy(np.int64), self.ranks)
+        op_kernel_codes = self.op_kernels.pop("name_code").to_numpy()
         self.nodes = _op_nodes(ops, roots, self.op_kernels)
         root_nodes, first = np.unique(ops["node_id"].to_numpy(np.int64)[roots], return_index=True)
         rank_of_node = pd.Series(ops["rank"].to_numpy(np.int64)[roots][first], index=root_nodes)
@@ -532,7 +579,7 @@ class _JobTables:
         self.nodes_at: list = _positions(self.node_rank, self.ranks)
         self.kernel_rows = _kernel_summary(self.ak, codes, self.kernel_names, ["rank"])
         self.kernel_rows_at: list = _positions(self.kernel_rows.pop("rank").to_numpy(np.int64), self.ranks)
-        op_names = self._kernel_op_names()
+        op_names = self._kernel_op_names(self.kernel_rows.pop("name_code").to_numpy(), op_kernel_codes)
         self.op_types = self._op_types()
         self._category_columns(an)
         # every per-rank table rank by rank, so that a rank's rows are a slice (a view, not a gather)
@@ -583,19 +630,20 @@ class _JobTables:
         return [of("kernels", self._tc), of("kernels", ~self._tc), of("memops"), kind["dataloader"], kind["io"],
                 of("ops")]
 
-    def _kernel_op_names(self) -> np.ndarray:
-        """Per kernel_rows row: the op nodes that launched its kernel name on its rank (``_kernel_ops``)."""
+    def _kernel_op_names(self, row_codes: np.ndarray, op_kernel_codes: np.ndarray) -> np.ndarray:
+        """Per kernel_rows row: the op nodes that launched its kernel name on its rank (``_kernel_ops``);
+        ``row_codes``, ``op_kernel_codes``: the kernel names' codes of kernel_rows and op_kernels."""
         rank_code = np.zeros(len(self.kernel_rows), dtype=np.int64)
         for i, rows in enumerate(self.kernel_rows_at):
             rank_code[rows] = i
-        names = pd.Index(np.asarray(self.kernel_names, dtype=object))
-        row_key = rank_code * len(names) + names.get_indexer(self.kernel_rows["kernel_name"].to_numpy(dtype=object))
+        n_names = len(self.kernel_names)
+        row_key = rank_code * n_names + row_codes
         ok = self.op_kernels
         ok_rank = np.zeros(len(ok), dtype=np.int64)
         for i, rows in enumerate(self.op_kernels_at):
             ok_rank[rows] = i
         named = pd.DataFrame({
-            "k": ok_rank * len(names) + names.get_indexer(ok["kernel_name"].to_numpy(dtype=object)),
+            "k": ok_rank * n_names + op_kernel_codes,
             "kernel_name": ok["node_id"].map(self.nodes.set_index("node_id")["op_name"]).to_numpy(dtype=object),
             "gpu_time_ns": ok["gpu_time_ns"].to_numpy(), "calls": ok["calls"].to_numpy()})
         return _top_kernels(named, "k").reindex(row_key).to_numpy(dtype=object)
@@ -714,7 +762,8 @@ class _JobGroups:
             group_id=per_rank_groups[node_rank] + within,
             parent_group_id=np.where(last_group >= 0, last_group - offset[node_rank], -1).astype(np.int64),
             is_group=False, level=node_chain_len + 1, name=nodes["op_name"],
-            path=[(sc + "/" if sc else "") + nm for sc, nm in zip(nodes["scope"], nodes["op_name"])])
+            path=[(sc + "/" if sc else "") + nm for sc, nm in zip(nodes["scope"].to_numpy(dtype=object).tolist(),
+                                                                  nodes["op_name"].to_numpy(dtype=object).tolist())])
         columns = ["group_id", "parent_group_id", "is_group", "level", "name", "path", "node_id", *GROUP_METRICS,
                    "tc_eligible", "using_tc"]
         both = pd.concat([grp[columns], leaves[columns]], ignore_index=True)
