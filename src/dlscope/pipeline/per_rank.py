@@ -2,10 +2,9 @@
 
 The aggregation tables and the MFU of every rank are computed once, in the parent (:class:`JobAggregation`,
 :class:`JobMFU`: the rank in every key), so each rank's are slices and look-ups; what is left per rank, its
-rules, is a few tens of ms of pandas work whatever the rank's size, so a job of many ranks spreads it over
-workers forked after the analysis, which read it copy-on-write; only each rank's small results travel back
-(pickled). Results come back in rank order,
-so the database is the same however many workers ran.
+rules, is ~9 ms a rank plus ~0.5 µs a row, so a job whose ranks add up to more than forking costs spreads it
+over workers forked after the analysis, which read it copy-on-write; only each rank's small results travel back
+(pickled). Results come back in rank order, so the database is the same however many workers ran.
 """
 
 from __future__ import annotations
@@ -18,8 +17,13 @@ from ..experts import RuleFrames, evaluate
 from ..processes import can_fork, release_free_memory, stop_pool, worker_pool
 from ..roofline.mfu import JobMFU
 
-#: below this many ranks, forking workers costs more than it saves
-MIN_RANKS = 8
+#: What each rank's share costs after the job-wide aggregation (rules, slices, MFU look-ups), and the least
+#: estimated work for which forked workers pay: forking 2 workers and pickling their results back cost ~0.5 s
+#: of CPU. Measured 2026-11-27 (bench/README.md, "Per-rank workers only where they pay"): the 64-rank job
+#: (211k rows, 0.6 s of per-rank work) ran 4.67-4.90 s serial against 4.80-5.20 s forked.
+SECONDS_PER_RANK = 0.009
+SECONDS_PER_ROW = 0.5e-6
+MIN_PARALLEL_SECONDS = 1.0
 
 _FORKED: tuple | None = None  # what the forked workers read (inherited, not pickled)
 
@@ -28,10 +32,12 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
                     workers: int | None = None, ranks: list[int] | None = None) -> list[tuple[Aggregation, list[dict]]]:
     """(aggregation, findings) of every rank of ``an`` (or of ``ranks``), in rank order.
 
-    ``workers``: processes to use (default: the machine's cores for jobs of ``MIN_RANKS`` ranks or more).
+    ``workers``: processes to use (default: the machine's cores when the ranks' estimated work is at least
+    ``MIN_PARALLEL_SECONDS``, else 1).
     """
     ranks = an.ranks if ranks is None else ranks
-    n = _worker_count(len(ranks), workers)
+    rows = sum(len(an.profile.table(name)) for name in an.RAW)
+    n = _worker_count(len(ranks), rows, workers)
     job = JobAggregation(an, ranks, iter_start, iter_stop)
     flops = JobMFU(an.profile.table("ops"), {r: (b[0], b[1]) for r, b in job.bounds().items()},
                    {r: an.rank_tables(r)["gpus"] for r in ranks}, job.tables.nodes)
@@ -52,11 +58,12 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
         _FORKED = None
 
 
-def _worker_count(ranks: int, workers: int | None) -> int:
+def _worker_count(ranks: int, rows: int, workers: int | None) -> int:
     if not can_fork():
         return 1
     if workers is None:
-        workers = (os.cpu_count() or 1) if ranks >= MIN_RANKS else 1
+        work = ranks * SECONDS_PER_RANK + rows * SECONDS_PER_ROW
+        workers = (os.cpu_count() or 1) if ranks > 1 and work >= MIN_PARALLEL_SECONDS else 1
     return max(1, min(workers, ranks))
 
 
