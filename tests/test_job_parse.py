@@ -103,12 +103,19 @@ def test_files_whose_text_columns_hold_different_words_join_row_for_row_and_stay
     """Each file's text columns have their own words; joined, the rows equal pandas' join of the files (which
     would make them objects), and each text column still holds each distinct word once."""
     paths = [data_file(*p) for p in MIXED]
+    _joined_as_pandas_joins_the_files(paths, workers)
+
+
+def _joined_as_pandas_joins_the_files(paths, workers: int) -> tuple:
+    """The job's profile, row for row pandas' join of the files imported one by one, text still categorical;
+    returns (profile, that join)."""
     expected = _concat_of_files(paths)
     profile = load_profiles_parallel(paths, workers=workers)
     _text_stays_categorical(profile)
     for name in TABLES:
         pd.testing.assert_frame_equal(_as_strings(profile.table(name)), expected[name], check_exact=True, obj=name)
         assert list(profile.table(name).columns) == list(TABLES[name]), name
+    return profile, expected
 
 
 def test_a_group_sends_one_segment_per_table_without_ranks_or_ids(tmp_path):
@@ -224,12 +231,8 @@ def test_clean_kineto_files_are_joined_column_by_column_as_pandas_joins_the_file
 
     paths = expand_inputs([data_file(*DLRM)])
     assert all(isinstance(load_for_job(p), TableColumns) for p in paths)  # the path under test
-    expected = _concat_of_files(paths)
-    profile = load_profiles_parallel(paths, workers=workers)
-    _text_stays_categorical(profile)
+    profile, expected = _joined_as_pandas_joins_the_files(paths, workers)
     for name in TABLES:
-        pd.testing.assert_frame_equal(_as_strings(profile.table(name)), expected[name], check_exact=True, obj=name)
-        assert list(profile.table(name).columns) == list(TABLES[name]), name
         for col, dtype in TABLES[name].items():
             if dtype == S:
                 words = list(profile.table(name)[col].cat.categories)

@@ -125,16 +125,8 @@ class JobMFU:
         assert (at >= 0).all(), "the aggregation's op nodes are the job's"
         nodes = agg_ops.assign(model_flops=pd.array(self.node_flops[at], dtype="Int64"), mfu=self.node_mfu[at])
         total = int(self.total[i])
-        wall = row.get("wall_clock_ns") or 0
-        whole = row.get("iteration_method") == "whole_profile"  # no iterations: the profile is one window
-        iterations = 0 if whole else row.get("iterations_profiled") or 0
         precision = self.precision[i] if total and isinstance(self.precision[i], str) else None
-        peak = self.peak_of[i](precision) if precision else None
-        achieved = total / (wall * 1e-9) if wall else None
-        out.update(model_flops=total,
-                   model_flops_per_iteration=round(total / iterations) if iterations else None,
-                   achieved_flops_per_s=achieved, peak_flops_per_s=peak, mfu_precision=precision,
-                   mfu=achieved / peak if achieved is not None and peak else None)
+        out.update(_mfu_figures(row, total, precision, self.peak_of[i]))
         return {**row, **out}, nodes
 
 
@@ -204,17 +196,21 @@ def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFr
     nodes["mfu"] = np.where((seconds > 0) & (node_peak > 0) & (nodes["model_flops"].fillna(0) > 0),
                             nodes["model_flops"].astype(float) / seconds / node_peak, np.nan)
 
+    precision = _dominant(counted.assign(all=0), "all").get(0) if total else None
+    out.update(_mfu_figures(row, total, precision, peak_of))
+    return {**row, **out}, nodes
+
+
+def _mfu_figures(row: dict, total: int, precision: str | None, peak_of) -> dict:
+    """The summary row's MFU figures from the window's model FLOPs and their dominant precision."""
     wall = row.get("wall_clock_ns") or 0
     whole = row.get("iteration_method") == "whole_profile"  # no iterations: the profile is one window
     iterations = 0 if whole else row.get("iterations_profiled") or 0
-    precision = _dominant(counted.assign(all=0), "all").get(0) if total else None
     peak = peak_of(precision) if precision else None
     achieved = total / (wall * 1e-9) if wall else None
-    out.update(model_flops=total,
-               model_flops_per_iteration=round(total / iterations) if iterations else None,
-               achieved_flops_per_s=achieved, peak_flops_per_s=peak, mfu_precision=precision,
-               mfu=achieved / peak if achieved is not None and peak else None)
-    return {**row, **out}, nodes
+    return dict(model_flops=total, model_flops_per_iteration=round(total / iterations) if iterations else None,
+                achieved_flops_per_s=achieved, peak_flops_per_s=peak, mfu_precision=precision,
+                mfu=achieved / peak if achieved is not None and peak else None)
 
 
 def _dominant(counted: pd.DataFrame, key: str) -> pd.Series:
