@@ -555,9 +555,11 @@ def write_aggregations(conn: sqlite3.Connection, aggs: list) -> list[int]:
                                                       "created_at": created}
                                                      for agg_id, agg in zip(ids, aggs)]))
     for table, field in AGG_TABLES.items():
-        frames = [getattr(agg, field).assign(agg_id=agg_id) for agg_id, agg in zip(ids, aggs)
-                  if not getattr(agg, field).empty]
-        if frames:
-            insert_frame(conn, table, pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0])
+        kept = [(agg_id, getattr(agg, field)) for agg_id, agg in zip(ids, aggs) if not getattr(agg, field).empty]
+        if kept:  # joined once, the agg_id column made once (not one frame copy per aggregation)
+            frames = [frame for _, frame in kept]
+            joined = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+            owner = np.repeat(np.array([agg_id for agg_id, _ in kept], dtype=np.int64), [len(f) for f in frames])
+            insert_frame(conn, table, joined.assign(agg_id=owner))
     index_names(conn, AGG_NAMES)
     return ids
