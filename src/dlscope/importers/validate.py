@@ -81,18 +81,15 @@ def validated_columns(file: TableColumns, path: str | Path) -> bool:
     (checked on its column arrays, so that a job's clean files need no DataFrames of their own). False
     sends the file through :func:`validated` itself, which drops or refuses as it says."""
     meta = file.meta
-    for key in ("rank", "world_size"):
-        value = meta.get(key)
-        if value is not None and not 0 <= int(value) < MAX_RANKS + (key == "world_size"):
-            return False
+    if _identity_problem(meta):
+        return False
     gpus = file.columns.get("gpus", {})
     devices = np.asarray(gpus.get("device", []), dtype=np.int64)
     if len(np.unique(devices)) < len(devices):
         return False
-    firsts, lasts = [], []
+    timed: dict[str, tuple[Any, Any]] = {}
     for name in (*TIMED_TABLES, "comm_args"):
-        n = file.rows.get(name, 0)
-        if not n:
+        if not file.rows.get(name, 0):
             continue
         columns = file.columns.get(name, {})
         if "start" not in columns or "end" not in columns:
@@ -100,19 +97,13 @@ def validated_columns(file: TableColumns, path: str | Path) -> bool:
         start, end = np.asarray(columns["start"], dtype=np.int64), np.asarray(columns["end"], dtype=np.int64)
         if (end < start).any():
             return False
-        if name == "comm_args":
-            continue
         if name in ("ranges", "ops") and _any_huge_step_word(columns.get("name")):
             return False
-        firsts.append(int(start.min()))
-        lasts.append(int(end.max()))
-        if float((end.astype(np.float64) - start.astype(np.float64)).sum()) > _INT64_MAX:
-            return False
-    if file.rows.get("memory", 0):
-        ts = np.asarray(file.columns.get("memory", {}).get("ts", [MISSING_INT]), dtype=np.int64)
-        firsts.append(int(ts.min()))
-        lasts.append(int(ts.max()))
-    if firsts and max(lasts) - min(firsts) > _INT64_MAX:
+        if name != "comm_args":
+            timed[name] = (start, end)
+    memory_ts = (np.asarray(file.columns.get("memory", {}).get("ts", [MISSING_INT]), dtype=np.int64)
+                 if file.rows.get("memory", 0) else None)
+    if _span_problem(timed, memory_ts):
         return False
     return any(file.rows.get(name, 0) for name in EVENT_TABLES) and "dropped_events" not in meta
 
@@ -136,11 +127,19 @@ def describe(dropped: dict[str, dict[str, int]]) -> str:
 
 
 def _check_identity(profile: Profile, path: str | Path) -> None:
+    problem = _identity_problem(profile.meta)
+    if problem:
+        raise InputError(path, problem)
+
+
+def _identity_problem(meta: dict) -> str | None:
+    """Why a file's rank or world size cannot be a job's (None when they can)."""
     for key in ("rank", "world_size"):
-        value = profile.meta.get(key)
+        value = meta.get(key)
         if value is not None and not 0 <= int(value) < MAX_RANKS + (key == "world_size"):
-            raise InputError(path, f"says its {key.replace('_', ' ')} is {value}, which no job has "
-                                   f"(0 to {MAX_RANKS - (key == 'rank'):,})")
+            return (f"says its {key.replace('_', ' ')} is {value}, which no job has "
+                    f"(0 to {MAX_RANKS - (key == 'rank'):,})")
+    return None
 
 
 def _check_gpus(profile: Profile, path: str | Path) -> None:
@@ -156,22 +155,29 @@ def _check_gpus(profile: Profile, path: str | Path) -> None:
 def _check_span(profile: Profile, path: str | Path) -> None:
     """Every figure is a difference or a sum of times in int64 ns: the events' span, and each table's total
     duration, must fit (an event 146 years long, or clocks 2^63 ns apart, cannot be measured)."""
+    timed = {name: (profile.table(name)["start"].to_numpy(), profile.table(name)["end"].to_numpy())
+             for name in TIMED_TABLES if len(profile.table(name))}
+    problem = _span_problem(timed, profile.memory["ts"].to_numpy() if len(profile.memory) else None)
+    if problem:
+        raise InputError(path, problem)
+
+
+def _span_problem(timed: dict[str, tuple[Any, Any]], memory_ts: Any) -> str | None:
+    """Why the events' times cannot be measured in int64 ns (None when they can): ``timed`` holds each
+    non-empty timed table's (starts, ends), ``memory_ts`` the memory samples' times (None: no samples)."""
     firsts, lasts = [], []
-    for name in TIMED_TABLES:
-        frame = profile.table(name)
-        if len(frame):
-            firsts.append(int(frame["start"].min()))
-            lasts.append(int(frame["end"].max()))
-            # in float64: a duration or their sum may not fit int64 (the refusal below is the point)
-            total = float((frame["end"].to_numpy(np.float64) - frame["start"].to_numpy(np.float64)).sum())
-            if total > _INT64_MAX:
-                raise InputError(path, f"holds {name} whose durations add up to more than int64 nanoseconds hold")
-    if len(profile.memory):
-        firsts.append(int(profile.memory["ts"].min()))
-        lasts.append(int(profile.memory["ts"].max()))
+    for name, (start, end) in timed.items():
+        firsts.append(int(np.min(start)))
+        lasts.append(int(np.max(end)))
+        # in float64: a duration or their sum may not fit int64 (the refusal is the point)
+        if float((np.asarray(end, np.float64) - np.asarray(start, np.float64)).sum()) > _INT64_MAX:
+            return f"holds {name} whose durations add up to more than int64 nanoseconds hold"
+    if memory_ts is not None:
+        firsts.append(int(np.min(memory_ts)))
+        lasts.append(int(np.max(memory_ts)))
     if firsts and max(lasts) - min(firsts) > _INT64_MAX:
-        raise InputError(path, f"has events from {min(firsts)} ns to {max(lasts)} ns, further apart than int64 "
-                               "nanoseconds can measure")
+        return f"has events from {min(firsts)} ns to {max(lasts)} ns, further apart than int64 nanoseconds can measure"
+    return None
 
 
 def _huge_step_numbers(names: pd.Series) -> np.ndarray:
