@@ -216,8 +216,11 @@ def test_a_worker_that_dies_names_its_group_and_leaves_no_files(tmp_path, monkey
         load_profiles_parallel(paths, workers=2)
     named, message = failed.value.path, failed.value.problem
     first = [str(p) for p in paths].index(named)  # the first file not read; the culprit among it and the others
-    unread = int(message.split("one of the ")[1].split()[0]) if "one of the" in message else 0
-    assert first <= len(paths) - 1 <= first + unread
+    others = int(message.split("one of the ")[1].split()[0]) if "one of the" in message else 0
+    assert first <= len(paths) - 1 and others <= len(paths) - 1 - first  # the others come after the first
+    # the files not read need not follow one another (another worker may have finished the groups between):
+    # the culprit is the one named, or among the others, which are named up to three
+    assert str(named) == str(paths[-1]) or paths[-1].name in message.split("(")[1] or others > 3
     assert message.startswith("the worker importing it") and "ended abruptly" in message
     assert list(tmp_path.iterdir()) == []
 

@@ -400,7 +400,8 @@ def _on_processes(paths, sizes, workers, budget, step, reading) -> Profile:
                     results[g] = future.result()  # an importer's InputError is re-raised here as itself
                 except BrokenProcessPool:  # every unfinished group fails so: which one killed it is unknown
                     unread = [i for u, group in enumerate(groups) if results[u] is None for i in group]
-                    others = f" or one of the {len(unread) - 1} other files not yet read" if len(unread) > 1 else ""
+                    others = (f" or one of the {len(unread) - 1} other files not yet read "
+                              f"({_names(paths, unread[1:])})" if len(unread) > 1 else "")
                     raise InputError(paths[unread[0]], f"the worker importing it{others} ended abruptly (out "
                                                        "of memory, killed, or the file changed while it was read)"
                                      ) from None
@@ -411,6 +412,12 @@ def _on_processes(paths, sizes, workers, budget, step, reading) -> Profile:
     finally:
         stop_pool(pool)  # on a failure or an interrupt: the other workers are killed, not awaited
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _names(paths, rows: list[int], most: int = 3) -> str:
+    """The first few of these files' names, for a message (the unread files need not follow one another)."""
+    shown = ", ".join(Path(paths[i]).name for i in rows[:most])
+    return shown + (f" and {len(rows) - most} more" if len(rows) > most else "")
 
 
 def _on_dask(paths, sizes, scheduler, budget, step, reading) -> Profile:
