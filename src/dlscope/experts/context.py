@@ -401,7 +401,7 @@ class Context:
     @cached_property
     def matrix_units(self) -> MatrixUnits:
         """The words for this rank's Tensor Cores (NVIDIA) or matrix cores (AMD MFMA) in finding texts."""
-        return matrix_units(self.gpus["name"].tolist())
+        return matrix_units(self.col("gpus", "name").tolist())
 
     @cached_property
     def kernels(self) -> pd.DataFrame:
@@ -442,6 +442,19 @@ class Context:
         if not its["iteration"].is_monotonic_increasing:
             its = its.sort_values("iteration", kind="stable")
         return its.reset_index(drop=True)
+
+    @cached_property
+    def _iteration_rows(self) -> np.ndarray:
+        """The rows of the aggregation's iterations that :attr:`iterations` holds, in its order."""
+        its = self.aggregation.iterations
+        number = its["iteration"].to_numpy()
+        rows = np.arange(len(number)) if (np.diff(number) >= 0).all() else np.argsort(number, kind="stable")
+        profiled = its["profiled"].to_numpy()[rows].astype(bool)
+        return rows if profiled.all() else rows[profiled]
+
+    def iteration_col(self, column: str) -> np.ndarray:
+        """One column of :attr:`iterations` as a numpy array, without making the frame (see :meth:`col`)."""
+        return self.aggregation.iterations[column].to_numpy()[self._iteration_rows]
 
     @cached_property
     def ranges(self) -> pd.DataFrame:
@@ -568,20 +581,26 @@ class Context:
         starts, ends = self._busy[key]
         return starts.copy(), ends.copy()
 
+    def _first_gpu(self, column: str):
+        """``column`` of the rank's first GPU (by device), None when the rank has no GPU row."""
+        values = self.col("gpus", column)
+        return values[0] if len(values) else None
+
     @cached_property
     def ceilings(self):
         """The rank's GPU ceilings from gpu_specs.json, or None when the GPU is unknown."""
-        if self.gpus.empty:
+        if len(self.col("gpus", "device")) == 0:
             return None
-        g = self.gpus.iloc[0]
-        cc = f"{g['cc_major']}.{g['cc_minor']}" if g["cc_major"] is not None and g["cc_major"] >= 0 else None
-        return self.frames.gpu_ceilings(g["name"] or None, cc, g["sm_count"])
+        major, minor = self._first_gpu("cc_major"), self._first_gpu("cc_minor")
+        cc = f"{major}.{minor}" if major is not None and major >= 0 else None
+        return self.frames.gpu_ceilings(self._first_gpu("name") or None, cc, self._first_gpu("sm_count"))
 
     @cached_property
     def compute_capability(self) -> float | None:
-        if self.gpus.empty or self.gpus["cc_major"].iloc[0] is None or self.gpus["cc_major"].iloc[0] < 0:
+        major = self._first_gpu("cc_major")
+        if len(self.col("gpus", "device")) == 0 or major is None or major < 0:
             return None
-        return float(self.gpus["cc_major"].iloc[0]) + float(max(self.gpus["cc_minor"].iloc[0], 0)) / 10
+        return float(major) + float(max(self._first_gpu("cc_minor"), 0)) / 10
 
     def pct(self, ns: float) -> float:
         return 100.0 * ns / self.wall if self.wall else 0.0

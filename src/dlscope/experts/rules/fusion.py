@@ -146,7 +146,7 @@ def fusion_candidates(ctx, cfg):
     codes, names = pd.factorize(ctx.col("kernel_facts", "name")[keep])
     start, end, dur = k["start"], k["end"], k["dur"]
     order, lo, hi = _runs(k, int(cfg["short_kernel_us"] * 1000), int(cfg["max_gap_us"] * 1000))
-    n_its = max(len(ctx.iterations), 1)
+    n_its = max(len(ctx.iteration_col("iteration")), 1)
     min_occ = cfg["min_occurrences_per_iteration"] * n_its
     occurrences = _occurrences(codes, order, lo, hi, range(cfg["min_length"], cfg["max_length"] + 1),
                                start, end, dur, min_occ)
