@@ -61,6 +61,7 @@ class RuleFrames:
         self._ops_rank = np.zeros(0, dtype=np.int64)
         self._first_calls: tuple[pd.Index, dict[str, np.ndarray]] | None = None
         self._columns: dict[tuple[str, str], np.ndarray] = {}
+        self._name_uniques: dict[str, np.ndarray] = {}
         self._configs: dict[str | None, dict] = {}
         self._ceilings: dict[tuple, object] = {}
         self._position = {int(r): i for i, r in enumerate(self.ranks)}
@@ -348,7 +349,28 @@ class RuleFrames:
         _, lo, hi = self._made[self.MADE[key]]
         i = int(np.searchsorted(self.ranks, rank))
         mine = self._matches[(self.MADE[key], pattern)][0][lo[i]:hi[i]][hit]
-        return [str(n) for n in pd.unique(mine)[:count]] if count > 0 else []
+        if count <= 0:
+            return []
+        head = mine[:64]  # the first distinct names are usually among the first hits: no hashing of them all
+        if all(isinstance(n, str) for n in head):
+            found = list(dict.fromkeys(head.tolist()))
+            if len(found) >= count or len(head) == len(mine):
+                return found[:count]
+        return [str(n) for n in pd.unique(mine)[:count]]
+
+    def name_codes(self, key: str, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """(per row of the rank's frame ``key`` (named as for :meth:`column`), the code of its name; the
+        names by code): ``pd.factorize`` of the whole job's names once (-1 for a missing name), sliced."""
+        made = self.COLUMNS[key]
+        memo = (made, "name codes")
+        if memo not in self._columns:
+            self.column(key, "name", rank)  # the job-wide column, made once
+            codes, uniques = pd.factorize(self._columns[(made, "name")], sort=False)
+            self._columns[memo] = codes
+            self._name_uniques[made] = np.asarray(uniques, dtype=object)
+        _, lo, hi = self._made[made]
+        i = self._position[rank]
+        return self._columns[memo][lo[i]:hi[i]], self._name_uniques[made]
 
     def first_calls(self) -> tuple[pd.Index, dict[str, np.ndarray]]:
         """The first call of every op node in its rank's profiled iterations (shapes, dtypes, arguments),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pandas as pd
 
 from ..evidence import fmt_ns, node_ids, short_kernel
 from ..finding import Finding
@@ -56,6 +55,20 @@ def _first_seen_groups(*columns: np.ndarray) -> np.ndarray:
     out = np.empty(n, dtype=np.int64)
     out[order] = number[group_in_sort]
     return out
+
+
+def _factorized(job_codes: np.ndarray, job_names: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` of the kept rows' names (codes numbered in order of first appearance, -1 for a
+    missing name; the names by code), from the codes of the whole job's names."""
+    kept = job_codes[keep]
+    known = kept >= 0
+    codes = np.full(len(kept), -1, dtype=np.int64)
+    if known.any():
+        codes[known] = _first_seen_groups(kept[known])
+        first = np.zeros(int(codes.max()) + 1, dtype=np.int64)
+        first[codes[known]] = kept[known]  # every row of a group has the same job code
+        return codes, job_names[first]
+    return codes, job_names[:0]
 
 
 def _distinct_rows(pattern: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -143,7 +156,7 @@ def fusion_candidates(ctx, cfg):
     if not keep.any():
         return None
     k = {c: ctx.col("kernel_facts", c)[keep] for c in ("device", "stream", "iteration", "start", "end", "dur", "op_id")}
-    codes, names = pd.factorize(ctx.col("kernel_facts", "name")[keep])
+    codes, names = _factorized(*ctx.frames.name_codes("kernel_facts", ctx.rank), keep)
     start, end, dur = k["start"], k["end"], k["dur"]
     order, lo, hi = _runs(k, int(cfg["short_kernel_us"] * 1000), int(cfg["max_gap_us"] * 1000))
     n_its = max(len(ctx.iteration_col("iteration")), 1)

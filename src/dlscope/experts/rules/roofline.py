@@ -139,6 +139,7 @@ def roofline_quadrant(ctx, cfg):
          "dominant_precision": util["dominant_precision"], "dominant_family": util["dominant_family"],
          "ops": [{"node_id": int(r["node_id"]), "op_name": r["op_name"], "precision": r["precision"],
                   "gpu_time_ns": int(r["gpu_time_ns"]), "pct_of_ceiling": r["pct_of_ceiling"],
-                  "saving_ns": int(r["saving_ns"])} for r in (dict(zip(top, row)) for row in zip(*(v.tolist() for v in top.values())))],
+                  "saving_ns": int(r["saving_ns"])}
+                 for r in (dict(zip(top, row)) for row in zip(*(v.tolist() for v in top.values())))],
          "saving_basis": f"per op node: GPU time - max(FLOPs / peak, bytes / DRAM bandwidth) / "
                          f"{cfg['target_pct_of_roof']:g}% (its time at that share of its roof), at least 0"})
