@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..format import fmt_ns  # noqa: F401  (re-exported for the rules)
-from .spans import first_seen
+from .spans import distinct, first_seen
 
 _TEMPLATE = re.compile(r"<[^<>]*>")
 
@@ -68,7 +68,9 @@ def node_ids(ctx, op_ids) -> list[int]:
 
 
 def iterations_of(values) -> list[int]:
-    return sorted(int(v) for v in pd.unique(np.asarray(values)) if int(v) >= 0)
+    """The distinct iteration numbers (of kernels, calls...), ascending, without -1 (outside any)."""
+    numbers = distinct(np.asarray(values, dtype=np.int64))
+    return numbers[numbers >= 0].tolist()
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
