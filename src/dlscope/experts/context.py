@@ -62,6 +62,7 @@ class RuleFrames:
         self._first_calls: tuple[pd.Index, dict[str, np.ndarray]] | None = None
         self._columns: dict[tuple[str, str], np.ndarray] = {}
         self._name_uniques: dict[str, np.ndarray] = {}
+        self._isin: dict[tuple, np.ndarray] = {}
         self._configs: dict[str | None, dict] = {}
         self._ceilings: dict[tuple, object] = {}
         self._position = {int(r): i for i, r in enumerate(self.ranks)}
@@ -331,6 +332,21 @@ class RuleFrames:
         i = self._position[rank]
         return values[lo[i]:hi[i]]
 
+    def column_in(self, key: str, column: str, values: tuple, rank: int) -> np.ndarray:
+        """Per row of the rank's frame ``key``: whether ``column`` is one of ``values`` (``np.isin`` of the whole
+        job's column once per values, sliced: on a rank's rows its per-call cost exceeds its work)."""
+        made = self.COLUMNS[key]
+        memo = (made, column, values)
+        mask = self._isin.get(memo)
+        if mask is None:
+            self.column(key, column, rank)  # the job-wide column, made once
+            mask = np.isin(self._columns[(made, column)], list(values))
+            mask.flags.writeable = False
+            self._isin[memo] = mask
+        _, lo, hi = self._made[made]
+        i = self._position[rank]
+        return mask[lo[i]:hi[i]]
+
     def _make_frame(self, key: str, rank: int) -> None:
         if key == "kernel_facts":
             self.kernel_facts(rank)
@@ -518,6 +534,11 @@ class Context:
         'gpu_activity') as a read-only numpy array, without making the frame: the cheap way for rules."""
         return self.frames.column(frame, column, self.rank)
 
+    def col_in(self, frame: str, column: str, values) -> np.ndarray:
+        """Per row of the frame named ``frame`` (as for :meth:`col`): whether ``column`` is one of ``values``
+        (``np.isin``, evaluated once for the whole job's rows); read-only."""
+        return self.frames.column_in(frame, column, tuple(values), self.rank)
+
     def op_rows(self, op_ids) -> np.ndarray:
         """Per op id: its row in :attr:`ops_all`, -1 when it is none of the rank's ops (what
         ``ops_all.index.get_indexer`` gives, by binary search: the rank's ops are ordered by op id)."""
@@ -596,9 +617,9 @@ class Context:
         once per device and kinds: most rules ask; each caller gets its own copy)."""
         key = (device, tuple(kinds))
         if key not in self._busy:
-            sel = np.isin(self.col("gpu_activity", "kind"), list(kinds))
+            sel = self.col_in("gpu_activity", "kind", kinds)
             if device is not None:
-                sel &= self.col("gpu_activity", "device") == device
+                sel = sel & (self.col("gpu_activity", "device") == device)
             self._busy[key] = Span(self.col("gpu_activity", "start")[sel], self.col("gpu_activity", "end")[sel])
         starts, ends = self._busy[key]
         return starts.copy(), ends.copy()
