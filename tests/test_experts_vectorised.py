@@ -182,3 +182,45 @@ def test_silent_when_no_op_node_has_a_model(tmp_path):
     got = _two_ops(tmp_path, ("aten::mm", {}, GEMM_KERNEL, 4000),
                    ("aten::add", {}, "vectorized_elementwise_kernel<add_half>", 150))
     assert "roofline_quadrant" not in got
+
+
+# ---------------------------------------------------------------- gpu_memory_near_capacity's early exit
+
+GIB = 2**30
+CAPACITY = 80 * GIB  # the builder's A100-SXM4-80GB
+
+
+def _memory_step(tmp_path, allocated: int, reserved: int, outside: bool = False):
+    """Two steps of one op node whose allocation peaks at ``allocated`` bytes with ``reserved`` held by the
+    caching allocator; ``outside``: the samples fall before the first step, in no iteration."""
+    t = KinetoTrace()
+    for n in range(2):
+        base = 1000 + 1000 * n
+        t.step(n, base, base + 800)
+        t.op("aten::linear", base + 100, base + 500)
+        t.launch(base + 300, base + 310, "ampere_sgemm_128x64_nn", base + 320, base + 480)
+    at = 150 if outside else 1150
+    for ts, delta, total, addr in ((at, GIB, GIB, 1), (at + 10, allocated - GIB, allocated, 2),
+                                   (at + 20, -(allocated - GIB), GIB, 2)):
+        t.events.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 100,
+                         "tid": 100, "ts": ts, "args": {"Device Type": 1, "Device Id": 0, "Addr": addr,
+                                                        "Bytes": delta, "Total Allocated": total,
+                                                        "Total Reserved": reserved}})
+    return stored_findings(build_database([t.write(tmp_path / "m.json")], tmp_path / "m.sqlite", progress=False))
+
+
+@pytest.mark.parametrize("allocated, reserved, fires", [
+    (72 * GIB, 72 * GIB, True),            # exactly 90 % of 80 GiB: at the threshold
+    (72 * GIB - 1, 72 * GIB - 1, False),   # one byte under it
+    (70 * GIB, 73 * GIB, True),            # allocated under, reserved over: the reserved peak counts
+    (73 * GIB, 0, True),                   # reserved unknown (0): the allocated peak counts
+])
+def test_near_capacity_fires_from_90_percent_of_the_gpu_memory_held(tmp_path, allocated, reserved, fires):
+    got = _memory_step(tmp_path, allocated, reserved)
+    assert ("gpu_memory_near_capacity" in got) == fires
+    if fires:
+        assert got["gpu_memory_near_capacity"]["evidence"]["peak_bytes"] == max(allocated, reserved)
+
+
+def test_near_capacity_is_silent_when_the_peak_lies_outside_the_profiled_iterations(tmp_path):
+    assert "gpu_memory_near_capacity" not in _memory_step(tmp_path, 76 * GIB, 76 * GIB, outside=True)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 from ..evidence import fmt_ns, node_ids
 from ..finding import Finding
 from ..registry import rule
@@ -72,6 +74,25 @@ def _window_of(iterations, iteration: int) -> list[list[int]]:
     return [[int(row["start"].iloc[0]), int(row["end"].iloc[0])]] if len(row) else []
 
 
+def _largest_share(ctx, memory: pd.DataFrame, gpus: pd.DataFrame) -> float:
+    """The largest share of a GPU's memory the allocator held at a profiled iteration's peak, as
+    ``memory_peaks``' figures give it (allocated, or reserved when larger), -inf without one: the rule is
+    silent below its threshold, and only then are the ops at the peaks located (a nesting index of every op)."""
+    from ...analyze.memory import allocator_series, iteration_peaks
+
+    if memory.empty:
+        return -math.inf
+    peaks = iteration_peaks(allocator_series(memory), ctx.iterations)
+    capacity = {int(d): int(b) for d, b in zip(gpus["device"], gpus["memory_bytes"]) if b > 0}
+    largest = -math.inf
+    for device, at in peaks.groupby("device", sort=True):
+        reserved = int(at["peak_reserved"].max())
+        used = max(int(at["peak_allocated"].max()), reserved if reserved > 0 else -1)
+        if capacity.get(int(device)) and used > 0:
+            largest = max(largest, used / capacity[int(device)])
+    return largest
+
+
 def _op_in_node(d: dict, held: str = "allocated") -> str:
     """'aten::empty (in aten::linear)': the op at the ``held`` peak and the op node it runs in."""
     op, node = d[f"peak_{held}_op"], d.get(f"peak_{held}_op_node")
@@ -92,7 +113,7 @@ def gpu_memory_near_capacity(ctx, cfg):
     from ...analyze.memory import memory_peaks
 
     mem, gpus = ctx.memory, ctx.gpus
-    if mem.empty or gpus.empty:
+    if mem.empty or gpus.empty or _largest_share(ctx, mem[mem["device"] >= 0], gpus) < cfg["min_used_share"]:
         return None
     ops = ctx.ops_all.assign(rank=ctx.rank)[["op_id", "name", "rank", "pid", "tid", "start", "end"]]
     peaks = memory_peaks(mem[mem["device"] >= 0], ctx.iterations, ops.reset_index(drop=True), gpus)["devices"]
