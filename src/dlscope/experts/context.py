@@ -306,7 +306,7 @@ class RuleFrames:
 
     #: the job-wide frame behind each :class:`Context` frame whose columns :meth:`column` reads
     COLUMNS = {**MADE, "kernel_facts": "kernel facts", "memops": "in memops", "gpu_activity": "gpu_activity",
-               "gpus": "gpus by device"}
+               "gpus": "gpus by device", "memory": "memory by ts"}
 
     def has_column(self, key: str, column: str) -> bool:
         """Whether the frame ``key`` (named as for :meth:`column`) has ``column``."""
@@ -356,6 +356,8 @@ class RuleFrames:
             self.in_iterations("memops", rank)
         elif key == "gpus":
             self.sorted_by("gpus", "device", rank)
+        elif key == "memory":
+            self.sorted_by("memory", "ts", rank)
         else:
             self._make(key, rank)
 

@@ -18,29 +18,31 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from ..evidence import fmt_ns, node_ids
 from ..finding import Finding
 from ..registry import rule
+from ..spans import distinct
 
 
 @rule("gpu_memory_underutilized", gpu=True)
 def gpu_memory_underutilized(ctx, cfg):
     if not ctx.is_training:
         return None
-    mem, gpus = ctx.memory, ctx.gpus
-    if mem.empty or gpus.empty:
+    device = ctx.col("memory", "device")
+    if not len(device) or not len(ctx.col("gpus", "device")):
         return None
-    mem = mem[mem["device"] >= 0]
-    peak = mem.groupby("device")[["total_allocated", "total_reserved"]].max().max(axis=1)
-    cap = gpus.set_index("device")["memory_bytes"]
+    on = device >= 0
+    held = np.maximum(ctx.col("memory", "total_allocated")[on], ctx.col("memory", "total_reserved")[on])
+    cap = dict(zip(ctx.col("gpus", "device").tolist(), ctx.col("gpus", "memory_bytes").tolist()))
     rows = []
-    for dev, used in peak.items():
-        total = cap.get(dev)
-        if used is None or used <= 0 or total is None or total <= 0:
+    for dev in distinct(device[on]).tolist():  # the peak per device: the larger of allocated and reserved
+        used, total = int(held[device[on] == dev].max()), cap.get(dev)
+        if used <= 0 or total is None or total <= 0:
             continue
-        rows.append((int(dev), int(used), int(total)))
+        rows.append((int(dev), used, int(total)))
     if not rows:
         return None
     dev, used, total = max(rows, key=lambda r: r[1] / r[2])
@@ -54,10 +56,11 @@ def gpu_memory_underutilized(ctx, cfg):
     overhead = int(ctx.agg["cpu_ns"] or 0) + int(ctx.agg["other_ns"] or 0)
     saving = int(overhead * (1 - 1 / factor))
     capped = " (capped by max_batch_factor)" if factor < fits else ""
+    per_step = overhead / max(len(ctx.iteration_col("iteration")), 1)
     return Finding(
         "gpu_memory_underutilized",
         f"GPU memory is underutilized: the peak was {used / 2**30:,.2f} GiB of {total / 2**30:,.1f} GiB "
-        f"({100 * share:.1f}%) on GPU {dev}, while each step spends {fmt_ns(overhead / max(len(ctx.iterations), 1))} "
+        f"({100 * share:.1f}%) on GPU {dev}, while each step spends {fmt_ns(per_step)} "
         f"with the GPU waiting on per-step CPU work.",
         f"Raise the batch size step by step (2× first; the memory peak leaves room for up to about {factor}×"
         f"{capped}), scaling the learning rate with it, and check the memory peak and the accuracy after each "
