@@ -115,8 +115,10 @@ def gpu_memory_near_capacity(ctx, cfg):
     reported as a risk (``not_priced`` says so, severity ``unpriced_severity``), never as a 0 ns saving."""
     from ...analyze.memory import memory_peaks
 
+    if not len(ctx.col("memory", "device")) or not len(ctx.col("gpus", "device")):
+        return None  # (the columns answer without making the rank's frames)
     mem, gpus = ctx.memory, ctx.gpus
-    if mem.empty or gpus.empty or _largest_share(ctx, mem[mem["device"] >= 0], gpus) < cfg["min_used_share"]:
+    if _largest_share(ctx, mem[mem["device"] >= 0], gpus) < cfg["min_used_share"]:
         return None
     ops = ctx.ops_all.assign(rank=ctx.rank)[["op_id", "name", "rank", "pid", "tid", "start", "end"]]
     peaks = memory_peaks(mem[mem["device"] >= 0], ctx.iterations, ops.reset_index(drop=True), gpus)["devices"]
