@@ -61,6 +61,8 @@ class RuleFrames:
         self._ops_rank = np.zeros(0, dtype=np.int64)
         self._first_calls: tuple[pd.Index, dict[str, np.ndarray]] | None = None
         self._columns: dict[tuple[str, str], np.ndarray] = {}
+        self._name_uniques: dict[str, np.ndarray] = {}
+        self._isin: dict[tuple, np.ndarray] = {}
         self._configs: dict[str | None, dict] = {}
         self._ceilings: dict[tuple, object] = {}
         self._position = {int(r): i for i, r in enumerate(self.ranks)}
@@ -304,7 +306,7 @@ class RuleFrames:
 
     #: the job-wide frame behind each :class:`Context` frame whose columns :meth:`column` reads
     COLUMNS = {**MADE, "kernel_facts": "kernel facts", "memops": "in memops", "gpu_activity": "gpu_activity",
-               "gpus": "gpus by device"}
+               "gpus": "gpus by device", "memory": "memory by ts"}
 
     def has_column(self, key: str, column: str) -> bool:
         """Whether the frame ``key`` (named as for :meth:`column`) has ``column``."""
@@ -330,6 +332,21 @@ class RuleFrames:
         i = self._position[rank]
         return values[lo[i]:hi[i]]
 
+    def column_in(self, key: str, column: str, values: tuple, rank: int) -> np.ndarray:
+        """Per row of the rank's frame ``key``: whether ``column`` is one of ``values`` (``np.isin`` of the whole
+        job's column once per values, sliced: on a rank's rows its per-call cost exceeds its work)."""
+        made = self.COLUMNS[key]
+        memo = (made, column, values)
+        mask = self._isin.get(memo)
+        if mask is None:
+            self.column(key, column, rank)  # the job-wide column, made once
+            mask = np.isin(self._columns[(made, column)], list(values))
+            mask.flags.writeable = False
+            self._isin[memo] = mask
+        _, lo, hi = self._made[made]
+        i = self._position[rank]
+        return mask[lo[i]:hi[i]]
+
     def _make_frame(self, key: str, rank: int) -> None:
         if key == "kernel_facts":
             self.kernel_facts(rank)
@@ -339,6 +356,8 @@ class RuleFrames:
             self.in_iterations("memops", rank)
         elif key == "gpus":
             self.sorted_by("gpus", "device", rank)
+        elif key == "memory":
+            self.sorted_by("memory", "ts", rank)
         else:
             self._make(key, rank)
 
@@ -348,7 +367,28 @@ class RuleFrames:
         _, lo, hi = self._made[self.MADE[key]]
         i = int(np.searchsorted(self.ranks, rank))
         mine = self._matches[(self.MADE[key], pattern)][0][lo[i]:hi[i]][hit]
-        return [str(n) for n in pd.unique(mine)[:count]] if count > 0 else []
+        if count <= 0:
+            return []
+        head = mine[:64]  # the first distinct names are usually among the first hits: no hashing of them all
+        if all(isinstance(n, str) for n in head):
+            found = list(dict.fromkeys(head.tolist()))
+            if len(found) >= count or len(head) == len(mine):
+                return found[:count]
+        return [str(n) for n in pd.unique(mine)[:count]]
+
+    def name_codes(self, key: str, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """(per row of the rank's frame ``key`` (named as for :meth:`column`), the code of its name; the
+        names by code): ``pd.factorize`` of the whole job's names once (-1 for a missing name), sliced."""
+        made = self.COLUMNS[key]
+        memo = (made, "name codes")
+        if memo not in self._columns:
+            self.column(key, "name", rank)  # the job-wide column, made once
+            codes, uniques = pd.factorize(self._columns[(made, "name")], sort=False)
+            self._columns[memo] = codes
+            self._name_uniques[made] = np.asarray(uniques, dtype=object)
+        _, lo, hi = self._made[made]
+        i = self._position[rank]
+        return self._columns[memo][lo[i]:hi[i]], self._name_uniques[made]
 
     def first_calls(self) -> tuple[pd.Index, dict[str, np.ndarray]]:
         """The first call of every op node in its rank's profiled iterations (shapes, dtypes, arguments),
@@ -401,7 +441,7 @@ class Context:
     @cached_property
     def matrix_units(self) -> MatrixUnits:
         """The words for this rank's Tensor Cores (NVIDIA) or matrix cores (AMD MFMA) in finding texts."""
-        return matrix_units(self.gpus["name"].tolist())
+        return matrix_units(self.col("gpus", "name").tolist())
 
     @cached_property
     def kernels(self) -> pd.DataFrame:
@@ -444,6 +484,19 @@ class Context:
         return its.reset_index(drop=True)
 
     @cached_property
+    def _iteration_rows(self) -> np.ndarray:
+        """The rows of the aggregation's iterations that :attr:`iterations` holds, in its order."""
+        its = self.aggregation.iterations
+        number = its["iteration"].to_numpy()
+        rows = np.arange(len(number)) if (np.diff(number) >= 0).all() else np.argsort(number, kind="stable")
+        profiled = its["profiled"].to_numpy()[rows].astype(bool)
+        return rows if profiled.all() else rows[profiled]
+
+    def iteration_col(self, column: str) -> np.ndarray:
+        """One column of :attr:`iterations` as a numpy array, without making the frame (see :meth:`col`)."""
+        return self.aggregation.iterations[column].to_numpy()[self._iteration_rows]
+
+    @cached_property
     def ranges(self) -> pd.DataFrame:
         """CPU annotation ranges of the rank overlapping the window."""
         return self.frames.overlapping("ranges", self.rank, cpu_only=True)
@@ -482,6 +535,11 @@ class Context:
         """One column of the frame named ``frame`` (as :meth:`names_match` names them, or 'memops',
         'gpu_activity') as a read-only numpy array, without making the frame: the cheap way for rules."""
         return self.frames.column(frame, column, self.rank)
+
+    def col_in(self, frame: str, column: str, values) -> np.ndarray:
+        """Per row of the frame named ``frame`` (as for :meth:`col`): whether ``column`` is one of ``values``
+        (``np.isin``, evaluated once for the whole job's rows); read-only."""
+        return self.frames.column_in(frame, column, tuple(values), self.rank)
 
     def op_rows(self, op_ids) -> np.ndarray:
         """Per op id: its row in :attr:`ops_all`, -1 when it is none of the rank's ops (what
@@ -561,27 +619,33 @@ class Context:
         once per device and kinds: most rules ask; each caller gets its own copy)."""
         key = (device, tuple(kinds))
         if key not in self._busy:
-            sel = np.isin(self.col("gpu_activity", "kind"), list(kinds))
+            sel = self.col_in("gpu_activity", "kind", kinds)
             if device is not None:
-                sel &= self.col("gpu_activity", "device") == device
+                sel = sel & (self.col("gpu_activity", "device") == device)
             self._busy[key] = Span(self.col("gpu_activity", "start")[sel], self.col("gpu_activity", "end")[sel])
         starts, ends = self._busy[key]
         return starts.copy(), ends.copy()
 
+    def _first_gpu(self, column: str):
+        """``column`` of the rank's first GPU (by device), None when the rank has no GPU row."""
+        values = self.col("gpus", column)
+        return values[0] if len(values) else None
+
     @cached_property
     def ceilings(self):
         """The rank's GPU ceilings from gpu_specs.json, or None when the GPU is unknown."""
-        if self.gpus.empty:
+        if len(self.col("gpus", "device")) == 0:
             return None
-        g = self.gpus.iloc[0]
-        cc = f"{g['cc_major']}.{g['cc_minor']}" if g["cc_major"] is not None and g["cc_major"] >= 0 else None
-        return self.frames.gpu_ceilings(g["name"] or None, cc, g["sm_count"])
+        major, minor = self._first_gpu("cc_major"), self._first_gpu("cc_minor")
+        cc = f"{major}.{minor}" if major is not None and major >= 0 else None
+        return self.frames.gpu_ceilings(self._first_gpu("name") or None, cc, self._first_gpu("sm_count"))
 
     @cached_property
     def compute_capability(self) -> float | None:
-        if self.gpus.empty or self.gpus["cc_major"].iloc[0] is None or self.gpus["cc_major"].iloc[0] < 0:
+        major = self._first_gpu("cc_major")
+        if len(self.col("gpus", "device")) == 0 or major is None or major < 0:
             return None
-        return float(self.gpus["cc_major"].iloc[0]) + float(max(self.gpus["cc_minor"].iloc[0], 0)) / 10
+        return float(major) + float(max(self._first_gpu("cc_minor"), 0)) / 10
 
     def pct(self, ns: float) -> float:
         return 100.0 * ns / self.wall if self.wall else 0.0

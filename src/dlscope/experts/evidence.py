@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..format import fmt_ns  # noqa: F401  (re-exported for the rules)
+from .spans import distinct, first_seen
 
 _TEMPLATE = re.compile(r"<[^<>]*>")
 
@@ -40,7 +41,11 @@ def top_by(frame: pd.DataFrame | Mapping[str, np.ndarray], key: str, weight: str
         return [v.item() if hasattr(v, "item") else v for v in s.index[:n]]
     # integer weights: groupby(sort=False).sum() then Series.sort_values(ascending=False) (pandas' nargsort:
     # quicksort of the reversed sums, reversed back), without their per-call cost
-    codes, uniques = pd.factorize(frame[key], sort=False)  # missing keys: -1, dropped as groupby drops them
+    keys = np.asarray(frame[key])
+    if keys.dtype.kind in "iu":  # no missing key
+        codes, uniques = first_seen(keys)
+    else:
+        codes, uniques = pd.factorize(keys, sort=False)  # missing keys: -1, dropped as groupby drops them
     sums = np.zeros(len(uniques), dtype=np.int64)
     np.add.at(sums, codes[codes >= 0], w[codes >= 0].astype(np.int64))
     order = np.arange(len(sums))[::-1][sums[::-1].argsort(kind="quicksort")][::-1]
@@ -59,11 +64,13 @@ def node_ids(ctx, op_ids) -> list[int]:
     """Op node ids (agg_ops.node_id) of op instances, in first-seen order."""
     pos = ctx.op_rows(op_ids)
     nodes = ctx.col("ops_all", "node_id")[pos[pos >= 0]]
-    return [int(x) for x in pd.unique(nodes)]
+    return [int(x) for x in first_seen(nodes)[1]]
 
 
 def iterations_of(values) -> list[int]:
-    return sorted(int(v) for v in pd.unique(np.asarray(values)) if int(v) >= 0)
+    """The distinct iteration numbers (of kernels, calls...), ascending, without -1 (outside any)."""
+    numbers = distinct(np.asarray(values, dtype=np.int64))
+    return numbers[numbers >= 0].tolist()
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

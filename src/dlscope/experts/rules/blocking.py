@@ -36,7 +36,7 @@ def refill_gaps(ctx, call_ends: np.ndarray) -> np.ndarray:
     nxt = np.where(idx < len(bs), bs[np.minimum(idx, len(bs) - 1)] if len(bs) else hi, hi)
     gap_end = np.where(~inside, np.minimum(nxt, hi), ends)
     other = ctx.ops_named("dataloader") | ctx.ops_named("io")
-    rg = np.isin(ctx.col("ranges", "category"), ["dataloader", "io"])
+    rg = ctx.col_in("ranges", "category", ("dataloader", "io"))
     owned = Span(np.concatenate([ctx.col("ops_all", "start")[other], ctx.col("ranges", "start")[rg]]),
                  np.concatenate([ctx.col("ops_all", "end")[other], ctx.col("ranges", "end")[rg]]))
     s, e = np.clip(ends, lo, hi), np.clip(gap_end, lo, hi)
@@ -106,7 +106,7 @@ def pageable_memcpy(ctx, cfg):
     def memops(c: str) -> np.ndarray:
         return ctx.col("memops", c)
 
-    sel = (memops("kind") == "memcpy") & np.isin(memops("copy_kind"), cfg["copy_kinds"]) & \
+    sel = (memops("kind") == "memcpy") & ctx.col_in("memops", "copy_kind", cfg["copy_kinds"]) & \
         ((memops("src_mem") == "pageable") | (memops("dst_mem") == "pageable"))
     if not sel.any():
         return None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pandas as pd
 
 from ...roofline.flops import op_cost
@@ -93,7 +92,7 @@ ADVICE = {"training": "Set torch.backends.cudnn.benchmark = True before training
 
 @rule("cudnn_benchmark_off", gpu=True)
 def cudnn_benchmark_off(ctx, cfg):
-    conv = np.isin(ctx.col("ops", "name"), list(cfg["benchmark_arg"]))
+    conv = ctx.col_in("ops", "name", cfg["benchmark_arg"])
     if not conv.any():
         return None
     convs = ctx.ops[conv]

@@ -41,15 +41,14 @@ def dataloader_bottleneck(ctx, cfg):
         return None
     s, e, op_ids = loader_intervals(ctx)
     n = ctx.config["evidence"]["max_items"]
-    its = ctx.iterations
-    loading = its["dataloader_ns"].to_numpy(np.int64)
-    numbers, per_it = its["iteration"].to_numpy(np.int64)[loading > 0], loading[loading > 0]
+    loading = ctx.iteration_col("dataloader_ns").astype(np.int64)
+    numbers, per_it = ctx.iteration_col("iteration").astype(np.int64)[loading > 0], loading[loading > 0]
     where = ("while the GPU was idle" if ctx.has_gpu else "of the step (CPU-only profile)")
     cs, ce = clip(s, e, *ctx.window)
     return Finding(
         "dataloader_bottleneck",
         f"{ctx.pct(loader_ns):.1f}% of the aggregated time ({fmt_ns(loader_ns)}, "
-        f"{fmt_ns(loader_ns / max(len(its), 1))} per iteration) was spent in data loading {where}.",
+        f"{fmt_ns(loader_ns / max(len(loading), 1))} per iteration) was spent in data loading {where}.",
         (GPU_ADVICE if ctx.has_gpu else CPU_ADVICE) + f" See {ctx.link('dataloader_bottleneck')}",
         loader_ns,
         {"node_ids": node_ids(ctx, op_ids[op_ids >= 0]), "iterations": [int(i) for i in numbers],

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import pandas as pd
 
 from ..evidence import fmt_ns, node_ids, short_kernel
 from ..finding import Finding
@@ -42,12 +41,55 @@ def _runs(k: dict[str, np.ndarray], short_ns: int, max_gap_ns: int) -> tuple[np.
 
 def _first_seen_groups(*columns: np.ndarray) -> np.ndarray:
     """Per row, its group of equal values in ``columns``, numbered in order of first appearance (what
-    ``groupby(sort=False).ngroup()`` gives, without its per-call cost)."""
-    key = np.zeros(len(columns[0]), dtype=np.int64)
-    for col in columns:
-        codes, uniques = pd.factorize(col, sort=False)
-        key = key * len(uniques) + codes
-    return pd.factorize(key, sort=False)[0]
+    ``groupby(sort=False).ngroup()`` gives, without its per-call cost): a stable sort by the columns puts
+    each group's first row first."""
+    n = len(columns[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort(columns[::-1])
+    new = np.ones(n, dtype=bool)
+    new[1:] = np.logical_or.reduce([col[order][1:] != col[order][:-1] for col in columns])
+    group_in_sort = np.cumsum(new) - 1
+    number = np.empty(int(new.sum()), dtype=np.int64)
+    number[np.argsort(order[new], kind="stable")] = np.arange(len(number))  # groups by their first row
+    out = np.empty(n, dtype=np.int64)
+    out[order] = number[group_in_sort]
+    return out
+
+
+def _factorized(job_codes: np.ndarray, job_names: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` of the kept rows' names (codes numbered in order of first appearance, -1 for a
+    missing name; the names by code), from the codes of the whole job's names."""
+    kept = job_codes[keep]
+    known = kept >= 0
+    codes = np.full(len(kept), -1, dtype=np.int64)
+    if known.any():
+        codes[known] = _first_seen_groups(kept[known])
+        first = np.zeros(int(codes.max()) + 1, dtype=np.int64)
+        first[codes[known]] = kept[known]  # every row of a group has the same job code
+        return codes, job_names[first]
+    return codes, job_names[:0]
+
+
+def _distinct_rows(pattern: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct rows in lexicographic order, each row's index in them, the rows ordered by it, stable):
+    ``np.unique(pattern, axis=0, return_inverse=True)`` and a stable argsort of its inverse, by one sort of
+    the rows read as numbers in base (largest code + 2) when they fit in an int64 (codes are >= -1)."""
+    size = pattern.shape[1]
+    base = int(pattern.max()) + 2 if len(pattern) else 1
+    if base ** size >= 2 ** 62:
+        distinct, which = np.unique(pattern, axis=0, return_inverse=True)
+        which = which.ravel()
+        return distinct, which, np.argsort(which, kind="stable")
+    key = np.zeros(len(pattern), dtype=np.int64)
+    for i in range(size):
+        key = key * base + (pattern[:, i] + 1)
+    by = np.argsort(key, kind="stable")
+    new = np.ones(len(by), dtype=bool)
+    new[1:] = key[by][1:] != key[by][:-1]
+    which = np.empty(len(by), dtype=np.int64)
+    which[by] = np.cumsum(new) - 1
+    return pattern[by[new]], which, by
 
 
 def _windows(order: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int) -> np.ndarray:
@@ -77,13 +119,11 @@ def _occurrences(codes: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.nd
         if not len(rows):
             continue
         gains = _gains(rows, start, end, dur)
-        distinct, which = np.unique(pattern, axis=0, return_inverse=True)
-        which = which.ravel()
+        distinct, which, by = _distinct_rows(pattern)  # by: occurrences of a pattern stay in run order
         counts = np.bincount(which, minlength=len(distinct))
         frequent = np.flatnonzero(counts >= min_count)
         if not len(frequent):
             continue
-        by = np.argsort(which, kind="stable")  # occurrences of a pattern stay in run order
         bounds = np.concatenate([[0], np.cumsum(counts)])
         for p, a, b in zip(distinct[frequent].tolist(), bounds[frequent].tolist(), bounds[frequent + 1].tolist()):
             out[tuple(p)] = (rows[by[a:b]], gains[by[a:b]])
@@ -116,10 +156,10 @@ def fusion_candidates(ctx, cfg):
     if not keep.any():
         return None
     k = {c: ctx.col("kernel_facts", c)[keep] for c in ("device", "stream", "iteration", "start", "end", "dur", "op_id")}
-    codes, names = pd.factorize(ctx.col("kernel_facts", "name")[keep])
+    codes, names = _factorized(*ctx.frames.name_codes("kernel_facts", ctx.rank), keep)
     start, end, dur = k["start"], k["end"], k["dur"]
     order, lo, hi = _runs(k, int(cfg["short_kernel_us"] * 1000), int(cfg["max_gap_us"] * 1000))
-    n_its = max(len(ctx.iterations), 1)
+    n_its = max(len(ctx.iteration_col("iteration")), 1)
     min_occ = cfg["min_occurrences_per_iteration"] * n_its
     occurrences = _occurrences(codes, order, lo, hi, range(cfg["min_length"], cfg["max_length"] + 1),
                                start, end, dur, min_occ)

@@ -17,8 +17,7 @@ def gpu_gaps(ctx, cfg):
     if not ctx.has_gpu or not ctx.devices:
         return None
     min_gap = int(cfg["min_gap_us"] * 1000)
-    its = ctx.iterations
-    it_start, it_end, it_number = (its[c].to_numpy(np.int64) for c in ("start", "end", "iteration"))
+    it_start, it_end, it_number = (ctx.iteration_col(c).astype(np.int64) for c in ("start", "end", "iteration"))
     parts = []
     for dev in ctx.devices:
         gs, ge, window = gaps_in_windows(ctx.busy(dev), it_start, it_end)

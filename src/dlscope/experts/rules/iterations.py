@@ -49,13 +49,13 @@ def _listed(numbers, durations, med: float) -> str:
 
 @rule("iteration_variance")
 def iteration_variance(ctx, cfg):
-    its = ctx.iterations
-    if ctx.whole_profile or len(its) < 2:
+    if ctx.whole_profile or len(ctx.iteration_col("iteration")) < 2:
         return None
+    its = ctx.iterations
     d = its["duration_ns"].to_numpy(np.float64)
     numbers = its["iteration"].to_numpy(np.int64)
     tol = cfg["tolerance"]
-    first_of_profile = int(ctx.all_iterations["iteration"].min())
+    first_of_profile = int(ctx.aggregation.iterations["iteration"].to_numpy().min())
     rest_med = float(np.median(d[1:]))
     warmup = int(numbers[0]) == first_of_profile and rest_med > 0 and d[0] > (1 + tol) * rest_med
     rd, rn = (d[1:], numbers[1:]) if warmup else (d, numbers)

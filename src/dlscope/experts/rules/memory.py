@@ -18,27 +18,31 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pandas as pd
+
 from ..evidence import fmt_ns, node_ids
 from ..finding import Finding
 from ..registry import rule
+from ..spans import distinct
 
 
 @rule("gpu_memory_underutilized", gpu=True)
 def gpu_memory_underutilized(ctx, cfg):
     if not ctx.is_training:
         return None
-    mem, gpus = ctx.memory, ctx.gpus
-    if mem.empty or gpus.empty:
+    device = ctx.col("memory", "device")
+    if not len(device) or not len(ctx.col("gpus", "device")):
         return None
-    mem = mem[mem["device"] >= 0]
-    peak = mem.groupby("device")[["total_allocated", "total_reserved"]].max().max(axis=1)
-    cap = gpus.set_index("device")["memory_bytes"]
+    on = device >= 0
+    held = np.maximum(ctx.col("memory", "total_allocated")[on], ctx.col("memory", "total_reserved")[on])
+    cap = dict(zip(ctx.col("gpus", "device").tolist(), ctx.col("gpus", "memory_bytes").tolist()))
     rows = []
-    for dev, used in peak.items():
-        total = cap.get(dev)
-        if used is None or used <= 0 or total is None or total <= 0:
+    for dev in distinct(device[on]).tolist():  # the peak per device: the larger of allocated and reserved
+        used, total = int(held[device[on] == dev].max()), cap.get(dev)
+        if used <= 0 or total is None or total <= 0:
             continue
-        rows.append((int(dev), int(used), int(total)))
+        rows.append((int(dev), used, int(total)))
     if not rows:
         return None
     dev, used, total = max(rows, key=lambda r: r[1] / r[2])
@@ -52,10 +56,11 @@ def gpu_memory_underutilized(ctx, cfg):
     overhead = int(ctx.agg["cpu_ns"] or 0) + int(ctx.agg["other_ns"] or 0)
     saving = int(overhead * (1 - 1 / factor))
     capped = " (capped by max_batch_factor)" if factor < fits else ""
+    per_step = overhead / max(len(ctx.iteration_col("iteration")), 1)
     return Finding(
         "gpu_memory_underutilized",
         f"GPU memory is underutilized: the peak was {used / 2**30:,.2f} GiB of {total / 2**30:,.1f} GiB "
-        f"({100 * share:.1f}%) on GPU {dev}, while each step spends {fmt_ns(overhead / max(len(ctx.iterations), 1))} "
+        f"({100 * share:.1f}%) on GPU {dev}, while each step spends {fmt_ns(per_step)} "
         f"with the GPU waiting on per-step CPU work.",
         f"Raise the batch size step by step (2× first; the memory peak leaves room for up to about {factor}×"
         f"{capped}), scaling the learning rate with it, and check the memory peak and the accuracy after each "
@@ -70,6 +75,25 @@ def _window_of(iterations, iteration: int) -> list[list[int]]:
     """The iteration's window as the evidence's time range (the Timeline opens there, memory lanes included)."""
     row = iterations[iterations["iteration"] == iteration]
     return [[int(row["start"].iloc[0]), int(row["end"].iloc[0])]] if len(row) else []
+
+
+def _largest_share(ctx, memory: pd.DataFrame, gpus: pd.DataFrame) -> float:
+    """The largest share of a GPU's memory the allocator held at a profiled iteration's peak, as
+    ``memory_peaks``' figures give it (allocated, or reserved when larger), -inf without one: the rule is
+    silent below its threshold, and only then are the ops at the peaks located (a nesting index of every op)."""
+    from ...analyze.memory import allocator_series, iteration_peaks
+
+    if memory.empty:
+        return -math.inf
+    peaks = iteration_peaks(allocator_series(memory), ctx.iterations)
+    capacity = {int(d): int(b) for d, b in zip(gpus["device"], gpus["memory_bytes"]) if b > 0}
+    largest = -math.inf
+    for device, at in peaks.groupby("device", sort=True):
+        reserved = int(at["peak_reserved"].max())
+        used = max(int(at["peak_allocated"].max()), reserved if reserved > 0 else -1)
+        if capacity.get(int(device)) and used > 0:
+            largest = max(largest, used / capacity[int(device)])
+    return largest
 
 
 def _op_in_node(d: dict, held: str = "allocated") -> str:
@@ -91,8 +115,10 @@ def gpu_memory_near_capacity(ctx, cfg):
     reported as a risk (``not_priced`` says so, severity ``unpriced_severity``), never as a 0 ns saving."""
     from ...analyze.memory import memory_peaks
 
+    if not len(ctx.col("memory", "device")) or not len(ctx.col("gpus", "device")):
+        return None  # (the columns answer without making the rank's frames)
     mem, gpus = ctx.memory, ctx.gpus
-    if mem.empty or gpus.empty:
+    if _largest_share(ctx, mem[mem["device"] >= 0], gpus) < cfg["min_used_share"]:
         return None
     ops = ctx.ops_all.assign(rank=ctx.rank)[["op_id", "name", "rank", "pid", "tid", "start", "end"]]
     peaks = memory_peaks(mem[mem["device"] >= 0], ctx.iterations, ops.reset_index(drop=True), gpus)["devices"]

@@ -153,7 +153,7 @@ def _known_tf32(ctx) -> bool:
 @rule("tc_eligible_not_using_tc", gpu=True)
 def tc_eligible_not_using_tc(ctx, cfg):
     half = _kernels(ctx, (ctx.col("kernel_facts", "eligible_root") >= 0)
-                    & np.isin(ctx.col("kernel_facts", "precision"), HALF))
+                    & ctx.col_in("kernel_facts", "precision", HALF))
     if not len(half["dur"]):
         return None
     roots = half["eligible_root"]

@@ -11,54 +11,80 @@ GEMM/convolution work; FP8 on NVIDIA CC ≥ 8.9 or an AMD GPU with an FP8 matrix
 
 from __future__ import annotations
 
-from collections import namedtuple
-from functools import cache
-
 import numpy as np
 
-from ...roofline.analysis import roofline_ops
+from ...roofline.analysis import TENSOR_FAMILIES, _cost
 from ...roofline.quadrants import run_utilization
 from ..evidence import fmt_ns
 from ..finding import Finding
 from ..registry import rule
 
-#: what ``roofline_ops`` reads of a node, besides its first call's shapes, dtypes and arguments
-_NODE_COLUMNS = ["node_id", "op_name", "op_type", "direction", "scope", "calls", "using_tc", "gpu_time_ns"]
-#: those that the finding depends on (the op type, direction and scope only pass through to the report's rows)
-_READ = {"node_id", "op_name", "calls", "using_tc", "gpu_time_ns"}
 
-
-def _op_rows(ctx) -> list:
-    """The aggregation's op nodes with GPU time, with the shapes, dtypes and arguments of each node's first
-    call (the roofline report's rows), as the named tuples ``DataFrame.itertuples`` would give (plain
-    Python values; a frame of a rank's hundred nodes cost more to make and walk than the rule's work)."""
+def _op_rows(ctx) -> tuple[list, ...]:
+    """The aggregation's op nodes with GPU time, GPU time descending then node id (the roofline report's
+    rows), as columns of plain Python values: node id, op name, calls, uses Tensor Cores, GPU time, and
+    the shapes, dtypes and arguments of the node's first call (a frame of a rank's hundred nodes cost more
+    to make and walk than the rule's work)."""
     nodes = ctx.aggregation.ops
     node_ids, first = ctx.frames.first_calls()  # every rank's, made once
     ids, gpu = nodes["node_id"].to_numpy(np.int64), nodes["gpu_time_ns"].to_numpy(np.int64)
     pos = node_ids.get_indexer(ids)
     keep = np.flatnonzero((gpu > 0) & (pos >= 0))
     order = keep[np.lexsort((ids[keep], -gpu[keep]))]  # GPU time descending, then node id
-    columns = {c: nodes[c].to_numpy()[order] if c in _READ else np.full(len(order), None)
-               for c in _NODE_COLUMNS if c in nodes.columns}
-    if "using_tc" in columns:
-        columns["using_tc"] = columns["using_tc"].astype(np.int64)
-    columns.update({c: values[pos[order]] for c, values in first.items()})
-    row = _row_type(tuple(columns))
-    return [row(*values) for values in zip(*(v.tolist() for v in columns.values()))]
+    return (ids[order].tolist(), nodes["op_name"].to_numpy()[order].tolist(), nodes["calls"].to_numpy()[order].tolist(),
+            nodes["using_tc"].to_numpy()[order].astype(np.int64).tolist(), gpu[order].tolist(),
+            *(first[c][pos[order]].tolist() for c in ("input_shapes", "input_dtypes", "concrete_inputs")))
 
 
-@cache
-def _row_type(fields: tuple[str, ...]):
-    return namedtuple("Row", fields)
+def _modelled(ctx, ceilings) -> tuple[list[dict], dict[str, list]]:
+    """What :func:`~dlscope.roofline.analysis.roofline_ops` gives for the rank's op nodes, reduced to what the
+    finding reads: the run-utilization points of the modelled nodes, and the columns (node_id, op_name,
+    precision, bound, pct_of_ceiling, flops, bytes, peak, gpu_time_ns) of those placed under a roof. The
+    same expressions as its ``_place``, per node, without its per-node dicts and ceiling searches (the peak of
+    each precision is looked up once)."""
+    dram = ceilings.bandwidth["dram"]
+    peaks: dict[tuple, tuple] = {}
+    points: list[dict] = []
+    placed: dict[str, list] = {c: [] for c in ("node_id", "op_name", "precision", "bound", "pct_of_ceiling", "flops",
+                                               "bytes", "peak", "gpu_time_ns")}
+    for node_id, op_name, calls, using_tc, time_ns, shapes, dtypes, concrete in zip(*_op_rows(ctx)):
+        cost = _cost(op_name, shapes, dtypes, concrete)
+        if cost is None:
+            continue
+        calls = int(calls) if calls and calls > 0 else 1
+        tensor = bool(using_tc) and cost.family in TENSOR_FAMILIES
+        key = (cost.precision, tensor)
+        if key not in peaks:
+            peak = ceilings.peak(cost.precision, tensor)
+            if peak is None and tensor:  # e.g. FP32 on a GPU without TF32
+                peak = ceilings.peak(cost.precision, False)
+            peaks[key] = (peak[1] if peak else None,
+                          ceilings.matrix_precision(cost.precision) if tensor else cost.precision)
+        peak, precision = peaks[key]
+        flops, nbytes = cost.flops * calls, cost.bytes * calls
+        points.append({"time_ns": time_ns, "flops": flops, "bytes": nbytes, "peak": peak, "precision": precision,
+                       "tensor_cores": tensor, "family": cost.family})
+        if not (nbytes and nbytes > 0) or not peak or not dram:
+            continue  # no intensity or no roof: not placed
+        seconds = time_ns * 1e-9  # the rows have GPU time
+        if flops / nbytes >= peak / dram:
+            bound, pct = "math", 100.0 * (flops / seconds) / peak
+        else:
+            bound, pct = "memory", 100.0 * (nbytes / seconds) / dram
+        for c, v in (("node_id", node_id), ("op_name", op_name), ("precision", precision), ("bound", bound),
+                     ("pct_of_ceiling", pct), ("flops", flops), ("bytes", nbytes), ("peak", peak),
+                     ("gpu_time_ns", time_ns)):
+            placed[c].append(v)
+    return points, placed
 
 
-def _texts(ops: list[dict], key: str, rows: np.ndarray) -> np.ndarray:
-    """The ops' ``key`` texts at ``rows`` as a frame's text column holds them: a missing one (None) is NaN
-    when the column has any text, else stays None."""
-    values = np.asarray([ops[i][key] for i in rows], dtype=object)
-    if any(isinstance(o[key], str) for o in ops):
-        values[[v is None for v in values]] = np.nan
-    return values
+def _texts(values: list, rows: np.ndarray) -> np.ndarray:
+    """``values`` at ``rows`` as a frame's text column holds them: a missing one (None) is NaN when the
+    column has any text, else stays None."""
+    out = np.asarray([values[i] for i in rows], dtype=object)
+    if any(isinstance(v, str) for v in values):
+        out[[v is None for v in out]] = np.nan
+    return out
 
 
 @rule("roofline_quadrant", gpu=True)
@@ -66,21 +92,16 @@ def roofline_quadrant(ctx, cfg):
     ceilings = ctx.ceilings
     if ceilings is None or "dram" not in ceilings.bandwidth or ctx.aggregation.ops.empty:
         return None
-    ops, _ = roofline_ops(_op_rows(ctx), ceilings)
+    points, placed = _modelled(ctx, ceilings)
     dram = ceilings.bandwidth["dram"]
     cc = None if ctx.compute_capability is None else f"{ctx.compute_capability:.1f}"
-    points = [{"time_ns": o["gpu_time_ns"], "flops": o["flops"], "bytes": o["bytes"],
-               "peak": o["ceiling_flops_per_s"], "precision": o["precision"], "tensor_cores": o["tensor_cores"],
-               "family": o["family"]} for o in ops]
     util = run_utilization(points, dram, cc, "ops", ceilings.vendor, list(ceilings.flops))
     if util is None or util["quadrant"] not in cfg["quadrants"]:
         return None
     target = cfg["target_pct_of_roof"] / 100.0
-    placed = [o for o in ops if o["bound"] is not None]
-    if not placed:
+    if not placed["node_id"]:
         return None
-    flops, nbytes, peak, gpu_time = (np.asarray([o[c] for o in placed]) for c in
-                                     ("flops", "bytes", "ceiling_flops_per_s", "gpu_time_ns"))
+    flops, nbytes, peak, gpu_time = (np.asarray(placed[c]) for c in ("flops", "bytes", "peak", "gpu_time_ns"))
     with np.errstate(divide="ignore", invalid="ignore"):
         math_s = np.where(flops > 0, flops / peak.astype(float), 0.0)
         roof_ns = np.fmax(math_s, nbytes / dram) * 1e9  # the larger, a missing one skipped (as pandas' max)
@@ -91,15 +112,15 @@ def roofline_quadrant(ctx, cfg):
     n = ctx.config["evidence"]["max_items"]
     positive = np.flatnonzero(saved > 0)
     top_rows = positive[np.argsort(-saved[positive], kind="stable")[:n]]  # nlargest: ties in row order
-    top = {"node_id": np.asarray([placed[i]["node_id"] for i in top_rows], dtype=np.int64),
-           **{c: _texts(placed, c, top_rows) for c in ("op_name", "precision")},
+    top = {"node_id": np.asarray([placed["node_id"][i] for i in top_rows], dtype=np.int64),
+           **{c: _texts(placed[c], top_rows) for c in ("op_name", "precision")},
            "gpu_time_ns": gpu_time[top_rows],
-           "pct_of_ceiling": np.asarray([placed[i]["pct_of_ceiling"] for i in top_rows], dtype=float),
-           "saving_ns": saved[top_rows], "bound": _texts(placed, "bound", top_rows)}
+           "pct_of_ceiling": np.asarray([placed["pct_of_ceiling"][i] for i in top_rows], dtype=float),
+           "saving_ns": saved[top_rows], "bound": _texts(placed["bound"], top_rows)}
     worst = {c: values[0] for c, values in top.items()}
     units = f" on {ctx.matrix_units.plural}" if util["dominant_tensor_cores"] else ""
     problem = (
-        f"The {len(placed)} modelled op nodes ({fmt_ns(int(gpu_time.sum()))} of GPU time) sit in the "
+        f"The {len(placed['node_id'])} modelled op nodes ({fmt_ns(int(gpu_time.sum()))} of GPU time) sit in the "
         f"{util['quadrant_label']} quadrant of the roofline: compute utilization "
         f"{util['compute_utilization_pct']:.1f}%, memory utilization {util['memory_utilization_pct']:.1f}% of "
         f"{ceilings.name} (high from {util['high_utilization_pct']:.0f}%); the math with the most GPU time is "
@@ -118,6 +139,7 @@ def roofline_quadrant(ctx, cfg):
          "dominant_precision": util["dominant_precision"], "dominant_family": util["dominant_family"],
          "ops": [{"node_id": int(r["node_id"]), "op_name": r["op_name"], "precision": r["precision"],
                   "gpu_time_ns": int(r["gpu_time_ns"]), "pct_of_ceiling": r["pct_of_ceiling"],
-                  "saving_ns": int(r["saving_ns"])} for r in (dict(zip(top, row)) for row in zip(*top.values()))],
+                  "saving_ns": int(r["saving_ns"])}
+                 for r in (dict(zip(top, row)) for row in zip(*(v.tolist() for v in top.values())))],
          "saving_basis": f"per op node: GPU time - max(FLOPs / peak, bytes / DRAM bandwidth) / "
                          f"{cfg['target_pct_of_roof']:g}% (its time at that share of its roof), at least 0"})

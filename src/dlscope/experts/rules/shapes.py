@@ -67,7 +67,7 @@ def tc_dims(name: str, input_shapes: str) -> dict[str, int] | None:
 def _candidates(ctx, multiples: dict) -> pd.DataFrame:
     """One modelled op per eligible root instance (the root itself, else its shallowest modelled
     descendant), with the root's kernel time, precision and FLOPs."""
-    eligible = (ctx.col("ops", "eligible_root") >= 0) & np.isin(ctx.col("ops", "precision"), list(multiples))
+    eligible = (ctx.col("ops", "eligible_root") >= 0) & ctx.col_in("ops", "precision", multiples)
     if not eligible.any():
         return pd.DataFrame()
     kf = ctx.kernel_facts

@@ -41,6 +41,6 @@ def gpu_underutilized(ctx, cfg):
         f"{CATEGORY_LABELS[top]} has the highest non-GPU share at {ctx.pct(parts[top]):.1f}% ({fmt_ns(parts[top])}). "
         f"{ADVICE[top].format(batch=BATCH if ctx.is_training else '')} See {ctx.link('gpu_underutilized')}",
         parts[top],
-        {"iterations": [int(i) for i in ctx.iterations["iteration"]],
+        {"iterations": [int(i) for i in ctx.iteration_col("iteration")],
          "time_ranges": longest_ranges(*idle, n), "dominant_category": top,
          "breakdown_ns": {c: int(ctx.agg[f"{c}_ns"] or 0) for c in CATEGORIES}})
