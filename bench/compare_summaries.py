@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -61,7 +62,8 @@ def first_difference(a, b, where: str = "") -> str | None:
             if found:
                 return found
         return None
-    return None if a == b and type(a) is type(b) else f"{where} ({a!r} vs {b!r})"
+    same = a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+    return None if same and type(a) is type(b) else f"{where} ({a!r} vs {b!r})"
 
 
 def main(argv: list[str] | None = None) -> int:
