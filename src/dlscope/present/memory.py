@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,6 +14,7 @@ import pyarrow as pa
 
 from ..analyze.memory import OpCalls, allocator_series, memory_peaks
 from ..analyze.timeline import ARRAYS_FORMAT
+from ..store import reader
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
@@ -40,31 +40,11 @@ SAMPLE_COLUMNS = (("device", -1), ("ts", None), ("bytes_delta", 0), ("total_allo
                   ("pid", -1), ("tid", -1), ("addr", -1))
 
 
-def _database_uri(conn: sqlite3.Connection) -> str | None:
-    """A read-only URI of the file behind ``conn`` (None for an in-memory database)."""
-    path = next((r[2] for r in conn.execute("PRAGMA database_list") if r[1] == "main"), "")
-    return f"{Path(path).resolve().as_uri()}?mode=ro" if path else None
-
-
 def _int_arrays(conn: sqlite3.Connection, sql: str, params: tuple, defaults: tuple) -> list[np.ndarray]:
-    """The int64 columns of a query (NULL read as each column's default), read through ADBC into Arrow: no
-    Python object per value (sqlite3's rows cost about four times as much; pandas.read_sql ten)."""
-    uri = _database_uri(conn)
-    if uri is None:
-        rows = conn.execute(sql, params).fetchall()
-        table = pa.table({str(i): pa.array([r[i] for r in rows], pa.int64()) for i in range(len(defaults))})
-    else:
-        from adbc_driver_sqlite import dbapi
-
-        with dbapi.connect(uri) as adbc, adbc.cursor() as cur:
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(1 << 20)})
-            cur.execute(sql, params)
-            table = cur.fetch_arrow_table()
-    out = []
-    for col, default in zip(table.columns, defaults):
-        col = col.cast(pa.int64()) if col.type != pa.int64() else col
-        out.append((col.fill_null(default) if default is not None and col.null_count else col).to_numpy())
-    return out
+    """The int64 columns of a query as arrays (NULL read as each column's default), through Arrow."""
+    table = reader.arrow_table(conn, sql, params, pa.schema([(str(i), pa.int64()) for i in range(len(defaults))]))
+    return [(c.fill_null(d) if d is not None and c.null_count else c).to_numpy()
+            for c, d in zip(table.columns, defaults)]
 
 
 def _samples(conn: sqlite3.Connection, rank: int) -> pd.DataFrame:
