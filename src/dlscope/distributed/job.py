@@ -161,9 +161,10 @@ def job_gpus(conn: sqlite3.Connection, aggs: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (r["host"] or "", r["device"], r["rank"]))
 
 
-def job_section(conn: sqlite3.Connection, agg_id: int | None = None) -> dict | None:
+def job_section(conn: sqlite3.Connection, agg_id: int | None = None, call_count: int | None = None) -> dict | None:
     """The summary JSON's ``job``: the run's ranks, wall clock, mean GPU utilization over all its GPUs, each
-    GPU, and how many collective calls it holds (``None`` without an aggregation)."""
+    GPU, and how many collective calls it holds (``None`` without an aggregation; ``call_count``: that number
+    when the caller already listed the calls)."""
     aggs = run_aggregations(conn, agg_id)
     if not aggs:
         return None
@@ -181,7 +182,7 @@ def job_section(conn: sqlite3.Connection, agg_id: int | None = None) -> dict | N
         "gpu_count": len(utils),
         "gpus": [{k: g[k] for k in ("host", "device", "rank", "agg_id", "busy_ns", "utilization", "kernel_count",
                                     "kernel_time_ns")} for g in gpus],
-        "collective_calls": count_calls(conn, aggs),
+        "collective_calls": count_calls(conn, aggs) if call_count is None else call_count,
     }
 
 
