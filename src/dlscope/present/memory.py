@@ -101,10 +101,9 @@ def memory_section(conn: sqlite3.Connection, agg_id: int) -> dict | None:
                         (rank, lo, hi)).fetchone():
         return None
     samples = _samples(conn, rank)  # all of them: a trace of deltas sums them from its start
-    iterations = pd.DataFrame(conn.execute('SELECT iteration, start, "end" FROM agg_iterations WHERE agg_id = ? '
-                                           "AND profiled", (agg_id,)).fetchall(), columns=["iteration", "start", "end"])
-    gpus = pd.DataFrame(conn.execute("SELECT device, memory_bytes FROM gpus WHERE rank = ?", (rank,)).fetchall(),
-                        columns=["device", "memory_bytes"])
+    iterations = pd.read_sql_query('SELECT iteration, start, "end" FROM agg_iterations WHERE agg_id = ? AND profiled',
+                                   conn, params=(agg_id,))
+    gpus = pd.read_sql_query("SELECT device, memory_bytes FROM gpus WHERE rank = ?", conn, params=(rank,))
     return {"rank": int(rank), **memory_peaks(samples, iterations, _op_calls(conn, rank, lo, hi), gpus)}
 
 
