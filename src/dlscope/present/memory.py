@@ -60,7 +60,8 @@ def _samples(conn: sqlite3.Connection, rank: int) -> pd.DataFrame:
 
 def _op_calls(conn: sqlite3.Connection, rank: int, lo: int, hi: int) -> OpCalls:
     """The rank's op calls overlapping [lo, hi] as arrays: from the timeline the import stored (a few blobs),
-    else from the rows. Ties between equal calls break by op id, as the table's iteration index orders them."""
+    else from the rows. Calls of one thread and one interval break ties by op id (they share their op node's
+    iteration, so the table's (rank, iteration, start) index reads them in that order too)."""
     stored = dict(conn.execute(
         "SELECT name, data FROM timeline_arrays WHERE rank = ? AND name IN ('format', 'lanes', 'op.ids', "
         "'op.start', 'op.end', 'op.lane')", (rank,)).fetchall()) if _has_table(conn, "timeline_arrays") else {}
