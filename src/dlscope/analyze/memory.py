@@ -171,12 +171,13 @@ def _first_max(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
 
 
 def _series(memory: pd.DataFrame) -> dict[str, np.ndarray]:
-    """:func:`allocator_series` as arrays (device, ts, allocated, reserved, totals, bytes_delta, addr, pid, tid,
-    rank), the samples sorted by device and time, ties in the frame's order."""
+    """:func:`allocator_series` as arrays (device, ts, allocated, reserved, totals, bytes_delta, addr, and
+    ``row``: the sample's row in ``memory``), the samples sorted by device and time, ties in the frame's order."""
     cols = {c: memory[c].to_numpy(np.int64) for c in
-            ("device", "ts", "bytes_delta", "total_allocated", "total_reserved", "pid", "tid", "addr", "rank")}
+            ("device", "ts", "bytes_delta", "total_allocated", "total_reserved", "addr")}
     order = np.lexsort((cols["ts"], cols["device"]))
     s = {c: v[order] for c, v in cols.items()}
+    s["row"] = order
     firsts = _first_of_groups([s["device"]])
     sizes = np.diff(np.append(firsts, len(order)))
     totals = np.repeat(np.maximum.reduceat(s["total_allocated"], firsts) >= 0, sizes)
@@ -215,13 +216,16 @@ def _live_at(s: dict[str, np.ndarray], row: int) -> np.ndarray:
 
 
 def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFrame | OpCalls,
-                 gpus: pd.DataFrame | None = None) -> dict:
+                 gpus: pd.DataFrame | None = None,
+                 threads: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None) -> dict:
     """What the summary and the rules say about memory, for one rank: per device the peak allocated and reserved
     bytes over ``iterations`` (the profiled ones), the iteration and op at each peak, the allocations live at the
     allocated peak, the GPU's capacity, and the peak of every iteration. The op at a peak is the innermost one;
     ``peak_allocated_op_node`` the outermost around it. ``memory``: the rank's allocator samples (rank, device,
     ts, bytes_delta, total_allocated, total_reserved, pid, tid, addr), ties in time in the table's order;
-    ``ops``: the rank's op calls (a frame of op_id, name, rank, pid, tid, start and end, or :class:`OpCalls`)."""
+    ``ops``: the rank's op calls (a frame of op_id, name, rank, pid, tid, start and end, or :class:`OpCalls`).
+    ``threads``: for a reader that left pid and tid out of ``memory`` (a dozen samples need them), the (pid, tid)
+    of rows of ``memory``."""
     if memory.empty:
         return {"devices": []}
     calls = ops if isinstance(ops, OpCalls) else OpCalls.of_frame(ops)
@@ -237,7 +241,11 @@ def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFra
         rows = [int(peaks["allocated_row"][top_alloc]), int(peaks["reserved_row"][top_res])]
         live = _live_at(s, rows[0])
         at = np.array(rows + live[:LIVE_LISTED].tolist(), np.int64)
-        op_rows, node_rows = enclosing_ops(calls, s["rank"][at], s["pid"][at], s["tid"][at], s["ts"][at])
+        in_memory = s["row"][at]
+        pid, tid = threads(in_memory) if threads else (memory["pid"].to_numpy(np.int64)[in_memory],
+                                                       memory["tid"].to_numpy(np.int64)[in_memory])
+        op_rows, node_rows = enclosing_ops(calls, memory["rank"].to_numpy(np.int64)[in_memory], pid, tid,
+                                           s["ts"][at])
         op_ids = take(calls.op_id, op_rows)
         node_op_ids = take(calls.op_id, node_rows)
         names = calls.names(np.concatenate([op_ids, node_op_ids]))

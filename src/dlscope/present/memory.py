@@ -35,9 +35,10 @@ def memory_samples(conn: sqlite3.Connection, rank: int, start: int | None = None
                              f"FROM memory WHERE {where} ORDER BY device, ts", conn, params=params)
 
 
-#: The samples' columns memory_peaks reads, with the value a missing one reads as (as the timeline reads them).
+#: The samples' columns memory_peaks reads of every sample, with the value a missing one reads as (as the
+#: timeline reads them); pid and tid are read for the dozen samples it names (``_threads``).
 SAMPLE_COLUMNS = (("device", -1), ("ts", None), ("bytes_delta", 0), ("total_allocated", -1), ("total_reserved", -1),
-                  ("pid", -1), ("tid", -1), ("addr", -1))
+                  ("addr", -1), ("rowid", None))
 
 
 def _int_arrays(conn: sqlite3.Connection, sql: str, params: tuple, defaults: tuple) -> list[np.ndarray]:
@@ -50,12 +51,23 @@ def _int_arrays(conn: sqlite3.Connection, sql: str, params: tuple, defaults: tup
 def _samples(conn: sqlite3.Connection, rank: int) -> pd.DataFrame:
     """All the rank's allocator samples, in the table's order (missing columns of older databases as -1)."""
     have = _columns(conn, "memory")
-    cols = ", ".join(c if c in have else f"-1 AS {c}" for c, _ in SAMPLE_COLUMNS)
+    cols = ", ".join(c if c in have or c == "rowid" else f"-1 AS {c}" for c, _ in SAMPLE_COLUMNS)
     arrays = _int_arrays(conn, f"SELECT {cols} FROM memory WHERE rank = ? ORDER BY rowid", (rank,),
                          tuple(d for _, d in SAMPLE_COLUMNS))
     frame = pd.DataFrame(dict(zip((c for c, _ in SAMPLE_COLUMNS), arrays)), copy=False)
     frame["rank"] = rank
     return frame
+
+
+def _threads(conn: sqlite3.Connection, rowids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pid, tid) of the samples of these rowids (-1 where the database did not record them)."""
+    have = _columns(conn, "memory")
+    cols = ", ".join(f"COALESCE({c}, -1)" if c in have else "-1" for c in ("pid", "tid"))
+    wanted = sorted({int(r) for r in rowids})
+    found = {r: (p, t) for r, p, t in conn.execute(
+        f"SELECT rowid, {cols} FROM memory WHERE rowid IN ({', '.join('?' * len(wanted))})", wanted)}
+    pairs = np.array([found[int(r)] for r in rowids], np.int64).reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
 
 
 def _op_calls(conn: sqlite3.Connection, rank: int, lo: int, hi: int) -> OpCalls:
@@ -105,7 +117,9 @@ def memory_section(conn: sqlite3.Connection, agg_id: int) -> dict | None:
     iterations = pd.read_sql_query('SELECT iteration, start, "end" FROM agg_iterations WHERE agg_id = ? AND profiled',
                                    conn, params=(agg_id,))
     gpus = pd.read_sql_query("SELECT device, memory_bytes FROM gpus WHERE rank = ?", conn, params=(rank,))
-    return {"rank": int(rank), **memory_peaks(samples, iterations, _op_calls(conn, rank, lo, hi), gpus)}
+    rowids = samples["rowid"].to_numpy()
+    return {"rank": int(rank), **memory_peaks(samples, iterations, _op_calls(conn, rank, lo, hi), gpus,
+                                              threads=lambda rows: _threads(conn, rowids[rows]))}
 
 
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
