@@ -2,7 +2,8 @@
 memory with and without --max-memory. Writes figures as JSON lines to stdout; see bench/README.md.
 
     python bench/distributed_bench.py job  [--copies 8] [--hta /tmp/hta-venv/bin/python] [--repeat 3]
-                                           [--modes cli,serial,workers2,dask,rank-by-rank] [--memory]
+                                           [--modes cli,cli-summary,serial,workers2,dask,rank-by-rank]
+                                           [--memory]
                                            [--tree OTHER_CHECKOUT/src ...]
     python bench/distributed_bench.py big  [--repeat 60] [--max-memory 8GB,4GB]
     python bench/distributed_bench.py bigjob [--ranks 4] [--repeat 20] [--max-memory 3GB]
@@ -121,7 +122,9 @@ print(len(a.t.traces), "ranks", b.shape)
 
 
 #: the job bench's dlscope runs: label, workers, scheduler, budget (workers 0: the CLI's default)
-JOB_MODES = {"cli": ("`dlscope import` (defaults)", 0, "", ""), "serial": ("serial", 1, "", ""),
+JOB_MODES = {"cli": ("`dlscope import -q` (defaults)", 0, "", ""),
+             "cli-summary": ("`dlscope import` (defaults, the summary printed)", 0, "", ""),
+             "serial": ("serial", 1, "", ""),
              "workers2": ("workers=2", 2, "", ""), "dask": ("dask LocalCluster 2 procs", 2, "local", ""),
              "rank-by-rank": ("rank by rank, --max-memory 600MB", 1, "", "600MB")}
 
@@ -156,7 +159,8 @@ def bench_job(args) -> None:
         name = "" if not args.tree else f" [{tree}]"
         for mode in args.modes.split(","):
             label, workers, scheduler, budget = JOB_MODES[mode]
-            cmd = ([py, "-m", "dlscope", "import", str(folder), "-o", str(db), "--force", "--quiet"] if workers == 0
+            quiet = [] if mode == "cli-summary" else ["--quiet"]
+            cmd = ([py, "-m", "dlscope", "import", str(folder), "-o", str(db), "--force", *quiet] if workers == 0
                    else [py, "-c", IMPORT, str(folder), str(db), str(workers), scheduler, budget])
             cmds.append((f"{ranks}-rank job, dlscope {label}{name}", cmd, env))
     if args.hta and Path(args.hta).exists():
@@ -288,7 +292,8 @@ def main() -> None:
     job.add_argument("--copies", type=int, default=8)
     job.add_argument("--hta", default="/tmp/hta-venv/bin/python")
     job.add_argument("--repeat", type=int, default=3, help="timed runs per command (median reported)")
-    job.add_argument("--modes", default="cli,serial,workers2", help=f"dlscope runs, of {','.join(JOB_MODES)}")
+    job.add_argument("--modes", default="cli,cli-summary,serial,workers2",
+                     help=f"dlscope runs, of {','.join(JOB_MODES)}")
     job.add_argument("--memory", action="store_true", help="one more, sampled run per command for its memory")
     job.add_argument("--tree", action="append", help="time the dlscope of this src folder (repeatable; "
                      "default: this checkout's)")

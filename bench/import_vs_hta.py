@@ -4,9 +4,10 @@ The trace is a real Kineto trace from ../shared/data/kineto repeated end to end 
 previous copy, correlation / External ids / flow ids / ProfilerStep numbers renumbered) until it holds more
 than a million events. Both tools run one after the other in separate processes on the same file; wall
 time, CPU time and memory (peak RSS of the largest process and peak PSS summed over every process
-the command starts) come from ``measure.py``.
+the command starts) come from ``measure.py``. dlscope runs twice: with ``-q`` (the import alone) and as users
+run it by default, printing the summary after the import (`dlscope import TRACE -o DB`).
 
-    python bench/import_vs_hta.py --hta-python /path/to/venv-with-hta/bin/python [--copies 5] [--repeat 3]
+    python bench/import_vs_hta.py [--hta-python /path/to/venv-with-hta/bin/python] [--copies 5] [--repeat 3]
                                   [--tracelens-python /path/to/venv-with-tracelens/bin/python]
 
 HTA: `TraceAnalysis(trace_dir=...)` plus `get_gpu_kernel_breakdown()`, as a user would run it.
@@ -97,7 +98,7 @@ def main() -> None:
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     ap.add_argument("--copies", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--hta-python", required=True, help="python of a venv with HolisticTraceAnalysis installed")
+    ap.add_argument("--hta-python", help="python of a venv with HolisticTraceAnalysis installed (optional)")
     ap.add_argument("--tracelens-python", help="python of a venv with AMD's TraceLens installed (optional)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="dlscope-bench-") as tmp:
@@ -107,9 +108,11 @@ def main() -> None:
         n = replicate(args.source, args.copies, trace)
         size_mb = trace.stat().st_size / 1e6
         print(f"trace: {n:,} events, {size_mb:.0f} MB ({args.copies} copies of {args.source.name})")
-        commands = {"dlscope": [sys.executable, "-m", "dlscope", "import", str(trace), "-o",
-                                str(Path(tmp) / "run.sqlite"), "--force", "-q"],
-                    "hta": [args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)]}
+        dlscope = [sys.executable, "-m", "dlscope", "import", str(trace), "-o", str(Path(tmp) / "run.sqlite"),
+                   "--force"]
+        commands = {"dlscope": [*dlscope, "-q"], "dlscope+summary": dlscope}
+        if args.hta_python:
+            commands["hta"] = [args.hta_python, "-c", HTA_SCRIPT, str(trace_dir)]
         if args.tracelens_python:
             commands["tl-tree"] = [args.tracelens_python, "-c", TRACELENS_TREE, str(trace)]
             commands["tl-report"] = [args.tracelens_python, "-c", TRACELENS_REPORT, str(trace), str(Path(tmp) / "tl")]
@@ -123,18 +126,23 @@ def main() -> None:
                       "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
                       "peak_pss_tree_mib": memory[tool]["peak_pss_tree_mib"]} for tool, runs in rows.items()}
         for tool, m in med.items():
-            print(f"{tool:8s} median wall {m['wall_s']:6.2f} s   CPU {m['cpu_s']:6.2f} s   "
+            print(f"{tool:15s} median wall {m['wall_s']:6.2f} s   CPU {m['cpu_s']:6.2f} s   "
                   f"peak RSS (largest process) {m['peak_rss_mib']:6.0f} MiB   "
                   f"peak PSS (all processes) {m['peak_pss_tree_mib']:6.0f} MiB   runs: "
                   + ", ".join(f"{r['wall_s']:.2f}s" for r in rows[tool]))
-        d, h = med["dlscope"], med["hta"]
+        d, shown = med["dlscope"], med["dlscope+summary"]
+        print(f"the summary printed by default adds {shown['wall_s'] - d['wall_s']:.2f} s wall, "
+              f"{shown['cpu_s'] - d['cpu_s']:.2f} s CPU")
         for tool in ("tl-tree", "tl-report"):
             if tool in med:
                 print(f"vs TraceLens {tool[3:]}: {med[tool]['wall_s'] / d['wall_s']:.1f}x wall; memory "
                       f"{d['peak_pss_tree_mib'] / med[tool]['peak_pss_tree_mib']:.2f}x (PSS, all processes)")
-        print(f"speed-up {h['wall_s'] / d['wall_s']:.1f}x wall, {h['cpu_s'] / d['cpu_s']:.1f}x CPU; memory "
-              f"{d['peak_pss_tree_mib'] / h['peak_pss_tree_mib']:.2f}x of HTA's (PSS, all processes), "
-              f"{d['peak_rss_mib'] / h['peak_rss_mib']:.2f}x (RSS, largest process)")
+        if "hta" in med:
+            h = med["hta"]
+            for label, m in (("-q", d), ("default, with its summary", shown)):
+                print(f"speed-up ({label}) {h['wall_s'] / m['wall_s']:.1f}x wall, {h['cpu_s'] / m['cpu_s']:.1f}x CPU; "
+                      f"memory {m['peak_pss_tree_mib'] / h['peak_pss_tree_mib']:.2f}x of HTA's (PSS, all processes), "
+                      f"{m['peak_rss_mib'] / h['peak_rss_mib']:.2f}x (RSS, largest process)")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 from decimal import Decimal
@@ -66,9 +68,15 @@ def live_after(samples: list[dict], peak: dict) -> tuple[int, int, int]:
     return len(live), sum(live), max(live)
 
 
-def test_peaks_per_iteration_equal_the_raw_maximum_on_a_real_v100_trace(import_db):
+@pytest.mark.parametrize("stored_timeline", [True, False], ids=["ops from the stored timeline", "ops from rows"])
+def test_peaks_per_iteration_equal_the_raw_maximum_on_a_real_v100_trace(import_db, tmp_path, stored_timeline):
     trace = data_file(*V100)
-    memory = summary_dict(import_db(trace))["memory"]
+    db = import_db(trace)
+    if not stored_timeline:  # a database without the timeline's arrays: the ops are read from op_instances
+        db = Path(shutil.copy(db, tmp_path / "rows.sqlite"))
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("DELETE FROM timeline_arrays").rowcount > 0
+    memory = summary_dict(db)["memory"]
     gpu = next(d for d in memory["devices"] if d["device"] >= 0)
     raw = [s for s in raw_samples(trace, 1) if s["Device Id"] == gpu["device"]]
     ours = {i["iteration"]: i for i in gpu["iterations"]}
@@ -91,6 +99,10 @@ def test_peaks_per_iteration_equal_the_raw_maximum_on_a_real_v100_trace(import_d
     count, total, biggest = live_after(raw, peak)
     assert (gpu["live_at_peak"]["count"], gpu["live_at_peak"]["bytes"]) == (count, total)
     assert gpu["live_at_peak"]["largest"][0]["bytes"] == biggest
+    for block in gpu["live_at_peak"]["largest"]:  # the op that allocated each listed block
+        (sample,) = {(s["pid"], s["tid"], s["ts"]): s for s in raw
+                     if s["ts"] == block["ts"] and s["Bytes"] == block["bytes"]}.values()
+        assert block["op"] == innermost_op(trace, sample)
     assert gpu["capacity_bytes"] == 34089730048  # Tesla V100-SXM2-32GB's totalGlobalMem in the trace
 
 
@@ -215,9 +227,6 @@ def test_nsys_cuda_memory_usage_events_become_allocator_samples(tmp_path):
     """A real nsys export with CUDA memory-usage rows added (what --cuda-memory-usage=true records): one
     allocation per cudaMalloc call, at its end, and frees at the cudaFree calls; the samples carry the calling
     thread, and the peak is the running sum's maximum computed here."""
-    import shutil
-    import sqlite3
-
     path = tmp_path / "saxpy.sqlite"
     shutil.copy(data_file("nsys_sqlite", "pipit_saxpy_mpi_nvtx_a100_nsys2022.2.sqlite"), path)
     conn = sqlite3.connect(path)

@@ -192,13 +192,14 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | Non
                     "roofline": _roofline(conn, None), "ranks": [], "collectives": [], "memory": None,
                     "python": python_section(conn)}
         agg_id = reader.resolve_agg_id(conn, agg_id)
+        calls = collective_calls(conn, run_aggregations(conn, agg_id))
         out = {"schema_version": int(meta["schema_version"]), "profile_name": meta.get("profile_name"),
                "system": stored_facts(meta), "profile": _profile_section(conn, methods),
-               "job": job_section(conn, agg_id),
+               "job": job_section(conn, agg_id, call_count=len(calls)),
                "aggregation": _aggregation_section(conn, agg_id, candidates, throughput_facts(extra)),
                "findings": _findings(conn, agg_id), "roofline": _roofline(conn, agg_id),
                "ranks": summary_ranks(conn, agg_id),
-               "collectives": collective_calls(conn, run_aggregations(conn, agg_id)),
+               "collectives": calls,
                "memory": memory_section(conn, agg_id), "python": python_section(conn)}
         if extra.get("capture"):
             out["capture"] = extra["capture"]

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from ..errors import DlscopeError, InputError
 from .schema import SCHEMA_VERSION
@@ -92,6 +93,23 @@ def connect(path: str | Path, *, readonly: bool = True, any_thread: bool = False
     inspect(path)
     return sqlite3.connect(f"{path.resolve().as_uri()}?mode={'ro' if readonly else 'rw'}", uri=True,
                            check_same_thread=not any_thread)
+
+
+def arrow_table(conn: sqlite3.Connection, sql: str, params: tuple, schema: pa.Schema) -> pa.Table:
+    """A query's rows as an Arrow table of ``schema`` (its columns in order), read through ADBC from the file
+    behind ``conn``: no Python object per value (sqlite3's rows cost about four times as much, pandas.read_sql
+    ten). An in-memory database is read through ``conn``."""
+    path = next((r[2] for r in conn.execute("PRAGMA database_list") if r[1] == "main"), "")
+    if not path:
+        rows = conn.execute(sql, params).fetchall()
+        return pa.table([pa.array([r[i] for r in rows], f.type) for i, f in enumerate(schema)], schema=schema)
+    from adbc_driver_sqlite import dbapi
+
+    with dbapi.connect(f"{Path(path).resolve().as_uri()}?mode=ro") as adbc, adbc.cursor() as cur:
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(1 << 20)})
+        cur.execute(sql, params)
+        table = cur.fetch_arrow_table()
+    return pa.table([c if c.type == f.type else c.cast(f.type) for c, f in zip(table.columns, schema)], schema=schema)
 
 
 def read_table(conn: sqlite3.Connection, table: str, where: str = "", params: tuple = ()) -> pd.DataFrame:
