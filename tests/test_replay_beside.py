@@ -133,6 +133,25 @@ def test_a_forked_call_gets_the_value_sent_after_it_started():
         call.send(1)
 
 
+def _ready_before_and_after(inbox, flag):
+    before = inbox.ready()
+    Path(flag).touch()  # the parent sends only now
+    deadline = time.monotonic() + 30
+    while not inbox.ready() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return before, inbox.ready(), inbox()
+
+
+def test_a_child_can_tell_without_waiting_whether_its_value_has_come(tmp_path):
+    flag = tmp_path / "checked"
+    call = ForkedCall(_ready_before_and_after, str(flag), inbox=True)
+    deadline = time.monotonic() + 30
+    while not flag.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    call.send("hello")
+    assert call.result() == (False, True, "hello")
+
+
 def test_a_forked_call_sent_nothing_ends_with_an_error_instead_of_waiting():
     call = ForkedCall(_add_what_is_sent, 2, inbox=True)
     with pytest.raises(EOFError, match="sent nothing"):

@@ -152,7 +152,8 @@ class ForkedCall:
     exception that cannot be pickled comes back as one line). It dies with its parent.
 
     ``inbox``: the child can also be sent one value after it started (work it begins before the caller has
-    all of its input): ``fn(receive, *args)`` is called, ``receive()`` waits for what :meth:`send` sends.
+    all of its input): ``fn(inbox, *args)`` is called; ``inbox()`` waits for what :meth:`send` sends,
+    ``inbox.ready()`` says whether it has come (:class:`Inbox`).
     """
 
     def __init__(self, fn: Callable[..., Any], *args: Any, inbox: bool = False):
@@ -169,7 +170,7 @@ class ForkedCall:
                 if inbox:
                     os.close(in_write)
                 die_with_parent(parent, main)
-                payload = _pickled(True, fn(functools.partial(_receive, in_read), *args) if inbox else fn(*args))
+                payload = _pickled(True, fn(Inbox(in_read), *args) if inbox else fn(*args))
             except BaseException as e:  # noqa: BLE001 - sent to the parent
                 payload = _pickled(False, e)
             try:
@@ -254,14 +255,26 @@ class ForkedCall:
         return status
 
 
-def _receive(fd: int) -> Any:
-    """In a child with an inbox: the value its parent sends (EOFError: the parent sent none)."""
-    with os.fdopen(fd, "rb") as pipe:
-        size = pipe.read(8)
-        payload = pipe.read(int.from_bytes(size, "little")) if len(size) == 8 else b""
-    if len(size) < 8 or len(payload) < int.from_bytes(size, "little"):
-        raise EOFError("the parent sent nothing")
-    return pickle.loads(payload)
+class Inbox:
+    """In a child with an inbox: the one value its parent sends (see :class:`ForkedCall`)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def ready(self) -> bool:
+        """Whether the value (or the end of the pipe: the parent sent none) is there to read, without waiting."""
+        import select
+
+        return bool(select.select([self.fd], [], [], 0)[0])
+
+    def __call__(self) -> Any:
+        """The value, waited for (EOFError: the parent sent none)."""
+        with os.fdopen(self.fd, "rb") as pipe:
+            size = pipe.read(8)
+            payload = pipe.read(int.from_bytes(size, "little")) if len(size) == 8 else b""
+        if len(size) < 8 or len(payload) < int.from_bytes(size, "little"):
+            raise EOFError("the parent sent nothing")
+        return pickle.loads(payload)
 
 
 def _pickled(ok: bool, value: Any) -> bytes:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..processes import ChildFailed, ForkedCall
+from ..processes import ChildFailed, ForkedCall, Inbox
 from .graph import CATEGORIES, Graph, build, positions
 from .job import Job
 from .predict import IterationRows, Windows, path_arrays, price_findings, windows
-from .replay import Binding, Result, binding, unchanged
+from .replay import Binding, Result, Weights, binding, unchanged
 from .scenarios import for_rule
 
 #: the rows of ``agg_critical_path``: time on the critical path per rank (-1: before the first event the
@@ -66,11 +66,11 @@ def annotated_beside(job_of: Callable[[], Job], hints: list[tuple[int, int, int]
         call.kill()  # nothing left to do when its result was read; else the caller gave up on it
 
 
-def _replay_in_child(receive: Callable[[], list], job_of: Callable[[], Job],
-                     hints: list[tuple[int, int, int]]) -> list[Figures]:
+def _replay_in_child(inbox: Inbox, job_of: Callable[[], Job], hints: list[tuple[int, int, int]]) -> list[Figures]:
     replay = Replay(job_of)
     replay.walk_ahead(hints)  # before the aggregations exist: their windows are known from the iterations
-    return replay.figures(receive())
+    replay.plan_ahead(inbox.ready)  # while they are not there yet
+    return replay.figures(inbox())
 
 
 def request(agg, found: list[dict]) -> tuple:
@@ -141,6 +141,21 @@ class Replay:
             except Exception:  # noqa: BLE001, S112 - kept, noted when an aggregation of this window asks for it
                 continue
 
+    def plan_ahead(self, enough: Callable[[], bool]) -> None:
+        """Find what the scenarios of the rules' findings derive from the graph alone (memoized on it), one
+        scenario after another until ``enough()``: work the findings will likely ask for (a job's ranks
+        mostly share their findings), done while they are not known yet. Changes no figure: the same
+        derivations, made earlier."""
+        for rule in PLANNED_AHEAD if self.note is None else ():
+            if enough():
+                return
+            try:
+                scenario = for_rule(rule)
+                assert self.g is not None and scenario is not None
+                scenario.apply(self.g, Weights.measured(self.g))  # on scratch weights: only the memo stays
+            except Exception:  # noqa: BLE001, S112 - a scenario that fails fails again when a finding asks for it
+                continue
+
     def walk(self, rank, iter_start, iter_stop) -> _Walk:
         """The window's path (found once per window; its failure too, raised again)."""
         key = (rank, iter_start, iter_stop)
@@ -195,6 +210,10 @@ class Replay:
         savings = [next(rows)["simulated_saving_ns"] if for_rule(rule) else None for rule, _ in rules]
         return Figures(None, walk.nodes, walk.node_ns, walk.kernel_names, walk.kernel_ns, walk.cells, walk.cell_ns,
                        savings, priced["combined_saving_ns"])
+
+
+#: the rules whose scenarios :meth:`Replay.plan_ahead` prepares, cheapest first (one of each scenario)
+PLANNED_AHEAD = ("sync_api", "sync_memcpy", "dataloader_bottleneck", "amp_not_enabled", "launch_bound")
 
 
 class _Shared:
