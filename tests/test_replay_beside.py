@@ -89,6 +89,17 @@ def test_a_replay_child_that_dies_leaves_the_database_written_with_the_note(tmp_
         conn.close()
 
 
+def test_a_replay_child_that_fails_outside_its_own_guards_still_leaves_the_database_with_the_note(tmp_path,
+                                                                                                monkeypatch):
+    def fails(self, enough):
+        raise RuntimeError("an unexpected failure")
+
+    monkeypatch.setattr(stored.Replay, "plan_ahead", fails)  # the forked child inherits it
+    s = _stored(_db(tmp_path, _sync_trace()), 1)
+    assert s["row"][1] == "the critical path could not be computed (RuntimeError: an unexpected failure)"
+    assert set(s["ops"].values()) == {None} and s["path"] == [] and {ns for _, ns in s["findings"]} == {None}
+
+
 @pytest.mark.parametrize("failure", [DlscopeError("the rules failed"), KeyboardInterrupt()])
 def test_an_import_failing_while_the_replay_runs_kills_it_and_leaves_no_file(tmp_path, monkeypatch, failure):
     """The aggregations fail (or Ctrl-C) while the child is still replaying: the child is killed, not awaited;

@@ -60,6 +60,8 @@ def annotated_beside(job_of: Callable[[], Job], hints: list[tuple[int, int, int]
                 figures = call.result()
             except ChildFailed as e:
                 figures = [Figures(note=f"the critical path could not be computed (its process {e})")] * len(aggs)
+            except Exception as e:  # noqa: BLE001 - as in annotate, a replay that fails never fails the import
+                figures = [Figures(note=f"the critical path could not be computed ({_one_line(e)})")] * len(aggs)
             apply(aggs, findings, figures)
         yield annotate_here
     finally:
