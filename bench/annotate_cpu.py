@@ -29,6 +29,7 @@ def main() -> None:
     handed: list = []
     real = pipeline.annotate
     pipeline.annotate = lambda *a: handed.append(a)
+    pipeline.fork_pays = lambda: False  # annotate called here (not replayed in a child beside the aggregation)
     with tempfile.TemporaryDirectory() as tmp:
         pipeline.build_database([args.input], Path(tmp) / "x.sqlite", progress=False)
     pipeline.annotate = real

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import dlscope.pipeline.build as pipeline
+from dlscope.processes import fork_pays
 from dlscope.whatif.graph import build
 from dlscope.whatif.stored import annotate
 
@@ -27,6 +28,7 @@ def _import(path: Path, store: bool) -> tuple[float, tuple | None]:
     """One import (critical path stored or not); returns its time and what annotate was handed."""
     handed = []
     pipeline.annotate = annotate if store else (lambda *args: handed.append(args))
+    pipeline.fork_pays = fork_pays if store else (lambda: False)  # without: annotate is called here, captured
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         pipeline.build_database([path], Path(tmp) / "x.sqlite", progress=False)

@@ -150,11 +150,16 @@ class ForkedCall:
     The child sees the caller's memory copy-on-write (nothing is pickled on the way in), runs only ``fn``
     and leaves with ``os._exit``; its return value or exception comes back pickled through a pipe (an
     exception that cannot be pickled comes back as one line). It dies with its parent.
+
+    ``inbox``: the child can also be sent one value after it started (work it begins before the caller has
+    all of its input): ``fn(inbox, *args)`` is called; ``inbox()`` waits for what :meth:`send` sends,
+    ``inbox.ready()`` says whether it has come (:class:`Inbox`).
     """
 
-    def __init__(self, fn: Callable[..., Any], *args: Any):
+    def __init__(self, fn: Callable[..., Any], *args: Any, inbox: bool = False):
         release_free_memory()
         read, write = os.pipe()
+        in_read, in_write = os.pipe() if inbox else (-1, -1)
         parent = os.getpid()
         main = threading.current_thread() is threading.main_thread()
         pid = os.fork()
@@ -162,8 +167,10 @@ class ForkedCall:
             code = 0
             try:
                 os.close(read)
+                if inbox:
+                    os.close(in_write)
                 die_with_parent(parent, main)
-                payload = _pickled(True, fn(*args))
+                payload = _pickled(True, fn(Inbox(in_read), *args) if inbox else fn(*args))
             except BaseException as e:  # noqa: BLE001 - sent to the parent
                 payload = _pickled(False, e)
             try:
@@ -173,6 +180,9 @@ class ForkedCall:
                 code = 1
             os._exit(code)
         os.close(write)
+        if inbox:
+            os.close(in_read)
+        self.inbox = in_write  # -1: none, or sent
         self.pid: int | None = pid
         self.pipe = os.fdopen(read, "rb")
         # the result is read as the child writes it, beside the caller's own work (a large result would
@@ -188,8 +198,28 @@ class ForkedCall:
         except (OSError, ValueError):  # the pipe was closed by kill()
             pass
 
+    def send(self, value: Any) -> None:
+        """Send the child ``value`` (once; see ``inbox``). A child that is gone is not an error here: its
+        :meth:`result` says what became of it."""
+        if self.inbox < 0:
+            raise RuntimeError("this child has no inbox, or was sent its value already")
+        try:
+            with os.fdopen(self.inbox, "wb") as pipe:
+                self.inbox = -1
+                payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+                # its length first: a process forked later may hold a copy of this end, so no end of file
+                pipe.write(len(payload).to_bytes(8, "little") + payload)
+        except BrokenPipeError:
+            pass
+
+    def _close_inbox(self) -> None:
+        if self.inbox >= 0:
+            os.close(self.inbox)
+            self.inbox = -1
+
     def result(self) -> Any:
         """The child's return value; its exception re-raised here."""
+        self._close_inbox()  # a child still waiting for a value reads that none comes
         try:
             self._reader.join()
             payload = b"".join(self._chunks)
@@ -206,6 +236,7 @@ class ForkedCall:
 
     def kill(self) -> None:
         """End the child now (the caller gave up on it) and reap it."""
+        self._close_inbox()
         if self.pid is not None:
             try:
                 os.kill(self.pid, signal.SIGKILL)
@@ -222,6 +253,28 @@ class ForkedCall:
         _, status = os.waitpid(self.pid, 0)
         self.pid = None
         return status
+
+
+class Inbox:
+    """In a child with an inbox: the one value its parent sends (see :class:`ForkedCall`)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def ready(self) -> bool:
+        """Whether the value (or the end of the pipe: the parent sent none) is there to read, without waiting."""
+        import select
+
+        return bool(select.select([self.fd], [], [], 0)[0])
+
+    def __call__(self) -> Any:
+        """The value, waited for (EOFError: the parent sent none)."""
+        with os.fdopen(self.fd, "rb") as pipe:
+            size = pipe.read(8)
+            payload = pipe.read(int.from_bytes(size, "little")) if len(size) == 8 else b""
+        if len(size) < 8 or len(payload) < int.from_bytes(size, "little"):
+            raise EOFError("the parent sent nothing")
+        return pickle.loads(payload)
 
 
 def _pickled(ok: bool, value: Any) -> bytes:

@@ -21,11 +21,12 @@ from ..errors import DlscopeError
 from ..experts import write_findings
 from ..importers import sniff
 from ..model import ID_COLUMNS, MISSING, TABLES, Profile
+from ..processes import fork_pays
 from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
 from ..system import job_facts
 from ..whatif.job import from_analysed, from_database, world_sizes_of
-from ..whatif.stored import annotate, skip
+from ..whatif.stored import annotate, annotated_beside, skip
 from .budget import (
     check_analysis_fits,
     check_traces_could_fit,
@@ -124,26 +125,29 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                                        rules_config=rules_config, reading=reading, critical_path=critical_path)
     with _progress(progress) as step, _gc_paused():
         ncu = [(p, read_ncu_csv(p)) for p in counters]
-        an = None
+        an, windows = None, []
         if traces:
             profile = load_profiles_parallel(traces, workers, scheduler, max_memory, step, reading)
             step("analysing")
             an = analyse(profile, key_node)
             for rank in an.ranks:  # a bad --iter-start/--iter-stop fails here, before any file is made
-                resolve_range(an, rank, iter_start, iter_stop)
+                # each rank's iterations: known before its aggregation, a replay beside it walks them
+                its = resolve_range(an, rank, iter_start, iter_stop)["iteration"]
+                windows.append((rank, int(its.min()), int(its.max())))
         step("writing database")
-        with writer.atomic_database(db_path, force) as db:
+        with writer.atomic_database(db_path, force) as db, \
+                _replay(an if critical_path else None, windows, beside=not budget) as annotate_here:
             if an is not None:  # the timeline arrays are built there too, beside the aggregation
                 db.write_raw(_raw_tables(an), timelines=lambda: timeline_arrays(an))
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
+            figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
             if an is not None and critical_path:
                 step("replaying the critical path")
-                annotate(lambda: from_analysed(an), aggs, findings)
+                annotate_here(aggs, findings)
             elif an is not None:
                 skip(aggs, findings, NO_CRITICAL_PATH)
-            figures = rank_figures(an, aggs) if an is not None else None
             _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
                            profile_name or _default_name(paths),
                            {**(extra_meta or {}), "key_node": key_node or "",
@@ -151,6 +155,18 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                             "key_node_candidates": an.key_node_candidates if an else {}},
                            ncu, aggs, findings, figures, {})
     return db_path
+
+
+@contextmanager
+def _replay(an: Analysed | None, windows: list[tuple[int, int, int]], beside: bool) -> Iterator:
+    """``annotate(aggs, findings)`` of the import: the graph built and replayed in a forked child while the
+    aggregations and rules run here, where a second process pays and no memory budget is set (a budget is
+    estimated for one analysis at a time); else :func:`annotate`, here, when called."""
+    if an is None or not beside or not fork_pays():
+        yield lambda aggs, findings: annotate(lambda: from_analysed(an), aggs, findings)
+        return
+    with annotated_beside(lambda: from_analysed(an), windows) as annotate_here:
+        yield annotate_here
 
 
 def build_cprofile_database(paths: list[Path], db_path: Path, *, force: bool = False,

@@ -93,9 +93,9 @@ def cpu_span_shares(g: Graph, chain: np.ndarray, start: np.ndarray, end: np.ndar
         return np.where(i >= 0, cum[np.maximum(i, 0)] + rate[np.maximum(i, 0)] * inside, 0.0)
 
     v = np.flatnonzero(~g.first[:n_cpu])
-    key = g.chain[:n_cpu] * big + t
+    removed = removed_before(g.chain[:n_cpu] * big + t)  # at every CPU instant once (each edge reads two)
     length = (t[v] - t[v - 1]).astype(np.float64)
-    gone = removed_before(key[v]) - removed_before(key[v - 1])
+    gone = removed[v] - removed[v - 1]
     share = np.where(length > 0, np.clip(gone / np.where(length > 0, length, 1), 0, 1), 0.0)
     return v, share
 

@@ -9,15 +9,18 @@ figures stay missing and ``critical_path_note`` says why.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from ..processes import ChildFailed, ForkedCall, Inbox
 from .graph import CATEGORIES, Graph, build, positions
 from .job import Job
-from .predict import IterationRows, path_arrays, price_findings, windows
-from .replay import Binding, Result, binding, unchanged
+from .predict import IterationRows, Windows, path_arrays, price_findings, windows
+from .replay import Binding, Result, Weights, binding, unchanged
 from .scenarios import for_rule
 
 #: the rows of ``agg_critical_path``: time on the critical path per rank (-1: before the first event the
@@ -33,30 +36,186 @@ def annotate(job_of: Callable[[], Job], aggs: list, findings: list[list[dict]]) 
     cannot be priced) and ``agg.row`` ``findings_combined_saving_ns`` (all priced findings at once, overlaps
     counted once) and ``critical_path_note`` (why there is no critical path, else None).
     """
-    g, base, note = None, None, None
+    figures = Replay(job_of).figures([request(agg, found) for agg, found in zip(aggs, findings)])
+    apply(aggs, findings, figures)
+
+
+@contextmanager
+def annotated_beside(job_of: Callable[[], Job], hints: list[tuple[int, int, int]]) -> Iterator[Callable]:
+    """:func:`annotate` with the replay started now, in a forked child, beside the caller's own work.
+
+    The graph, its unchanged replay and the path of each window in ``hints`` ((rank, iter_start, iter_stop):
+    the aggregations to come) depend on the analysed tables only, not on the aggregations or their findings:
+    the child finds them while the caller aggregates and runs the rules. Yields ``annotate(aggs, findings)``,
+    which sends the child the aggregations' windows and findings, waits for their figures (the findings
+    priced there, on the child's graph) and adds them as :func:`annotate` does. A child that dies leaves the
+    aggregations without a critical path, the note saying why; a caller that fails (or is interrupted) kills
+    the child instead of waiting for it.
+    """
+    call = ForkedCall(_replay_in_child, job_of, hints, inbox=True)
     try:
-        job = job_of()
-        if not len(job.ops) and not len(job.kernels) and not len(job.api_calls):
-            note = "no CPU or GPU events to replay"
-        else:
-            g = build(job)
-            base = unchanged(g)  # the measured times, checked
-    except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
-        note = f"the dependency graph could not be built ({_one_line(e)})"
-    replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
-    shared = None  # what every rank's walk reads: binding edges of the unchanged replay, rows by iteration, op rows
-    for agg, found in zip(aggs, findings):
-        if note is None:
+        def annotate_here(aggs: list, findings: list[list[dict]]) -> None:
+            call.send([request(agg, found) for agg, found in zip(aggs, findings)])
             try:
-                assert g is not None and base is not None  # built above whenever there is no note
-                shared = _Shared(g, base) if shared is None else shared
-                _annotate_one(g, base, shared, agg, found, replays)
+                figures = call.result()
+            except ChildFailed as e:
+                figures = [Figures(note=f"the critical path could not be computed (its process {e})")] * len(aggs)
+            except Exception as e:  # noqa: BLE001 - as in annotate, a replay that fails never fails the import
+                figures = [Figures(note=f"the critical path could not be computed ({_one_line(e)})")] * len(aggs)
+            apply(aggs, findings, figures)
+        yield annotate_here
+    finally:
+        call.kill()  # nothing left to do when its result was read; else the caller gave up on it
+
+
+def _replay_in_child(inbox: Inbox, job_of: Callable[[], Job], hints: list[tuple[int, int, int]]) -> list[Figures]:
+    replay = Replay(job_of)
+    replay.walk_ahead(hints)  # before the aggregations exist: their windows are known from the iterations
+    replay.plan_ahead(inbox.ready)  # while they are not there yet
+    return replay.figures(inbox())
+
+
+def request(agg, found: list[dict]) -> tuple:
+    """What the replay needs of an aggregation: its rank, its iterations and its findings' rules."""
+    row = agg.row
+    return row["rank"], row["iter_start"], row["iter_stop"], [(f["rule"], f.get("est_saving_ns")) for f in found]
+
+
+@dataclass
+class Figures:
+    """An aggregation's figures from the replay, as small arrays (sent back from a forked replay): time on
+    the path by op node, kernel name and (rank, category) cell, each finding's simulated saving, all
+    together's; or the ``note`` saying why there are none."""
+
+    note: str | None = None
+    nodes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    node_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    kernel_names: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    kernel_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cells: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cell_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    savings: list = field(default_factory=list)
+    combined: int | None = None
+
+
+@dataclass
+class _Walk:
+    """One window's critical path, summed (what its figures need before its findings are priced)."""
+
+    win: Windows
+    nodes: np.ndarray
+    node_ns: np.ndarray
+    kernel_names: np.ndarray
+    kernel_ns: np.ndarray
+    cells: np.ndarray
+    cell_ns: np.ndarray
+
+
+class Replay:
+    """A job's graph replayed unchanged, walked for each aggregation's window and pricing its findings.
+
+    The graph is built and replayed unchanged once (a job's collectives link its ranks); each aggregation
+    then walks its own windows on that replay, and a scenario's replay is made once for all of them.
+    """
+
+    def __init__(self, job_of: Callable[[], Job]):
+        self.g: Graph | None = None
+        self.base: Result | None = None
+        self.note: str | None = None
+        try:
+            job = job_of()
+            if not len(job.ops) and not len(job.kernels) and not len(job.api_calls):
+                self.note = "no CPU or GPU events to replay"
+            else:
+                self.g = build(job)
+                self.base = unchanged(self.g)  # the measured times, checked
+        except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
+            self.note = f"the dependency graph could not be built ({_one_line(e)})"
+        self.replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
+        self._shared: _Shared | None = None  # what every rank's walk reads
+        self._walks: dict[tuple, _Walk | Exception] = {}
+
+    def walk_ahead(self, windows: list[tuple[int, int, int]]) -> None:
+        """Walk these windows now (their failures kept for :meth:`figures` to note)."""
+        for rank, iter_start, iter_stop in windows if self.note is None else []:
+            try:
+                self.walk(rank, iter_start, iter_stop)
+            except Exception:  # noqa: BLE001, S112 - kept, noted when an aggregation of this window asks for it
                 continue
+
+    def plan_ahead(self, enough: Callable[[], bool]) -> None:
+        """Find what the scenarios of the rules' findings derive from the graph alone (memoized on it), one
+        scenario after another until ``enough()``: work the findings will likely ask for (a job's ranks
+        mostly share their findings), done while they are not known yet. Changes no figure: the same
+        derivations, made earlier."""
+        for rule in PLANNED_AHEAD if self.note is None else ():
+            if enough():
+                return
+            try:
+                scenario = for_rule(rule)
+                assert self.g is not None and scenario is not None
+                scenario.apply(self.g, Weights.measured(self.g))  # on scratch weights: only the memo stays
+            except Exception:  # noqa: BLE001, S112 - a scenario that fails fails again when a finding asks for it
+                continue
+
+    def walk(self, rank, iter_start, iter_stop) -> _Walk:
+        """The window's path (found once per window; its failure too, raised again)."""
+        key = (rank, iter_start, iter_stop)
+        if key not in self._walks:
+            try:
+                self._walks[key] = self._walk(int(rank), int(iter_start), int(iter_stop))
+            except Exception as e:  # noqa: BLE001 - kept for the aggregation of this window
+                self._walks[key] = e
+        found = self._walks[key]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def _walk(self, rank: int, iter_start: int, iter_stop: int) -> _Walk:
+        g, base = self.g, self.base
+        assert g is not None and base is not None  # built whenever there is no note
+        shared = self._shared = _Shared(g, base) if self._shared is None else self._shared
+        win = windows(g, rank, iter_start, iter_stop, shared.rows)
+        path = path_arrays(g, win, base, shared.bound)
+        ns = path["ns"].astype(np.int64) if path else np.zeros(0, np.int64)
+        op_id = path["op_id"].astype(np.int64) if path else np.zeros(0, np.int64)
+        act = path["act"].astype(np.int64) if path else np.zeros(0, np.int64)
+        owned = op_id >= 0
+        nodes, node_ns = _sums(op_nodes(g, op_id[owned], shared.op_pos), ns[owned])
+        kernel = act >= 0
+        kernel[kernel] = shared.is_kernel[act[kernel]]
+        code = shared.name_code[act[kernel]]
+        named = code >= 0  # a kernel without a name is in no kernels row
+        codes, code_ns = _sums(code[named], ns[kernel][named])
+        rank_of = path["rank"].astype(np.int64) if path else np.zeros(0, np.int64)
+        category = path["category"].astype(np.int64) if path else np.zeros(0, np.int64)
+        cells, cell_ns = _sums(rank_of * len(CATEGORIES) + category, ns)  # rank >= -1: (rank, category) order
+        return _Walk(win, nodes, node_ns, np.asarray(shared.names[codes], object), code_ns, cells, cell_ns)
+
+    def figures(self, requests: list[tuple]) -> list[Figures]:
+        """Each aggregation's figures (``requests``: :func:`request` of each)."""
+        out = []
+        for rank, iter_start, iter_stop, rules in requests:
+            if self.note is not None:
+                out.append(Figures(note=self.note))
+                continue
+            try:
+                out.append(self._figures(self.walk(rank, iter_start, iter_stop), rules))
             except Exception as e:  # noqa: BLE001 - one aggregation's failure leaves the others' figures
-                why = f"the critical path could not be walked ({_one_line(e)})"
-        else:
-            why = note
-        _not_replayed(agg, found, why)
+                out.append(Figures(note=f"the critical path could not be walked ({_one_line(e)})"))
+        return out
+
+    def _figures(self, walk: _Walk, rules: list[tuple[str, int | None]]) -> Figures:
+        assert self.g is not None and self.base is not None
+        priced = price_findings(self.g, walk.win, rules, self.base, self.replays)
+        rows = iter(priced["findings"])  # price_findings lists the findings a scenario models, in their order
+        savings = [next(rows)["simulated_saving_ns"] if for_rule(rule) else None for rule, _ in rules]
+        return Figures(None, walk.nodes, walk.node_ns, walk.kernel_names, walk.kernel_ns, walk.cells, walk.cell_ns,
+                       savings, priced["combined_saving_ns"])
+
+
+#: the rules whose scenarios :meth:`Replay.plan_ahead` prepares, cheapest first (one of each scenario)
+PLANNED_AHEAD = ("sync_api", "sync_memcpy", "dataloader_bottleneck", "amp_not_enabled", "launch_bound")
 
 
 class _Shared:
@@ -74,37 +233,28 @@ class _Shared:
         self.names = pd.Index(names)
 
 
-def _annotate_one(g: Graph, base: Result, shared: _Shared, agg, found: list[dict], replays: dict) -> None:
-    row = agg.row
-    win = windows(g, int(row["rank"]), int(row["iter_start"]), int(row["iter_stop"]), shared.rows)
-    path = path_arrays(g, win, base, shared.bound)
-    ns = path["ns"].astype(np.int64) if path else np.zeros(0, np.int64)
-    op_id = path["op_id"].astype(np.int64) if path else np.zeros(0, np.int64)
-    act = path["act"].astype(np.int64) if path else np.zeros(0, np.int64)
-    owned = op_id >= 0
-    nodes, node_ns = _sums(op_nodes(g, op_id[owned], shared.op_pos), ns[owned])
-    kernel = act >= 0
-    kernel[kernel] = shared.is_kernel[act[kernel]]
-    code = shared.name_code[act[kernel]]
-    named = code >= 0  # a kernel without a name is in no kernels row
-    codes, code_ns = _sums(code[named], ns[kernel][named])
-    agg.ops = agg.ops.assign(critical_path_ns=_lookup(agg.ops["node_id"].to_numpy(np.int64), nodes, node_ns)
-                             if not agg.ops.empty else np.zeros(0, np.int64))
-    agg.kernels = agg.kernels.assign(
-        critical_path_ns=_lookup(np.asarray(shared.names.get_indexer(agg.kernels["kernel_name"]), np.int64), codes,
-                                 code_ns) if not agg.kernels.empty else np.zeros(0, np.int64))
-    rank = path["rank"].astype(np.int64) if path else np.zeros(0, np.int64)
-    category = path["category"].astype(np.int64) if path else np.zeros(0, np.int64)
-    cells, cell_ns = _sums(rank * len(CATEGORIES) + category, ns)  # rank >= -1: the cells in (rank, category) order
-    agg.critical_path = pd.DataFrame({"rank": np.floor_divide(cells, len(CATEGORIES)),
-                                      "category": np.asarray(CATEGORIES, object)[np.mod(cells, len(CATEGORIES))],
-                                      "time_ns": cell_ns})
-    priced = price_findings(g, win, [(f["rule"], f.get("est_saving_ns")) for f in found], base, replays)
-    rows = iter(priced["findings"])
-    for f in found:  # price_findings lists the findings a scenario models, in their order
-        f["simulated_saving_ns"] = next(rows)["simulated_saving_ns"] if for_rule(f["rule"]) else None
-    row["findings_combined_saving_ns"] = priced["combined_saving_ns"]
-    row["critical_path_note"] = None
+def apply(aggs: list, findings: list[list[dict]], figures: list[Figures]) -> None:
+    """Add each aggregation's figures (or its note) to it and its findings."""
+    for agg, found, fig in zip(aggs, findings, figures):
+        if fig.note is not None:
+            _not_replayed(agg, found, fig.note)
+            continue
+        agg.ops = agg.ops.assign(critical_path_ns=_lookup(agg.ops["node_id"].to_numpy(np.int64), fig.nodes,
+                                                          fig.node_ns) if not agg.ops.empty else np.zeros(0, np.int64))
+        kernel_at = np.asarray(pd.Index(fig.kernel_names).get_indexer(agg.kernels["kernel_name"]), np.int64) \
+            if not agg.kernels.empty else np.zeros(0, np.int64)
+        on_path = kernel_at >= 0  # (a kernel name never on the path is in no kernel row of the walk)
+        kernel_ns = np.zeros(len(kernel_at), np.int64)
+        kernel_ns[on_path] = fig.kernel_ns[kernel_at[on_path]]
+        agg.kernels = agg.kernels.assign(critical_path_ns=kernel_ns)
+        categories = np.asarray(CATEGORIES, object)
+        agg.critical_path = pd.DataFrame({"rank": np.floor_divide(fig.cells, len(CATEGORIES)),
+                                          "category": categories[np.mod(fig.cells, len(CATEGORIES))],
+                                          "time_ns": fig.cell_ns})
+        for f, saving in zip(found, fig.savings):
+            f["simulated_saving_ns"] = saving
+        agg.row["findings_combined_saving_ns"] = fig.combined
+        agg.row["critical_path_note"] = None
 
 
 def op_nodes(g: Graph, op_id: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
