@@ -203,6 +203,21 @@ def _iteration_peaks(s: dict[str, np.ndarray], iterations: pd.DataFrame) -> dict
             "reserved_row": rows[_first_max(s["reserved"][rows], firsts)]}
 
 
+def device_peaks(memory: pd.DataFrame, iterations: pd.DataFrame) -> dict[int, tuple[int, int]]:
+    """Per device, the largest allocated and reserved bytes (-1: unknown) of the profiled iterations' peaks: the
+    figures :func:`memory_peaks` reports, without locating the ops at them (a rule's cheap screen)."""
+    if memory.empty:
+        return {}
+    s = _series(memory)
+    peaks = _iteration_peaks(s, iterations)
+    out = {}
+    for device in np.unique(peaks["device"]):
+        mine = peaks["device"] == device
+        out[int(device)] = (int(s["allocated"][peaks["allocated_row"][mine]].max()),
+                            int(s["reserved"][peaks["reserved_row"][mine]].max()))
+    return out
+
+
 def _live_at(s: dict[str, np.ndarray], row: int) -> np.ndarray:
     """Rows of the blocks of ``device[row]`` allocated and not yet freed just after sample ``row`` (those whose
     last sample up to it is an allocation), largest first (then earliest); blocks without an address cannot be

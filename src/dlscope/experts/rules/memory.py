@@ -81,18 +81,14 @@ def _largest_share(ctx, memory: pd.DataFrame, gpus: pd.DataFrame) -> float:
     """The largest share of a GPU's memory the allocator held at a profiled iteration's peak, as
     ``memory_peaks``' figures give it (allocated, or reserved when larger), -inf without one: the rule is
     silent below its threshold, and only then are the ops at the peaks located (a nesting index of every op)."""
-    from ...analyze.memory import allocator_series, iteration_peaks
+    from ...analyze.memory import device_peaks
 
-    if memory.empty:
-        return -math.inf
-    peaks = iteration_peaks(allocator_series(memory), ctx.iterations)
     capacity = {int(d): int(b) for d, b in zip(gpus["device"], gpus["memory_bytes"]) if b > 0}
     largest = -math.inf
-    for device, at in peaks.groupby("device", sort=True):
-        reserved = int(at["peak_reserved"].max())
-        used = max(int(at["peak_allocated"].max()), reserved if reserved > 0 else -1)
-        if capacity.get(int(device)) and used > 0:
-            largest = max(largest, used / capacity[int(device)])
+    for device, (allocated, reserved) in device_peaks(memory, ctx.iterations).items():
+        used = max(allocated, reserved if reserved > 0 else -1)
+        if capacity.get(device) and used > 0:
+            largest = max(largest, used / capacity[device])
     return largest
 
 
