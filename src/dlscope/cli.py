@@ -80,7 +80,6 @@ def import_command(traces, output, profile_name, iter_start, iter_stop, key_node
     """Import PyTorch/Kineto traces, Nsight Systems SQLite exports or nsys NVTX CSVs (files or folders;
     one file per rank) and Nsight Compute CSVs into a profile database."""
     from .pipeline import build_database
-    from .present.summary import render_summary, summary_dict
 
     reading = None
     if max_python_frames is not None:
@@ -94,6 +93,8 @@ def import_command(traces, output, profile_name, iter_start, iter_stop, key_node
                    extra_meta={"throughput": {"batch_size": batch_size, "samples_per_step": samples_per_step,
                                               "unit": sample_unit}})
     if not quiet:
+        from .present.summary import render_summary, summary_dict  # not loaded at all by an import with -q
+
         click.echo(render_summary(summary_dict(output)), nl=False)
     click.echo(f"wrote {output}", err=True)
     global _outputs_closed

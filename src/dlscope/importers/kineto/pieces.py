@@ -147,14 +147,13 @@ def _decode(text: Text, cuts: list[int], lo: int, hi: int, progress: Progress | 
     return tables, events, trailer, i
 
 
-def bracketed(text: Text, start: int, end: int) -> bytearray:
+def bracketed(text: Text, start: int, end: int) -> bytes:
     """``[`` + ``text[start:end]`` + ``]``, the piece as a JSON array, copied once: a slice of the map and a
-    concatenation would copy it twice (a third of the time spent outside decoding on a large file)."""
-    piece = bytearray(end - start + 2)
-    piece[0], piece[-1] = 0x5B, 0x5D
+    concatenation would copy it twice (a third of the time spent outside decoding on a large file). Joined
+    from a view, not filled into a zeroed bytearray: the zeroing cost as much as the copy (235 MB trace:
+    0.055 -> 0.028 s CPU)."""
     with memoryview(text) as view:
-        piece[1:-1] = view[start:end]
-    return piece
+        return b"".join((b"[", view[start:end], b"]"))
 
 
 def with_trailer(header: Trace, trailer: Trace | None) -> Trace:
