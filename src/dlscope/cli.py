@@ -58,7 +58,8 @@ def cli() -> None:
 @click.option("--force", is_flag=True, help="Overwrite an existing output database.")
 @RULES_OPTION
 @click.option("--workers", type=int, default=None,
-              help="Worker processes for a multi-file job (default: all cores for jobs of 64 MiB or more).")
+              help="Worker processes for a multi-file job (default: all cores for jobs of 64 MiB of JSON or "
+                   "more; from 32 MiB, the later half of the files read by one forked process).")
 @click.option("--scheduler", default=None,
               help="Dask scheduler address (tcp://HOST:PORT); files must be readable there.")
 @click.option("--max-memory", default=None,

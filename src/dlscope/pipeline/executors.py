@@ -328,7 +328,7 @@ def _default_workers(paths: Sequence[Path]) -> int:
 #: from this much JSON in all (and two files), a job too small for worker processes has its later half read by
 #: one forked child (:func:`_in_two_halves`) beside this process: measured on bench/out/job64 (51.5 MiB) and
 #: jobs cut from it in bench/README.md (h22startup)
-FORKED_HALF_MIN_BYTES = 16 * 2**20
+FORKED_HALF_MIN_BYTES = 32 * 2**20
 
 
 def _later_half_pays(paths: Sequence[Path]) -> bool:
