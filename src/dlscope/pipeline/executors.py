@@ -1,5 +1,5 @@
-"""How the files of an import are read: one after the other, in worker processes on this machine, or on an
-existing Dask cluster.
+"""How the files of an import are read: one after the other (a mid-sized job's later half meanwhile by one
+forked child, :func:`_in_two_halves`), in worker processes on this machine, or on an existing Dask cluster.
 
 A worker task imports a group of consecutive files (:func:`file_groups`: a few groups per worker, so a job of
 many small files costs one round trip per group, not per file) and hands its tables back as Arrow IPC, not as
