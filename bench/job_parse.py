@@ -4,7 +4,10 @@ in this process, with 1 and more workers: wall, the parent's CPU and the workers
 decides which code runs (before and after a change). Each configuration ``--repeat`` times, interleaved; the
 median run's figures.
 
-    PYTHONPATH=TREE/src python bench/job_parse.py bench/out/job64 [--workers 1,2] [--repeat 5]
+    PYTHONPATH=TREE/src python bench/job_parse.py bench/out/job64 [--workers 1,2,default] [--repeat 5]
+
+``default``: no --workers, as ``dlscope import`` runs it (a job too small for worker processes may still have
+its later half read by a forked child, whose CPU counts as the workers').
 """
 
 import argparse
@@ -32,7 +35,8 @@ def main() -> None:
     paths = expand_inputs([args.folder])
     load_profiles_parallel(paths[:1], workers=1)  # the importers' modules loaded, as in an import
     gc.disable()  # as build_database runs it
-    runs: dict[int, list[tuple[float, float, float]]] = {int(w): [] for w in args.workers.split(",")}
+    runs: dict[int | None, list[tuple[float, float, float]]] = {
+        None if w == "default" else int(w): [] for w in args.workers.split(",")}
     for _ in range(args.repeat):
         for workers, out in runs.items():
             t0, (p0, c0) = time.perf_counter(), _cpu()

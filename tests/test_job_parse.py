@@ -279,3 +279,100 @@ def test_the_default_workers_follow_the_json_bytes_not_the_compressed_bytes(monk
     assert executors._default_workers(paths) == 7
     monkeypatch.setattr(executors, "PARALLEL_MIN_BYTES", json_bytes + 1)
     assert executors._default_workers(paths) == 1
+
+
+class _Spied:
+    """ForkedCall, recording the files each forked call was given (the test's proof that the path ran)."""
+
+    def __init__(self, spy, real):
+        self.spy, self.real = spy, real
+
+    def __call__(self, fn, *args):
+        self.spy.append([str(p) for p in args[0]])
+        return self.real(fn, *args)
+
+
+def _forked_halves(monkeypatch, least: int = 0) -> list:
+    from dlscope.pipeline import executors
+
+    spy: list = []
+    monkeypatch.setattr(executors, "FORKED_HALF_MIN_BYTES", least)
+    monkeypatch.setattr(executors, "ForkedCall", _Spied(spy, executors.ForkedCall))
+    return spy
+
+
+def test_a_small_job_s_later_half_read_by_a_forked_child_joins_as_pandas_joins_the_files(monkeypatch):
+    """By default (no --workers) a job too small for worker processes has its later half, by bytes, read by one
+    forked child: the job is still row for row pandas' join of the files imported one by one."""
+    paths = expand_inputs([data_file(*DLRM)])
+    spy = _forked_halves(monkeypatch)
+    profile, _ = _joined_as_pandas_joins_the_files(paths, None)
+    sizes = [p.stat().st_size for p in paths]
+    assert len(spy) == 1 and spy[0] == [str(p) for p in paths[len(paths) - len(spy[0]):]]
+    later = sum(sizes[len(paths) - len(spy[0]):])
+    assert abs(2 * later - sum(sizes)) <= 2 * max(sizes)  # about half the bytes on either side
+    assert [s["source_path"] for s in profile.meta["sources"]] == [str(p) for p in paths]
+
+
+def test_only_a_default_job_of_enough_json_forks_its_later_half(monkeypatch):
+    """Below FORKED_HALF_MIN_BYTES of JSON (inflated here with gzip), with --workers 1, or under --max-memory,
+    the files are read in this process only."""
+    paths = expand_inputs([data_file(*DLRM)])
+    json_bytes = sum(len(gzip.decompress(p.read_bytes())) for p in paths)
+    spy = _forked_halves(monkeypatch, json_bytes + 1)
+    load_profiles_parallel(paths)
+    assert spy == []
+    spy = _forked_halves(monkeypatch, json_bytes)
+    load_profiles_parallel(paths, workers=1)
+    load_profiles_parallel(paths, max_memory="64GB")
+    assert spy == []
+    load_profiles_parallel(paths)
+    assert len(spy) == 1
+
+
+def test_a_bad_file_in_the_forked_half_fails_as_in_the_serial_parse(tmp_path, monkeypatch):
+    """A truncated gzip file read by the child: the same one line, naming it, as when read in this process;
+    a bad file in each half: the first one is named, as in the serial parse."""
+    from dlscope.errors import InputError
+
+    paths = []
+    for i, path in enumerate(expand_inputs([data_file(*DLRM)])):
+        paths.append(tmp_path / f"{i}.json.gz")
+        paths[-1].write_bytes(path.read_bytes())
+    for bad in ([paths[-1]], [paths[1], paths[-1]]):
+        for path in bad:
+            path.write_bytes(path.read_bytes()[:1000])
+        failures = []
+        for forked in (False, True):
+            spy = _forked_halves(monkeypatch, 0 if forked else 2**62)
+            with pytest.raises(InputError) as failed:
+                load_profiles_parallel(paths)
+            assert len(spy) == forked
+            failures.append((str(failed.value.path), failed.value.problem))
+        assert failures[0] == failures[1] == (str(bad[0]), "is a truncated or corrupt gzip file")
+
+
+def test_a_forked_half_that_dies_names_its_first_file(monkeypatch):
+    """The child killed while reading (out of memory, say): one InputError naming the first file of its half
+    and how many follow it."""
+    import os
+
+    from dlscope.errors import InputError
+    from dlscope.pipeline import executors
+
+    paths = expand_inputs([data_file(*DLRM)])
+    real = executors.import_job_file
+
+    def dies_on_the_last(path, *args, **kwargs):  # the forked child inherits this
+        if path == str(paths[-1]):
+            os._exit(9)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(executors, "import_job_file", dies_on_the_last)
+    spy = _forked_halves(monkeypatch)
+    with pytest.raises(InputError) as failed:
+        load_profiles_parallel(paths)
+    first = len(paths) - len(spy[0])
+    assert str(failed.value.path) == str(paths[first])
+    assert failed.value.problem == (f"the process importing it or one of the {len(paths) - first - 1} files after "
+                                    "it ended abruptly (out of memory, killed, or the file changed while it was read)")

@@ -1,5 +1,5 @@
-"""How the files of an import are read: one after the other, in worker processes on this machine, or on an
-existing Dask cluster.
+"""How the files of an import are read: one after the other (a mid-sized job's later half meanwhile by one
+forked child, :func:`_in_two_halves`), in worker processes on this machine, or on an existing Dask cluster.
 
 A worker task imports a group of consecutive files (:func:`file_groups`: a few groups per worker, so a job of
 many small files costs one round trip per group, not per file) and hands its tables back as Arrow IPC, not as
@@ -32,7 +32,16 @@ import pyarrow as pa
 from ..errors import DlscopeError, InputError
 from ..importers.streams import source
 from ..model import ID_COLUMNS, TABLES, Profile, S, TableColumns, concat_tables, joined_tables, text_column
-from ..processes import can_fork, owned_name, remove_dead, stop_pool, worker_pool
+from ..processes import (
+    ChildFailed,
+    ForkedCall,
+    can_fork,
+    fork_pays,
+    owned_name,
+    remove_dead,
+    stop_pool,
+    worker_pool,
+)
 from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
 
@@ -289,8 +298,12 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     else:
         n = max(1, min(workers or _default_workers(files), len(files))) if can_fork() else 1
         share = budget // n if budget else None
-        profile = merge(_serial(files, sizes, share, step, reading), files) if n == 1 else \
-            _on_processes(files, sizes, n, share, step, reading)
+        if n > 1:
+            profile = _on_processes(files, sizes, n, share, step, reading)
+        elif workers is None and budget is None and _later_half_pays(files):
+            profile = merge(_in_two_halves(files, sizes, step, reading), files)
+        else:
+            profile = merge(_serial(files, sizes, share, step, reading), files)
     if budget:
         check_analysis_fits(profile, budget, files)
     return profile
@@ -310,6 +323,49 @@ def _default_workers(paths: Sequence[Path]) -> int:
     from ..importers.kineto.text import estimated_json_size
 
     return (os.cpu_count() or 1) if sum(estimated_json_size(p) for p in paths) >= PARALLEL_MIN_BYTES else 1
+
+
+#: from this much JSON in all (and two files), a job too small for worker processes has its later half read by
+#: one forked child (:func:`_in_two_halves`) beside this process: measured on bench/out/job64 (51.5 MiB) and
+#: jobs cut from it in bench/README.md (h22startup)
+FORKED_HALF_MIN_BYTES = 32 * 2**20
+
+
+def _later_half_pays(paths: Sequence[Path]) -> bool:
+    from ..importers.kineto.text import estimated_json_size
+
+    return (len(paths) >= 2 and fork_pays() and
+            sum(estimated_json_size(p) for p in paths) >= FORKED_HALF_MIN_BYTES)
+
+
+def _in_two_halves(paths, sizes, step, reading) -> list[Profile | TableColumns]:
+    """The serial import of a job's files (:func:`_serial`), its later half (by bytes) read meanwhile by a
+    forked child (:class:`dlscope.processes.ForkedCall`: no pool, no Arrow files; the files' column arrays come
+    back pickled) and joined after this process's own half, so the result is the serial one. A bad file of the
+    first half fails here first, as in the serial import; the child's first bad file otherwise."""
+    half = _later_half_start(sizes)
+    child = ForkedCall(_serial, paths[half:], sizes[half:], None, _noop, reading)
+    try:
+        first = _serial(paths[:half], sizes[:half], None, step, reading)
+        try:
+            later = child.result()
+        except ChildFailed:
+            others = len(paths) - half - 1
+            raise InputError(paths[half], "the process importing it" +
+                             (f" or one of the {others} files after it" if others else "") +
+                             " ended abruptly (out of memory, killed, or the file changed while it was read)"
+                             ) from None
+    except BaseException:
+        child.kill()
+        raise
+    FileProgress(step, len(paths) - half).finished({}, sum(sizes[half:]))
+    return first + later
+
+
+def _later_half_start(sizes: Sequence[int]) -> int:
+    """The first file of the later half: about half the bytes on either side, at least one file each."""
+    weights = np.cumsum(np.asarray(sizes, dtype=np.float64) + 1.0)
+    return int(min(max(np.searchsorted(weights, weights[-1] / 2) + 1, 1), len(sizes) - 1))
 
 
 def file_size(path: Path) -> int:
