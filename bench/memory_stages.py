@@ -33,6 +33,9 @@ class Sampler(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.stage, self.peaks, self.stop = "start", {}, False
+        self.split: dict[str, tuple[int, int]] = {}  # per stage, at its peak: (this process, its children)
+        self.own: dict[str, int] = {}  # per stage: the peak PSS of this process alone, and of the largest child
+        self.child: dict[str, int] = {}
         self.me = psutil.Process()
 
     def run(self) -> None:
@@ -41,8 +44,13 @@ class Sampler(threading.Thread):
                 kids = [p.pid for p in self.me.children(recursive=True)]
             except psutil.Error:
                 kids = []
-            total = pss_bytes(os.getpid()) + sum(pss_bytes(k) for k in kids)
-            self.peaks[self.stage] = max(self.peaks.get(self.stage, 0), total)
+            mine = pss_bytes(os.getpid())
+            theirs = [pss_bytes(k) for k in kids]
+            total = mine + sum(theirs)
+            self.own[self.stage] = max(self.own.get(self.stage, 0), mine)
+            self.child[self.stage] = max([self.child.get(self.stage, 0), *theirs])
+            if total > self.peaks.get(self.stage, 0):
+                self.peaks[self.stage], self.split[self.stage] = total, (mine, total - mine)
             time.sleep(0.02)
 
 
@@ -91,9 +99,12 @@ def main() -> None:
     flat = sorted(((v, f"{t}.{c}") for t, cols in sizes.items() for c, v in cols.items()), reverse=True)
     for v, name in flat[:args.columns]:
         print(f"  {name:28s} {v / MiB:9.1f} MiB")
-    print("peak summed PSS per stage (MiB):")
+    print("peak summed PSS per stage (MiB); at that moment this process + its children (writer, workers); "
+          "the stage's own peaks of this process and of its largest child:")
     for stage, peak in sampler.peaks.items():
-        print(f"  {stage:36s} {peak / MiB:9.1f}")
+        mine, kids = sampler.split[stage]
+        print(f"  {stage:36s} {peak / MiB:9.1f}  = {mine / MiB:7.1f} + {kids / MiB:7.1f}   "
+              f"{sampler.own[stage] / MiB:7.1f} {sampler.child[stage] / MiB:7.1f}")
     after = max(v for k, v in sampler.peaks.items() if k not in ("start", "parse"))
     print(f"post-parse peak {after / MiB:,.1f} MiB = {after / total:.2f} x tables; "
           f"(peak - 400 MiB) / tables = {(after - 400 * MiB) / total:.2f}")

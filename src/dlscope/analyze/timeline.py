@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,7 +53,8 @@ def _sql_col(col: str, default: int | None) -> str:
 
 def matrices_from_frames(tables: dict[str, pd.DataFrame], rank: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The matrices of one rank from the analysed tables the import writes (``ops`` is stored as
-    ``op_instances``), with the database's row order and missing values as ``select_sql`` reads them."""
+    ``op_instances``), with the database's row order and missing values as ``select_sql`` reads them. Only the
+    columns read are taken (a rank's rows picked from each, not the whole frame copied first)."""
     table_of = {"op": "ops", "range": "ranges", "runtime": "api_calls", "kernel": "kernels", "memop": "memops"}
     out = {}
     for kind, (_, cols) in COLUMNS.items():
@@ -60,23 +62,33 @@ def matrices_from_frames(tables: dict[str, pd.DataFrame], rank: int) -> tuple[di
         if frame is None or frame.empty:
             out[kind] = np.zeros((0, len(cols)), np.int64)
             continue
-        frame = frame[frame["rank"] == rank]
-        out[kind] = np.column_stack([_int_column(frame, c, d) for c, d in cols]).reshape(-1, len(cols))
+        rows = _rank_rows(frame, rank)
+        out[kind] = np.column_stack([_int_column(frame, c, d, rows) for c, d in cols]).reshape(-1, len(cols))
     memory = tables.get("memory")
     if memory is None or memory.empty:
         return out, np.zeros((0, len(MEMORY_COLUMNS)), np.int64)
-    memory = memory[memory["rank"] == rank]
-    return out, np.column_stack([_int_column(memory, c, -1 if c != "bytes_delta" else 0)
+    rows = _rank_rows(memory, rank)
+    return out, np.column_stack([_int_column(memory, c, -1 if c != "bytes_delta" else 0, rows)
                                  for c in MEMORY_COLUMNS]).reshape(-1, len(MEMORY_COLUMNS))
 
 
-def _int_column(frame: pd.DataFrame, col: str, default: int | None) -> np.ndarray:
+def _rank_rows(frame: pd.DataFrame, rank: int) -> np.ndarray | None:
+    """The rows of ``rank`` in order (None: every row is its)."""
+    mine = frame["rank"].to_numpy() == rank
+    return None if mine.all() else np.flatnonzero(mine)
+
+
+def _int_column(frame: pd.DataFrame, col: str, default: int | None, rows: np.ndarray | None = None) -> np.ndarray:
+    """One column as int64 (missing values as ``default``), of ``rows`` only (None: all); the frame's own array
+    when it already is one (``np.column_stack`` copies it)."""
+    n = len(frame) if rows is None else len(rows)
     if col not in frame:
-        return np.full(len(frame), -1 if default is None else default, np.int64)
+        return np.full(n, -1 if default is None else default, np.int64)
     values = frame[col]
-    if default is not None:
+    if default is not None and values.hasnans:
         values = values.fillna(default)
-    return values.to_numpy().astype(np.int64)
+    array = values.to_numpy()
+    return np.asarray(array if rows is None else array[rows], dtype=np.int64)
 
 
 @dataclass
@@ -183,55 +195,18 @@ class RankTimeline:
     def build(cls, rank: int, m: dict[str, np.ndarray], memory: np.ndarray) -> RankTimeline:
         """From one matrix per kind (columns as ``COLUMNS``) and the allocator samples (``MEMORY_COLUMNS``, in
         the table's order)."""
-        ops, rng, api, ker, mem = m["op"], m["range"], m["runtime"], m["kernel"], m["memop"]
-        series, basis = _memory_series(memory)
-        depth = _nesting_depth(rng)
-        gpu_rng = rng[:, 3] >= 0
-
-        def const(rows, value):
-            return np.full(len(rows), value, np.int64)
-
-        # Lane keys (side, a, b, row kind, row): each CPU thread (annotation rows, op rows by depth, its CUDA
-        # runtime calls), then each GPU (its memory counters, annotation rows, then each stream's kernels and
-        # memory operations), then the CPU allocator's counter.
-        rng_key = np.where(gpu_rng[:, None], _key(const(rng, 1), rng[:, 3], const(rng, -1), const(rng, 0), depth),
-                           _key(const(rng, 0), rng[:, 1], rng[:, 2], const(rng, 0), depth))
-        parts = [("range", rng[:, 0], rng[:, 4], rng[:, 5], rng_key, None),
-                 ("op", ops[:, 0], ops[:, 4], ops[:, 5],
-                  _key(const(ops, 0), ops[:, 1], ops[:, 2], const(ops, 1), ops[:, 3]), None),
-                 ("runtime", api[:, 0], api[:, 3], api[:, 4],
-                  _key(const(api, 0), api[:, 1], api[:, 2], const(api, 2), const(api, 0)), None),
-                 ("kernel", ker[:, 0], ker[:, 3], ker[:, 4],
-                  _key(const(ker, 1), ker[:, 1], ker[:, 2], const(ker, 1), const(ker, 0)), ker[:, 5]),
-                 ("memop", mem[:, 0], mem[:, 3], mem[:, 4],
-                  _key(const(mem, 1), mem[:, 1], mem[:, 2], const(mem, 2), const(mem, 0)), None)]
-        counter_keys = np.array([_counter_key(device, what) for device, what, _, _ in series],
-                                np.int64).reshape(-1, 5)
-        keys, lane_of = _lanes_of([p[4] for p in parts] + [counter_keys])
-        lanes = [{"id": i, **_lane(side, a, b, sub, row)} for i, (side, a, b, sub, row) in enumerate(keys.tolist())]
-        counters: list[Counter] = []
-        for (device, _, ts, value), lane in zip(series, lane_of[-1].tolist()):
-            same = [v for d, _, _, v in series if d == device]
-            lanes[lane].update(scale_min=int(min(0, *(int(v.min()) for v in same))),
-                               scale_max=int(max(int(v.max()) for v in same)),
-                               peak=int(value.max()), basis=basis[device])
-            counters.append(Counter(lane, ts, value))
-        tracks = {kind: Track.of(kind, ids, start, end, lane_ids, len(keys), tc)
-                  for (kind, ids, start, end, _, tc), lane_ids in zip(parts, lane_of)}
+        lanes, counters, parts = _layout(m, memory)
+        tracks = {kind: Track.of(kind, ids, start, end, lane_ids, len(lanes), tc)
+                  for kind, ids, start, end, lane_ids, tc in parts}
         return cls(rank, lanes, tracks, counters)
 
     def to_arrays(self) -> dict[str, bytes]:
         """What the import stores (table ``timeline_arrays``): the lanes as JSON, each track's events sorted by
         start (ids, start, end, lane, kernels' Tensor Core flag) and each counter's samples, as .npy bytes."""
         out = {"format": ARRAYS_FORMAT.encode(), "lanes": json.dumps(self.lanes).encode()}
-        for kind, t in self.tracks.items():
-            for name, values in (("ids", t.ids), ("start", t.start), ("end", t.end), ("lane", t.lane),
-                                 ("tc", t.tc), ("by_lane", _index(t.by_lane)), ("by_dur", _index(t.by_dur))):
-                if values is not None:
-                    out[f"{kind}.{name}"] = _npy(values)
-        for i, c in enumerate(self.counters):
-            out[f"counter.{i}.lane"] = _npy(np.array([c.lane], np.int64))
-            out[f"counter.{i}.ts"], out[f"counter.{i}.value"] = _npy(c.ts), _npy(c.value)
+        for t in self.tracks.values():
+            out.update(_track_arrays(t))
+        out.update(_counter_arrays(self.counters))
         return out
 
     @classmethod
@@ -252,6 +227,79 @@ class RankTimeline:
         counters = [Counter(int(arrays[f"counter.{i}.lane"][0]), arrays[f"counter.{i}.ts"],
                             arrays[f"counter.{i}.value"]) for i in range(n)]
         return cls(rank, lanes, tracks, counters)
+
+
+def stored_arrays(m: dict[str, np.ndarray], memory: np.ndarray) -> dict[str, bytes]:
+    """``RankTimeline.build(rank, m, memory).to_arrays()``, made one track at a time: each kind's matrix (taken
+    out of ``m``) and track are let go once its arrays are made, so the import's writer holds at most one
+    track beside the bytes (building every track first held them all: about twice the rank's events)."""
+    lanes, counters, parts = _layout(m, memory)
+    out = {"format": ARRAYS_FORMAT.encode(), "lanes": json.dumps(lanes).encode()}
+    parts.reverse()
+    while parts:
+        kind, ids, start, end, lane_ids, tc = parts.pop()
+        m.pop(kind, None)
+        out.update(_track_arrays(Track.of(kind, ids, start, end, lane_ids, len(lanes), tc)))
+        del ids, start, end, lane_ids, tc
+    out.update(_counter_arrays(counters))
+    return out
+
+
+def _layout(m: dict[str, np.ndarray], memory: np.ndarray) -> tuple[list[dict], list[Counter], list[tuple]]:
+    """The lanes (counters' scales filled in), the memory counters, and per kind (in ``to_arrays``' order) the
+    events' ids, starts, ends, lanes and Tensor Core flags, unsorted. Each kind's lane keys are made and
+    reduced to its distinct rows one kind at a time."""
+    ops, rng, api, ker, mem = m["op"], m["range"], m["runtime"], m["kernel"], m["memop"]
+    series, basis = _memory_series(memory)
+    depth = _nesting_depth(rng)
+    gpu_rng = rng[:, 3] >= 0
+
+    def const(rows, value):
+        return np.full(len(rows), value, np.int64)
+
+    # Lane keys (side, a, b, row kind, row): each CPU thread (annotation rows, op rows by depth, its CUDA
+    # runtime calls), then each GPU (its memory counters, annotation rows, then each stream's kernels and
+    # memory operations), then the CPU allocator's counter.
+    def keys():
+        yield np.where(gpu_rng[:, None], _key(const(rng, 1), rng[:, 3], const(rng, -1), const(rng, 0), depth),
+                       _key(const(rng, 0), rng[:, 1], rng[:, 2], const(rng, 0), depth))
+        yield _key(const(ops, 0), ops[:, 1], ops[:, 2], const(ops, 1), ops[:, 3])
+        yield _key(const(api, 0), api[:, 1], api[:, 2], const(api, 2), const(api, 0))
+        yield _key(const(ker, 1), ker[:, 1], ker[:, 2], const(ker, 1), const(ker, 0))
+        yield _key(const(mem, 1), mem[:, 1], mem[:, 2], const(mem, 2), const(mem, 0))
+        yield np.array([_counter_key(device, what) for device, what, _, _ in series], np.int64).reshape(-1, 5)
+
+    distinct, lane_of = _lanes_of(keys())
+    lanes = [{"id": i, **_lane(side, a, b, sub, row)} for i, (side, a, b, sub, row) in enumerate(distinct.tolist())]
+    counters: list[Counter] = []
+    for (device, _, ts, value), lane in zip(series, lane_of[-1].tolist()):
+        same = [v for d, _, _, v in series if d == device]
+        lanes[lane].update(scale_min=int(min(0, *(int(v.min()) for v in same))),
+                           scale_max=int(max(int(v.max()) for v in same)),
+                           peak=int(value.max()), basis=basis[device])
+        counters.append(Counter(lane, ts, value))
+    parts = [("range", rng[:, 0], rng[:, 4], rng[:, 5], lane_of[0], None),
+             ("op", ops[:, 0], ops[:, 4], ops[:, 5], lane_of[1], None),
+             ("runtime", api[:, 0], api[:, 3], api[:, 4], lane_of[2], None),
+             ("kernel", ker[:, 0], ker[:, 3], ker[:, 4], lane_of[3], ker[:, 5]),
+             ("memop", mem[:, 0], mem[:, 3], mem[:, 4], lane_of[4], None)]
+    return lanes, counters, parts
+
+
+def _track_arrays(t: Track) -> dict[str, bytes]:
+    """One track as ``to_arrays`` stores it."""
+    return {f"{t.kind}.{name}": _npy(values)
+            for name, values in (("ids", t.ids), ("start", t.start), ("end", t.end), ("lane", t.lane),
+                                 ("tc", t.tc), ("by_lane", _index(t.by_lane)), ("by_dur", _index(t.by_dur)))
+            if values is not None}
+
+
+def _counter_arrays(counters: list[Counter]) -> dict[str, bytes]:
+    out = {}
+    for i, c in enumerate(counters):
+        out[f"counter.{i}.lane"] = _npy(np.array([c.lane], np.int64))
+        out[f"counter.{i}.ts"], out[f"counter.{i}.value"] = _npy(c.ts), _npy(c.value)
+    return out
 
 
 def _stable_order(key: np.ndarray) -> np.ndarray:
@@ -323,7 +371,7 @@ def _counter_key(device: int, what: str) -> tuple[int, int, int, int, int]:
 
 
 def _key(*cols) -> np.ndarray:
-    return np.column_stack(cols).astype(np.int64).reshape(-1, 5)
+    return np.column_stack(cols).astype(np.int64, copy=False).reshape(-1, 5)
 
 
 def _packed(keys: np.ndarray, columns: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -350,10 +398,10 @@ def _packed(keys: np.ndarray, columns: list[np.ndarray] | None = None) -> tuple[
 _OFFSET_SPAN = 1 << 16
 
 
-def _lanes_of(keys: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+def _lanes_of(keys: Iterable[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
     """The distinct rows of all ``keys`` (sorted: the lanes in order) and, for each array, the lane of each row.
-    Each array's distinct rows first (a sort of its own packed rows, no copy of all keys into one), then the
-    lanes among those few rows."""
+    Each array's distinct rows first (a sort of its own packed rows, no copy of all keys into one; ``keys`` may
+    be a generator, each array let go once reduced), then the lanes among those few rows."""
     firsts: list[np.ndarray] = []
     inverses: list[np.ndarray] = []
     for k in keys:
@@ -364,9 +412,10 @@ def _lanes_of(keys: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         else:
             firsts.append(k)
             inverses.append(np.zeros(0, np.intp))
+        del k  # before the generator makes the next one
     distinct = np.concatenate(firsts)
     if not len(distinct):
-        return distinct, [np.zeros(0, np.int32) for _ in keys]
+        return distinct, [np.zeros(0, np.int32) for _ in inverses]
     _, first, inverse = np.unique(_packed(distinct)[0], return_index=True, return_inverse=True)
     lane = inverse.reshape(-1).astype(np.int32)
     offsets = np.cumsum([0] + [len(f) for f in firsts])

@@ -20,7 +20,7 @@ import pyarrow as pa
 from ..errors import DlscopeError
 from ..model import value_counts
 from ..nanoseconds import round_ns
-from ..processes import ForkedCall, ThreadCall, in_background, owned_name, remove_dead
+from ..processes import ForkedCall, ThreadCall, in_background, owned_name, release_free_memory, remove_dead
 from ..version import __version__
 from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION, SEARCH_DDL, SEARCH_INDEXES
 
@@ -88,6 +88,8 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
                 ingest.add(name, frame)
             if indexes:  # right after the rows, on the pages still in the ingest's cache
                 ingest.execute_script(INDEXES + (SEARCH_INDEXES if "search_key" in columns_of["kernels"] else ""))
+        if timelines is not None:  # the ingest's page cache (up to 256 MiB) back to the system before them
+            release_free_memory()
     names = raw_names(tables, pairs)
     if names or indexes or timelines:
         conn = sqlite3.connect(path)
