@@ -16,7 +16,7 @@ from .call_tree import TREE_COLUMNS, analyse_frames
 from .categories import matches
 from .dtypes import numpy_name
 from .intervals import sorted_unique
-from .iterations import assign, find_iterations
+from .iterations import assign_by_rank, find_job_iterations
 from .nesting import Nesting, inclusive_sum, levels
 from .occupancy import COLUMNS as WAVE_COLUMNS
 from .occupancy import kernel_waves
@@ -220,15 +220,9 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),
          matches(ranges["name"], "io")], ["step", "dataloader", "io"], "")
 
-    iterations, methods, candidates, spans = [], {}, {}, _activity_spans(profile)
-    for rank in sorted(set(ops["rank"]).union(ranges["rank"], kernels["rank"], api_calls["rank"]) or {0}):
-        found = find_iterations(ops[ops["rank"] == rank], ranges[ranges["rank"] == rank], int(rank),
-                                key_node, spans.get(int(rank), (0, 0)))
-        iterations.append(found.iterations)
-        methods[int(rank)] = found.method
-        if found.candidates:
-            candidates[int(rank)] = found.candidates
-    iterations = pd.concat(iterations, ignore_index=True)
+    ranks = sorted(set(ops["rank"]).union(ranges["rank"], kernels["rank"], api_calls["rank"]) or {0})
+    found = find_job_iterations(ops, ranges, [int(r) for r in ranks], key_node, _activity_spans(profile))
+    iterations, methods, candidates = found.iterations, found.methods, found.candidates
 
     # ranges that are a rank's iterations are not a scope of its ops
     steps = iterations[iterations["rank"].map(methods) != "whole_profile"]
@@ -268,11 +262,7 @@ def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> None:
 
 
 def _assign_by_rank(frame: pd.DataFrame, time_col: str, iterations: pd.DataFrame) -> np.ndarray:
-    out = np.full(len(frame), -1, dtype=np.int64)
-    for rank, its in iterations.groupby("rank"):
-        rows = np.flatnonzero(frame["rank"].to_numpy() == rank)
-        out[rows] = assign(frame[time_col].to_numpy(np.int64)[rows], its)
-    return out
+    return assign_by_rank(frame["rank"].to_numpy(np.int64), frame[time_col].to_numpy(np.int64), iterations)
 
 
 def _iteration_ends(iterations: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame,

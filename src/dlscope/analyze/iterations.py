@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..model import value_counts
 from .categories import matches, patterns
+from .tensor_core import classify_names
 
 COLUMNS = ["rank", "iteration", "name", "start", "cpu_end"]
 #: methods whose split is a guess from the op sequence, not a marker the program recorded
@@ -186,7 +187,8 @@ def key_node_candidates(ops: pd.DataFrame, ranges: pd.DataFrame, limit: int = 5)
 
 def find_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, rank: int, key_node: str | None,
                     activity_span: tuple[int, int]) -> Found:
-    """Iterations of one rank and the method that found them.
+    """Iterations of one rank and the method that found them (:func:`find_job_iterations` finds every rank's
+    at once, the same way).
 
     ``ops`` must carry ``depth`` (from attribution). ``activity_span`` is (first start, last end) of all
     CPU and GPU activity of the rank, used for the one-iteration fallback and the last open step.
@@ -199,6 +201,12 @@ def find_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, rank: int, key_node
     found = _profiler_steps(ranges, ops, rank)
     if found is not None:
         return Found(found, "profiler_step")
+    return _without_profiler_steps(ops, ranges, rank, last_end, activity_span)
+
+
+def _without_profiler_steps(ops: pd.DataFrame, ranges: pd.DataFrame, rank: int, last_end: int,
+                            activity_span: tuple[int, int]) -> Found:
+    """The methods after the key node and ProfilerStep#N, in order, for one rank."""
     found = _marker_steps(ranges, ops, rank, last_end)
     if found is not None:
         return Found(found, "step_marker")
@@ -211,6 +219,121 @@ def find_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, rank: int, key_node
         return Found(found, "repeating_pattern", candidates)
     whole = _frame(rank, [activity_span[0]], [activity_span[1]], ["whole profile"])
     return Found(whole, "whole_profile", candidates)
+
+
+@dataclass
+class JobIterations:
+    """Every rank's iterations (one frame, ranks in order), the method per rank and key-node candidates per
+    rank whose split is a guess (or none)."""
+
+    iterations: pd.DataFrame
+    methods: dict[int, str]
+    candidates: dict[int, list[str]]
+
+
+def find_job_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, ranks: list[int], key_node: str | None,
+                        activity_spans: dict[int, tuple[int, int]]) -> JobIterations:
+    """:func:`find_iterations` of every rank of a job in one pass over the job's columns: the key node and
+    ProfilerStep#N (what real captures use) for all ranks at once; the later methods rank by rank, for the
+    ranks that have neither. The result equals each rank's found alone, concatenated in rank order."""
+    cands = pd.DataFrame({
+        "rank": np.concatenate([ranges["rank"].to_numpy(np.int64), ops["rank"].to_numpy(np.int64)]),
+        "name": np.concatenate([ranges["name"].to_numpy(dtype=object), ops["name"].to_numpy(dtype=object)]),
+        "start": np.concatenate([ranges["start"].to_numpy(np.int64), ops["start"].to_numpy(np.int64)]),
+        "end": np.concatenate([ranges["end"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)]),
+    })  # each rank's ranges, then its ops, as find_iterations' candidates
+    wanted = np.asarray(ranks, dtype=np.int64)
+    last_ends = _last_ends(ops, wanted, activity_spans)
+    parts, methods, candidates = [], {}, {}
+    if key_node:
+        found = _job_key_node_steps(cands, key_node, last_ends)
+        parts.append(found)
+        methods.update(dict.fromkeys(sorted_ranks(found), "key_node"))
+    rest = cands[~np.isin(cands["rank"].to_numpy(), list(methods))]
+    found = _job_profiler_steps(rest)
+    parts.append(found)
+    methods.update(dict.fromkeys(sorted_ranks(found), "profiler_step"))
+    left = [int(r) for r in wanted if int(r) not in methods]
+    if left:
+        op_rows = ops.groupby("rank", sort=False).indices
+        range_rows = ranges.groupby("rank", sort=False).indices
+        for rank in left:
+            mine = _without_profiler_steps(ops.iloc[op_rows.get(rank, np.zeros(0, np.int64))],
+                                           ranges.iloc[range_rows.get(rank, np.zeros(0, np.int64))], rank,
+                                           int(last_ends[rank]), activity_spans.get(rank, (0, 0)))
+            parts.append(mine.iterations)
+            methods[rank] = mine.method
+            if mine.candidates:
+                candidates[rank] = mine.candidates
+    both = pd.concat([p for p in parts if len(p)], ignore_index=True)  # an empty part's names are no text
+    both = both.iloc[np.argsort(both["rank"].to_numpy(np.int64), kind="stable")].reset_index(drop=True)
+    return JobIterations(both, {r: methods[r] for r in sorted(methods)}, candidates)
+
+
+def sorted_ranks(iterations: pd.DataFrame) -> list[int]:
+    """The ranks an iterations frame holds, in order."""
+    return sorted(int(r) for r in pd.unique(iterations["rank"]))
+
+
+def _last_ends(ops: pd.DataFrame, ranks: np.ndarray, spans: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """Per rank: the end of its last op, else the end of its activity (a rank without ops)."""
+    last = ops.groupby("rank", sort=False)["end"].max() if len(ops) else pd.Series(dtype=np.int64)
+    of = {int(r): int(e) for r, e in zip(last.index, last.to_numpy(np.int64))}
+    return {int(r): of.get(int(r), spans.get(int(r), (0, 0))[1]) for r in ranks}
+
+
+def _job_key_node_steps(cands: pd.DataFrame, key_node: str, last_ends: dict[int, int]) -> pd.DataFrame:
+    """Every rank's key-node iterations: its occurrences of the name, else of names containing it."""
+    exact = (cands["name"] == key_node).to_numpy()
+    has_exact = np.isin(cands["rank"].to_numpy(), cands["rank"].to_numpy()[exact])
+    contains = classify_names(cands["name"], lambda n: key_node in n)
+    return _job_occurrence_steps(cands[exact | (contains & ~has_exact)], last_ends)
+
+
+def _job_occurrence_steps(occ: pd.DataFrame, last_ends: dict[int, int]) -> pd.DataFrame:
+    """:func:`_occurrence_steps` of every rank in ``occ`` at once."""
+    rank, start = occ["rank"].to_numpy(np.int64), occ["start"].to_numpy(np.int64)
+    order = np.lexsort((start, rank))  # stable, as sort_values(kind="stable") per rank
+    rank, start = rank[order], start[order]
+    keep = np.ones(len(order), dtype=bool)  # the first of equal starts of a rank
+    keep[1:] = (rank[1:] != rank[:-1]) | (start[1:] != start[:-1])
+    order, rank, start = order[keep], rank[keep], start[keep]
+    end = occ["end"].to_numpy(np.int64)[order]
+    last = np.ones(len(order), dtype=bool)  # each rank's last occurrence
+    last[:-1] = rank[1:] != rank[:-1]
+    ends = np.empty_like(start)
+    ends[:-1] = start[1:]
+    ends[last] = np.maximum(end[last], np.array([last_ends[int(r)] for r in rank[last]], dtype=np.int64))
+    return _job_frame(rank, start, ends, occ["name"].to_numpy(dtype=object)[order])
+
+
+def _job_frame(rank: np.ndarray, starts: np.ndarray, ends: np.ndarray, names: np.ndarray,
+               numbers: np.ndarray | None = None) -> pd.DataFrame:
+    """:func:`_frame` of rows grouped by rank (each rank's rows together); numbers default to 0, 1, … per rank."""
+    if numbers is None:
+        first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]]) if len(rank) else np.zeros(0, np.int64)
+        numbers = np.arange(len(rank)) - np.repeat(first, np.diff(np.r_[first, len(rank)]))
+    return pd.DataFrame({"rank": rank.astype(np.int64), "iteration": np.asarray(numbers, dtype=np.int64),
+                         "name": list(names), "start": starts.astype(np.int64), "cpu_end": ends.astype(np.int64)})
+
+
+def _job_profiler_steps(cands: pd.DataFrame) -> pd.DataFrame:
+    """Every rank's ProfilerStep#N iterations: step N from the first start to the last end of the events so
+    named, the steps of a rank in start order (ties: by number)."""
+    rx = patterns()["profiler_step"]
+    cands = cands[matches(cands["name"], "profiler_step")]
+    number = classify_names(cands["name"], lambda n: int(rx.match(n).group(1)), dtype=np.int64)
+    rank = cands["rank"].to_numpy(np.int64)
+    order = np.lexsort((number, rank))  # stable: the first row of a step is its first event
+    rank, number = rank[order], number[order]
+    first = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (number[1:] != number[:-1])]) if len(order) \
+        else np.zeros(0, np.int64)
+    start = np.minimum.reduceat(cands["start"].to_numpy(np.int64)[order], first) if len(first) else first
+    end = np.maximum.reduceat(cands["end"].to_numpy(np.int64)[order], first) if len(first) else first
+    names = cands["name"].to_numpy(dtype=object)[order[first]]
+    rank, number = rank[first], number[first]
+    by_start = np.lexsort((start, rank))  # stable: equal starts keep number order
+    return _job_frame(rank[by_start], start[by_start], end[by_start], names[by_start], number[by_start])
 
 
 def windows(iterations: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -232,3 +355,45 @@ def assign(times: np.ndarray, iterations: pd.DataFrame) -> np.ndarray:
     pos = np.searchsorted(starts, times, side="right") - 1
     ok = (pos >= 0) & (times < ends[np.maximum(pos, 0)])
     return np.where(ok, numbers[np.maximum(pos, 0)], -1)
+
+
+def assign_by_rank(ranks: np.ndarray, times: np.ndarray, iterations: pd.DataFrame) -> np.ndarray:
+    """:func:`assign` of each (rank, CPU time) to its rank's iterations, all ranks in one search: each rank's
+    windows are laid end to end on one axis (a rank's times measured from its first window, then shifted
+    past the ranks before it), so one ``searchsorted`` finds every event's window."""
+    times = np.asarray(times, dtype=np.int64)
+    ranks = np.asarray(ranks, dtype=np.int64)
+    out = np.full(len(times), -1, dtype=np.int64)
+    if len(iterations) == 0 or len(times) == 0:
+        return out
+    it_rank = iterations["rank"].to_numpy(np.int64)
+    order = np.lexsort((iterations["start"].to_numpy(np.int64), it_rank))  # stable, as assign's sort
+    it_rank = it_rank[order]
+    starts = iterations["start"].to_numpy(np.int64)[order]
+    numbers = iterations["iteration"].to_numpy(np.int64)[order]
+    first = np.flatnonzero(np.r_[True, it_rank[1:] != it_rank[:-1]])
+    block_end = np.r_[first[1:], len(order)]
+    ends = np.empty_like(starts)  # windows(): to the next start of the rank, its last to its CPU end
+    ends[:-1] = starts[1:]
+    ends[block_end - 1] = iterations["cpu_end"].to_numpy(np.int64)[order][block_end - 1]
+    ends = np.maximum(ends, starts)
+    lo, hi = starts[first], np.maximum.reduceat(ends, first)
+    spans = [int(h) - int(s) + 2 for s, h in zip(lo.tolist(), hi.tolist())]
+    if sum(spans) >= 1 << 62:  # the ranks' windows laid end to end would not fit int64: rank by rank
+        for r, a, b in zip(it_rank[first].tolist(), first.tolist(), block_end.tolist()):
+            rows = np.flatnonzero(ranks == r)
+            out[rows] = assign(times[rows], iterations.iloc[order[a:b]])
+        return out
+    shift = np.cumsum([0] + spans[:-1], dtype=np.int64)  # where each rank's first window lies on the axis
+    block = np.repeat(np.arange(len(first)), np.diff(np.r_[first, len(order)]))
+    axis_starts = starts - lo[block] + shift[block]
+    known = it_rank[first]
+    code = np.minimum(np.searchsorted(known, ranks), len(known) - 1)
+    mine = known[code] == ranks
+    # outside [lo - 1, hi] a time is in no window of its rank: clipped there it stays so, and cannot overflow
+    axis_times = np.clip(times, lo[code] - 1, hi[code]) - lo[code] + shift[code]
+    pos = np.searchsorted(axis_starts, axis_times, side="right") - 1
+    at = np.maximum(pos, 0)
+    ok = mine & (pos >= 0) & (it_rank[at] == ranks) & (times < ends[at])
+    out[ok] = numbers[at[ok]]
+    return out
