@@ -32,36 +32,23 @@ MIN_LOOP_REPEATS = 3
 
 @dataclass
 class Found:
-    """One rank's iterations, how they were found, and key-node candidates seen (for a guessed split)."""
+    """One rank's iterations, how they were found, and key-node candidates seen (for a guessed split or none)."""
 
     iterations: pd.DataFrame
     method: str
     candidates: list[str] = field(default_factory=list)
 
 
-def _frame(rank: int, starts, ends, names, numbers=None) -> pd.DataFrame:
+def _frame(rank: int, starts, ends, names) -> pd.DataFrame:
     n = len(starts)
     return pd.DataFrame({
-        "rank": np.full(n, rank, dtype=np.int64),
-        "iteration": np.asarray(numbers if numbers is not None else np.arange(n), dtype=np.int64),
+        "rank": np.full(n, rank, dtype=np.int64), "iteration": np.arange(n, dtype=np.int64),
         "name": list(names), "start": np.asarray(starts, np.int64), "cpu_end": np.asarray(ends, np.int64),
     })
 
 
 def _candidates(ranges: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([ranges[["name", "start", "end"]], ops[["name", "start", "end"]]], ignore_index=True)
-
-
-def _profiler_steps(ranges: pd.DataFrame, ops: pd.DataFrame, rank: int) -> pd.DataFrame | None:
-    rx = patterns()["profiler_step"]
-    cands = _candidates(ranges, ops)
-    cands = cands[matches(cands["name"], "profiler_step")]
-    if cands.empty:
-        return None
-    cands = cands.assign(number=cands["name"].map(lambda n: int(rx.match(n).group(1))))
-    steps = cands.groupby("number", sort=True).agg(start=("start", "min"), end=("end", "max"), name=("name", "first"))
-    steps = steps.sort_values("start", kind="stable")
-    return _frame(rank, steps["start"], steps["end"], steps["name"], steps.index)
 
 
 def _occurrence_steps(rank: int, occ: pd.DataFrame, last_end: int) -> pd.DataFrame:
@@ -73,16 +60,6 @@ def _occurrence_steps(rank: int, occ: pd.DataFrame, last_end: int) -> pd.DataFra
     ends[:-1] = starts[1:]
     ends[-1:] = max(int(occ["end"].iloc[-1]), last_end) if len(occ) else 0
     return _frame(rank, starts, ends, occ["name"])
-
-
-def _key_node_steps(ranges, ops, rank, key_node, last_end) -> pd.DataFrame | None:
-    cands = _candidates(ranges, ops)
-    occ = cands[cands["name"] == key_node]
-    if occ.empty:
-        occ = cands[cands["name"].str.contains(key_node, regex=False)]
-    if occ.empty:
-        return None
-    return _occurrence_steps(rank, occ, last_end)
 
 
 def _outermost(occ: pd.DataFrame) -> pd.DataFrame:
@@ -185,28 +162,10 @@ def key_node_candidates(ops: pd.DataFrame, ranges: pd.DataFrame, limit: int = 5)
     return names[:limit]
 
 
-def find_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, rank: int, key_node: str | None,
-                    activity_span: tuple[int, int]) -> Found:
-    """Iterations of one rank and the method that found them (:func:`find_job_iterations` finds every rank's
-    at once, the same way).
-
-    ``ops`` must carry ``depth`` (from attribution). ``activity_span`` is (first start, last end) of all
-    CPU and GPU activity of the rank, used for the one-iteration fallback and the last open step.
-    """
-    last_end = int(ops["end"].max()) if len(ops) else activity_span[1]
-    if key_node:
-        found = _key_node_steps(ranges, ops, rank, key_node, last_end)
-        if found is not None:
-            return Found(found, "key_node")
-    found = _profiler_steps(ranges, ops, rank)
-    if found is not None:
-        return Found(found, "profiler_step")
-    return _without_profiler_steps(ops, ranges, rank, last_end, activity_span)
-
-
 def _without_profiler_steps(ops: pd.DataFrame, ranges: pd.DataFrame, rank: int, last_end: int,
                             activity_span: tuple[int, int]) -> Found:
-    """The methods after the key node and ProfilerStep#N, in order, for one rank."""
+    """The methods after the key node and ProfilerStep#N, in order, for one rank (``ops`` carry ``depth``, from
+    attribution; ``activity_span``: the first start and last end of all its CPU and GPU activity)."""
     found = _marker_steps(ranges, ops, rank, last_end)
     if found is not None:
         return Found(found, "step_marker")
@@ -233,24 +192,21 @@ class JobIterations:
 
 def find_job_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, ranks: list[int], key_node: str | None,
                         activity_spans: dict[int, tuple[int, int]]) -> JobIterations:
-    """:func:`find_iterations` of every rank of a job in one pass over the job's columns: the key node and
-    ProfilerStep#N (what real captures use) for all ranks at once; the later methods rank by rank, for the
-    ranks that have neither. The result equals each rank's found alone, concatenated in rank order."""
-    cands = pd.DataFrame({
-        "rank": np.concatenate([ranges["rank"].to_numpy(np.int64), ops["rank"].to_numpy(np.int64)]),
-        "name": np.concatenate([ranges["name"].to_numpy(dtype=object), ops["name"].to_numpy(dtype=object)]),
-        "start": np.concatenate([ranges["start"].to_numpy(np.int64), ops["start"].to_numpy(np.int64)]),
-        "end": np.concatenate([ranges["end"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)]),
-    })  # each rank's ranges, then its ops, as find_iterations' candidates
+    """Iterations of every rank of a job and the method that found them, in one pass over the job's columns:
+    the key node and ProfilerStep#N (what real captures use) for all ranks at once; the later methods rank by
+    rank, only for the ranks that have neither. Each rank's result is the one its rows alone give.
+
+    ``ops`` must carry ``depth`` (from attribution). ``activity_spans``: per rank, the first start and last end
+    of all its CPU and GPU activity (the one-iteration fallback, and the end of a rank without ops)."""
     wanted = np.asarray(ranks, dtype=np.int64)
     last_ends = _last_ends(ops, wanted, activity_spans)
     parts, methods, candidates = [], {}, {}
     if key_node:
-        found = _job_key_node_steps(cands, key_node, last_ends)
+        found = _job_key_node_steps(ops, ranges, key_node, last_ends)
         parts.append(found)
         methods.update(dict.fromkeys(sorted_ranks(found), "key_node"))
-    rest = cands[~np.isin(cands["rank"].to_numpy(), list(methods))]
-    found = _job_profiler_steps(rest)
+    steps = _named(ops, ranges, lambda frame: matches(frame["name"], "profiler_step"))
+    found = _job_profiler_steps(steps[~np.isin(steps["rank"].to_numpy(), list(methods))])
     parts.append(found)
     methods.update(dict.fromkeys(sorted_ranks(found), "profiler_step"))
     left = [int(r) for r in wanted if int(r) not in methods]
@@ -282,12 +238,26 @@ def _last_ends(ops: pd.DataFrame, ranks: np.ndarray, spans: dict[int, tuple[int,
     return {int(r): of.get(int(r), spans.get(int(r), (0, 0))[1]) for r in ranks}
 
 
-def _job_key_node_steps(cands: pd.DataFrame, key_node: str, last_ends: dict[int, int]) -> pd.DataFrame:
+def _named(ops: pd.DataFrame, ranges: pd.DataFrame, chosen) -> pd.DataFrame:
+    """The candidates (:func:`_candidates`: each rank's ranges, then its ops) for which ``chosen(frame)`` is
+    true, with their rank: the test runs on each table's own column (a job's text is categorical) and only
+    the rows chosen are copied."""
+    picked = [(frame, np.flatnonzero(chosen(frame))) for frame in (ranges, ops)]
+    return pd.DataFrame({
+        "rank": np.concatenate([f["rank"].to_numpy(np.int64)[r] for f, r in picked]),
+        "name": np.concatenate([f["name"].take(r).to_numpy(dtype=object) for f, r in picked]),
+        "start": np.concatenate([f["start"].to_numpy(np.int64)[r] for f, r in picked]),
+        "end": np.concatenate([f["end"].to_numpy(np.int64)[r] for f, r in picked]),
+    })
+
+
+def _job_key_node_steps(ops: pd.DataFrame, ranges: pd.DataFrame, key_node: str, last_ends: dict[int, int]
+                        ) -> pd.DataFrame:
     """Every rank's key-node iterations: its occurrences of the name, else of names containing it."""
-    exact = (cands["name"] == key_node).to_numpy()
-    has_exact = np.isin(cands["rank"].to_numpy(), cands["rank"].to_numpy()[exact])
-    contains = classify_names(cands["name"], lambda n: key_node in n)
-    return _job_occurrence_steps(cands[exact | (contains & ~has_exact)], last_ends)
+    occ = _named(ops, ranges, lambda frame: classify_names(frame["name"], lambda n: key_node in n))
+    exact = (occ["name"] == key_node).to_numpy()
+    has_exact = np.isin(occ["rank"].to_numpy(), occ["rank"].to_numpy()[exact])
+    return _job_occurrence_steps(occ[exact | ~has_exact], last_ends)
 
 
 def _job_occurrence_steps(occ: pd.DataFrame, last_ends: dict[int, int]) -> pd.DataFrame:
