@@ -288,10 +288,9 @@ def _job_frame(rank: np.ndarray, starts: np.ndarray, ends: np.ndarray, names: np
 
 
 def _job_profiler_steps(cands: pd.DataFrame) -> pd.DataFrame:
-    """Every rank's ProfilerStep#N iterations: step N from the first start to the last end of the events so
-    named, the steps of a rank in start order (ties: by number)."""
+    """Every rank's ProfilerStep#N iterations from the events so named (``cands``): step N from the first start
+    to the last end of its events, the steps of a rank in start order (ties: by number)."""
     rx = patterns()["profiler_step"]
-    cands = cands[matches(cands["name"], "profiler_step")]
     number = classify_names(cands["name"], lambda n: int(rx.match(n).group(1)), dtype=np.int64)
     rank = cands["rank"].to_numpy(np.int64)
     order = np.lexsort((number, rank))  # stable: the first row of a step is its first event
