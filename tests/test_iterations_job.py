@@ -99,12 +99,20 @@ def _one_rank(profile: Profile, rank: int) -> Profile:
     return Profile(**tables, meta=dict(profile.meta))
 
 
-def _assert_job_equals_each_rank_alone(paths: list[Path], key_node: str | None) -> None:
-    job = analyse(load_profiles_parallel([str(p) for p in paths], 1), key_node)
+def _load(paths: list[Path], without_steps: bool) -> Profile:
+    profile = load_profiles_parallel([str(p) for p in paths], 1)
+    if without_steps:  # as if captured without a schedule: the later methods decide
+        profile.ranges = profile.ranges[~profile.ranges["name"].str.match(r"ProfilerStep#\d+$")]
+    return profile
+
+
+def _assert_job_equals_each_rank_alone(paths: list[Path], key_node: str | None, without_steps: bool = False
+                                       ) -> dict[int, str]:
+    job = analyse(_load(paths, without_steps), key_node)
     ranks = sorted(job.iteration_methods)
     assert len(ranks) > 1
     for rank in ranks:
-        alone = analyse(_one_rank(load_profiles_parallel([str(p) for p in paths], 1), rank), key_node)
+        alone = analyse(_one_rank(_load(paths, without_steps), rank), key_node)
         mine = job.iterations[job.iterations["rank"] == rank].reset_index(drop=True)
         pd.testing.assert_frame_equal(mine, alone.iterations, obj=f"rank {rank} iterations")
         assert alone.iteration_methods == {rank: job.iteration_methods[rank]}
@@ -114,6 +122,7 @@ def _assert_job_equals_each_rank_alone(paths: list[Path], key_node: str | None) 
             frame = job.profile.table(name)
             np.testing.assert_array_equal(frame.loc[frame["rank"] == rank, "iteration"].to_numpy(),
                                           alone.profile.table(name)["iteration"].to_numpy(), err_msg=name)
+    return job.iteration_methods
 
 
 def test_a_hand_made_job_split_at_once_equals_each_rank_split_alone(tmp_path):
@@ -124,7 +133,16 @@ def test_a_hand_made_job_split_at_once_equals_each_rank_split_alone(tmp_path):
 @pytest.mark.parametrize("key_node", [None, "aten::lift_fresh", "DistributedDataParallel.forward", "zero_grad"])
 def test_the_dlrm_job_split_at_once_equals_each_rank_split_alone(key_node):
     paths = sorted(data_file("kineto", "param_dlrm_8rank_v100").glob("*.json.gz"))
-    _assert_job_equals_each_rank_alone(paths, key_node)
+    methods = _assert_job_equals_each_rank_alone(paths, key_node)
+    assert set(methods.values()) == {"key_node" if key_node else "profiler_step"}
+
+
+@pytest.mark.slow
+def test_the_dlrm_job_without_profiler_steps_split_at_once_equals_each_rank_split_alone():
+    """No ProfilerStep#N: each rank goes through the later methods (one window, key-node candidates named)."""
+    paths = sorted(data_file("kineto", "param_dlrm_8rank_v100").glob("*.json.gz"))
+    methods = _assert_job_equals_each_rank_alone(paths, None, without_steps=True)
+    assert set(methods.values()) == {"whole_profile"}
 
 
 def test_the_dlrm_job_key_node_windows_match_its_raw_json():

@@ -47,10 +47,6 @@ def _frame(rank: int, starts, ends, names) -> pd.DataFrame:
     })
 
 
-def _candidates(ranges: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
-    return pd.concat([ranges[["name", "start", "end"]], ops[["name", "start", "end"]]], ignore_index=True)
-
-
 def _occurrence_steps(rank: int, occ: pd.DataFrame, last_end: int) -> pd.DataFrame:
     """Iterations from one occurrence of a marker to the next; the last runs to the end of CPU activity."""
     occ = occ.sort_values("start", kind="stable")
@@ -69,10 +65,10 @@ def _outermost(occ: pd.DataFrame) -> pd.DataFrame:
     return occ[occ["start"].to_numpy(np.int64) >= reach.to_numpy(np.int64)]
 
 
-def _marker_steps(ranges: pd.DataFrame, ops: pd.DataFrame, rank: int, last_end: int) -> pd.DataFrame | None:
+def _marker_steps(cands: pd.DataFrame, rank: int, last_end: int) -> pd.DataFrame | None:
     """Steps from the markers torch records once per step: a step starts at its DataLoader ``__next__`` (or
-    ``zero_grad``) when those come once per optimizer step, else at each ``Optimizer.step``."""
-    cands = _candidates(ranges, ops)
+    ``zero_grad``) when those come once per optimizer step, else at each ``Optimizer.step``. ``cands``: the
+    rank's candidates (:func:`_named`), at least those that are markers, in their order."""
     found = {kind: _outermost(cands[matches(cands["name"], kind)])
              for kind in ("marker_dataloader", "marker_zero_grad", "marker_optimizer")}
     n_opt = len(found["marker_optimizer"])
@@ -95,6 +91,8 @@ def _marker_steps(ranges: pd.DataFrame, ops: pd.DataFrame, rank: int, last_end: 
 
 
 def _step_like_ranges(ranges: pd.DataFrame, rank: int) -> pd.DataFrame | None:
+    """Steps from the family of step-like CPU ranges seen most (``ranges``: the rank's, or those of them that
+    are step-like)."""
     cands = ranges[(ranges["device"] < 0) & matches(ranges["name"], "step_like_range")]
     if len(cands) < 2:
         return None
@@ -140,8 +138,8 @@ def find_loop(names: np.ndarray) -> tuple[int, int, int] | None:
     return None
 
 
-def _repeating_top_level(ops: pd.DataFrame, rank: int, last_end: int) -> pd.DataFrame | None:
-    roots = main_thread_roots(ops)
+def _repeating_top_level(roots: pd.DataFrame, rank: int, last_end: int) -> pd.DataFrame | None:
+    """Steps from a loop of the main thread's top-level ops (``roots``: :func:`main_thread_roots`)."""
     loop = find_loop(roots["name"].to_numpy(dtype=object))
     if loop is None:
         return None
@@ -150,30 +148,36 @@ def _repeating_top_level(ops: pd.DataFrame, rank: int, last_end: int) -> pd.Data
     return _occurrence_steps(rank, heads, last_end)
 
 
-def key_node_candidates(ops: pd.DataFrame, ranges: pd.DataFrame, limit: int = 5) -> list[str]:
-    """Names a user could pass as ``--key-node``: step markers, then top-level ops recurring most often."""
-    cands = _candidates(ranges, ops)
-    marked = cands[matches(cands["name"], "marker_dataloader") | matches(cands["name"], "marker_zero_grad")
-                   | matches(cands["name"], "marker_optimizer") | matches(cands["name"], "step_like_range")]
+def _marked(names: pd.Series) -> np.ndarray:
+    """Names of step markers or step-like ranges (what :func:`key_node_candidates` lists first)."""
+    return (matches(names, "marker_dataloader") | matches(names, "marker_zero_grad")
+            | matches(names, "marker_optimizer") | matches(names, "step_like_range"))
+
+
+def key_node_candidates(cands: pd.DataFrame, roots: pd.DataFrame, limit: int = 5) -> list[str]:
+    """Names a user could pass as ``--key-node``: step markers, then top-level ops recurring most often.
+    ``cands``: a rank's candidates (:func:`_named`), at least those :func:`_marked`, in their order; ``roots``:
+    its :func:`main_thread_roots`."""
+    marked = cands[_marked(cands["name"])]
     names = list(dict.fromkeys(marked["name"]))
-    roots = main_thread_roots(ops)
     counts = value_counts(roots["name"])
     names += [n for n in counts[counts >= 2].index if n not in names]
     return names[:limit]
 
 
-def _without_profiler_steps(ops: pd.DataFrame, ranges: pd.DataFrame, rank: int, last_end: int,
-                            activity_span: tuple[int, int]) -> Found:
-    """The methods after the key node and ProfilerStep#N, in order, for one rank (``ops`` carry ``depth``, from
-    attribution; ``activity_span``: the first start and last end of all its CPU and GPU activity)."""
-    found = _marker_steps(ranges, ops, rank, last_end)
+def _without_profiler_steps(marked: pd.DataFrame, step_ranges: pd.DataFrame, roots: pd.DataFrame, rank: int,
+                            last_end: int, activity_span: tuple[int, int]) -> Found:
+    """The methods after the key node and ProfilerStep#N, in order, for one rank, from its candidates that are
+    markers (:func:`_marked`), its step-like CPU ranges and its :func:`main_thread_roots`; ``activity_span``:
+    the first start and last end of all its CPU and GPU activity."""
+    found = _marker_steps(marked, rank, last_end)
     if found is not None:
         return Found(found, "step_marker")
-    found = _step_like_ranges(ranges, rank)
+    found = _step_like_ranges(step_ranges, rank)
     if found is not None:
         return Found(found, "step_ranges")
-    candidates = key_node_candidates(ops, ranges)
-    found = _repeating_top_level(ops, rank, last_end)
+    candidates = key_node_candidates(marked, roots)
+    found = _repeating_top_level(roots, rank, last_end)
     if found is not None:
         return Found(found, "repeating_pattern", candidates)
     whole = _frame(rank, [activity_span[0]], [activity_span[1]], ["whole profile"])
@@ -210,12 +214,17 @@ def find_job_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, ranks: list[int
     parts.append(found)
     methods.update(dict.fromkeys(sorted_ranks(found), "profiler_step"))
     left = [int(r) for r in wanted if int(r) not in methods]
-    if left:
-        op_rows = ops.groupby("rank", sort=False).indices
-        range_rows = ranges.groupby("rank", sort=False).indices
+    if left:  # only the rows the later methods look at, picked for all those ranks at once
+        marked = _named(ops, ranges, lambda frame: np.isin(frame["rank"].to_numpy(), left) & _marked(frame["name"]))
+        step_ranges = ranges[np.isin(ranges["rank"].to_numpy(), left) & (ranges["device"] < 0).to_numpy()
+                             & matches(ranges["name"], "step_like_range")]
+        roots = ops[np.isin(ops["rank"].to_numpy(), left) & (ops["depth"] == 0).to_numpy()]
+        rows = [frame.groupby("rank", sort=False).indices for frame in (marked, step_ranges, roots)]
+        none = np.zeros(0, dtype=np.int64)
         for rank in left:
-            mine = _without_profiler_steps(ops.iloc[op_rows.get(rank, np.zeros(0, np.int64))],
-                                           ranges.iloc[range_rows.get(rank, np.zeros(0, np.int64))], rank,
+            mine = _without_profiler_steps(marked.iloc[rows[0].get(rank, none)],
+                                           step_ranges.iloc[rows[1].get(rank, none)],
+                                           main_thread_roots(roots.iloc[rows[2].get(rank, none)]), rank,
                                            int(last_ends[rank]), activity_spans.get(rank, (0, 0)))
             parts.append(mine.iterations)
             methods[rank] = mine.method
@@ -239,7 +248,7 @@ def _last_ends(ops: pd.DataFrame, ranks: np.ndarray, spans: dict[int, tuple[int,
 
 
 def _named(ops: pd.DataFrame, ranges: pd.DataFrame, chosen) -> pd.DataFrame:
-    """The candidates (:func:`_candidates`: each rank's ranges, then its ops) for which ``chosen(frame)`` is
+    """The candidates for marking iterations (each rank's ranges, then its ops) for which ``chosen(frame)`` is
     true, with their rank: the test runs on each table's own column (a job's text is categorical) and only
     the rows chosen are copied."""
     picked = [(frame, np.flatnonzero(chosen(frame))) for frame in (ranges, ops)]
