@@ -184,3 +184,15 @@ def test_windows_too_far_apart_for_one_axis_are_searched_rank_by_rank():
     ranks = np.array([0, 0, 0, 0, 1, 1, 1])
     times = np.array([-1, 0, big + 9, big + 10, -big - 1, -big, big - 1])
     assert assign_by_rank(ranks, times, its).tolist() == [-1, 0, 1, -1, -1, 0, 0]
+
+
+def test_each_ranks_main_thread_is_its_busiest_the_first_seen_of_equals():
+    """Rank 5: threads 2 and 1 have two top-level ops each, thread 2 is seen first (row 1); rank 7: thread 2
+    has three to thread 1's one. Their roots come back per rank in start order."""
+    from dlscope.analyze.iterations import _main_thread_roots_by_rank
+
+    roots = pd.DataFrame({"rank": [7, 5, 5, 7, 5, 7, 5, 7], "pid": [1] * 8, "tid": [1, 2, 1, 2, 2, 2, 1, 2],
+                          "start": [0, 40, 30, 20, 10, 25, 5, 15], "name": list("abcdefgh")})
+    got = _main_thread_roots_by_rank(roots)
+    assert list(zip(got["rank"], got["tid"], got["start"])) == [(5, 2, 10), (5, 2, 40), (7, 2, 15), (7, 2, 20),
+                                                                (7, 2, 25)]

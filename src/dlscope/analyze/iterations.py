@@ -114,6 +114,20 @@ def main_thread_roots(ops: pd.DataFrame) -> pd.DataFrame:
     return mine.sort_values("start", kind="stable")
 
 
+def _main_thread_roots_by_rank(roots: pd.DataFrame) -> pd.DataFrame:
+    """:func:`main_thread_roots` of every rank in ``roots`` (top-level ops) at once, ranks in order: per rank
+    the thread with the most, the first seen of equals (as ``idxmax``)."""
+    if roots.empty:
+        return roots
+    sizes = roots.groupby(["rank", "pid", "tid"], sort=False).size()  # threads in order of first appearance
+    rank = sizes.index.get_level_values(0).to_numpy(np.int64)
+    order = np.lexsort((np.arange(len(sizes)), -sizes.to_numpy(np.int64), rank))
+    first = order[np.r_[True, rank[order][1:] != rank[order][:-1]]]  # each rank's busiest thread
+    chosen = sizes.index[first]
+    mine = roots[pd.MultiIndex.from_frame(roots[["rank", "pid", "tid"]]).isin(chosen)]
+    return mine.iloc[np.lexsort((mine["start"].to_numpy(np.int64), mine["rank"].to_numpy(np.int64)))]
+
+
 def find_loop(names: np.ndarray) -> tuple[int, int, int] | None:
     """(first index, period, full repeats) of a loop the whole sequence repeats, or None.
 
@@ -218,13 +232,13 @@ def find_job_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, ranks: list[int
         marked = _named(ops, ranges, lambda frame: np.isin(frame["rank"].to_numpy(), left) & _marked(frame["name"]))
         step_ranges = ranges[np.isin(ranges["rank"].to_numpy(), left) & (ranges["device"] < 0).to_numpy()
                              & matches(ranges["name"], "step_like_range")]
-        roots = ops[np.isin(ops["rank"].to_numpy(), left) & (ops["depth"] == 0).to_numpy()]
+        roots = _main_thread_roots_by_rank(ops[np.isin(ops["rank"].to_numpy(), left) & (ops["depth"] == 0).to_numpy()])
         rows = [frame.groupby("rank", sort=False).indices for frame in (marked, step_ranges, roots)]
         none = np.zeros(0, dtype=np.int64)
         for rank in left:
             mine = _without_profiler_steps(marked.iloc[rows[0].get(rank, none)],
                                            step_ranges.iloc[rows[1].get(rank, none)],
-                                           main_thread_roots(roots.iloc[rows[2].get(rank, none)]), rank,
+                                           roots.iloc[rows[2].get(rank, none)], rank,
                                            int(last_ends[rank]), activity_spans.get(rank, (0, 0)))
             parts.append(mine.iterations)
             methods[rank] = mine.method
