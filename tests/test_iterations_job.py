@@ -18,7 +18,7 @@ from raw_kineto import OP_CATS, events
 from trace_builder import KinetoTrace
 
 from dlscope.analyze.analysis import analyse
-from dlscope.analyze.iterations import assign_by_rank
+from dlscope.analyze.iterations import assign_by_rank, main_thread_roots
 from dlscope.model import TABLES, Profile
 from dlscope.pipeline import build_database
 from dlscope.pipeline.executors import load_profiles_parallel
@@ -187,12 +187,11 @@ def test_windows_too_far_apart_for_one_axis_are_searched_rank_by_rank():
 
 
 def test_each_ranks_main_thread_is_its_busiest_the_first_seen_of_equals():
-    """Rank 5: threads 2 and 1 have two top-level ops each, thread 2 is seen first (row 1); rank 7: thread 2
-    has three to thread 1's one. Their roots come back per rank in start order."""
-    from dlscope.analyze.iterations import _main_thread_roots_by_rank
-
-    roots = pd.DataFrame({"rank": [7, 5, 5, 7, 5, 7, 5, 7], "pid": [1] * 8, "tid": [1, 2, 1, 2, 2, 2, 1, 2],
-                          "start": [0, 40, 30, 20, 10, 25, 5, 15], "name": list("abcdefgh")})
-    got = _main_thread_roots_by_rank(roots)
+    """Rank 5: threads 2 and 1 have two top-level ops each (thread 1's nested op does not count), thread 2 is
+    seen first (row 1); rank 7: thread 2 has three to thread 1's one. Their roots come back per rank in start
+    order."""
+    roots = pd.DataFrame({"rank": [7, 5, 5, 7, 5, 7, 5, 7, 5], "pid": [1] * 9, "tid": [1, 2, 1, 2, 2, 2, 1, 2, 1],
+                          "depth": [0] * 8 + [1], "start": [0, 40, 30, 20, 10, 25, 5, 15, 6]})
+    got = main_thread_roots(roots)
     assert list(zip(got["rank"], got["tid"], got["start"])) == [(5, 2, 10), (5, 2, 40), (7, 2, 15), (7, 2, 20),
                                                                 (7, 2, 25)]

@@ -105,18 +105,9 @@ def _step_like_ranges(ranges: pd.DataFrame, rank: int) -> pd.DataFrame | None:
 
 
 def main_thread_roots(ops: pd.DataFrame) -> pd.DataFrame:
-    """Top-level ops (op nodes) of the thread that has the most of them, in time order."""
+    """Top-level ops (op nodes) of each rank's main thread, the one with the most of them (the first seen of
+    equals), in time order; all ranks at once, ranks in order."""
     roots = ops[ops["depth"] == 0]
-    if roots.empty:
-        return roots
-    thread = roots.groupby(["pid", "tid"], sort=False).size().idxmax()
-    mine = roots[(roots["pid"] == thread[0]) & (roots["tid"] == thread[1])]
-    return mine.sort_values("start", kind="stable")
-
-
-def _main_thread_roots_by_rank(roots: pd.DataFrame) -> pd.DataFrame:
-    """:func:`main_thread_roots` of every rank in ``roots`` (top-level ops) at once, ranks in order: per rank
-    the thread with the most, the first seen of equals (as ``idxmax``)."""
     if roots.empty:
         return roots
     sizes = roots.groupby(["rank", "pid", "tid"], sort=False).size()  # threads in order of first appearance
@@ -232,7 +223,7 @@ def find_job_iterations(ops: pd.DataFrame, ranges: pd.DataFrame, ranks: list[int
         marked = _named(ops, ranges, lambda frame: np.isin(frame["rank"].to_numpy(), left) & _marked(frame["name"]))
         step_ranges = ranges[np.isin(ranges["rank"].to_numpy(), left) & (ranges["device"] < 0).to_numpy()
                              & matches(ranges["name"], "step_like_range")]
-        roots = _main_thread_roots_by_rank(ops[np.isin(ops["rank"].to_numpy(), left) & (ops["depth"] == 0).to_numpy()])
+        roots = main_thread_roots(ops[np.isin(ops["rank"].to_numpy(), left)])
         rows = [frame.groupby("rank", sort=False).indices for frame in (marked, step_ranges, roots)]
         none = np.zeros(0, dtype=np.int64)
         for rank in left:
