@@ -16,7 +16,7 @@ from .call_tree import TREE_COLUMNS, analyse_frames
 from .categories import matches
 from .dtypes import numpy_name
 from .intervals import sorted_unique
-from .iterations import assign, find_iterations
+from .iterations import assign_by_rank, find_job_iterations
 from .nesting import Nesting, inclusive_sum, levels
 from .occupancy import COLUMNS as WAVE_COLUMNS
 from .occupancy import kernel_waves
@@ -88,7 +88,7 @@ def _scopes(ops: pd.DataFrame, ranges: pd.DataFrame, skip_ranges: np.ndarray, tr
             ) -> np.ndarray | pd.Categorical:
     """Group path of each op: the importer's scope, else the names of the annotation ranges open at its op
     node's start (ranges standing for ops included), then of the ops it is nested in."""
-    promoted = ops["range_domain"].to_numpy(dtype=object) != ""
+    promoted = (ops["range_domain"] != "").to_numpy(dtype=bool)
     cols = ["rank", "pid", "tid", "name", "start", "end"]
     cpu = pd.concat([ranges.loc[(ranges["device"] < 0).to_numpy() & ~skip_ranges, cols], ops.loc[promoted, cols]],
                     ignore_index=True)
@@ -220,15 +220,9 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),
          matches(ranges["name"], "io")], ["step", "dataloader", "io"], "")
 
-    iterations, methods, candidates, spans = [], {}, {}, _activity_spans(profile)
-    for rank in sorted(set(ops["rank"]).union(ranges["rank"], kernels["rank"], api_calls["rank"]) or {0}):
-        found = find_iterations(ops[ops["rank"] == rank], ranges[ranges["rank"] == rank], int(rank),
-                                key_node, spans.get(int(rank), (0, 0)))
-        iterations.append(found.iterations)
-        methods[int(rank)] = found.method
-        if found.candidates:
-            candidates[int(rank)] = found.candidates
-    iterations = pd.concat(iterations, ignore_index=True)
+    ranks = sorted(set(ops["rank"]).union(ranges["rank"], kernels["rank"], api_calls["rank"]) or {0})
+    found = find_job_iterations(ops, ranges, [int(r) for r in ranks], key_node, _activity_spans(profile))
+    iterations, methods, candidates = found.iterations, found.methods, found.candidates
 
     # ranges that are a rank's iterations are not a scope of its ops
     steps = iterations[iterations["rank"].map(methods) != "whole_profile"]
@@ -259,20 +253,33 @@ def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> None:
     """``node_id``: the calls of an op with the same name, type, direction, scope and input shapes at the same
     level (an op node, the outermost op, or a nested op for drill-down); ``parent_node_id``: the node of the
     parent op (-1 for op nodes)."""
-    is_node = (tree.parent < 0).astype(np.int64)
-    keys = ops[["rank", "name", "op_type", "direction", "scope", "input_shapes", "range_domain"]].assign(
-        _is_node=is_node)
-    ops["node_id"] = keys.groupby(list(keys.columns), sort=False).ngroup().to_numpy(np.int64)
+    is_node = pd.Series((tree.parent < 0).astype(np.int64))
+    ops["node_id"] = _group_numbers([ops[c] for c in ("rank", "name", "op_type", "direction", "scope",
+                                                      "input_shapes", "range_domain")] + [is_node])
     node = ops["node_id"].to_numpy(np.int64)
     ops["parent_node_id"] = take(node, tree.parent)
 
 
+def _group_numbers(columns: list[pd.Series]) -> np.ndarray:
+    """``groupby(columns, sort=False).ngroup()``: each distinct combination of values numbered in order of
+    first appearance, from the columns' codes (a categorical's own, else factorized) folded into one int64
+    key, compressed whenever the next fold could overflow."""
+    key, size = np.zeros(len(columns[0]), dtype=np.int64), 1
+    for column in columns:
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            codes, n = column.cat.codes.to_numpy(np.int64) + 1, len(column.cat.categories) + 1
+        else:
+            found, uniques = pd.factorize(column, use_na_sentinel=False)
+            codes, n = found.astype(np.int64), max(len(uniques), 1)
+        if size * n >= 1 << 62:
+            key, uniques = pd.factorize(key)
+            size = max(len(uniques), 1)
+        key, size = key * n + codes, size * n
+    return pd.factorize(key)[0].astype(np.int64)
+
+
 def _assign_by_rank(frame: pd.DataFrame, time_col: str, iterations: pd.DataFrame) -> np.ndarray:
-    out = np.full(len(frame), -1, dtype=np.int64)
-    for rank, its in iterations.groupby("rank"):
-        rows = np.flatnonzero(frame["rank"].to_numpy() == rank)
-        out[rows] = assign(frame[time_col].to_numpy(np.int64)[rows], its)
-    return out
+    return assign_by_rank(frame["rank"].to_numpy(np.int64), frame[time_col].to_numpy(np.int64), iterations)
 
 
 def _iteration_ends(iterations: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame,
