@@ -155,8 +155,10 @@ def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) ->
     Returns the op tree and each API call's launching op row (for the ops as they are afterwards).
     """
     ops, ranges, api = profile.ops, profile.ranges, profile.api_calls
-    tree = OpTree.build(ops)
-    api_op_row = tree.launching_op(ops, api)
+    op_keys, api_keys = thread_keys([ops, api])
+    api_starts = api["start"].to_numpy(np.int64)
+    tree = OpTree.build(ops, op_keys)
+    api_op_row = tree.launching_op(api_keys, api_starts)
     launches = np.zeros(len(api), dtype=bool)  # calls that launched a kernel or memory operation
     for name in ("kernels", "memops"):
         rows = links[name]
@@ -179,8 +181,9 @@ def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) ->
     new_ops["range_domain"] = text_column(promoted["domain"].replace("", "annotation").to_numpy(dtype=object))
     profile.ops = _after_own_rank(ops, new_ops).reset_index(drop=True)
     profile.ranges = ranges.drop(index=promoted.index)
-    tree = OpTree.build(profile.ops)
-    return tree, tree.launching_op(profile.ops, api)
+    op_keys, api_keys = thread_keys([profile.ops, api])
+    tree = OpTree.build(profile.ops, op_keys)
+    return tree, tree.launching_op(api_keys, api_starts)
 
 
 def _after_own_rank(ops: pd.DataFrame, new_ops: pd.DataFrame) -> pd.DataFrame:
@@ -220,7 +223,8 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),
          matches(ranges["name"], "io")], ["step", "dataloader", "io"], "")
 
-    ranks = sorted(set(ops["rank"]).union(ranges["rank"], kernels["rank"], api_calls["rank"]) or {0})
+    ranks = np.unique(np.concatenate([f["rank"].to_numpy(np.int64) for f in (ops, ranges, kernels, api_calls)]))
+    ranks = ranks if len(ranks) else np.zeros(1, np.int64)
     found = find_job_iterations(ops, ranges, [int(r) for r in ranks], key_node, _activity_spans(profile))
     iterations, methods, candidates = found.iterations, found.methods, found.candidates
 

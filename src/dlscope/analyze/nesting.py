@@ -77,6 +77,8 @@ class Nesting:
     parent: np.ndarray       # caller row index of the parent, -1 for roots
     root: np.ndarray         # caller row index of the outermost enclosing interval (itself for roots)
     _tree: _RightmostAbove
+    #: (thread, start) folded into one sorted int64 per row, with the starts' min and max (built when asked)
+    _folded: tuple[np.ndarray, int, int] | None = None
 
     @classmethod
     def build(cls, keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Nesting:
@@ -110,7 +112,7 @@ class Nesting:
         known = self.thread_keys[thread] == keys
         lo = self.thread_lo[thread]
         hi = np.append(self.thread_lo[1:], len(self.order))[thread]
-        last = _last_at_or_before(self.starts, lo, hi, times)  # last sorted interval of the thread starting <= t
+        last = self._last_at_or_before(thread, lo, hi, times)  # last sorted interval of the thread starting <= t
         last = np.where(known, last, -1)
         hit = self._tree.query(last, times)
         hit = np.where((hit >= lo) & (last >= 0), hit, -1)
@@ -122,6 +124,26 @@ class Nesting:
         ok = hit >= 0
         out[ok] = self.order[hit[ok]]
         return out
+
+    def _last_at_or_before(self, thread: np.ndarray, lo: np.ndarray, hi: np.ndarray, times: np.ndarray
+                           ) -> np.ndarray:
+        """Per query, the last sorted position of its thread whose start <= t, or -1: one searchsorted on
+        (thread, start) folded into one int64 when the starts' span allows, else a search per range."""
+        if self._folded is None:
+            n_threads = len(self.thread_keys)
+            s_min, s_max = int(self.starts.min()), int(self.starts.max())
+            width = s_max - s_min + 2  # offsets 1..span+1; 0 is "before every start of the thread"
+            if s_min <= np.iinfo(np.int64).min + 1 or n_threads * width >= 1 << 62:
+                self._folded = (np.zeros(0, np.int64), 0, 0)
+            else:
+                self._folded = (self.thread_of * width + (self.starts - (s_min - 1)), s_min, s_max)
+        folded, s_min, s_max = self._folded
+        if len(folded) != len(self.starts):
+            return _last_at_or_before(self.starts, lo, hi, times)
+        width = s_max - s_min + 2
+        query = thread * width + (np.clip(times, s_min - 1, s_max) - (s_min - 1))
+        last = np.searchsorted(folded, query, side="right") - 1
+        return np.where(last >= lo, last, -1)
 
 
 def _last_at_or_before(sorted_starts: np.ndarray, lo: np.ndarray, hi: np.ndarray, times: np.ndarray) -> np.ndarray:
