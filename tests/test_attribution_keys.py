@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dlscope.analyze.attribution import link_api_calls, pack_keys, thread_keys
+from dlscope.analyze.analysis import _data_types, op_types
+from dlscope.analyze.attribution import OpTree, link_api_calls, pack_keys, thread_keys
 from dlscope.analyze.nesting import Nesting, _last_at_or_before
+from dlscope.model import make_table, words_column
 
 BIG = np.iinfo(np.int64).max
 
@@ -97,3 +99,27 @@ def test_folded_and_plain_searches_agree_on_random_threads():
         times = rng.integers(-60, 60, 100).astype(np.int64)
         assert nest._last_at_or_before(thread, lo, hi, times).tolist() == \
             _last_at_or_before(nest.starts, lo, hi, times).tolist()
+
+
+def test_op_types_take_the_importers_type_else_the_name_and_unwrap_autograd_nodes():
+    ops = make_table("ops", {"name": ["aten::mm", "autograd::engine::evaluate_function: AddmmBackward0", "x",
+                                      "aten::mm"],
+                             "op_type": ["", "", "Linear", ""], "rank": [0, 0, 0, 0]})
+    types = op_types(ops)
+    assert list(types) == ["aten::mm", "AddmmBackward0", "Linear", "aten::mm"]
+    assert list(types.categories) == ["", "AddmmBackward0", "Linear", "aten::mm"]  # the words used, sorted
+
+
+def test_an_op_without_input_types_takes_a_descendants_data_type():
+    # wrapper (no inputs) -> mm (float16) ; view (int64) alone ; wrapper2 -> nothing typed
+    ops = make_table("ops", {"rank": [0] * 5, "pid": [1] * 5, "tid": [1] * 5,
+                             "start": [0, 1, 10, 20, 21], "end": [9, 8, 11, 29, 28],
+                             "input_dtypes": ["[]", '["c10::Half"]', '["long int"]', "", "[]"]})
+    assert list(_data_types(ops, OpTree.build(ops))) == ["float16", "float16", "int64", "", ""]
+
+
+def test_words_column_is_the_words_taken_by_code():
+    got = words_column(np.array([1, 0, 1, 1], np.int8), ["fwd", "bwd"])
+    assert list(got) == ["bwd", "fwd", "bwd", "bwd"]
+    assert pd.Series(got).dtype == pd.Series(np.array(["x"], dtype=object)).dtype  # pandas' own string dtype
+    assert len(words_column(np.zeros(0, np.int8), ["fwd", "bwd"])) == 0

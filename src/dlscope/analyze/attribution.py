@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..model import string_column
+from ..model import words_column
 from .intervals import union_per_group
 from .nesting import Nesting, inclusive_sum, inherit_flag, levels
 
@@ -138,8 +138,7 @@ def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, 
     ops["depth"] = tree.depth
     ops["root_id"] = op_ids[tree.root] if len(ops) else np.zeros(0, np.int64)
     bwd = inherit_flag((ops["direction"] == "bwd").to_numpy(), tree.parent, tree.levels)
-    # two words taken per row (a numpy "<U3" array would be converted string by string)
-    ops["direction"] = string_column(np.array(["fwd", "bwd"], dtype=object)[bwd.astype(np.intp)])
+    ops["direction"] = words_column(bwd.astype(np.int8), ["fwd", "bwd"])
 
     api_calls["op_id"] = take(op_ids, api_op_row)
     self_api = np.zeros(len(ops), dtype=np.int64)

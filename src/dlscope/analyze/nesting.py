@@ -45,12 +45,13 @@ class _RightmostAbove:
         rows, node, xs = rows[~hit], node[~hit], xs[~hit]
         # climb: the first left sibling (of the leaf or an ancestor) whose subtree holds a value > x
         while len(rows):
-            good = ((node & 1) == 1) & (tree[node - 1] > xs)
+            left = node - 1  # the left sibling when node is a right child
+            good = (node & 1).astype(bool) & (tree[left] > xs)
             found_rows.append(rows[good])
-            found_nodes.append(node[good] - 1)
-            node = node[~good] >> 1
-            alive = node > 1
-            rows, node, xs = rows[~good][alive], node[alive], xs[~good][alive]
+            found_nodes.append(left[good])
+            node >>= 1
+            stay = ~good & (node > 1)
+            rows, node, xs = rows[stay], node[stay], xs[stay]
         # descend: the rightmost leaf > x inside the subtree found
         rows, node = np.concatenate(found_rows), np.concatenate(found_nodes)
         xs = x[rows]
