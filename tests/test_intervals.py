@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dlscope.analyze.intervals import clip, merge, union_length
+from dlscope.analyze.intervals import clip, merge, union_length, union_per_group
 
 
 def _covered_units(starts, ends) -> set[int]:
@@ -31,3 +31,23 @@ def test_merge_of_intervals_ending_before_zero():
 def test_clip_drops_what_falls_outside_the_window():
     s, e = clip(np.array([0, 10, 50]), np.array([20, 30, 60]), 15, 55)
     assert s.tolist() == [15, 15, 50] and e.tolist() == [20, 30, 55]
+
+
+def _brute_union(intervals: list[tuple[int, int]]) -> int:
+    """Covered length, one unit at a time."""
+    return len({t for s, e in intervals for t in range(s, max(e, s))})
+
+
+def test_union_per_group_counts_overlaps_once_and_reports_first_start_and_last_end():
+    rng = np.random.default_rng(21)
+    for _ in range(20):
+        n, n_groups = int(rng.integers(1, 50)), 6  # group 5 never drawn: stays (0, 0, 0)
+        group = rng.integers(0, 5, n)
+        starts = rng.integers(-30, 30, n)
+        ends = starts + np.where(rng.random(n) < 0.2, -3, rng.integers(0, 15, n))  # some end before they start
+        union, first, last = union_per_group(group, starts, ends, n_groups)
+        for g in range(n_groups):
+            mine = [(int(s), int(e)) for s, e, k in zip(starts, ends, group) if k == g]
+            assert union[g] == _brute_union(mine)
+            assert first[g] == (min(s for s, _ in mine) if mine else 0)
+            assert last[g] == (max(max(s, e) for s, e in mine) if mine else 0)

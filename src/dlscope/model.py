@@ -169,6 +169,13 @@ def string_column(values: Any, n: int | None = None) -> Any:
         return _object_array(values, n)
 
 
+def words_column(codes: np.ndarray, words: list[str]) -> Any:
+    """``string_column(words[codes])`` without a string object per row: Arrow takes the words by code."""
+    if _STRING_DTYPE == np.dtype(object):
+        return string_column(np.asarray(words, dtype=object)[codes])
+    return pd.array(pa.array(words, type=pa.large_string()).take(pa.array(codes)), dtype=_STRING_DTYPE)
+
+
 def text_column(values: Any, n: int | None = None) -> pd.Categorical:
     """A text column of a table (dtype :data:`S`): the distinct strings once, sorted, and an integer code per
     row, encoded by Arrow without a per-row Python pass. ``values``: strings (``None`` is missing).

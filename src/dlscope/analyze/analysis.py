@@ -155,8 +155,10 @@ def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) ->
     Returns the op tree and each API call's launching op row (for the ops as they are afterwards).
     """
     ops, ranges, api = profile.ops, profile.ranges, profile.api_calls
-    tree = OpTree.build(ops)
-    api_op_row = tree.launching_op(ops, api)
+    op_keys, api_keys = thread_keys([ops, api])
+    api_starts = api["start"].to_numpy(np.int64)
+    tree = OpTree.build(ops, op_keys)
+    api_op_row = tree.launching_op(api_keys, api_starts)
     launches = np.zeros(len(api), dtype=bool)  # calls that launched a kernel or memory operation
     for name in ("kernels", "memops"):
         rows = links[name]
@@ -179,8 +181,9 @@ def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) ->
     new_ops["range_domain"] = text_column(promoted["domain"].replace("", "annotation").to_numpy(dtype=object))
     profile.ops = _after_own_rank(ops, new_ops).reset_index(drop=True)
     profile.ranges = ranges.drop(index=promoted.index)
-    tree = OpTree.build(profile.ops)
-    return tree, tree.launching_op(profile.ops, api)
+    op_keys, api_keys = thread_keys([profile.ops, api])
+    tree = OpTree.build(profile.ops, op_keys)
+    return tree, tree.launching_op(api_keys, api_starts)
 
 
 def _after_own_rank(ops: pd.DataFrame, new_ops: pd.DataFrame) -> pd.DataFrame:
@@ -196,11 +199,27 @@ def _after_own_rank(ops: pd.DataFrame, new_ops: pd.DataFrame) -> pd.DataFrame:
 _AUTOGRAD_WRAPPER = "autograd::engine::evaluate_function: "
 
 
-def op_types(ops: pd.DataFrame) -> np.ndarray:
+def op_types(ops: pd.DataFrame) -> pd.Categorical:
     """One vocabulary of op types: the importer's type, else the name; an autograd wrapper is typed by its
-    backward node (each distinct name looked at once)."""
-    types = ops["op_type"].where(ops["op_type"] != "", ops["name"])
-    return text_column(classify_names(types, lambda t: t.removeprefix(_AUTOGRAD_WRAPPER), dtype=object))
+    backward node (each distinct word looked at once, the rows carried as codes)."""
+    type_codes, type_words = _codes(ops["op_type"])
+    name_codes, name_words = _codes(ops["name"])
+    no_type = np.asarray([w == "" for w in type_words], dtype=bool)
+    code = type_codes.copy()
+    if len(code):
+        pick = no_type[type_codes]
+        code[pick] = name_codes[pick] + len(type_words)
+    words = [w.removeprefix(_AUTOGRAD_WRAPPER) for w in type_words + name_words]
+    return _categorical(code, words)
+
+
+def _categorical(code: np.ndarray, words: list[str]) -> pd.Categorical:
+    """A text column (:func:`text_column`) from a code per row into ``words``: only the words used, each once."""
+    used = np.flatnonzero(np.bincount(code, minlength=len(words)) > 0) if len(code) else np.zeros(0, np.int64)
+    final, distinct = pd.factorize(np.asarray([words[i] for i in used.tolist()], dtype=object))
+    remap = np.zeros(len(words), dtype=np.int64)
+    remap[used] = final
+    return text_column(pd.Categorical.from_codes(remap[code], categories=pd.Index(distinct, dtype=object)))
 
 
 def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
@@ -220,7 +239,8 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),
          matches(ranges["name"], "io")], ["step", "dataloader", "io"], "")
 
-    ranks = sorted(set(ops["rank"]).union(ranges["rank"], kernels["rank"], api_calls["rank"]) or {0})
+    ranks = np.unique(np.concatenate([f["rank"].to_numpy(np.int64) for f in (ops, ranges, kernels, api_calls)]))
+    ranks = ranks if len(ranks) else np.zeros(1, np.int64)
     found = find_job_iterations(ops, ranges, [int(r) for r in ranks], key_node, _activity_spans(profile))
     iterations, methods, candidates = found.iterations, found.methods, found.candidates
 
@@ -321,7 +341,7 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
     ends = np.concatenate([kernels["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
     ops["gpu_idle"] = gpu_idle_per_owner(anc, starts[act], ends[act], n)
-    ops["data_type"] = text_column(_data_types(ops, tree))
+    ops["data_type"] = _data_types(ops, tree)
 
 
 def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.ndarray,
@@ -333,14 +353,16 @@ def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.n
     return inclusive_sum(own, parent, by_level)
 
 
-def _data_types(ops: pd.DataFrame, tree: OpTree) -> np.ndarray:
+def _data_types(ops: pd.DataFrame, tree: OpTree) -> pd.Categorical:
     """An op's data type: its first tensor input's dtype, else one of its descendants' (an autograd wrapper
-    records no inputs; the op it calls does)."""
-    own = classify_names(ops["input_dtypes"], _first_dtype, dtype=object)
-    out = own.copy()
+    records no inputs; the op it calls does). Carried as codes into the distinct inputs' verdicts."""
+    codes, texts = _codes(ops["input_dtypes"])
+    words = [_first_dtype(t) for t in texts]
+    empty = np.asarray([w == "" for w in words], dtype=bool)
+    out = codes.copy()
     for rows in reversed(tree.levels[1:]):
-        rows = rows[out[rows] != ""]
+        rows = rows[~empty[out[rows]]]
         par = tree.parent[rows]
-        empty = out[par] == ""
-        out[par[empty]] = out[rows[empty]]
-    return out
+        fill = empty[out[par]]
+        out[par[fill]] = out[rows[fill]]
+    return _categorical(out, words)

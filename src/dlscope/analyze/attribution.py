@@ -14,20 +14,37 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..model import string_column
+from ..model import words_column
 from .intervals import union_per_group
 from .nesting import Nesting, inclusive_sum, inherit_flag, levels
 
 
 def thread_keys(frames: list[pd.DataFrame]) -> list[np.ndarray]:
-    """One int code per (rank, pid, tid), shared across several tables."""
-    joined = pd.concat([f[["rank", "pid", "tid"]] for f in frames], ignore_index=True)
-    codes = joined.groupby(["rank", "pid", "tid"], sort=False).ngroup().to_numpy(np.int64)
-    out, pos = [], 0
-    for f in frames:
-        out.append(codes[pos:pos + len(f)])
-        pos += len(f)
-    return out
+    """One int64 key per (rank, pid, tid), the same for the same thread across the tables given together
+    (distinct threads, distinct keys; the keys carry no order)."""
+    return pack_keys([[f[c].to_numpy() for f in frames] for c in ("rank", "pid", "tid")])
+
+
+def pack_keys(columns: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """Equal int64 keys for equal tuples: ``columns[c][t]`` is column ``c`` of table ``t``; each table's rows
+    get one key per row. Each column is offset by its minimum and folded into one number (a column whose
+    span would overflow the fold goes through its distinct values, renumbered densely, first)."""
+    lengths = [len(part) for part in columns[0]]
+    joined = [np.concatenate([np.asarray(part, dtype=np.int64) for part in col]) if sum(lengths)
+              else np.zeros(0, np.int64) for col in columns]
+    key, size = np.zeros(len(joined[0]), dtype=np.int64), 1
+    for values in joined:
+        lo = int(values.min()) if len(values) else 0
+        span = int(values.max()) - lo + 1 if len(values) else 1
+        if size * span >= 1 << 62:
+            uniques, values = np.unique(values, return_inverse=True)
+            lo, span = 0, max(len(uniques), 1)
+        if size * span >= 1 << 62:
+            uniques, key = np.unique(key, return_inverse=True)
+            size = max(len(uniques), 1)
+        key = key * span + (values - lo)
+        size *= span
+    return np.split(key, np.cumsum(lengths)[:-1])
 
 
 def take(values: np.ndarray, rows: np.ndarray, missing=-1) -> np.ndarray:
@@ -39,17 +56,19 @@ def take(values: np.ndarray, rows: np.ndarray, missing=-1) -> np.ndarray:
 
 
 def link_api_calls(activity: pd.DataFrame, api_calls: pd.DataFrame) -> np.ndarray:
-    """Row index into ``api_calls`` of each activity's launching call (by correlation id), -1 if none."""
+    """Row index into ``api_calls`` of each activity's launching call (by correlation id), -1 if none.
+
+    Calls sharing a key: the first one launched it."""
     if len(activity) == 0 or len(api_calls) == 0:
         return np.full(len(activity), -1, dtype=np.int64)
-    by_pid = bool((activity["pid"] >= 0).any())
-    keys = ["rank", "pid", "correlation"] if by_pid else ["rank", "correlation"]
-    calls = api_calls.loc[api_calls["correlation"] >= 0, keys].copy()
-    calls["_row"] = calls.index.to_numpy(np.int64)
-    calls = calls.drop_duplicates(keys, keep="first")
-    left = activity[keys].copy()
-    merged = left.merge(calls, on=keys, how="left", sort=False)
-    rows = merged["_row"].fillna(-1).to_numpy(np.int64, copy=True)
+    by_pid = bool((activity["pid"].to_numpy() >= 0).any())
+    names = ["rank", "pid", "correlation"] if by_pid else ["rank", "correlation"]
+    act_key, call_key = pack_keys([[activity[c].to_numpy(), api_calls[c].to_numpy()] for c in names])
+    call_rows = np.flatnonzero(api_calls["correlation"].to_numpy() >= 0)
+    keys, first = np.unique(call_key[call_rows], return_index=True)  # sorted keys, each one's first row
+    at = np.minimum(np.searchsorted(keys, act_key), max(len(keys) - 1, 0))
+    found = (len(keys) > 0) & (keys[at] == act_key) if len(keys) else np.zeros(len(act_key), dtype=bool)
+    rows = np.where(found, call_rows[first[at]] if len(keys) else -1, -1).astype(np.int64)
     rows[activity["correlation"].to_numpy() < 0] = -1
     return rows
 
@@ -66,30 +85,31 @@ class OpTree:
     _ranges: tuple[np.ndarray, Nesting]
 
     @classmethod
-    def build(cls, ops: pd.DataFrame) -> OpTree:
-        (keys,) = thread_keys([ops])
+    def build(cls, ops: pd.DataFrame, keys: np.ndarray | None = None) -> OpTree:
+        """``keys``: the ops' thread keys (:func:`thread_keys`), when the caller has them already."""
+        if keys is None:
+            (keys,) = thread_keys([ops])
         n = len(ops)
         parent = np.full(n, -1, np.int64)
         depth = np.zeros(n, np.int64)
         root = np.arange(n, dtype=np.int64)
         is_range = ops["range_domain"].to_numpy(dtype=object) != ""
+        starts, ends = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
         parts = []
         for rows in (np.flatnonzero(~is_range), np.flatnonzero(is_range)):
-            nest = Nesting.build(keys[rows], ops["start"].to_numpy()[rows], ops["end"].to_numpy()[rows])
+            nest = Nesting.build(keys[rows], starts[rows], ends[rows])
             parent[rows] = take(rows, nest.parent)
             depth[rows] = nest.depth
             root[rows] = rows[nest.root] if len(rows) else rows
             parts.append((rows, nest))
         return cls(parent, depth, root, levels(depth), parts[0], parts[1])
 
-    def launching_op(self, ops: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
+    def launching_op(self, call_keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """Row of the op that launched each call (framework ops first, then ranges standing for ops).
 
-        Thread codes are numbered in order of first appearance with the ops first, so the ops' codes here are
-        the ones the tree was built with."""
-        _, call_keys = thread_keys([ops, calls])
-        starts = calls["start"].to_numpy(np.int64)
-        out = np.full(len(calls), -1, np.int64)
+        ``call_keys``: the calls' thread keys, from the same :func:`thread_keys` call as the tree's ops'."""
+        starts = np.asarray(starts, dtype=np.int64)
+        out = np.full(len(starts), -1, np.int64)
         for rows, nest in (self._framework, self._ranges):
             todo = np.flatnonzero(out < 0)
             if len(rows) == 0 or len(todo) == 0:
@@ -118,8 +138,7 @@ def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, 
     ops["depth"] = tree.depth
     ops["root_id"] = op_ids[tree.root] if len(ops) else np.zeros(0, np.int64)
     bwd = inherit_flag((ops["direction"] == "bwd").to_numpy(), tree.parent, tree.levels)
-    # two words taken per row (a numpy "<U3" array would be converted string by string)
-    ops["direction"] = string_column(np.array(["fwd", "bwd"], dtype=object)[bwd.astype(np.intp)])
+    ops["direction"] = words_column(bwd.astype(np.int8), ["fwd", "bwd"])
 
     api_calls["op_id"] = take(op_ids, api_op_row)
     self_api = np.zeros(len(ops), dtype=np.int64)

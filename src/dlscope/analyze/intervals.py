@@ -84,8 +84,8 @@ def union_per_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     prev[0] = s[0]
     prev[1:] = reach[:-1]
     prev = np.where(new, s, prev)
-    np.add.at(union, g, np.maximum(e - np.maximum(s, prev), 0))
-    heads = np.flatnonzero(new)
+    heads = np.flatnonzero(new)  # each group's rows are one run: sums and maxima per run, not per row
+    union[g[heads]] = np.add.reduceat(np.maximum(e - np.maximum(s, prev), 0), heads)
     first[g[heads]] = s[heads]
-    last[g[heads]] = pd.Series(e).groupby(run, sort=False).max().to_numpy(np.int64)
+    last[g[heads]] = np.maximum.reduceat(e, heads)
     return union, first, last

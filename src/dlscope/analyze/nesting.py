@@ -45,12 +45,13 @@ class _RightmostAbove:
         rows, node, xs = rows[~hit], node[~hit], xs[~hit]
         # climb: the first left sibling (of the leaf or an ancestor) whose subtree holds a value > x
         while len(rows):
-            good = ((node & 1) == 1) & (tree[node - 1] > xs)
+            left = node - 1  # the left sibling when node is a right child
+            good = (node & 1).astype(bool) & (tree[left] > xs)
             found_rows.append(rows[good])
-            found_nodes.append(node[good] - 1)
-            node = node[~good] >> 1
-            alive = node > 1
-            rows, node, xs = rows[~good][alive], node[alive], xs[~good][alive]
+            found_nodes.append(left[good])
+            node >>= 1
+            stay = ~good & (node > 1)
+            rows, node, xs = rows[stay], node[stay], xs[stay]
         # descend: the rightmost leaf > x inside the subtree found
         rows, node = np.concatenate(found_rows), np.concatenate(found_nodes)
         xs = x[rows]
@@ -77,6 +78,8 @@ class Nesting:
     parent: np.ndarray       # caller row index of the parent, -1 for roots
     root: np.ndarray         # caller row index of the outermost enclosing interval (itself for roots)
     _tree: _RightmostAbove
+    #: (thread, start) folded into one sorted int64 per row, with the starts' min and max (built when asked)
+    _folded: tuple[np.ndarray, int, int] | None = None
 
     @classmethod
     def build(cls, keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Nesting:
@@ -110,7 +113,7 @@ class Nesting:
         known = self.thread_keys[thread] == keys
         lo = self.thread_lo[thread]
         hi = np.append(self.thread_lo[1:], len(self.order))[thread]
-        last = _last_at_or_before(self.starts, lo, hi, times)  # last sorted interval of the thread starting <= t
+        last = self._last_at_or_before(thread, lo, hi, times)  # last sorted interval of the thread starting <= t
         last = np.where(known, last, -1)
         hit = self._tree.query(last, times)
         hit = np.where((hit >= lo) & (last >= 0), hit, -1)
@@ -122,6 +125,26 @@ class Nesting:
         ok = hit >= 0
         out[ok] = self.order[hit[ok]]
         return out
+
+    def _last_at_or_before(self, thread: np.ndarray, lo: np.ndarray, hi: np.ndarray, times: np.ndarray
+                           ) -> np.ndarray:
+        """Per query, the last sorted position of its thread whose start <= t, or -1: one searchsorted on
+        (thread, start) folded into one int64 when the starts' span allows, else a search per range."""
+        if self._folded is None:
+            n_threads = len(self.thread_keys)
+            s_min, s_max = int(self.starts.min()), int(self.starts.max())
+            width = s_max - s_min + 2  # offsets 1..span+1; 0 is "before every start of the thread"
+            if s_min <= np.iinfo(np.int64).min + 1 or n_threads * width >= 1 << 62:
+                self._folded = (np.zeros(0, np.int64), 0, 0)
+            else:
+                self._folded = (self.thread_of * width + (self.starts - (s_min - 1)), s_min, s_max)
+        folded, s_min, s_max = self._folded
+        if len(folded) != len(self.starts):
+            return _last_at_or_before(self.starts, lo, hi, times)
+        width = s_max - s_min + 2
+        query = thread * width + (np.clip(times, s_min - 1, s_max) - (s_min - 1))
+        last = np.searchsorted(folded, query, side="right") - 1
+        return np.where(last >= lo, last, -1)
 
 
 def _last_at_or_before(sorted_starts: np.ndarray, lo: np.ndarray, hi: np.ndarray, times: np.ndarray) -> np.ndarray:
