@@ -548,20 +548,72 @@ def _integer_ns(row: dict) -> dict:
     return {k: round_ns(v) if k.endswith("_ns") else v for k, v in row.items()}
 
 
-def write_aggregations(conn: sqlite3.Connection, aggs: list) -> list[int]:
-    """Store aggregations (one per rank of a job) with one insert per table; returns their agg_ids."""
+#: the tables written while the critical path's replay runs (:func:`write_agg_tables`): all but its own one;
+#: the replay adds one column, critical_path_ns, to those named here, filled in after it
+BEFORE_REPLAY = ("agg_gpus", "agg_iterations", "agg_op_types", "agg_op_kernels", "agg_groups", "agg_ops",
+                 "agg_kernels")
+REPLAY_FILLED = ("agg_ops", "agg_kernels")
+
+
+def new_agg_ids(conn: sqlite3.Connection, count: int) -> list[int]:
+    """The agg_ids the next ``count`` aggregations get (the first is the run's ``run_id``)."""
     first = conn.execute("SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations").fetchone()[0]
-    ids = list(range(first, first + len(aggs)))
+    return list(range(first, first + count))
+
+
+def _joined(aggs: list, ids: list[int], field: str, columns: list[str] | None = None) -> pd.DataFrame | None:
+    """One table (or those ``columns`` of it) of all ``aggs`` with its agg_id column: joined once, the agg_id
+    column made once (not one frame copy per aggregation); None when every aggregation's is empty."""
+    kept = [(agg_id, getattr(agg, field)) for agg_id, agg in zip(ids, aggs) if not getattr(agg, field).empty]
+    if not kept:
+        return None
+    frames = [frame if columns is None else frame.reindex(columns=columns) for _, frame in kept]
+    joined = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    owner = np.repeat(np.array([agg_id for agg_id, _ in kept], dtype=np.int64), [len(f) for f in frames])
+    return joined.assign(agg_id=owner)
+
+
+def write_agg_tables(conn: sqlite3.Connection, aggs: list, ids: list[int], tables) -> dict[str, int]:
+    """The named per-aggregation tables (``AGG_TABLES`` keys) of ``aggs``, one insert per table; returns each
+    table's rowid before its first row (the rows follow it in order: SQLite gives a new row the largest + 1)."""
+    before = {}
+    for table in tables:
+        joined = _joined(aggs, ids, AGG_TABLES[table])
+        if joined is not None:
+            before[table] = conn.execute(f'SELECT COALESCE(MAX(rowid), 0) FROM "{table}"').fetchone()[0]
+            insert_frame(conn, table, joined)
+    return before
+
+
+def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str, int]) -> None:
+    """The replay's critical_path_ns of the rows written before it (NULL there until now), by rowid."""
+    for table, before in written.items():
+        if table not in REPLAY_FILLED:
+            continue
+        values, rowids = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for frame in (getattr(agg, AGG_TABLES[table]) for agg in aggs):
+            column = frame.get("critical_path_ns")
+            if column is not None and len(frame):
+                known = column.notna().to_numpy()
+                values.append(column.to_numpy()[known].astype(np.int64))
+                rowids.append(np.flatnonzero(known) + before + 1)
+            before += len(frame)
+        conn.executemany(f'UPDATE "{table}" SET critical_path_ns = ? WHERE rowid = ?',
+                         zip(np.concatenate(values).tolist(), np.concatenate(rowids).tolist()))
+
+
+def write_aggregations(conn: sqlite3.Connection, aggs: list, ids: list[int] | None = None,
+                       written: dict[str, int] | None = None) -> list[int]:
+    """Store aggregations (one per rank of a job) with one insert per table; returns their agg_ids.
+    ``ids``/``written``: the ids of :func:`new_agg_ids` and what :func:`write_agg_tables` returned for the tables
+    it wrote before the critical path's replay (their critical_path_ns filled in here)."""
+    written = written or {}
+    ids = new_agg_ids(conn, len(aggs)) if ids is None else ids
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    insert_frame(conn, "aggregations", pd.DataFrame([{**_integer_ns(agg.row), "agg_id": agg_id, "run_id": first,
+    insert_frame(conn, "aggregations", pd.DataFrame([{**_integer_ns(agg.row), "agg_id": agg_id, "run_id": ids[0],
                                                       "created_at": created}
                                                      for agg_id, agg in zip(ids, aggs)]))
-    for table, field in AGG_TABLES.items():
-        kept = [(agg_id, getattr(agg, field)) for agg_id, agg in zip(ids, aggs) if not getattr(agg, field).empty]
-        if kept:  # joined once, the agg_id column made once (not one frame copy per aggregation)
-            frames = [frame for _, frame in kept]
-            joined = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-            owner = np.repeat(np.array([agg_id for agg_id, _ in kept], dtype=np.int64), [len(f) for f in frames])
-            insert_frame(conn, table, joined.assign(agg_id=owner))
+    _fill_critical_path(conn, aggs, written)
+    write_agg_tables(conn, aggs, ids, [t for t in AGG_TABLES if t not in written])
     index_names(conn, AGG_NAMES)
     return ids
