@@ -152,3 +152,18 @@ def test_aggregations_written_before_the_replay_get_its_figures_after_it(tmp_pat
         for table in writer.AGG_TABLES:
             conn.execute(f"DELETE FROM {table} WHERE agg_id < 3")
         _check_rows(conn, aggs, ids)
+
+
+def test_aggregation_tables_ingested_before_the_database_opens_read_back_as_their_frames(tmp_path):
+    """The import's path: the tables written through ADBC (Arrow in) while the replay runs, before the sqlite3
+    connection opens; the replay's column and the rest after it."""
+    aggs = _two_rank_aggs()
+    with writer.atomic_database(tmp_path / "a.sqlite", force=False) as db:
+        ids, written = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
+        assert ids == [1, 2] and set(written) == {"agg_ops", "agg_kernels", "agg_groups"}
+        _replayed(aggs)
+        writer.write_aggregations(db.connect(), aggs, ids, written)
+    with sqlite3.connect(tmp_path / "a.sqlite") as conn:
+        _check_rows(conn, aggs, ids)
+        assert conn.execute("SELECT typeof(critical_path_ns) FROM agg_ops WHERE agg_id = 1 AND node_id = 5")\
+            .fetchone() == ("integer",)

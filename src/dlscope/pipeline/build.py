@@ -143,15 +143,13 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
             figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
-            conn = db.connect()  # the aggregations' tables written while the replay runs
-            agg_ids = writer.new_agg_ids(conn, len(aggs))
-            written = writer.write_agg_tables(conn, aggs, agg_ids, writer.BEFORE_REPLAY)
+            agg_ids, written = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)  # while the replay runs
             if an is not None and critical_path:
                 step("replaying the critical path")
                 annotate_here(aggs, findings)
             elif an is not None:
                 skip(aggs, findings, NO_CRITICAL_PATH)
-            _write_results(conn, an.profile.meta.get("sources", [an.profile.meta]) if an else [],
+            _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
                            profile_name or _default_name(paths),
                            {**(extra_meta or {}), "key_node": key_node or "",
                             "iteration_methods": an.iteration_methods if an else {},

@@ -288,6 +288,7 @@ class NewDatabase:
         self.path, self.label = path, label
         self.conn: sqlite3.Connection | None = None
         self.raw_writer: ForkedCall | ThreadCall | None = None
+        self.written = False  # the raw tables (or an empty database) in the file, no background writer
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
                   timelines: Callable[[], dict[int, dict[str, bytes]]] | None = None) -> None:
@@ -316,13 +317,37 @@ class NewDatabase:
         if writer is not None:
             writer.kill()
 
+    def _wait_written(self) -> None:
+        """The raw tables and indexes written (an empty database made when none were)."""
+        if self.raw_writer is not None:
+            self._wait_raw()
+        elif not self.written:
+            write_raw_file(self.path, {})
+        self.written = True
+
+    def write_agg_tables(self, aggs: list, tables) -> tuple[list[int], dict[str, int]]:
+        """:func:`write_agg_tables` of the aggregations to be, before :meth:`connect`: through ADBC (Arrow in,
+        no per-row Python) once the raw tables are written; the agg_ids and the tables' rowids before them."""
+        if self.conn is not None or not aggs:
+            conn = self.connect()
+            ids = new_agg_ids(conn, len(aggs))
+            return ids, write_agg_tables(conn, aggs, ids, tables)
+        self._wait_written()
+        with _ArrowIngest(self.path, {}) as ingest:
+            ids = new_agg_ids(ingest, len(aggs))
+            before = {}
+            for table in tables:
+                joined = _joined(aggs, ids, AGG_TABLES[table])
+                if joined is not None:
+                    before[table] = ingest.value(f'SELECT COALESCE(MAX(rowid), 0) FROM "{table}"')
+                    ingest.columns_of[table] = [r[1] for r in ingest.rows(f'PRAGMA table_info("{table}")')]
+                    ingest.add(table, joined)
+        return ids, before
+
     def connect(self) -> sqlite3.Connection:
         """Wait for the raw tables and indexes, then open the file for the remaining (small) writes."""
         if self.conn is None:
-            if self.raw_writer is None:
-                write_raw_file(self.path, {})
-            else:
-                self._wait_raw()
+            self._wait_written()
             self.conn = sqlite3.connect(self.path)
             self.conn.execute("PRAGMA journal_mode=OFF")  # the file is renamed into place only when complete
             self.conn.execute("PRAGMA synchronous=OFF")
@@ -487,6 +512,14 @@ class _ArrowIngest:
         self.cursor.execute(statement)
         self.cursor.fetchall()
 
+    def rows(self, query: str) -> list[tuple]:
+        self.cursor.execute(query)
+        return self.cursor.fetchall()
+
+    def value(self, query: str):
+        """The one value a query gives."""
+        return self.rows(query)[0][0]
+
     def execute_script(self, script: str) -> None:
         """Run ``;``-separated statements without parameters (the schema's CREATE INDEX lists)."""
         for statement in script.split(";"):
@@ -555,9 +588,10 @@ BEFORE_REPLAY = ("agg_gpus", "agg_iterations", "agg_op_types", "agg_op_kernels",
 REPLAY_FILLED = ("agg_ops", "agg_kernels")
 
 
-def new_agg_ids(conn: sqlite3.Connection, count: int) -> list[int]:
+def new_agg_ids(conn: sqlite3.Connection | _ArrowIngest, count: int) -> list[int]:
     """The agg_ids the next ``count`` aggregations get (the first is the run's ``run_id``)."""
-    first = conn.execute("SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations").fetchone()[0]
+    query = "SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations"
+    first = conn.value(query) if isinstance(conn, _ArrowIngest) else conn.execute(query).fetchone()[0]
     return list(range(first, first + count))
 
 
@@ -598,8 +632,14 @@ def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str,
                 values.append(column.to_numpy()[known].astype(np.int64))
                 rowids.append(np.flatnonzero(known) + before + 1)
             before += len(frame)
+        on_column = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+                                 "AND sql LIKE '%critical_path_ns%'", (table,)).fetchall()
+        for name, _ in on_column:  # built again after the rows' values, not kept up to date row by row
+            conn.execute(f'DROP INDEX "{name}"')
         conn.executemany(f'UPDATE "{table}" SET critical_path_ns = ? WHERE rowid = ?',
                          zip(np.concatenate(values).tolist(), np.concatenate(rowids).tolist()))
+        for _, sql in on_column:
+            conn.execute(sql)
 
 
 def write_aggregations(conn: sqlite3.Connection, aggs: list, ids: list[int] | None = None,
