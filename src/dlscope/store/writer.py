@@ -632,6 +632,8 @@ def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str,
                 values.append(column.to_numpy()[known].astype(np.int64))
                 rowids.append(np.flatnonzero(known) + before + 1)
             before += len(frame)
+        if sum(len(v) for v in values) == 0:  # not replayed: NULL as written
+            continue
         on_column = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
                                  "AND sql LIKE '%critical_path_ns%'", (table,)).fetchall()
         for name, _ in on_column:  # built again after the rows' values, not kept up to date row by row
