@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import numpy as np
 import pandas as pd
 from conftest import data_file
 
@@ -61,3 +62,108 @@ def test_a_text_column_missing_in_the_first_batches_is_still_stored(tmp_path, mo
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT node_id, name, file, function FROM python_tree ORDER BY rowid").fetchall()
     assert rows == [(i, n, None, n) for i, n in enumerate(names)]
+
+
+def _two_rank_aggs() -> list:
+    """A hand-made 2-rank aggregation: NULLs (None, NaN, pd.NA), ints past 2**53, a rank with no kernels."""
+    from dlscope.analyze.aggregation import Aggregation
+
+    big = 2**62 + 12_345  # not a float: exact only if bound as an integer
+    empty = pd.DataFrame()
+
+    def agg(rank: int, ops: pd.DataFrame, kernels: pd.DataFrame, groups: pd.DataFrame) -> Aggregation:
+        return Aggregation(row={"rank": rank, "scope": "all", "wall_clock_ns": big + rank}, gpus=empty,
+                           iterations=empty, ops=ops, op_types=empty, kernels=kernels, op_kernels=empty,
+                           groups=groups)
+
+    return [
+        agg(0, pd.DataFrame({"node_id": [5, 7, 9], "rank": 0, "op_name": ["aten::mm", None, "a'b;--"],
+                             "calls": pd.array([1, None, big], dtype="Int64"), "mfu": [0.5, np.nan, 1e-300]}),
+            pd.DataFrame({"kernel_name": ["gemm", "relu"], "calls": [3, 4], "gpu_time_ns": [big, 0]}),
+            pd.DataFrame({"group_id": [1, 2], "parent_group_id": [None, 1], "name": ["root", None]})),
+        agg(1, pd.DataFrame({"node_id": [5, 8], "rank": 1, "op_name": ["aten::mm", "aten::add"],
+                             "calls": pd.array([2, 3], dtype="Int64"), "mfu": [np.nan, 0.25]}),
+            empty, pd.DataFrame({"group_id": [1], "parent_group_id": [None], "name": ["root"]})),
+    ]
+
+
+def _stored(conn: sqlite3.Connection, table: str, columns: list[str]) -> list[tuple]:
+    return conn.execute(f"SELECT agg_id, {', '.join(columns)} FROM {table} ORDER BY rowid").fetchall()
+
+
+def _expected(aggs: list, ids: list[int], field: str, columns: list[str]) -> list[tuple]:
+    """The frames' rows as Python values, missing as None: read straight from the hand-made frames."""
+    rows = []
+    for agg_id, agg in zip(ids, aggs):
+        frame = getattr(agg, field)
+        for i in range(len(frame)):
+            cells = [frame[c].iloc[i] if c in frame else None for c in columns]
+            rows.append((agg_id, *[None if c is None or c is pd.NA or (isinstance(c, float) and c != c)
+                                   else (c.item() if hasattr(c, "item") else c) for c in cells]))
+    return rows
+
+
+def _check_rows(conn: sqlite3.Connection, aggs: list, ids: list[int]) -> None:
+    for table, field, columns in (("agg_ops", "ops", ["node_id", "rank", "op_name", "calls", "mfu",
+                                                      "critical_path_ns"]),
+                                  ("agg_kernels", "kernels", ["kernel_name", "calls", "gpu_time_ns",
+                                                              "critical_path_ns"]),
+                                  ("agg_groups", "groups", ["group_id", "parent_group_id", "name"]),
+                                  ("agg_critical_path", "critical_path", ["rank", "category", "time_ns"])):
+        assert _stored(conn, table, columns) == _expected(aggs, ids, field, columns), table
+    assert conn.execute("SELECT agg_id, run_id, rank, wall_clock_ns FROM aggregations ORDER BY rowid").fetchall() \
+        == [(ids[0], ids[0], 0, 2**62 + 12_345), (ids[1], ids[0], 1, 2**62 + 12_346)]
+    assert conn.execute("SELECT typeof(calls) FROM agg_ops WHERE node_id = 9").fetchone() == ("integer",)
+
+
+def _replayed(aggs: list) -> None:
+    """What the critical path's replay adds (``whatif.stored.apply``/``_not_replayed``): one rank's figures,
+    the other's NULL."""
+    aggs[0].ops = aggs[0].ops.assign(critical_path_ns=np.array([2**62 + 1, 0, 17], np.int64))
+    aggs[0].kernels = aggs[0].kernels.assign(critical_path_ns=np.array([0, 2**61], np.int64))
+    aggs[0].critical_path = pd.DataFrame({"rank": [0, 1], "category": ["gpu", "comm"], "time_ns": [2**62, 3]})
+    aggs[1].ops = aggs[1].ops.assign(critical_path_ns=None)
+
+
+def test_aggregations_written_at_once_read_back_as_the_frames_they_came_from(tmp_path):
+    aggs = _two_rank_aggs()
+    _replayed(aggs)
+    writer.write_raw_file(str(tmp_path / "a.sqlite"), {})
+    with sqlite3.connect(tmp_path / "a.sqlite") as conn:
+        ids = writer.write_aggregations(conn, aggs)
+        assert ids == [1, 2]
+        _check_rows(conn, aggs, ids)
+
+
+def test_aggregations_written_before_the_replay_get_its_figures_after_it(tmp_path):
+    """The tables written while the replay runs (its critical_path_ns NULL then) end with the same rows as
+    the tables written after it, and a second run's rows go after the first's."""
+    writer.write_raw_file(str(tmp_path / "a.sqlite"), {})
+    with sqlite3.connect(tmp_path / "a.sqlite") as conn:
+        writer.write_aggregations(conn, _two_rank_aggs())  # an earlier run: rowids and agg_ids taken
+        aggs = _two_rank_aggs()
+        ids = writer.new_agg_ids(conn, len(aggs))
+        written = writer.write_agg_tables(conn, aggs, ids, writer.BEFORE_REPLAY)
+        _replayed(aggs)
+        assert writer.write_aggregations(conn, aggs, ids, written) == ids == [3, 4]
+        later = [r for r in _stored(conn, "agg_ops", ["node_id", "critical_path_ns"]) if r[0] >= 3]
+        assert later == [(3, 5, 2**62 + 1), (3, 7, 0), (3, 9, 17), (4, 5, None), (4, 8, None)]
+        conn.execute("DELETE FROM aggregations WHERE agg_id < 3")
+        for table in writer.AGG_TABLES:
+            conn.execute(f"DELETE FROM {table} WHERE agg_id < 3")
+        _check_rows(conn, aggs, ids)
+
+
+def test_aggregation_tables_ingested_before_the_database_opens_read_back_as_their_frames(tmp_path):
+    """The import's path: the tables written through ADBC (Arrow in) while the replay runs, before the sqlite3
+    connection opens; the replay's column and the rest after it."""
+    aggs = _two_rank_aggs()
+    with writer.atomic_database(tmp_path / "a.sqlite", force=False) as db:
+        ids, written = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
+        assert ids == [1, 2] and set(written) == {"agg_ops", "agg_kernels", "agg_groups"}
+        _replayed(aggs)
+        writer.write_aggregations(db.connect(), aggs, ids, written)
+    with sqlite3.connect(tmp_path / "a.sqlite") as conn:
+        _check_rows(conn, aggs, ids)
+        assert conn.execute("SELECT typeof(critical_path_ns) FROM agg_ops WHERE agg_id = 1 AND node_id = 5")\
+            .fetchone() == ("integer",)

@@ -143,6 +143,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
             figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
+            agg_ids, written = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)  # while the replay runs
             if an is not None and critical_path:
                 step("replaying the critical path")
                 annotate_here(aggs, findings)
@@ -153,7 +154,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                            {**(extra_meta or {}), "key_node": key_node or "",
                             "iteration_methods": an.iteration_methods if an else {},
                             "key_node_candidates": an.key_node_candidates if an else {}},
-                           ncu, aggs, findings, figures, {})
+                           ncu, aggs, findings, figures, {}, (agg_ids, written))
     return db_path
 
 
@@ -194,15 +195,16 @@ def timeline_arrays(an: Analysed, ranks: list[int] | None = None) -> dict[int, d
 
 
 def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, aggs: list, findings: list,
-                   figures, timelines: dict[int, dict[str, bytes]]) -> None:
+                   figures, timelines: dict[int, dict[str, bytes]],
+                   written: tuple[list[int], dict[str, int]] | None = None) -> None:
     """Everything but the raw tables: sources, meta, counters, aggregations, findings, the job's figures, the
-    timeline's arrays."""
+    timeline's arrays. ``written``: the agg_ids reserved and the aggregation tables written already."""
     if sources:
         writer.write_sources(conn, sources)
     writer.write_meta(conn, name, meta, job_facts(sources, (meta.get("capture") or {}).get("system")))
     for path, frame in ncu:
         write_ncu_kernels(conn, frame, source=str(path))
-    agg_ids = writer.write_aggregations(conn, aggs)
+    agg_ids = writer.write_aggregations(conn, aggs, *(written or (None, None)))
     for agg_id, found in zip(agg_ids, findings):
         write_findings(conn, agg_id, found)
     if figures is not None:

@@ -288,6 +288,7 @@ class NewDatabase:
         self.path, self.label = path, label
         self.conn: sqlite3.Connection | None = None
         self.raw_writer: ForkedCall | ThreadCall | None = None
+        self.written = False  # the raw tables (or an empty database) in the file, no background writer
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
                   timelines: Callable[[], dict[int, dict[str, bytes]]] | None = None) -> None:
@@ -316,13 +317,37 @@ class NewDatabase:
         if writer is not None:
             writer.kill()
 
+    def _wait_written(self) -> None:
+        """The raw tables and indexes written (an empty database made when none were)."""
+        if self.raw_writer is not None:
+            self._wait_raw()
+        elif not self.written:
+            write_raw_file(self.path, {})
+        self.written = True
+
+    def write_agg_tables(self, aggs: list, tables) -> tuple[list[int], dict[str, int]]:
+        """:func:`write_agg_tables` of the aggregations to be, before :meth:`connect`: through ADBC (Arrow in,
+        no per-row Python) once the raw tables are written; the agg_ids and the tables' rowids before them."""
+        if self.conn is not None or not aggs:
+            conn = self.connect()
+            ids = new_agg_ids(conn, len(aggs))
+            return ids, write_agg_tables(conn, aggs, ids, tables)
+        self._wait_written()
+        with _ArrowIngest(self.path, {}) as ingest:
+            ids = new_agg_ids(ingest, len(aggs))
+            before = {}
+            for table in tables:
+                joined = _joined(aggs, ids, AGG_TABLES[table])
+                if joined is not None:
+                    before[table] = ingest.value(f'SELECT COALESCE(MAX(rowid), 0) FROM "{table}"')
+                    ingest.columns_of[table] = [r[1] for r in ingest.rows(f'PRAGMA table_info("{table}")')]
+                    ingest.add(table, joined)
+        return ids, before
+
     def connect(self) -> sqlite3.Connection:
         """Wait for the raw tables and indexes, then open the file for the remaining (small) writes."""
         if self.conn is None:
-            if self.raw_writer is None:
-                write_raw_file(self.path, {})
-            else:
-                self._wait_raw()
+            self._wait_written()
             self.conn = sqlite3.connect(self.path)
             self.conn.execute("PRAGMA journal_mode=OFF")  # the file is renamed into place only when complete
             self.conn.execute("PRAGMA synchronous=OFF")
@@ -487,6 +512,14 @@ class _ArrowIngest:
         self.cursor.execute(statement)
         self.cursor.fetchall()
 
+    def rows(self, query: str) -> list[tuple]:
+        self.cursor.execute(query)
+        return self.cursor.fetchall()
+
+    def value(self, query: str):
+        """The one value a query gives."""
+        return self.rows(query)[0][0]
+
     def execute_script(self, script: str) -> None:
         """Run ``;``-separated statements without parameters (the schema's CREATE INDEX lists)."""
         for statement in script.split(";"):
@@ -548,20 +581,81 @@ def _integer_ns(row: dict) -> dict:
     return {k: round_ns(v) if k.endswith("_ns") else v for k, v in row.items()}
 
 
-def write_aggregations(conn: sqlite3.Connection, aggs: list) -> list[int]:
-    """Store aggregations (one per rank of a job) with one insert per table; returns their agg_ids."""
-    first = conn.execute("SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations").fetchone()[0]
-    ids = list(range(first, first + len(aggs)))
+#: the tables written while the critical path's replay runs (:func:`write_agg_tables`): all but its own one;
+#: the replay adds one column, critical_path_ns, to those named here, filled in after it
+BEFORE_REPLAY = ("agg_gpus", "agg_iterations", "agg_op_types", "agg_op_kernels", "agg_groups", "agg_ops",
+                 "agg_kernels")
+REPLAY_FILLED = ("agg_ops", "agg_kernels")
+
+
+def new_agg_ids(conn: sqlite3.Connection | _ArrowIngest, count: int) -> list[int]:
+    """The agg_ids the next ``count`` aggregations get (the first is the run's ``run_id``)."""
+    query = "SELECT COALESCE(MAX(agg_id), 0) + 1 FROM aggregations"
+    first = conn.value(query) if isinstance(conn, _ArrowIngest) else conn.execute(query).fetchone()[0]
+    return list(range(first, first + count))
+
+
+def _joined(aggs: list, ids: list[int], field: str, columns: list[str] | None = None) -> pd.DataFrame | None:
+    """One table (or those ``columns`` of it) of all ``aggs`` with its agg_id column: joined once, the agg_id
+    column made once (not one frame copy per aggregation); None when every aggregation's is empty."""
+    kept = [(agg_id, getattr(agg, field)) for agg_id, agg in zip(ids, aggs) if not getattr(agg, field).empty]
+    if not kept:
+        return None
+    frames = [frame if columns is None else frame.reindex(columns=columns) for _, frame in kept]
+    joined = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    owner = np.repeat(np.array([agg_id for agg_id, _ in kept], dtype=np.int64), [len(f) for f in frames])
+    return joined.assign(agg_id=owner)
+
+
+def write_agg_tables(conn: sqlite3.Connection, aggs: list, ids: list[int], tables) -> dict[str, int]:
+    """The named per-aggregation tables (``AGG_TABLES`` keys) of ``aggs``, one insert per table; returns each
+    table's rowid before its first row (the rows follow it in order: SQLite gives a new row the largest + 1)."""
+    before = {}
+    for table in tables:
+        joined = _joined(aggs, ids, AGG_TABLES[table])
+        if joined is not None:
+            before[table] = conn.execute(f'SELECT COALESCE(MAX(rowid), 0) FROM "{table}"').fetchone()[0]
+            insert_frame(conn, table, joined)
+    return before
+
+
+def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str, int]) -> None:
+    """The replay's critical_path_ns of the rows written before it (NULL there until now), by rowid."""
+    for table, before in written.items():
+        if table not in REPLAY_FILLED:
+            continue
+        values, rowids = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for frame in (getattr(agg, AGG_TABLES[table]) for agg in aggs):
+            column = frame.get("critical_path_ns")
+            if column is not None and len(frame):
+                known = column.notna().to_numpy()
+                values.append(column.to_numpy()[known].astype(np.int64))
+                rowids.append(np.flatnonzero(known) + before + 1)
+            before += len(frame)
+        if sum(len(v) for v in values) == 0:  # not replayed: NULL as written
+            continue
+        on_column = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+                                 "AND sql LIKE '%critical_path_ns%'", (table,)).fetchall()
+        for name, _ in on_column:  # built again after the rows' values, not kept up to date row by row
+            conn.execute(f'DROP INDEX "{name}"')
+        conn.executemany(f'UPDATE "{table}" SET critical_path_ns = ? WHERE rowid = ?',
+                         zip(np.concatenate(values).tolist(), np.concatenate(rowids).tolist()))
+        for _, sql in on_column:
+            conn.execute(sql)
+
+
+def write_aggregations(conn: sqlite3.Connection, aggs: list, ids: list[int] | None = None,
+                       written: dict[str, int] | None = None) -> list[int]:
+    """Store aggregations (one per rank of a job) with one insert per table; returns their agg_ids.
+    ``ids``/``written``: the ids of :func:`new_agg_ids` and what :func:`write_agg_tables` returned for the tables
+    it wrote before the critical path's replay (their critical_path_ns filled in here)."""
+    written = written or {}
+    ids = new_agg_ids(conn, len(aggs)) if ids is None else ids
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    insert_frame(conn, "aggregations", pd.DataFrame([{**_integer_ns(agg.row), "agg_id": agg_id, "run_id": first,
+    insert_frame(conn, "aggregations", pd.DataFrame([{**_integer_ns(agg.row), "agg_id": agg_id, "run_id": ids[0],
                                                       "created_at": created}
                                                      for agg_id, agg in zip(ids, aggs)]))
-    for table, field in AGG_TABLES.items():
-        kept = [(agg_id, getattr(agg, field)) for agg_id, agg in zip(ids, aggs) if not getattr(agg, field).empty]
-        if kept:  # joined once, the agg_id column made once (not one frame copy per aggregation)
-            frames = [frame for _, frame in kept]
-            joined = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-            owner = np.repeat(np.array([agg_id for agg_id, _ in kept], dtype=np.int64), [len(f) for f in frames])
-            insert_frame(conn, table, joined.assign(agg_id=owner))
+    _fill_critical_path(conn, aggs, written)
+    write_agg_tables(conn, aggs, ids, [t for t in AGG_TABLES if t not in written])
     index_names(conn, AGG_NAMES)
     return ids
