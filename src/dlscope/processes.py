@@ -347,7 +347,9 @@ class FirstComer:
 
     def __init__(self, work: Callable[[], Any]):
         self.work = work
-        self._taken = (mp.get_context("fork") if can_fork() else mp.get_context()).Value("b", 0)
+        # (the fork context's lock is unlinked at once: no resource tracker started, even where no fork follows)
+        fork = "fork" in mp.get_all_start_methods()
+        self._taken = mp.get_context("fork" if fork else None).Value("b", 0)
 
     def take(self) -> bool:
         with self._taken.get_lock():

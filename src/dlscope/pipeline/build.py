@@ -145,14 +145,15 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
             figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
-            # this process's own work is done; while the replay (a forked child) still runs, the arrays here
-            # unless the writer came to them first (under a memory budget they stay in the writer, as one analysis)
-            built_here = timelines.work() if timelines is not None and not budget and timelines.take() else {}
             if an is not None and critical_path:
                 step("replaying the critical path")
                 annotate_here(aggs, findings)
             elif an is not None:
                 skip(aggs, findings, NO_CRITICAL_PATH)
+            # this process's work is done and the replay's (on a core of its own) too: the arrays here, on a
+            # core otherwise idle while the writer ends, unless it came to them first (under a memory budget
+            # they stay there, as the import is estimated for one analysis at a time)
+            built_here = timelines.work() if timelines is not None and not budget and timelines.take() else {}
             _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
                            profile_name or _default_name(paths),
                            {**(extra_meta or {}), "key_node": key_node or "",
