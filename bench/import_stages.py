@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from dlscope import processes
 from dlscope.analyze.analysis import analyse
 from dlscope.pipeline import build
 from dlscope.pipeline.executors import load_profiles_parallel
@@ -17,6 +18,8 @@ from dlscope.store import writer
 
 an = analyse(load_profiles_parallel([sys.argv[1]]), None)
 tables = build._raw_tables(an)
+#: the timeline arrays' work as write_raw_file takes it: a FirstComer (branch h22tail on), a callable before
+timelines = getattr(processes, "FirstComer", lambda work: work)
 new = "timelines" in inspect.signature(writer.write_raw_file).parameters
 out = sys.argv[2] if len(sys.argv) > 2 else "import_stages.sqlite"
 res = []
@@ -25,7 +28,7 @@ for _ in range(3):
         os.remove(out)
     t0, c0 = time.perf_counter(), time.process_time()
     if new:
-        writer.write_raw_file(out, tables, timelines=lambda: build.timeline_arrays(an))
+        writer.write_raw_file(out, tables, timelines=timelines(lambda: build.timeline_arrays(an)))
     else:
         writer.write_raw_file(out, tables)
         build.timeline_arrays(an)

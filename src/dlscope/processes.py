@@ -339,6 +339,26 @@ def in_background(fn: Callable[..., Any], *args: Any) -> ForkedCall | ThreadCall
     return ForkedCall(fn, *args) if can_fork() else ThreadCall(fn, *args)
 
 
+class FirstComer:
+    """Work that either of two processes may do, whichever comes to it first, the other skipping it: the
+    background writer once its own chain is done, or the importing process while it waits (for the writer or
+    a replay). :meth:`take` is true for the first caller only: a byte in shared memory, set under its lock,
+    that a child forked after this was made shares with its parent (and threads with each other)."""
+
+    def __init__(self, work: Callable[[], Any]):
+        self.work = work
+        # (the fork context's lock is unlinked at once: no resource tracker started, even where no fork follows)
+        fork = "fork" in mp.get_all_start_methods()
+        self._taken = mp.get_context("fork" if fork else None).Value("b", 0)
+
+    def take(self) -> bool:
+        with self._taken.get_lock():
+            if self._taken.value:
+                return False
+            self._taken.value = 1
+            return True
+
+
 # ----------------------------------------------------------------------------------- worker pools
 
 

@@ -21,7 +21,7 @@ from ..errors import DlscopeError
 from ..experts import write_findings
 from ..importers import sniff
 from ..model import ID_COLUMNS, MISSING, TABLES, Profile
-from ..processes import fork_pays
+from ..processes import FirstComer, fork_pays
 from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
 from ..system import job_facts
@@ -137,24 +137,32 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
         step("writing database")
         with writer.atomic_database(db_path, force) as db, \
                 _replay(an if critical_path else None, windows, beside=not budget) as annotate_here:
-            if an is not None:  # the timeline arrays are built there too, beside the aggregation
-                db.write_raw(_raw_tables(an), timelines=lambda: timeline_arrays(an))
+            # the timeline arrays: built by the writer after its indexes, or here first if this process is idle
+            timelines = FirstComer(lambda: timeline_arrays(an)) if an is not None else None
+            if an is not None:
+                db.write_raw(_raw_tables(an), timelines=timelines)
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
             figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
-            agg_ids, written = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)  # while the replay runs
+            # the writer still busy (it has not begun the timeline arrays): they are built here once the replay
+            # is in, on a core otherwise idle while the writer ends, and the aggregation tables written after it;
+            # else the aggregation tables go in while the replay ends. (Under a memory budget the arrays stay
+            # with the writer: the import is estimated for one analysis at a time.)
+            here = timelines is not None and not budget and timelines.take()
+            written = None if here else db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
             if an is not None and critical_path:
                 step("replaying the critical path")
                 annotate_here(aggs, findings)
             elif an is not None:
                 skip(aggs, findings, NO_CRITICAL_PATH)
+            built_here = timelines.work() if here and timelines is not None else {}
             _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
                            profile_name or _default_name(paths),
                            {**(extra_meta or {}), "key_node": key_node or "",
                             "iteration_methods": an.iteration_methods if an else {},
                             "key_node_candidates": an.key_node_candidates if an else {}},
-                           ncu, aggs, findings, figures, {}, (agg_ids, written))
+                           ncu, aggs, findings, figures, built_here, written)
     return db_path
 
 

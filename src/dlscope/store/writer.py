@@ -8,7 +8,7 @@ import json
 import os
 import sqlite3
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -20,7 +20,7 @@ import pyarrow as pa
 from ..errors import DlscopeError
 from ..model import value_counts
 from ..nanoseconds import round_ns
-from ..processes import ForkedCall, ThreadCall, in_background, owned_name, release_free_memory, remove_dead
+from ..processes import FirstComer, ForkedCall, ThreadCall, in_background, owned_name, release_free_memory, remove_dead
 from ..version import __version__
 from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION, SEARCH_DDL, SEARCH_INDEXES
 
@@ -60,12 +60,12 @@ def insert_frame(conn: sqlite3.Connection, table: str, frame: pd.DataFrame) -> N
 
 
 def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = True, indexes: bool = True,
-                   timelines: Callable[[], dict[int, dict[str, bytes]]] | None = None) -> None:
+                   timelines: FirstComer | None = None) -> None:
     """Create the database file (``create``), bulk-load raw tables, then build every index (``indexes``).
 
     ``tables`` uses the model's names; ``ops`` is stored as op_nodes + op_instances. A job imported rank by
     rank appends each rank's tables and builds the indexes once, after the last. ``timelines``: the ranks'
-    timeline arrays to store, built here (beside the caller's aggregation) from the tables as written.
+    timeline arrays, built and stored here after the indexes unless the caller, idle first, took them.
     """
     conn = sqlite3.connect(path)
     try:
@@ -88,18 +88,21 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
                 ingest.add(name, frame)
             if indexes:  # right after the rows, on the pages still in the ingest's cache
                 ingest.execute_script(INDEXES + (SEARCH_INDEXES if "search_key" in columns_of["kernels"] else ""))
-        if timelines is not None:  # the ingest's page cache (up to 256 MiB) back to the system before them
-            release_free_memory()
+    # the ranks' timeline arrays here unless the caller, its own work done, has already taken them
+    build_timelines = timelines is not None and timelines.take()
+    if build_timelines and (tables or indexes):  # the ingest's page cache (up to 256 MiB) back to the system
+        release_free_memory()
     names = raw_names(tables, pairs)
-    if names or indexes or timelines:
+    if names or indexes or build_timelines:
         conn = sqlite3.connect(path)
         try:
             # as the ingest: no journal, no fsync (the file is renamed into place only when complete)
             conn.execute("PRAGMA journal_mode=OFF")
             conn.execute("PRAGMA synchronous=OFF")
             add_names(conn, names)
-            if timelines is not None:
-                write_timeline_arrays(conn, timelines())
+            if build_timelines:
+                assert timelines is not None
+                write_timeline_arrays(conn, timelines.work())
             if indexes:
                 index_names(conn, {}, renumber=True)
             conn.commit()
@@ -291,12 +294,13 @@ class NewDatabase:
         self.written = False  # the raw tables (or an empty database) in the file, no background writer
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
-                  timelines: Callable[[], dict[int, dict[str, bytes]]] | None = None) -> None:
+                  timelines: FirstComer | None = None) -> None:
         """Write raw tables in the background (:func:`dlscope.processes.in_background`: a forked child
         that reads the tables copy-on-write, or a thread where this process must not fork): the ``first``
         part creates the file, the ``last`` builds the indexes (a whole import is one part; a job imported
         rank by rank, one part per rank and a last one). A part waits for the one before: one writer at a
-        time. ``timelines`` builds the timeline arrays there too (``write_raw_file``)."""
+        time. ``timelines``: the timeline arrays, built there too unless this process takes them first
+        (``write_raw_file``)."""
         self._wait_raw()
         self.raw_writer = in_background(write_raw_file, self.path, tables, first, last, timelines)
 
