@@ -395,11 +395,20 @@ def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, b
     """Kernel time statistics per kernel name (and ``by``), grouped on integer name codes; the names are taken
     from ``names`` as they are (Arrow strings stay Arrow strings, not converted to Python objects and back),
     ``name_code`` (last) their positions in it."""
-    frame = kernels[by + ["uses_tc", "dur"]].assign(name_code=codes)
-    g = frame.groupby(by + ["name_code"], sort=False)
-    out = g.agg(uses_tc=("uses_tc", "max"), calls=("dur", "size"), gpu_time_ns=("dur", "sum"),
-                avg_ns=("dur", "mean"), min_ns=("dur", "min"), max_ns=("dur", "max")).reset_index()
-    code = out.pop("name_code").to_numpy() % max(len(names), 1)  # a missing name (-1): the last, as numpy indexes
+    keys = [kernels[b].to_numpy(np.int64) for b in by] + [np.asarray(codes, dtype=np.int64)]
+    group = np.zeros(len(kernels), dtype=np.int64)
+    for key in keys:  # groups in order of first appearance (as groupby(sort=False)), one key at a time
+        low = int(key.min(initial=0))
+        group = pd.factorize(group * (int(key.max(initial=0)) - low + 1) + (key - low))[0].astype(np.int64)
+    first = np.unique(group, return_index=True)[1]
+    uses_tc = kernels["uses_tc"].to_numpy()
+    calls, stats = group_stats(group, len(first), {"dur": kernels["dur"].to_numpy(np.int64),
+                                                   "tc": uses_tc.astype(np.int64)})
+    total, low_ns, high_ns = stats["dur"]
+    out = pd.DataFrame({**{b: key[first] for b, key in zip(by, keys)},
+                        "uses_tc": stats["tc"][2].astype(uses_tc.dtype), "calls": calls, "gpu_time_ns": total,
+                        "avg_ns": total / np.maximum(calls, 1), "min_ns": low_ns, "max_ns": high_ns})
+    code = keys[-1][first] % max(len(names), 1)  # a missing name (-1): the last, as numpy indexes
     out.insert(len(by), "kernel_name", _text_values(names.take(code)))
     out["name_code"] = code
     return out
