@@ -276,18 +276,20 @@ def _op_nodes(ops: pd.DataFrame, roots: np.ndarray, op_kernels: pd.DataFrame) ->
         return pd.DataFrame(columns=NODE_COLUMNS)
     node = ops["node_id"].to_numpy(np.int64)[roots]
     ids, first, inverse = np.unique(node, return_index=True, return_inverse=True)
-    out = pd.DataFrame({"node_id": ids, "calls": np.bincount(inverse, minlength=len(ids))})
+    columns: dict = {"node_id": ids, "calls": np.bincount(inverse, minlength=len(ids))}
     for col, src in _NODE_SUMS.items():
-        out[col] = _sum_by(inverse, ops[src].to_numpy(np.int64)[roots], len(ids))
+        columns[col] = _sum_by(inverse, ops[src].to_numpy(np.int64)[roots], len(ids))
     for col in ("tc_eligible", "using_tc"):
-        out[col] = np.bincount(inverse, weights=ops[col].to_numpy(bool)[roots], minlength=len(ids)) > 0
+        columns[col] = np.bincount(inverse, weights=ops[col].to_numpy(bool)[roots], minlength=len(ids)) > 0
     firsts = roots[first]
     for col, src in _NODE_TEXT.items():
-        out[col] = _text_values(ops[src].take(firsts))
-    out["cpu_overhead_ns"] = np.maximum(out["cpu_time_ns"] - out["api_time_ns"], 0)
-    out["kernels"] = string_column(_top_kernels(op_kernels, "node_id").reindex(ids).fillna("").to_numpy(dtype=object))
+        columns[col] = _text_values(ops[src].take(firsts))
+    columns["cpu_overhead_ns"] = np.maximum(columns["cpu_time_ns"] - columns["api_time_ns"], 0)
+    columns["kernels"] = string_column(_top_kernels(op_kernels, "node_id").reindex(ids).fillna("")
+                                       .to_numpy(dtype=object))
+    out = pd.DataFrame({col: columns[col] for col in NODE_COLUMNS})  # one frame, not a column at a time
     order = np.argsort(first, kind="stable")  # nodes in order of their first call
-    return out.iloc[order].reset_index(drop=True)[NODE_COLUMNS]
+    return out.iloc[order].reset_index(drop=True)
 
 
 def group_stats(code: np.ndarray, n: int, columns: dict[str, np.ndarray]
@@ -592,7 +594,7 @@ class JobAggregation:
         if not self.segments.has_loader[i]:  # no data loading seen: no reader cost, as the rank alone gives
             iterations["reader_cost_ns"] = np.full(len(iterations), None, dtype=object)
         return _aggregate_rank(self.an, rank, self.chosen[rank], self.tables, self.groups,
-                               self.segments.of(i), gpus, iterations)
+                               self.segments.of(i), gpus, iterations, self.windows_of[rank])
 
 
 class _JobTables:
@@ -843,10 +845,12 @@ def _in_profiled(frame: pd.DataFrame, profiled: dict[int, np.ndarray]) -> np.nda
     if len(profiled) == 1:  # one rank (a single trace): no grouping by rank needed
         (r, numbers), = profiled.items()
         return (rank == r) & np.isin(it, numbers)
-    out = np.zeros(len(frame), dtype=bool)
-    for numbers, rows in zip(profiled.values(), _positions(rank, list(profiled))):
-        out[rows] = np.isin(it[rows], numbers)
-    return out
+    # one integer key per (rank, iteration), every rank's profiled keys looked up at once
+    wanted_rank = np.repeat(np.array(list(profiled), dtype=np.int64), [len(n) for n in profiled.values()])
+    wanted_it = np.concatenate([np.asarray(n, dtype=np.int64) for n in profiled.values()])
+    low = min(int(it.min(initial=0)), int(wanted_it.min(initial=0)))
+    width = max(int(it.max(initial=0)), int(wanted_it.max(initial=0))) - low + 1
+    return np.isin(rank * width + (it - low), wanted_rank * width + (wanted_it - low))
 
 
 def _rank_major(frame: pd.DataFrame, at: list[np.ndarray]) -> tuple[pd.DataFrame, list[slice]]:
@@ -872,12 +876,12 @@ def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
 
 def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTables,
                     job_groups: _JobGroups, segments: RankSegments, gpus: pd.DataFrame | None,
-                    iterations: pd.DataFrame) -> Aggregation:
+                    iterations: pd.DataFrame, windows: tuple[np.ndarray, np.ndarray] | None = None) -> Aggregation:
     """One rank's aggregation: its windows, breakdown, GPUs, iterations and groups, and its slice of the
     job's kernel and op tables."""
     fr = _rank_frames(an, rank)
     profiled = chosen["iteration"].to_numpy()
-    starts, ends = _windows(chosen)
+    starts, ends = _windows(chosen) if windows is None else windows
     lo, hi = int(starts[0]), int(ends[-1])
     wall = hi - lo
     parts = segments.breakdown(lo, hi)
@@ -900,9 +904,9 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
         nodes = _op_nodes(ops, roots, op_kernels).assign(rank=rank)
         types = _op_types(ops, roots, nodes, op_kernels)
-    node_elig = nodes["tc_eligible"].astype(bool).to_numpy()
+    node_elig = nodes["tc_eligible"].to_numpy(bool)
     eligible_nodes = np.unique(nodes["node_id"].to_numpy(np.int64)[node_elig])
-    ak_dur, ak_tc = ak["dur"].to_numpy(np.int64), ak["uses_tc"].astype(bool).to_numpy()
+    ak_dur, ak_tc = ak["dur"].to_numpy(np.int64), ak["uses_tc"].to_numpy(bool)
     elig = np.isin(ak["node_id"].to_numpy(np.int64), eligible_nodes)
     elig_time = int(ak_dur[elig].sum())
     tc_time = int(ak_dur[elig & ak_tc].sum())
@@ -921,7 +925,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         "tc_kernel_efficiency": tc_time / elig_time if elig_time > 0 else None,
         "memory_ns": parts["memory"], **{f"{c}_ns": v for c, v in parts.items() if c != "memory"},
         "op_count": int(in_ops.sum()), "op_nodes": len(nodes), "tc_eligible_op_nodes": len(eligible_nodes),
-        "op_nodes_using_tc": int(nodes["using_tc"].astype(bool).sum()),
+        "op_nodes_using_tc": int(nodes["using_tc"].to_numpy(bool).sum()),
         "tc_eligible_gpu_time_pct": 100.0 * elig_gpu / node_gpu if node_gpu > 0 else None,
         "reader_cost_ns": segments.reader_cost(lo, hi),
     }
