@@ -330,11 +330,12 @@ def _top_kernels(op_kernels: pd.DataFrame, by: str, limit: int = 5) -> pd.Series
     by ``reduceat``): a job has tens of thousands of groups, too many for a pandas aggregation per group."""
     if op_kernels.empty:
         return pd.Series(dtype=object)
-    names = op_kernels["kernel_name"].to_numpy(dtype=object)
-    named = np.flatnonzero(pd.notna(names))  # rows without a name are in no group
+    # codes in name order, factorized on the column as it is (an Arrow string column without Python strings)
+    all_codes, name_of = pd.factorize(op_kernels["kernel_name"], sort=True)
+    named = np.flatnonzero(all_codes >= 0)  # rows without a name are in no group
     if len(named) == 0:
         return pd.Series(dtype=object)
-    name_code, name_of = pd.factorize(names[named], sort=True)  # codes in name order
+    name_code = all_codes[named]
     by_code, by_of = pd.factorize(op_kernels[by].to_numpy()[named], sort=True)
     pair = by_code.astype(np.int64) * len(name_of) + name_code
     order = np.argsort(pair, kind="stable")
