@@ -205,3 +205,27 @@ def test_mfu_of_the_real_a100_pg509_200_trace_is_over_the_a100_dense_tf32_peak(i
     wall_s = (end - start) * 1e-6
     assert mfu["mfu"] is not None
     assert mfu["mfu"] == pytest.approx(flops / wall_s / A100_TF32_DENSE, rel=1e-9)
+
+
+def test_distinct_rows_codes_each_distinct_tuple_once_with_missing_values_and_categoricals():
+    import numpy as np
+    import pandas as pd
+
+    from dlscope.roofline.mfu import distinct_rows
+
+    # hand-made: rows 0 and 3 equal, rows 1 and 4 equal (NaN in a categorical), row 2 alone; a plain column too
+    frame = pd.DataFrame({"name": pd.Categorical(["mm", "mm", "conv", "mm", "mm"]),
+                          "shapes": pd.Categorical(["[1]", None, "[1]", "[1]", None]),
+                          "plain": ["a", "b", "a", "a", "b"]})
+    codes, tuples = distinct_rows(frame, ["name", "shapes", "plain"])
+    assert codes[0] == codes[3] and codes[1] == codes[4]
+    assert len({codes[0], codes[1], codes[2]}) == 3 and len(tuples) == 3
+    assert tuples[codes[0]] == ("mm", "[1]", "a") and tuples[codes[2]] == ("conv", "[1]", "a")
+    name, shapes, plain = tuples[codes[1]]
+    assert (name, plain) == ("mm", "b") and isinstance(shapes, float) and np.isnan(shapes)
+    # what MultiIndex factorization gives, up to the order of the tuples
+    mi_codes, mi_uniques = pd.MultiIndex.from_frame(frame).factorize()
+    assert sorted(map(str, tuples)) == sorted(map(str, mi_uniques))
+    assert (pd.Series(codes).groupby(mi_codes).nunique() == 1).all()
+    empty_codes, empty = distinct_rows(frame.iloc[:0], ["name", "shapes"])
+    assert len(empty_codes) == 0 and empty == []

@@ -25,6 +25,16 @@ def test_top_kernels_sums_per_name_orders_by_gpu_time_then_name_and_keeps_five()
     assert text[9] == "k1 ×1; k2 ×1; k3 ×1; k4 ×1; k5 ×1"
 
 
+@pytest.mark.parametrize("dtype", [object, "str"])
+def test_top_kernels_breaks_ties_by_name_in_python_order_for_object_and_arrow_string_names(dtype):
+    # four names with equal GPU time: Python's sorted() puts "Z" < "z" < "é" < "ž" (code points)
+    names = ["ž", "é", "z", "Z", None]
+    frame = pd.DataFrame({"node_id": [1, 1, 1, 1, 1], "kernel_name": pd.array(names, dtype=dtype),
+                          "gpu_time_ns": [4, 4, 4, 4, 9], "calls": [1, 2, 3, 4, 5]})
+    text = _top_kernels(frame, "node_id")
+    assert text[1] == "; ".join(f"{n} ×{c}" for n, c in sorted(zip(names[:4], [1, 2, 3, 4])))
+
+
 def test_top_kernels_of_nothing_is_empty():
     frame = pd.DataFrame({"node_id": [1], "kernel_name": [None], "gpu_time_ns": [5], "calls": [1]})
     assert _top_kernels(frame, "node_id").empty

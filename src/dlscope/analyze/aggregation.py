@@ -140,10 +140,14 @@ class RankSegments:
 def _windows(chosen: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """The aggregation's iteration windows: [start, next start), the last to the end of its own activity
     (its last CPU op or GPU activity), so they partition the wall clock."""
-    starts = chosen["start"].to_numpy(np.int64)
+    return _window_arrays(chosen["start"].to_numpy(np.int64), chosen["end"].to_numpy(np.int64))
+
+
+def _window_arrays(starts: np.ndarray, activity_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_windows` of iterations given as their start and activity-end arrays (in order of start)."""
     ends = np.empty_like(starts)
     ends[:-1] = starts[1:]
-    ends[-1:] = chosen["end"].to_numpy(np.int64)[-1:]
+    ends[-1:] = activity_ends[-1:]
     return starts, np.maximum(ends, starts)
 
 
@@ -216,9 +220,8 @@ def _job_iteration_tables(agg: JobAggregation) -> pd.DataFrame:
     lo, hi = np.empty(len(rows), dtype=np.int64), np.empty(len(rows), dtype=np.int64)
     profiled = np.zeros(len(rows), dtype=bool)
     done = 0
-    for r, at in zip(job.ranks, agg.iterations_at):  # per rank: its windows (a few numpy steps)
-        n = len(at)
-        starts, ends = _windows(its.iloc[at])
+    for r, (starts, ends) in zip(job.ranks, agg.all_windows):  # per rank: its windows (a few numpy steps)
+        n = len(starts)
         chosen = job.profiled[r]
         mine = numbers[done: done + n]
         lo[done: done + n] = starts
@@ -228,18 +231,25 @@ def _job_iteration_tables(agg: JobAggregation) -> pd.DataFrame:
     k_rank = job.rank_rows("kernels")[2]
     kernels = agg.an.profile.table("kernels")
     launched = k_rank >= 0
-    k = pd.DataFrame({"rank": k_rank[launched], "iteration": kernels["iteration"].to_numpy(np.int64)[launched],
-                      "dur": kernels["dur"].to_numpy(np.int64)[launched]})
+    k_it, k_dur = kernels["iteration"].to_numpy(np.int64)[launched], kernels["dur"].to_numpy(np.int64)[launched]
     tc = kernels["uses_tc"].to_numpy(bool)[launched]
-    k["tc"], k["tc_dur"] = tc.astype(np.int64), np.where(tc, k["dur"].to_numpy(), 0)
-    sums = k.groupby(["rank", "iteration"]).agg(n=("dur", "size"), tc_n=("tc", "sum"), t=("dur", "sum"),
-                                                tc_t=("tc_dur", "sum"))
-    sums = sums.reindex(pd.MultiIndex.from_arrays([rank, numbers])).fillna(0).astype(np.int64)
+    # per (rank, iteration) window: its kernels' count and time, matched on one integer key
+    low = min(int(numbers.min(initial=0)), int(k_it.min(initial=0)))
+    width = max(int(numbers.max(initial=0)), int(k_it.max(initial=0))) - low + 1
+    keys, window = np.unique(rank * width + (numbers - low), return_inverse=True)
+    k_key = k_rank[launched] * width + (k_it - low)
+    at = np.minimum(np.searchsorted(keys, k_key), max(len(keys) - 1, 0))
+    found = keys[at] == k_key if len(keys) else np.zeros(len(k_key), dtype=bool)
+    at, tc_at = at[found], at[found & tc]
+    sums = {"n": np.bincount(at, minlength=len(keys)).astype(np.int64),  # per key, then per window
+            "tc_n": np.bincount(tc_at, minlength=len(keys)).astype(np.int64),
+            "t": _sum_by(at, k_dur[found], len(keys)), "tc_t": _sum_by(tc_at, k_dur[found & tc], len(keys))}
+    sums = {name: values[window.reshape(-1)] for name, values in sums.items()}
     parts, reader = agg.segments.windows(rank, lo, hi)
     out = pd.DataFrame({
         "iteration": numbers, "profiled": profiled, "start": lo, "end": hi, "duration_ns": hi - lo,
-        "kernel_count": sums["n"].to_numpy(), "tc_kernel_count": sums["tc_n"].to_numpy(),
-        "kernel_time_ns": sums["t"].to_numpy(), "tc_kernel_time_ns": sums["tc_t"].to_numpy(),
+        "kernel_count": sums["n"], "tc_kernel_count": sums["tc_n"],
+        "kernel_time_ns": sums["t"], "tc_kernel_time_ns": sums["tc_t"],
         "gpu_busy_ns": parts[0] + parts[1], "reader_cost_ns": reader,
         **{f"{c}_ns": parts[i] for i, c in enumerate(CATEGORIES)},
         "rank": np.array(job.ranks, dtype=np.int64)[rank]})
@@ -266,18 +276,45 @@ def _op_nodes(ops: pd.DataFrame, roots: np.ndarray, op_kernels: pd.DataFrame) ->
         return pd.DataFrame(columns=NODE_COLUMNS)
     node = ops["node_id"].to_numpy(np.int64)[roots]
     ids, first, inverse = np.unique(node, return_index=True, return_inverse=True)
-    out = pd.DataFrame({"node_id": ids, "calls": np.bincount(inverse, minlength=len(ids))})
+    columns: dict = {"node_id": ids, "calls": np.bincount(inverse, minlength=len(ids))}
     for col, src in _NODE_SUMS.items():
-        out[col] = _sum_by(inverse, ops[src].to_numpy(np.int64)[roots], len(ids))
+        columns[col] = _sum_by(inverse, ops[src].to_numpy(np.int64)[roots], len(ids))
     for col in ("tc_eligible", "using_tc"):
-        out[col] = np.bincount(inverse, weights=ops[col].to_numpy(bool)[roots], minlength=len(ids)) > 0
+        columns[col] = np.bincount(inverse, weights=ops[col].to_numpy(bool)[roots], minlength=len(ids)) > 0
     firsts = roots[first]
     for col, src in _NODE_TEXT.items():
-        out[col] = _text_values(ops[src].take(firsts))
-    out["cpu_overhead_ns"] = np.maximum(out["cpu_time_ns"] - out["api_time_ns"], 0)
-    out["kernels"] = string_column(_top_kernels(op_kernels, "node_id").reindex(ids).fillna("").to_numpy(dtype=object))
+        columns[col] = _text_values(ops[src].take(firsts))
+    columns["cpu_overhead_ns"] = np.maximum(columns["cpu_time_ns"] - columns["api_time_ns"], 0)
+    columns["kernels"] = string_column(_top_kernels(op_kernels, "node_id").reindex(ids).fillna("")
+                                       .to_numpy(dtype=object))
+    out = pd.DataFrame({col: columns[col] for col in NODE_COLUMNS})  # one frame, not a column at a time
     order = np.argsort(first, kind="stable")  # nodes in order of their first call
-    return out.iloc[order].reset_index(drop=True)[NODE_COLUMNS]
+    return out.iloc[order].reset_index(drop=True)
+
+
+def group_stats(code: np.ndarray, n: int, columns: dict[str, np.ndarray]
+                ) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Per group 0..n-1 of ``code``: its row count, and per int64 column its exact (sum, min, max), in one sort
+    and ``reduceat`` per column (not a pandas groupby: its set-up dominates small tables); an empty group has
+    count, sum, min and max 0."""
+    order = np.argsort(code, kind="stable")
+    sorted_code = code[order]
+    first = np.flatnonzero(np.concatenate([[True], sorted_code[1:] != sorted_code[:-1]])) if len(code) else \
+        np.zeros(0, dtype=np.int64)
+    present = sorted_code[first]
+    counts = np.zeros(n, dtype=np.int64)
+    counts[present] = np.diff(np.append(first, len(code)))
+    out = {}
+    for name, values in columns.items():
+        v = np.asarray(values, dtype=np.int64)[order]
+        parts = []
+        for ufunc in (np.add, np.minimum, np.maximum):
+            full = np.zeros(n, dtype=np.int64)
+            if len(first):
+                full[present] = ufunc.reduceat(v, first)
+            parts.append(full)
+        out[name] = (parts[0], parts[1], parts[2])
+    return counts, out
 
 
 def _sum_by(inverse: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -293,11 +330,12 @@ def _top_kernels(op_kernels: pd.DataFrame, by: str, limit: int = 5) -> pd.Series
     by ``reduceat``): a job has tens of thousands of groups, too many for a pandas aggregation per group."""
     if op_kernels.empty:
         return pd.Series(dtype=object)
-    names = op_kernels["kernel_name"].to_numpy(dtype=object)
-    named = np.flatnonzero(pd.notna(names))  # rows without a name are in no group
+    # codes in name order, factorized on the column as it is (an Arrow string column without Python strings)
+    all_codes, name_of = pd.factorize(op_kernels["kernel_name"], sort=True)
+    named = np.flatnonzero(all_codes >= 0)  # rows without a name are in no group
     if len(named) == 0:
         return pd.Series(dtype=object)
-    name_code, name_of = pd.factorize(names[named], sort=True)  # codes in name order
+    name_code = all_codes[named]
     by_code, by_of = pd.factorize(op_kernels[by].to_numpy()[named], sort=True)
     pair = by_code.astype(np.int64) * len(name_of) + name_code
     order = np.argsort(pair, kind="stable")
@@ -339,19 +377,17 @@ def _op_types_coded(ops: pd.DataFrame, roots: np.ndarray, nodes: pd.DataFrame, t
     dur, api = ops["dur"].to_numpy(np.int64)[roots], ops["api_time"].to_numpy(np.int64)[roots]
     per_call = {"cpu_time": dur, "gpu_time": ops["gpu_time"].to_numpy(np.int64)[roots],
                 "cpu_overhead": np.maximum(dur - api, 0), "gpu_idle": ops["gpu_idle"].to_numpy(np.int64)[roots]}
-    frame = pd.DataFrame({"code": code, **per_call})
-    g = frame.groupby("code", sort=True)
-    out = pd.DataFrame({"op_type": types, "ops": np.bincount(type_codes, minlength=len(types)),
-                        "calls": g.size().to_numpy()})
-    for metric in per_call:
-        out[f"{metric}_total"] = g[metric].sum().to_numpy()
-        out[f"{metric}_avg"] = g[metric].mean().to_numpy()
-        out[f"{metric}_min"] = g[metric].min().to_numpy()
-        out[f"{metric}_max"] = g[metric].max().to_numpy()
-    by_type = nodes.assign(code=type_codes).groupby("code", sort=True)
-    out["kernel_count"] = by_type["kernel_count"].sum().to_numpy()
-    out["tc_eligible"] = by_type["tc_eligible"].max().to_numpy()
-    out["using_tc"] = by_type["using_tc"].max().to_numpy()
+    calls, stats = group_stats(code, len(types), per_call)
+    columns: dict = {"op_type": types, "ops": np.bincount(type_codes, minlength=len(types)), "calls": calls}
+    for metric, (total, low, high) in stats.items():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            avg = total / calls
+        columns.update({f"{metric}_total": total, f"{metric}_avg": avg, f"{metric}_min": low,
+                        f"{metric}_max": high})
+    columns["kernel_count"] = _sum_by(type_codes, nodes["kernel_count"].to_numpy(np.int64), len(types))
+    for col in ("tc_eligible", "using_tc"):
+        columns[col] = np.bincount(type_codes, weights=nodes[col].to_numpy(bool), minlength=len(types)) > 0
+    out = pd.DataFrame(columns)
     typed = op_kernels.assign(code=type_of_node.reindex(op_kernels["node_id"].to_numpy()).to_numpy(np.int64))
     out["kernels"] = string_column(_top_kernels(typed, "code").reindex(np.arange(len(types))).fillna("")
                                    .to_numpy(dtype=object))
@@ -362,11 +398,20 @@ def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, b
     """Kernel time statistics per kernel name (and ``by``), grouped on integer name codes; the names are taken
     from ``names`` as they are (Arrow strings stay Arrow strings, not converted to Python objects and back),
     ``name_code`` (last) their positions in it."""
-    frame = kernels[by + ["uses_tc", "dur"]].assign(name_code=codes)
-    g = frame.groupby(by + ["name_code"], sort=False)
-    out = g.agg(uses_tc=("uses_tc", "max"), calls=("dur", "size"), gpu_time_ns=("dur", "sum"),
-                avg_ns=("dur", "mean"), min_ns=("dur", "min"), max_ns=("dur", "max")).reset_index()
-    code = out.pop("name_code").to_numpy() % max(len(names), 1)  # a missing name (-1): the last, as numpy indexes
+    keys = [kernels[b].to_numpy(np.int64) for b in by] + [np.asarray(codes, dtype=np.int64)]
+    group = np.zeros(len(kernels), dtype=np.int64)
+    for key in keys:  # groups in order of first appearance (as groupby(sort=False)), one key at a time
+        low = int(key.min(initial=0))
+        group = pd.factorize(group * (int(key.max(initial=0)) - low + 1) + (key - low))[0].astype(np.int64)
+    first = np.unique(group, return_index=True)[1]
+    uses_tc = kernels["uses_tc"].to_numpy()
+    calls, stats = group_stats(group, len(first), {"dur": kernels["dur"].to_numpy(np.int64),
+                                                   "tc": uses_tc.astype(np.int64)})
+    total, low_ns, high_ns = stats["dur"]
+    out = pd.DataFrame({**{b: key[first] for b, key in zip(by, keys)},
+                        "uses_tc": stats["tc"][2].astype(uses_tc.dtype), "calls": calls, "gpu_time_ns": total,
+                        "avg_ns": total / np.maximum(calls, 1), "min_ns": low_ns, "max_ns": high_ns})
+    code = keys[-1][first] % max(len(names), 1)  # a missing name (-1): the last, as numpy indexes
     out.insert(len(by), "kernel_name", _text_values(names.take(code)))
     out["name_code"] = code
     return out
@@ -507,20 +552,23 @@ class JobAggregation:
     def __init__(self, an: Analysed, ranks: list[int], iter_start: int | None = None, iter_stop: int | None = None):
         self.an = an
         self._bounds: dict[int, tuple[int, int, int, int]] | None = None
-        starts = an.iterations["start"].to_numpy()
-        self.chosen = {}
+        starts, ends = (an.iterations[c].to_numpy(np.int64) for c in ("start", "end"))
+        self.chosen, self.windows_of = {}, {}
         for r in ranks:  # the rank's iterations in the range, by start
             rows = _chosen_rows(an, r, iter_start, iter_stop)
-            self.chosen[r] = an.iterations.iloc[rows[np.argsort(starts[rows], kind="stable")]]
+            rows = rows[np.argsort(starts[rows], kind="stable")]
+            self.chosen[r] = an.iterations.iloc[rows]
+            self.windows_of[r] = _window_arrays(starts[rows], ends[rows])
         self.tables = _JobTables(an, {r: c["iteration"].to_numpy() for r, c in self.chosen.items()})
         self.groups = _JobGroups(self.tables, an, {r: (b[2], b[3]) for r, b in self.bounds().items()})
         # every iteration of each rank by start (a rank's rows contiguous), and each rank's window points
         self.iterations = an.iterations.sort_values(["rank", "start"], kind="stable").reset_index(drop=True)
         self.iterations_at = _positions(self.iterations["rank"].to_numpy(np.int64), ranks)
+        it_start, it_end = (self.iterations[c].to_numpy(np.int64) for c in ("start", "end"))
+        self.all_windows = [_window_arrays(it_start[rows], it_end[rows]) for rows in self.iterations_at]
         points = []
-        for r, rows in zip(ranks, self.iterations_at):
-            starts, ends = _windows(self.chosen[r])
-            all_starts, all_ends = _windows(self.iterations.iloc[rows])
+        for r, (all_starts, all_ends) in zip(ranks, self.all_windows):
+            starts, ends = self.windows_of[r]
             points.append(np.concatenate([[starts[0], ends[-1]], starts, ends, all_starts, all_ends]))
         self.segments = Segments(self.tables.category_sets(), points)
         self.bounds_of = self.bounds()
@@ -534,7 +582,7 @@ class JobAggregation:
         if self._bounds is None:  # made once: the set-up and the pipeline ask for it several times
             self._bounds = {}
             for r, chosen in self.chosen.items():
-                starts, ends = _windows(chosen)
+                starts, ends = self.windows_of[r]
                 its = chosen["iteration"].to_numpy()
                 self._bounds[r] = (int(its.min()), int(its.max()), int(starts[0]), int(ends[-1]))
         return dict(self._bounds)
@@ -547,7 +595,7 @@ class JobAggregation:
         if not self.segments.has_loader[i]:  # no data loading seen: no reader cost, as the rank alone gives
             iterations["reader_cost_ns"] = np.full(len(iterations), None, dtype=object)
         return _aggregate_rank(self.an, rank, self.chosen[rank], self.tables, self.groups,
-                               self.segments.of(i), gpus, iterations)
+                               self.segments.of(i), gpus, iterations, self.windows_of[rank])
 
 
 class _JobTables:
@@ -798,10 +846,12 @@ def _in_profiled(frame: pd.DataFrame, profiled: dict[int, np.ndarray]) -> np.nda
     if len(profiled) == 1:  # one rank (a single trace): no grouping by rank needed
         (r, numbers), = profiled.items()
         return (rank == r) & np.isin(it, numbers)
-    out = np.zeros(len(frame), dtype=bool)
-    for numbers, rows in zip(profiled.values(), _positions(rank, list(profiled))):
-        out[rows] = np.isin(it[rows], numbers)
-    return out
+    # one integer key per (rank, iteration), every rank's profiled keys looked up at once
+    wanted_rank = np.repeat(np.array(list(profiled), dtype=np.int64), [len(n) for n in profiled.values()])
+    wanted_it = np.concatenate([np.asarray(n, dtype=np.int64) for n in profiled.values()])
+    low = min(int(it.min(initial=0)), int(wanted_it.min(initial=0)))
+    width = max(int(it.max(initial=0)), int(wanted_it.max(initial=0))) - low + 1
+    return np.isin(rank * width + (it - low), wanted_rank * width + (wanted_it - low))
 
 
 def _rank_major(frame: pd.DataFrame, at: list[np.ndarray]) -> tuple[pd.DataFrame, list[slice]]:
@@ -827,12 +877,12 @@ def _positions(rank_of_row: np.ndarray, ranks: list[int]) -> list[np.ndarray]:
 
 def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTables,
                     job_groups: _JobGroups, segments: RankSegments, gpus: pd.DataFrame | None,
-                    iterations: pd.DataFrame) -> Aggregation:
+                    iterations: pd.DataFrame, windows: tuple[np.ndarray, np.ndarray] | None = None) -> Aggregation:
     """One rank's aggregation: its windows, breakdown, GPUs, iterations and groups, and its slice of the
     job's kernel and op tables."""
     fr = _rank_frames(an, rank)
     profiled = chosen["iteration"].to_numpy()
-    starts, ends = _windows(chosen)
+    starts, ends = _windows(chosen) if windows is None else windows
     lo, hi = int(starts[0]), int(ends[-1])
     wall = hi - lo
     parts = segments.breakdown(lo, hi)
@@ -855,9 +905,9 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
         nodes = _op_nodes(ops, roots, op_kernels).assign(rank=rank)
         types = _op_types(ops, roots, nodes, op_kernels)
-    node_elig = nodes["tc_eligible"].astype(bool).to_numpy()
+    node_elig = nodes["tc_eligible"].to_numpy(bool)
     eligible_nodes = np.unique(nodes["node_id"].to_numpy(np.int64)[node_elig])
-    ak_dur, ak_tc = ak["dur"].to_numpy(np.int64), ak["uses_tc"].astype(bool).to_numpy()
+    ak_dur, ak_tc = ak["dur"].to_numpy(np.int64), ak["uses_tc"].to_numpy(bool)
     elig = np.isin(ak["node_id"].to_numpy(np.int64), eligible_nodes)
     elig_time = int(ak_dur[elig].sum())
     tc_time = int(ak_dur[elig & ak_tc].sum())
@@ -876,7 +926,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         "tc_kernel_efficiency": tc_time / elig_time if elig_time > 0 else None,
         "memory_ns": parts["memory"], **{f"{c}_ns": v for c, v in parts.items() if c != "memory"},
         "op_count": int(in_ops.sum()), "op_nodes": len(nodes), "tc_eligible_op_nodes": len(eligible_nodes),
-        "op_nodes_using_tc": int(nodes["using_tc"].astype(bool).sum()),
+        "op_nodes_using_tc": int(nodes["using_tc"].to_numpy(bool).sum()),
         "tc_eligible_gpu_time_pct": 100.0 * elig_gpu / node_gpu if node_gpu > 0 else None,
         "reader_cost_ns": segments.reader_cost(lo, hi),
     }

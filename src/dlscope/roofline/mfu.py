@@ -28,8 +28,7 @@ def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
     ``precision`` ("tf32" for FP32 on Tensor Cores, "" unknown). Each distinct (name, shapes, dtypes,
     arguments) is modelled once."""
     n = len(ops)
-    keys = ops[["name", "input_shapes", "input_dtypes", "concrete_inputs"]]
-    codes, uniques = pd.MultiIndex.from_frame(keys).factorize()
+    codes, uniques = distinct_rows(ops, ["name", "input_shapes", "input_dtypes", "concrete_inputs"])
     per_key = np.array([_flops(*k) for k in uniques], dtype=np.int64) if len(uniques) else np.zeros(0, np.int64)
     prec_key = np.array([_precision(k[2]) for k in uniques], dtype=object) if len(uniques) else np.zeros(0, object)
     flops = per_key[codes] if n else np.zeros(0, np.int64)
@@ -47,6 +46,27 @@ def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
     precision = np.where(tensor & (precision == "fp32"), "tf32", precision)
     return pd.DataFrame({"model_flops": np.where(counted, flops, -1), "precision": precision,
                          "tensor": tensor}, index=ops.index)
+
+
+def distinct_rows(frame: pd.DataFrame, columns: list[str]) -> tuple[np.ndarray, list[tuple]]:
+    """Each row's code among the distinct value tuples of ``columns``, and those tuples (missing values as NaN):
+    what ``MultiIndex.from_frame(...).factorize()`` gives, up to the order of the tuples, without building the
+    tuple of every row (a categorical column is already coded; the codes are combined column by column)."""
+    codes = np.zeros(len(frame), dtype=np.int64)
+    per_column = []
+    for col in columns:
+        column = frame[col]
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            own = column.cat.codes.to_numpy(np.int64)
+            uniq = np.append(np.asarray(column.cat.categories, dtype=object), np.nan)  # code -1: the last
+        else:
+            own, found = pd.factorize(column.to_numpy(dtype=object), use_na_sentinel=False)
+            uniq = np.asarray(found, dtype=object)
+        per_column.append((own, uniq))
+        codes = pd.factorize(codes * (len(uniq) + 1) + own + 1)[0].astype(np.int64)  # small: at most the rows
+    first = np.unique(codes, return_index=True)[1]  # the first row of each code, codes 0..n-1
+    tuples = list(zip(*(uniq[own[first]].tolist() for own, uniq in per_column)))
+    return codes, tuples
 
 
 class JobMFU:
@@ -141,8 +161,9 @@ def _gpu_key(gpus: pd.DataFrame) -> tuple:
     """What :func:`_peaks` reads of a rank's GPUs table."""
     if gpus.empty:
         return ()
-    g = gpus.sort_values("device").iloc[0]
-    return (g["name"], int(g["cc_major"]), int(g["cc_minor"]), int(g["sm_count"]))
+    i = int(np.argmin(gpus["device"].to_numpy()))  # the lowest device (its first row), as _peaks reads it
+    return (gpus["name"].iat[i], int(gpus["cc_major"].iat[i]), int(gpus["cc_minor"].iat[i]),
+            int(gpus["sm_count"].iat[i]))
 
 
 @lru_cache(maxsize=1 << 16)
