@@ -16,6 +16,7 @@ from test_critical_path_stored import US, _db, _stored
 from test_processes import alive, wait_gone
 from test_whatif_handmade import _sync_trace
 
+import dlscope.pipeline.build as build_module
 import dlscope.whatif.stored as stored
 from dlscope.errors import DlscopeError
 from dlscope.pipeline import build_database
@@ -68,6 +69,16 @@ def test_under_a_memory_budget_the_replay_runs_in_the_importing_process(tmp_path
     build_database([trace], tmp_path / "t.sqlite", progress=False, max_memory="2GB")
     assert [int(p.name) for p in (tmp_path / "pids").iterdir()] == [os.getpid()]
     assert _stored(tmp_path / "t.sqlite", 1)["row"][1] is None
+
+
+def test_where_the_rows_outweigh_the_ranks_the_replay_runs_in_the_importing_process(tmp_path, monkeypatch):
+    """An import of large ranks ends with the forked writer: a third process would only slow it, so the replay
+    stays here (the rule's per-row cost raised so this small trace's rows outweigh its one rank), same path."""
+    monkeypatch.setattr(build_module, "BESIDE_SECONDS_PER_ROW", 1.0)
+    _build_noting_its_pid(monkeypatch, tmp_path / "pids")
+    db = _db(tmp_path, _sync_trace())
+    assert [int(p.name) for p in (tmp_path / "pids").iterdir()] == [os.getpid()]
+    assert _stored(db, 1)["kernels"] == {"volta_sgemm_128x64_nn": 100 * US, "relu_kernel": 40 * US}
 
 
 def test_a_replay_child_that_dies_leaves_the_database_written_with_the_note(tmp_path, monkeypatch):

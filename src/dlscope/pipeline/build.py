@@ -166,12 +166,26 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
     return db_path
 
 
+#: A third process pays where the importing process's per-rank work (aggregation, rules and the replay's walks:
+#: ~13 + 6 ms a rank) outweighs what it takes from the forked writer, the tail of an import of large ranks
+#: (~0.3 s per million rows on two cores). Measured 2026-11-27 (bench/README.md, "The replay beside only where
+#: it pays"): the 64-rank job (3.3k rows a rank) 3.10 -> 2.99 s beside; the benchmark trace (one rank, 1.08M
+#: rows) 4.18 -> 4.52 s beside.
+BESIDE_SECONDS_PER_RANK = 0.019
+BESIDE_SECONDS_PER_ROW = 0.28e-6
+
+
+def _replay_beside_pays(an: Analysed) -> bool:
+    rows = sum(len(an.profile.table(name)) for name in an.RAW)
+    return len(an.ranks) * BESIDE_SECONDS_PER_RANK >= rows * BESIDE_SECONDS_PER_ROW
+
+
 @contextmanager
 def _replay(an: Analysed | None, windows: list[tuple[int, int, int]], beside: bool) -> Iterator:
     """``annotate(aggs, findings)`` of the import: the graph built and replayed in a forked child while the
     aggregations and rules run here, where a second process pays and no memory budget is set (a budget is
     estimated for one analysis at a time); else :func:`annotate`, here, when called."""
-    if an is None or not beside or not fork_pays():
+    if an is None or not beside or not fork_pays() or not _replay_beside_pays(an):
         yield lambda aggs, findings: annotate(lambda: from_analysed(an), aggs, findings)
         return
     with annotated_beside(lambda: from_analysed(an), windows) as annotate_here:
