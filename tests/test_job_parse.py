@@ -193,24 +193,32 @@ def test_a_joined_job_holds_each_distinct_name_once(workers):
         assert len(profile.table(name)) > 0 and profile.table(name)["name"].cat.categories.is_unique
 
 
-def test_a_worker_that_dies_names_its_group_and_leaves_no_files(tmp_path, monkeypatch):
-    """A worker killed while importing (out of memory, say): one InputError naming the first file not read and
-    how many others were not, the culprit among them; the Arrow folder is gone."""
+def _dying_on_the_last_file(monkeypatch) -> list:
+    """The DLRM job's files, the process reading the last of them dying there (forked readers inherit this)."""
     import os
-    import tempfile
 
-    from dlscope.errors import InputError
     from dlscope.pipeline import executors
 
     paths = expand_inputs([data_file(*DLRM)])
     real = executors.import_job_file
 
-    def dies_on_the_last(path, *args, **kwargs):  # the forked workers inherit this
+    def dies_on_the_last(path, *args, **kwargs):
         if path == str(paths[-1]):
             os._exit(9)
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(executors, "import_job_file", dies_on_the_last)
+    return paths
+
+
+def test_a_worker_that_dies_names_its_group_and_leaves_no_files(tmp_path, monkeypatch):
+    """A worker killed while importing (out of memory, say): one InputError naming the first file not read and
+    how many others were not, the culprit among them; the Arrow folder is gone."""
+    import tempfile
+
+    from dlscope.errors import InputError
+
+    paths = _dying_on_the_last_file(monkeypatch)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with pytest.raises(InputError) as failed:
         load_profiles_parallel(paths, workers=2)
@@ -355,20 +363,10 @@ def test_a_bad_file_in_the_forked_half_fails_as_in_the_serial_parse(tmp_path, mo
 def test_a_forked_half_that_dies_names_its_first_file(monkeypatch):
     """The child killed while reading (out of memory, say): one InputError naming the first file of its half
     and how many follow it."""
-    import os
 
     from dlscope.errors import InputError
-    from dlscope.pipeline import executors
 
-    paths = expand_inputs([data_file(*DLRM)])
-    real = executors.import_job_file
-
-    def dies_on_the_last(path, *args, **kwargs):  # the forked child inherits this
-        if path == str(paths[-1]):
-            os._exit(9)
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(executors, "import_job_file", dies_on_the_last)
+    paths = _dying_on_the_last_file(monkeypatch)
     spy = _forked_halves(monkeypatch)
     with pytest.raises(InputError) as failed:
         load_profiles_parallel(paths)
