@@ -341,8 +341,8 @@ def in_background(fn: Callable[..., Any], *args: Any) -> ForkedCall | ThreadCall
 
 class FirstComer:
     """Work that either of two processes may do, whichever comes to it first, the other skipping it: the
-    background writer once its own chain is done, or the importing process while it waits (for the writer or
-    a replay). :meth:`take` is true for the first caller only: a byte in shared memory, set under its lock,
+    background writer once its own chain is done, or the importing process once its own work is done while the
+    writer is still busy. :meth:`take` is true for the first caller only: a byte in shared memory, set under its lock,
     that a child forked after this was made shares with its parent (and threads with each other)."""
 
     def __init__(self, work: Callable[[], Any]):

@@ -27,8 +27,8 @@ import pandas as pd
 
 from dlscope.errors import DlscopeError
 from dlscope.roofline.ceilings import LEVELS, GpuCeilings, find_ceilings, load_spec_file
+from dlscope.roofline.flops import OpCost, op_cost
 from dlscope.roofline.flops import _table as _ops_table
-from dlscope.roofline.flops import op_cost
 from dlscope.roofline.ncu import GEOMETRY, match_trace_kernels
 from dlscope.roofline.quadrants import point_utilization, quadrant, run_utilization
 
@@ -118,8 +118,9 @@ def _ceilings(gpu: dict | None, gpu_spec_path: str | Path | None) -> tuple[GpuCe
     return find_ceilings(gpu.get("name"), gpu.get("cc"), gpu.get("sm_count"))
 
 
-def _place(flops: float, nbytes: float, time_ns: float, peak: float | None, bandwidth: float | None) -> dict:
-    """Arithmetic intensity, achieved rates, bound and percent of the roof for one point."""
+def place(flops: float, nbytes: float, time_ns: float, peak: float | None, bandwidth: float | None) -> dict:
+    """Arithmetic intensity, achieved rates, bound (None: no intensity or no roof) and percent of the roof for one
+    point."""
     seconds = time_ns * 1e-9 if time_ns and time_ns > 0 else None
     ai = flops / nbytes if nbytes and nbytes > 0 else None
     out: dict[str, Any] = {"arithmetic_intensity": ai,
@@ -162,13 +163,26 @@ def _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs):
     return op_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
 
 
-def _cost(op_name, input_shapes, input_dtypes, concrete_inputs):
+def node_cost(op_name, input_shapes, input_dtypes, concrete_inputs):
     """:func:`op_cost`, memoized when its arguments are the stored texts (the ranks of a job repeat the same
     op nodes: one model per distinct call, not per rank)."""
     try:
         return _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
     except TypeError:  # unhashable: the lists of a Kineto event
         return op_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
+
+
+def roof_of(cost: OpCost, using_tc, ceilings: GpuCeilings | None) -> tuple[str | None, bool, tuple | None]:
+    """The precision an op node's math runs at, whether on matrix units (its node used Tensor Cores and its
+    family can), and its roof: the ceiling's (name, FLOP/s), or None."""
+    tensor = bool(using_tc) and cost.family in TENSOR_FAMILIES
+    # FP32 on matrix units: TF32 on NVIDIA Tensor Cores, FP32 itself on AMD matrix cores (MFMA F32)
+    precision = (ceilings.matrix_precision(cost.precision) if ceilings else
+                 "tf32" if cost.precision == "fp32" else cost.precision) if tensor else cost.precision
+    peak = ceilings.peak(cost.precision, tensor) if ceilings else None
+    if peak is None and ceilings and tensor:  # e.g. FP32 on a GPU without TF32
+        peak = ceilings.peak(cost.precision, False)
+    return precision, tensor, peak
 
 
 def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) -> tuple[list[dict], int]:
@@ -178,18 +192,12 @@ def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) ->
     unmodelled_ns = 0
     dram = ceilings.bandwidth.get("dram") if ceilings else None
     for row in rows.itertuples(index=False) if isinstance(rows, pd.DataFrame) else rows:
-        cost = _cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs)
+        cost = node_cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs)
         if cost is None:
             unmodelled_ns += int(row.gpu_time_ns)
             continue
         calls = int(row.calls) if row.calls and row.calls > 0 else 1
-        tensor = bool(row.using_tc) and cost.family in TENSOR_FAMILIES
-        # FP32 on matrix units: TF32 on NVIDIA Tensor Cores, FP32 itself on AMD matrix cores (MFMA F32)
-        precision = (ceilings.matrix_precision(cost.precision) if ceilings else
-                     "tf32" if cost.precision == "fp32" else cost.precision) if tensor else cost.precision
-        peak = ceilings.peak(cost.precision, tensor) if ceilings else None
-        if peak is None and ceilings and tensor:                  # e.g. FP32 on a GPU without TF32
-            peak = ceilings.peak(cost.precision, False)
+        precision, tensor, peak = roof_of(cost, row.using_tc, ceilings)
         flops, nbytes = cost.flops * calls, cost.bytes * calls
         op = {"node_id": int(row.node_id), "op_name": row.op_name, "op_type": row.op_type,
               "direction": row.direction, "scope": row.scope, "family": cost.family, "calls": calls,
@@ -197,7 +205,7 @@ def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) ->
               "flops_per_call": cost.flops, "bytes_per_call": cost.bytes, "gpu_time_ns": int(row.gpu_time_ns),
               "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None,
               "ceiling_bytes_per_s": dram}
-        op.update(_place(flops, nbytes, row.gpu_time_ns, peak[1] if peak else None, dram))
+        op.update(place(flops, nbytes, row.gpu_time_ns, peak[1] if peak else None, dram))
         _add_quadrant(op, flops, nbytes, row.gpu_time_ns, peak[1] if peak else None, dram)
         op["above_roof"] = (op.get("pct_of_ceiling") or 0) > 100.0
         op["above_roof_reason"] = above_roof_reason(cost.family, precision, op.get("bound")) \
@@ -281,7 +289,7 @@ def roofline_kernels(kernels: pd.DataFrame, ceilings: GpuCeilings | None) -> lis
             nbytes = row[f"bytes_{level}"]
             nbytes = float(nbytes) if pd.notna(nbytes) else None
             bandwidth = ceilings.bandwidth.get(level) if ceilings else None
-            placed = _place(flops or 0.0, nbytes or 0.0, item["time_ns"] or 0.0,
+            placed = place(flops or 0.0, nbytes or 0.0, item["time_ns"] or 0.0,
                             peak[1] if peak else None, bandwidth) if flops is not None else {}
             item[f"bytes_{level}"] = nbytes
             item[f"ai_{level}"] = placed.get("arithmetic_intensity")

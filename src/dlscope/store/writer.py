@@ -599,13 +599,13 @@ def new_agg_ids(conn: sqlite3.Connection | _ArrowIngest, count: int) -> list[int
     return list(range(first, first + count))
 
 
-def _joined(aggs: list, ids: list[int], field: str, columns: list[str] | None = None) -> pd.DataFrame | None:
-    """One table (or those ``columns`` of it) of all ``aggs`` with its agg_id column: joined once, the agg_id
-    column made once (not one frame copy per aggregation); None when every aggregation's is empty."""
+def _joined(aggs: list, ids: list[int], field: str) -> pd.DataFrame | None:
+    """One table of all ``aggs`` with its agg_id column: joined once, the agg_id column made once (not one frame
+    copy per aggregation); None when every aggregation's is empty."""
     kept = [(agg_id, getattr(agg, field)) for agg_id, agg in zip(ids, aggs) if not getattr(agg, field).empty]
     if not kept:
         return None
-    frames = [frame if columns is None else frame.reindex(columns=columns) for _, frame in kept]
+    frames = [frame for _, frame in kept]
     joined = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     owner = np.repeat(np.array([agg_id for agg_id, _ in kept], dtype=np.int64), [len(f) for f in frames])
     return joined.assign(agg_id=owner)

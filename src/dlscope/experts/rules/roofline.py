@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...roofline.analysis import TENSOR_FAMILIES, _cost
+from ...roofline.analysis import node_cost, place, roof_of
 from ...roofline.quadrants import run_utilization
 from ..evidence import fmt_ns
 from ..finding import Finding
@@ -39,40 +39,31 @@ def _op_rows(ctx) -> tuple[list, ...]:
 def _modelled(ctx, ceilings) -> tuple[list[dict], dict[str, list]]:
     """What :func:`~dlscope.roofline.analysis.roofline_ops` gives for the rank's op nodes, reduced to what the
     finding reads: the run-utilization points of the modelled nodes, and the columns (node_id, op_name,
-    precision, bound, pct_of_ceiling, flops, bytes, peak, gpu_time_ns) of those placed under a roof. The
-    same expressions as its ``_place``, per node, without its per-node dicts and ceiling searches (the peak of
-    each precision is looked up once)."""
+    precision, bound, pct_of_ceiling, flops, bytes, peak, gpu_time_ns) of those placed under a roof. Its own
+    pieces (``node_cost``, ``roof_of``, ``place``), without its per-node report dicts; each roof looked up once."""
     dram = ceilings.bandwidth["dram"]
-    peaks: dict[tuple, tuple] = {}
+    roofs: dict[tuple, tuple] = {}
     points: list[dict] = []
     placed: dict[str, list] = {c: [] for c in ("node_id", "op_name", "precision", "bound", "pct_of_ceiling", "flops",
                                                "bytes", "peak", "gpu_time_ns")}
     for node_id, op_name, calls, using_tc, time_ns, shapes, dtypes, concrete in zip(*_op_rows(ctx)):
-        cost = _cost(op_name, shapes, dtypes, concrete)
+        cost = node_cost(op_name, shapes, dtypes, concrete)
         if cost is None:
             continue
         calls = int(calls) if calls and calls > 0 else 1
-        tensor = bool(using_tc) and cost.family in TENSOR_FAMILIES
-        key = (cost.precision, tensor)
-        if key not in peaks:
-            peak = ceilings.peak(cost.precision, tensor)
-            if peak is None and tensor:  # e.g. FP32 on a GPU without TF32
-                peak = ceilings.peak(cost.precision, False)
-            peaks[key] = (peak[1] if peak else None,
-                          ceilings.matrix_precision(cost.precision) if tensor else cost.precision)
-        peak, precision = peaks[key]
+        key = (cost.precision, cost.family, bool(using_tc))
+        if key not in roofs:
+            roofs[key] = roof_of(cost, using_tc, ceilings)
+        precision, tensor, roof = roofs[key]
+        peak = roof[1] if roof else None
         flops, nbytes = cost.flops * calls, cost.bytes * calls
         points.append({"time_ns": time_ns, "flops": flops, "bytes": nbytes, "peak": peak, "precision": precision,
                        "tensor_cores": tensor, "family": cost.family})
-        if not (nbytes and nbytes > 0) or not peak or not dram:
+        spot = place(flops, nbytes, time_ns, peak, dram)
+        if spot["bound"] is None:
             continue  # no intensity or no roof: not placed
-        seconds = time_ns * 1e-9  # the rows have GPU time
-        if flops / nbytes >= peak / dram:
-            bound, pct = "math", 100.0 * (flops / seconds) / peak
-        else:
-            bound, pct = "memory", 100.0 * (nbytes / seconds) / dram
-        for c, v in (("node_id", node_id), ("op_name", op_name), ("precision", precision), ("bound", bound),
-                     ("pct_of_ceiling", pct), ("flops", flops), ("bytes", nbytes), ("peak", peak),
+        for c, v in (("node_id", node_id), ("op_name", op_name), ("precision", precision), ("bound", spot["bound"]),
+                     ("pct_of_ceiling", spot["pct_of_ceiling"]), ("flops", flops), ("bytes", nbytes), ("peak", peak),
                      ("gpu_time_ns", time_ns)):
             placed[c].append(v)
     return points, placed
