@@ -1,37 +1,94 @@
 #!/usr/bin/env bash
-# One short device session (an H100 lent for a few minutes; ~8 minutes of work): the GPU's measured roofs with
-# `dlscope characterize`, and `dlscope profile` captures of a small training step in FP32 and AMP, eager and
-# CUDA graphs, DataLoader workers 0 and 4, each with its summary and a roofline against the measured roofs.
+# One short device session (an H100/H200 lent for a few minutes): what only a GPU shows, in the order of what it
+# is worth if the time runs out. Tensor Core verdicts of today's kernels against Nsight Compute's counters (the
+# kernel zoo, bench/gpu_kernel_zoo.py, captured by `dlscope profile` and counted by ncu), the GPU's measured roofs
+# (`dlscope characterize`), `dlscope profile` captures of a small training step in FP32 and AMP, eager and CUDA
+# graphs, DataLoader workers 0 and 4 (raw traces kept), ncu counters of the training step, and last the
+# compiled FMA / no-FMA roofs.
 #
-#   OUT=/some/empty/dir bash bench/gpu_session.sh        (from the repository root; docs/roofline.md)
+#   OUT=/some/empty/dir BUDGET=450 bash bench/gpu_session.sh        (from the repository root; docs/roofline.md)
 #
-# PYTHON: an interpreter with torch (CUDA build) and dlscope's dependencies (default: python3). Every step has
-# its own time limit and its exit status goes to $OUT/session.log, so one failure does not end the session.
+# PYTHON: an interpreter with torch (CUDA build) and dlscope's dependencies (default: python3). BUDGET: seconds the
+# whole session may take (0: no limit); a step gets at most what is left, and is skipped with under 15 s left.
+# ONLY: a regular expression of the step names to run (default: all), for a second, shorter session.
+# Everything is written under $WORK and packed into $OUT after every step, so what ran comes back even
+# if the session is cut short. Each step's exit status and wall time go to session.log.
 set -u
 OUT=${OUT:?set OUT to the folder to write into}
 PY=${PYTHON:-python3}
+BUDGET=${BUDGET:-0}
+ONLY=${ONLY:-}
+WORK=${WORK:-$(mktemp -d)}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p "$OUT"
-LOG="$OUT/session.log"
+mkdir -p "$OUT" "$WORK"
+LOG="$WORK/session.log"
 : > "$LOG"
 
-step() {  # step NAME SECONDS COMMAND...: run with a time limit, log its status and wall time
+pack() {  # three archives, each well under the 16 MiB a returned file may have: logs and counters, databases, traces
+    (cd "$WORK" && tar czf "$OUT/session.tgz" --exclude='*.sqlite' --exclude='*.pt.trace.json*' . &&
+        find . -name '*.sqlite' | tar czf "$OUT/databases.tgz" -T - &&
+        find . -name '*.pt.trace.json*' | tar czf "$OUT/traces.tgz" -T -)
+}
+
+step() {  # step NAME SECONDS COMMAND...: run with a time limit (cut to the budget left), log status and wall
     local name=$1 limit=$2
     shift 2
+    if [ -n "$ONLY" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
+    if [ "$BUDGET" -gt 0 ]; then
+        local left=$((BUDGET - SECONDS - 10))
+        if [ "$left" -lt 15 ]; then echo "$name skipped (budget)" | tee -a "$LOG"; return 124; fi
+        [ "$left" -lt "$limit" ] && limit=$left
+    fi
     local t0=$SECONDS
-    timeout "$limit" "$@" > "$OUT/$name.out" 2> "$OUT/$name.err"
+    timeout "$limit" "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"
     local rc=$?
     echo "$name rc=$rc wall_s=$((SECONDS - t0))" | tee -a "$LOG"
+    pack
     return $rc
 }
 
 step env 30 bash -c "nvidia-smi; $PY -c 'import torch; print(torch.__version__, torch.version.cuda, \
-torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'"
+torch.backends.cudnn.version(), torch.cuda.is_available(), \
+torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'; $PY -m pip list 2>/dev/null"
 
-# Measured roofs first without the compiled elementwise kernels (GEMMs per precision, L1 / L2 / HBM bandwidth:
-# under a minute), so the captures' rooflines have roofs even if the Triton compiles run long; those come last.
-step characterize 120 "$PY" -m dlscope characterize --no-elementwise -o "$OUT/h100.json"
+# 1. The kernel zoo: a dlscope capture (the verdicts by kernel name), then ncu's counters of the same program.
+step zoo_profile 90 "$PY" -m dlscope profile -o "$WORK/zoo.sqlite" --force --keep-trace --steps 2 \
+    --profile-name kernel-zoo -- "$PY" bench/gpu_kernel_zoo.py --iters 5
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ -n "$NCU" ]; then
+    "$NCU" --query-metrics > "$WORK/ncu_query.txt" 2>&1
+    metrics=""
+    for base in sm__inst_executed sm__inst_executed_pipe_tensor sm__inst_executed_pipe_tensor_op_hmma \
+        sm__inst_executed_pipe_tensor_op_imma sm__inst_executed_pipe_tensor_op_dmma \
+        sm__inst_executed_pipe_tensor_op_gmma smsp__inst_executed_pipe_tensor_op_gmma \
+        sm__pipe_tensor_op_gmma_cycles_active sm__pipe_tensor_op_hmma_cycles_active gpu__time_duration \
+        sm__sass_thread_inst_executed_op_fadd_pred_on sm__sass_thread_inst_executed_op_fmul_pred_on \
+        sm__sass_thread_inst_executed_op_ffma_pred_on sm__sass_thread_inst_executed_op_hadd_pred_on \
+        sm__sass_thread_inst_executed_op_hmul_pred_on sm__sass_thread_inst_executed_op_hfma_pred_on \
+        sm__sass_thread_inst_executed_op_dadd_pred_on sm__sass_thread_inst_executed_op_dmul_pred_on \
+        sm__sass_thread_inst_executed_op_dfma_pred_on dram__bytes lts__t_bytes l1tex__t_bytes \
+        sm__inst_executed_pipe_tensor_op_hmma_type_hfma2 sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active \
+        sm__ops_path_tensor_src_fp16 sm__ops_path_tensor_src_bf16_dst_fp32 sm__ops_path_tensor_src_tf32_dst_fp32 \
+        sm__ops_path_tensor_src_fp8 sm__ops_path_tensor_src_fp64 sm__ops_path_tensor_src_int8; do
+        grep -q "^$base " "$WORK/ncu_query.txt" && metrics="$metrics${metrics:+,}$base.sum"
+    done
+    echo "$metrics" > "$WORK/ncu_metrics.txt"
+    ncu() {  # ncu NAME LAUNCHES ARGS...: counters of a program, as the long CSV dlscope imports
+        local name=$1 launches=$2
+        shift 2
+        step "ncu_$name" 150 "$NCU" --csv --print-units base --nvtx --clock-control none --metrics "$metrics" \
+            --launch-count "$launches" --log-file "$WORK/$name.ncu.csv" "$@"
+    }
+    ncu zoo 400 "$PY" bench/gpu_kernel_zoo.py --iters 1
+fi
 
+# 1b. L1 / L2 read bandwidth with a Triton kernel that only loads, beside what characterize measures today.
+step cache_bandwidth 90 "$PY" bench/gpu_cache_bandwidth.py
+
+# 2. Measured roofs (GEMMs per precision, L1 / L2 / HBM bandwidth), without the compiled elementwise kernels.
+step characterize 120 "$PY" -m dlscope characterize --no-elementwise -o "$WORK/gpu.json"
+
+# 3. The training step in 8 variants; summaries and rooflines can be made from the databases anywhere later.
 for precision in fp32 amp; do
     for mode in eager graphs; do
         for workers in 0 4; do
@@ -39,18 +96,20 @@ for precision in fp32 amp; do
             flags=(--workers "$workers")
             [ "$precision" = amp ] && flags+=(--amp)
             [ "$mode" = graphs ] && flags+=(--cuda-graphs)
-            step "profile_$name" 90 "$PY" -m dlscope profile -o "$OUT/$name.sqlite" --force \
+            step "profile_$name" 90 "$PY" -m dlscope profile -o "$WORK/$name.sqlite" --force --keep-trace \
                 --profile-name "$name" --batch-size 64 --sample-unit images -- \
-                "$PY" bench/gpu_train_step.py --steps 16 "${flags[@]}" &&
-            step "summary_$name" 30 "$PY" -m dlscope summary --json "$OUT/$name.sqlite" &&
-                cp "$OUT/summary_$name.out" "$OUT/$name.summary.json"
-            if [ -f "$OUT/h100.json" ] && [ -f "$OUT/$name.sqlite" ]; then
-                step "roofline_$name" 30 "$PY" -m dlscope report "$OUT/$name.sqlite" --reports roofline \
-                    --gpu-spec "$OUT/h100.json" -o "$OUT/roofline_$name"
-            fi
+                "$PY" bench/gpu_train_step.py --steps 16 "${flags[@]}"
         done
     done
 done
-# FMA / no-FMA FP32 and FP64, CUDA-core FP16 / BF16: torch.compile'd chains (Triton), a few compiles.
-step characterize_elementwise 180 "$PY" -m dlscope characterize -o "$OUT/h100_full.json"
+
+# 4. Counters of the training step (eager, FP32 and AMP): the Tensor Core verdicts of cuDNN's and cuBLAS's kernels.
+if [ -n "$NCU" ]; then
+    ncu train_amp 300 "$PY" bench/gpu_train_step.py --steps 3 --amp
+    ncu train_fp32 300 "$PY" bench/gpu_train_step.py --steps 3
+fi
+
+# 5. FMA / no-FMA FP32 and FP64, CUDA-core FP16 / BF16: torch.compile'd chains (Triton), a few compiles.
+step characterize_elementwise 180 "$PY" -m dlscope characterize -o "$WORK/gpu_full.json"
 echo "done: $(grep -c 'rc=0' "$LOG") of $(wc -l < "$LOG") steps succeeded" | tee -a "$LOG"
+pack

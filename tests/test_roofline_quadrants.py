@@ -104,3 +104,14 @@ def test_tensor_core_kernels_take_the_roof_of_the_precision_their_name_states(na
     from dlscope.roofline.analysis import tensor_kernel_precision
 
     assert tensor_kernel_precision(name)[0] == precision
+
+
+def test_run_of_copies_alone_has_memory_utilization_and_no_dominant_precision():
+    """A CUDA-graph run can leave only copies and fills among the modelled ops (0 FLOPs, a roof known): 1 GB
+    moved in 1 ms on a 2 TB/s GPU is 50 % memory utilization, 0 % compute, and no precision dominates."""
+    copy = {"time_ns": 1e6, "flops": 0, "bytes": 1e9, "peak": 19.5e12, "precision": "fp32", "tensor_cores": False,
+            "family": "copy"}
+    util = run_utilization([copy], 2e12, "9.0", "ops")
+    assert util["memory_utilization_pct"] == pytest.approx(50.0)
+    assert util["compute_utilization_pct"] == 0.0
+    assert util["dominant_precision"] is None and util["dominant_tensor_cores"] is False

@@ -242,20 +242,40 @@ def _first_present(numeric: pd.DataFrame, alternatives: list[list[str]]) -> pd.S
     return out
 
 
+def _exact_mma(numeric: pd.DataFrame, rule: dict) -> pd.Series:
+    """Per kernel, HMMA-pipe instructions minus its HFMA2 ones (plus IMMA and DMMA where collected): the MMA
+    instructions exactly; NaN where the CSV lacks the pair."""
+    for recipe in rule["exact_mma"]:
+        if recipe["minuend"] in numeric.columns and recipe["subtrahend"] in numeric.columns:
+            mma = numeric[recipe["minuend"]] - numeric[recipe["subtrahend"]]
+            for extra in (c for c in recipe["add"] if c in numeric.columns):
+                mma = mma + numeric[extra].fillna(0.0)
+            return mma.astype("float64")
+    return pd.Series(np.nan, index=numeric.index, dtype="float64")
+
+
 def tensor_core_verdicts(numeric: pd.DataFrame, names: pd.Series) -> pd.DataFrame:
     """Per kernel: MMA instructions, all instructions, their share and the Tensor Core verdict.
 
-    The counters decide when the CSV has a total-instruction counter (share >= min_tensor_share of
-    data/ncu_tensor_core.json): a tensor-pipe count alone is not MMA use, since GA100's shared pipe also
-    issues FP16x2 and FP64 work. Without a total the kernel-name rule decides (uses_tc_source "name").
+    The first rule of data/ncu_tensor_core.json the counters allow decides: the exact MMA count (HMMA minus
+    HFMA2) above 0; any MMA-only instruction (warpgroup MMA, IMMA, DMMA); the MMA share of all instructions
+    (>= min_tensor_share); else the kernel-name rule (uses_tc_source "name"). A bare tensor-pipe count is
+    never a verdict: the pipe also issues FP16x2 (GA100, GH100's HFMA2) and FP64 (GA100) work.
     """
     rule = _tc_rule()
-    mma = _first_present(numeric, rule["tensor_instructions"])
+    exact = _exact_mma(numeric, rule)
+    share_mma = _first_present(numeric, rule["tensor_instructions"])
+    mma = exact.fillna(share_mma)
     total = _first_present(numeric, [[name] for name in rule["total_instructions"]])
     share = (mma / total.where(total > 0)).astype("float64")
+    only = [c for c in rule["mma_only_instructions"] if c in numeric.columns]
+    mma_only = (numeric[only].fillna(0.0) > 0).any(axis=1) if only else pd.Series(False, index=numeric.index)
     by_name = classify_names(names.reset_index(drop=True), kernel_uses_tc)
-    counted = share.notna().to_numpy()
-    uses = np.where(counted, (share >= rule["min_tensor_share"]).to_numpy(), by_name)
+    uses = np.where(exact.notna().to_numpy(), (exact > 0).to_numpy(),
+                    np.where(mma_only.to_numpy(), True,
+                             np.where(share.notna().to_numpy(), (share >= rule["min_tensor_share"]).to_numpy(),
+                                      by_name)))
+    counted = (exact.notna() | mma_only | share.notna()).to_numpy()
     return pd.DataFrame({"mma_inst": mma, "total_inst": total, "tensor_share": share,
                          "uses_tc": uses.astype(int), "uses_tc_source": np.where(counted, "counters", "name")},
                         index=numeric.index)

@@ -96,7 +96,8 @@ def run_utilization(points: list[dict], dram: float | None, cc: str | None, basi
     for p in (p for p in placed if p["flops"]):
         key = (p.get("precision"), bool(p.get("tensor_cores")))
         by_time[key] = by_time.get(key, 0.0) + p["time_ns"]
-    precision, tensor = max(by_time, key=lambda k: (by_time[k], str(k)))
+    # No op with math (a CUDA-graph run whose modelled ops are copies and fills): no dominant precision
+    precision, tensor = max(by_time, key=lambda k: (by_time[k], str(k))) if by_time else (None, False)
     families: dict[str, float] = {}
     for p in placed:
         if p.get("family"):

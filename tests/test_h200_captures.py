@@ -1,0 +1,123 @@
+"""Real captures from an NVIDIA H200 (tests/data/h200, recorded by bench/gpu_session.sh on 2026-11-27): Tensor Core
+verdicts from Nsight Compute's counters and from kernel names against hand labels, tensor FLOPs against 2·M·N·K of
+known GEMMs, and imports of the training step in FP32/AMP × eager/CUDA graphs × DataLoader workers 0/4 against
+sums done here straight from the raw JSON."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import sqlite3
+from collections import defaultdict
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+from raw_kineto import KERNEL_CATS, events
+
+from dlscope.analyze.tensor_core import kernel_uses_tc
+from dlscope.pipeline.build import build_database
+from dlscope.roofline.ncu import read_ncu_csv
+
+H200 = Path(__file__).parent / "data" / "h200"
+CSVS = ("zoo.ncu.csv.gz", "train_amp.ncu.csv.gz", "train_fp32.ncu.csv.gz")
+TRACES = sorted(p.name for p in H200.glob("*_w[04].pt.trace.json.gz"))
+HFMA2 = "sm__inst_executed_pipe_tensor_op_hmma_type_hfma2.sum"
+GMMA = "sm__inst_executed_pipe_tensor_op_gmma.sum"
+
+
+def labels() -> dict[str, bool]:
+    doc = json.loads((H200 / "tensor_core_labels.json").read_text())
+    return {name: label["tensor_core"] for name, label in doc["labels"].items()}
+
+
+def unzipped(name: str, tmp_path: Path, drop_metric: str | None = None) -> Path:
+    """The gzipped CSV as ncu wrote it (optionally without one metric's rows), for read_ncu_csv."""
+    out = tmp_path / name.removesuffix(".gz")
+    with gzip.open(H200 / name, "rt", newline="") as src, open(out, "w", newline="") as dst:
+        for line in src:
+            if drop_metric is None or f'"{drop_metric}"' not in line:
+                dst.write(line)
+    return out
+
+
+def raw_metric(path: Path, metric: str) -> dict[str, float]:
+    """{kernel ID: value} of one metric, read with the csv module."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    return {row["ID"]: float(row["Metric Value"].replace(",", ""))
+            for row in csv.DictReader(lines[start:]) if row["Metric Name"] == metric}
+
+
+def test_the_labels_cover_every_kernel_of_the_h200_captures():
+    names = set()
+    for trace in TRACES + ["zoo.pt.trace.json.gz"]:
+        names |= {e.name for e in events(H200 / trace) if e.cat in KERNEL_CATS}
+    for name in CSVS:
+        with gzip.open(H200 / name, "rt") as f:
+            lines = f.read().splitlines()
+        start = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+        names |= {row["Kernel Name"] for row in csv.DictReader(lines[start:])}
+    assert names == set(labels())
+    assert 30 < sum(labels().values()) < len(names) - 100      # both kinds, well represented
+
+
+@pytest.mark.parametrize("name", CSVS)
+def test_counters_judge_every_hopper_kernel_as_its_hand_label(name, tmp_path):
+    """HMMA-pipe instructions minus HFMA2 ones: > 0 exactly for the kernels that do matrix math on H200."""
+    frame = read_ncu_csv(unzipped(name, tmp_path))
+    truth = labels()
+    wrong = [(n, v) for n, v in zip(frame["kernel_name"], frame["uses_tc"]) if bool(v) != truth[n]]
+    assert wrong == []
+    assert set(frame["uses_tc_source"]) == {"counters"}
+    assert frame["uses_tc"].sum() > 10 and (frame["uses_tc"] == 0).sum() > 10
+
+
+@pytest.mark.parametrize("name", ["zoo.ncu.csv.gz", "train_amp.ncu.csv.gz"])
+def test_without_the_hfma2_counter_warpgroup_mma_still_marks_tensor_core_kernels(name, tmp_path):
+    """A CSV without hmma_type_hfma2: every kernel that issued a warpgroup MMA (wgmma) is a Tensor Core user,
+    although its MMA share of all instructions is as low as 0.6 % (a 64x8 nvjet tile)."""
+    path = unzipped(name, tmp_path, drop_metric=HFMA2)
+    gmma = raw_metric(path, GMMA)
+    frame = read_ncu_csv(path).set_index("kernel_id")
+    with_wgmma = [int(kid) for kid, count in gmma.items() if count > 0]
+    assert len(with_wgmma) >= 8
+    assert frame.loc[with_wgmma, "uses_tc"].eq(1).all()
+    assert frame.loc[with_wgmma, "tensor_share"].min() < 0.05
+
+
+def test_tensor_flops_of_the_zoo_gemms_are_2mnk(tmp_path):
+    """sm__ops_path_tensor_* of each GEMM the zoo ran (one launch per NVTX range) is exactly 2·M·N·K."""
+    frame = read_ncu_csv(unzipped("zoo.ncu.csv.gz", tmp_path))
+    expected = {"zoo:mm_fp32_tf32": 2 * 2048**3, "zoo:mm_fp16": 2 * 2048**3, "zoo:mm_bf16": 2 * 2048**3,
+                "zoo:addmm_fp16_bias": 2 * 2048**3, "zoo:scaled_mm_fp8": 2 * 2048**3,
+                "zoo:int_mm_int8": 2 * 2048**3, "zoo:mm_fp64": 2 * 1024**3, "zoo:bmm_fp16": 8 * 2 * 256**3}
+    found = defaultdict(float)
+    for ranges, flops, uses in zip(frame["nvtx_ranges"], frame["flops_tensor"], frame["uses_tc"]):
+        for case in json.loads(ranges or "[]"):
+            if case in expected and uses:
+                found[case] += flops
+    assert dict(found) == expected
+
+
+def test_kernel_names_alone_give_the_hand_labels_on_hopper():
+    wrong = [name for name, tc in labels().items() if bool(kernel_uses_tc(name)) != tc]
+    assert wrong == []
+
+
+@pytest.mark.parametrize("trace", TRACES)
+def test_h200_training_step_imports_with_every_kernel_and_its_verdict(trace, tmp_path):
+    """FP32 and AMP, eager and CUDA graphs (graph-launched kernels included), workers 0 and 4: every kernel
+    of the raw JSON is in the database with its time, and the Tensor Core time is the hand labels' sum."""
+    kernels = [e for e in events(H200 / trace) if e.cat in KERNEL_CATS]
+    truth = labels()
+    db = build_database([H200 / trace], tmp_path / "run.sqlite", progress=False)
+    with closing(sqlite3.connect(db)) as conn:
+        count, total, tc_total = conn.execute(
+            "SELECT count(*), sum(dur), sum(CASE WHEN uses_tc THEN dur ELSE 0 END) FROM kernels").fetchone()
+    assert count == len(kernels)
+    assert total == sum(e.end - e.start for e in kernels)
+    assert tc_total == sum(e.end - e.start for e in kernels if truth[e.name])
+    if "amp" in trace or "fp32_eager" in trace:
+        assert tc_total > 0                                  # convolutions on Tensor Cores (TF32 in FP32)
