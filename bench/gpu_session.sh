@@ -82,9 +82,6 @@ if [ -n "$NCU" ]; then
     ncu zoo 400 "$PY" bench/gpu_kernel_zoo.py --iters 1
 fi
 
-# 1b. L1 / L2 read bandwidth with a Triton kernel that only loads, beside what characterize measures today.
-step cache_bandwidth 90 "$PY" bench/gpu_cache_bandwidth.py
-
 # 2. Measured roofs (GEMMs per precision, L1 / L2 / HBM bandwidth), without the compiled elementwise kernels.
 step characterize 120 "$PY" -m dlscope characterize --no-elementwise -o "$WORK/gpu.json"
 

@@ -126,3 +126,17 @@ def test_half_precision_math_stays_in_half_on_a_gpu_and_the_switch_is_restored()
     assert config.triton.codegen_upcast_to_fp32 == before
     with _half_math(torch, False) as kept:
         assert not kept and config.triton.codegen_upcast_to_fp32 == before
+
+
+def test_a_cache_level_measured_below_device_memory_is_left_out_with_the_reason():
+    """An H200's L1 and L2 timed by torch's reduction came out at 2.8 TB/s, under its 4.2 TB/s HBM: such a figure
+    times arithmetic, not the cache, so it is no roof; a level above device memory stays."""
+    from dlscope.roofline.characterize import plausible_bandwidth
+
+    figures = {"l1_bandwidth_bytes_per_s": 2.78e12, "l2_bandwidth_bytes_per_s": 8.7e12,
+               "l3_bandwidth_bytes_per_s": 4.16e12, "dram_bandwidth_bytes_per_s": 4.16e12}
+    skipped: dict[str, str] = {}
+    plausible_bandwidth(figures, skipped)
+    assert figures == {"l2_bandwidth_bytes_per_s": 8.7e12, "dram_bandwidth_bytes_per_s": 4.16e12}
+    assert set(skipped) == {"l1_bandwidth_bytes_per_s", "l3_bandwidth_bytes_per_s"}
+    assert "2780.0 GB/s, not above the device memory's 4160.0 GB/s" in skipped["l1_bandwidth_bytes_per_s"]

@@ -13,9 +13,12 @@ timed repeats after a warm-up, so a slow outlier (another process, a clock ramp)
   dependent ``y = y·a + b`` per element, fused into one kernel by ``torch.compile`` (Triton on a GPU, C++ on a
   CPU) so the chains run in registers; FP16/BF16 give the CUDA-core half-precision roof, and the same chains of
   ``y = y + b`` (1 FLOP each) the no-FMA ceiling of FP32/FP64 (``elementwise_flops``).
-* Bandwidth per cache level: a working set of half the level (CPU: sizes from /sys or sysconf; GPU: half the L2,
-  and 32 KiB for L1) re-read many times in one call, ``buf.expand(R, n).sum()`` (``reread_bytes``). Device
-  memory: ``dst.copy_(src)`` of a buffer of at least 4 × the last-level cache moves 2 × its bytes.
+* Bandwidth per cache level: on a CPU a working set of half the level (sizes from /sys or sysconf) re-read many
+  times in one call, ``buf.expand(R, n).sum()`` (``reread_bytes``); on a GPU Triton kernels that only load
+  (``cache_kernels``: private 32 KiB regions per program for L1, half the L2 with L1-bypassing loads for L2), since
+  torch's reduction is bound by its arithmetic there. A cache level measured at or below device memory is left
+  out (``plausible_bandwidth``). Device memory: ``dst.copy_(src)`` of a buffer of at least 4 × the last-level
+  cache moves 2 × its bytes.
 """
 
 from __future__ import annotations
@@ -41,10 +44,7 @@ MIN_DRAM_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
 #: CUDA compute capabilities whose FP64 GEMMs run on Tensor Cores (DMMA).
 FP64_TENSOR_CC = {(8, 0), (9, 0), (10, 0)}
 #: Cache re-reads move at least this many bytes per call (so launch and dispatch costs are negligible).
-REREAD_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}  # under 2³¹ float32 elements a call
-#: The GPU's L1 working set: a quarter of the smallest unified L1/shared pool of V100 and later (128 KiB per SM);
-#: torch does not report the L1 size.
-GPU_L1_WORKING_SET = 32 << 10
+REREAD_BYTES = {"cpu": 256 << 20}
 #: Elementwise micro-kernel: independent chains per element (instruction-level parallelism hides the FMA
 #: latency) × dependent operations per chain; elements per call.
 CHAINS, ITERS = 8, 32
@@ -200,31 +200,67 @@ def _flops(device: str, torch: Any, n: int, sync, repeats: int) -> tuple[dict[st
     return figures, how, skipped
 
 
+def plausible_bandwidth(figures: dict[str, float], skipped: dict[str, str]) -> None:
+    """Move to ``skipped`` every cache level measured at or below the device memory's bandwidth: a cache is
+    faster than the memory behind it, so such a figure timed the kernel's arithmetic, not the cache."""
+    dram = figures.get("dram_bandwidth_bytes_per_s")
+    if not dram:
+        return
+    for level in ("l1", "l2", "l3"):
+        field_name = f"{level}_bandwidth_bytes_per_s"
+        rate = figures.get(field_name)
+        if rate is not None and rate <= dram:
+            del figures[field_name]
+            skipped[field_name] = (f"measured {rate / 1e9:.1f} GB/s, not above the device memory's "
+                                   f"{dram / 1e9:.1f} GB/s: the kernel was not bound by the {level.upper()}")
+
+
+def _gpu_cache_calls(torch: Any, levels: dict[str, int], skipped: dict[str, str]) -> dict[str, tuple]:
+    """{level: (call, bytes per call, description)} of the Triton cache kernels; none without Triton."""
+    try:
+        from . import cache_kernels
+    except ImportError as exc:
+        for level in ("l1", "l2"):
+            skipped[f"{level}_bandwidth_bytes_per_s"] = f"needs Triton for a load-only kernel ({exc})"
+        return {}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    calls = {"l1": cache_kernels.l1_reread(torch, sms)}
+    if "l2" in levels:
+        calls["l2"] = cache_kernels.l2_reread(torch, sms, levels["l2"])
+    else:
+        skipped["l2_bandwidth_bytes_per_s"] = "the L2 size is not reported on this machine"
+    return calls
+
+
+def _cpu_cache_calls(torch: Any, levels: dict[str, int], skipped: dict[str, str]) -> dict[str, tuple]:
+    """{level: (call, bytes per call, description)}: half of each level re-read by ``expand().sum()``."""
+    calls: dict[str, tuple] = {}
+    for level in ("l1", "l2", "l3"):
+        if level not in levels:
+            skipped[f"{level}_bandwidth_bytes_per_s"] = f"the {level.upper()} size is not reported on this machine"
+            continue
+        elements = max(1, (levels[level] // 2) // 4)
+        times = max(1, REREAD_BYTES["cpu"] // (elements * 4))
+        view = torch.ones(elements, dtype=torch.float32).expand(times, elements)
+        calls[level] = (view.sum, reread_bytes(elements * 4, times),
+                        f"buf.expand({times}, {elements}).sum(): a {elements * 4}-byte working set re-read "
+                        f"{times} times")
+    return calls
+
+
 def _bandwidth(device: str, torch: Any, sync, repeats: int, dram_bytes: int | None) -> tuple[dict, dict, dict]:
     figures: dict[str, float] = {}
     how: dict[str, dict] = {}
     skipped: dict[str, str] = {}
     levels = _cache_levels(device, torch)
     big = dram_bytes or max(MIN_DRAM_BYTES[device], 4 * (max(levels.values()) if levels else 0))
-    working_sets = {level: size // 2 for level, size in levels.items()}   # half of each level
-    if device == "cuda":
-        working_sets["l1"] = GPU_L1_WORKING_SET
-    for level in ("l1", "l2", "l3"):
+    cache_calls = (_gpu_cache_calls if device == "cuda" else _cpu_cache_calls)(torch, levels, skipped)
+    for level, (call, nbytes, kernel) in cache_calls.items():
         field_name = f"{level}_bandwidth_bytes_per_s"
-        if level not in working_sets:
-            if level != "l3" or device == "cpu":
-                skipped[field_name] = f"the {level.upper()} size is not reported on this machine"
-            continue
-        elements = max(1, working_sets[level] // 4)
-        times = max(1, REREAD_BYTES[device] // (elements * 4))
-        buf = torch.ones(elements, dtype=torch.float32, device=device)
-        view = buf.expand(times, elements)
-        rate, calls = _best_rate(reread_bytes(elements * 4, times), view.sum, sync, repeats)
+        rate, calls = _best_rate(nbytes, call, sync, repeats)
         figures[field_name] = rate
-        how[field_name] = {"kernel": f"buf.expand({times}, {elements}).sum(): a {elements * 4}-byte working set "
-                                     f"re-read {times} times", "calls": calls,
-                           "bytes_per_call": reread_bytes(elements * 4, times)}
-        del buf, view
+        how[field_name] = {"kernel": kernel, "calls": calls, "bytes_per_call": nbytes}
+    del cache_calls
     elements = max(1, big // 4)
     src = torch.ones(elements, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
@@ -233,6 +269,7 @@ def _bandwidth(device: str, torch: Any, sync, repeats: int, dram_bytes: int | No
     how["dram_bandwidth_bytes_per_s"] = {"kernel": f"dst.copy_(src) of {elements * 4} bytes", "calls": calls,
                                          "bytes_per_call": copy_bytes(elements * 4)}
     del src, dst
+    plausible_bandwidth(figures, skipped)
     return figures, how, skipped
 
 
