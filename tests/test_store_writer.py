@@ -167,3 +167,31 @@ def test_aggregation_tables_ingested_before_the_database_opens_read_back_as_thei
         _check_rows(conn, aggs, ids)
         assert conn.execute("SELECT typeof(critical_path_ns) FROM agg_ops WHERE agg_id = 1 AND node_id = 5")\
             .fetchone() == ("integer",)
+
+
+def test_the_schema_is_created_without_a_journal_yet_the_file_keeps_its_pages_and_journal(tmp_path, monkeypatch):
+    """Each CREATE of the schema commits on its own: with a journal, ~70 commits and their fsyncs. The new file's
+    schema is made with no journal and no sync (nobody reads it before it is renamed into place); the file still
+    has 16 KiB pages, every table and index, and readers get SQLite's default rollback journal."""
+    seen = []
+
+    class Watched(sqlite3.Connection):
+        def executescript(self, script):
+            seen.append((self.execute("PRAGMA journal_mode").fetchone()[0],
+                         self.execute("PRAGMA synchronous").fetchone()[0]))
+            return super().executescript(script)
+
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: connect(*a, factory=Watched, **k))
+    path = str(tmp_path / "empty.sqlite")
+    writer.write_raw_file(path, {})
+    assert seen == [("off", 0)]  # the one script: the DDL
+    monkeypatch.undo()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        made = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    model = sqlite3.connect(":memory:")
+    model.executescript(writer.DDL + writer.INDEXES)
+    assert {r[0] for r in model.execute("SELECT name FROM sqlite_master")} <= made
