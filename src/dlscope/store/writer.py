@@ -496,10 +496,10 @@ def _arrow_batches(frame: pd.DataFrame, columns: list[str]) -> pa.RecordBatchRea
 
 #: The ingest's SQLite page cache, KiB; it also bounds each index build's in-memory sort (a larger sort spills
 #: sorted runs to a temporary file that SQLite unlinks as it opens it). A larger cache only holds pages that are
-#: written anyway: on the benchmark trace 16 MiB instead of 256 MiB takes ~90 MiB off the writer's private memory
-#: at the same CPU (1.75-1.82 s either way), and on a kernels table ten times larger its 13 index builds take
-#: 102 instead of 568 MiB and slightly less CPU (6.3-6.5 s beside 7.0 s) (bench/README.md, "h23write").
-INGEST_CACHE_KIB = 16 * 1024
+#: written anyway: on the benchmark trace 8 MiB instead of 256 MiB takes ~115 MiB off the writer's private memory
+#: at the same CPU (1.8-1.9 s either way), and on a kernels table ten times larger its 13 index builds take
+#: ~100 instead of 553 MiB and slightly less CPU (bench/README.md, "h23write"; bench/writer_memory.py).
+INGEST_CACHE_KIB = 8 * 1024
 
 
 class _ArrowIngest:
