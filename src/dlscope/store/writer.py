@@ -72,7 +72,7 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
         if create:
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
             # no journal, no fsync, as the ingest: each CREATE commits on its own, and ~70 commits with a
-            # journal's fsyncs took 0.3-0.5 s of the writer's wall time (the file is renamed into place only
+            # journal's fsyncs took 0.1-0.5 s of the writer's wall time (the file is renamed into place only
             # when complete)
             conn.execute("PRAGMA journal_mode=OFF")
             conn.execute("PRAGMA synchronous=OFF")
