@@ -167,3 +167,56 @@ def test_aggregation_tables_ingested_before_the_database_opens_read_back_as_thei
         _check_rows(conn, aggs, ids)
         assert conn.execute("SELECT typeof(critical_path_ns) FROM agg_ops WHERE agg_id = 1 AND node_id = 5")\
             .fetchone() == ("integer",)
+
+
+def test_the_schema_is_created_without_a_journal_yet_the_file_keeps_its_pages_and_journal(tmp_path, monkeypatch):
+    """Each CREATE of the schema commits on its own: with a journal, ~70 commits and their fsyncs. The new file's
+    schema is made with no journal and no sync (nobody reads it before it is renamed into place); the file still
+    has 16 KiB pages, every table and index, and readers get SQLite's default rollback journal."""
+    seen = []
+
+    class Watched(sqlite3.Connection):
+        def executescript(self, script):
+            seen.append((self.execute("PRAGMA journal_mode").fetchone()[0],
+                         self.execute("PRAGMA synchronous").fetchone()[0]))
+            return super().executescript(script)
+
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: connect(*a, factory=Watched, **k))
+    path = str(tmp_path / "empty.sqlite")
+    writer.write_raw_file(path, {})
+    assert seen == [("off", 0)]  # the one script: the DDL
+    monkeypatch.undo()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        made = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    model = sqlite3.connect(":memory:")
+    model.executescript(writer.DDL + writer.INDEXES)
+    assert {r[0] for r in model.execute("SELECT name FROM sqlite_master")} <= made
+
+
+def test_index_builds_larger_than_the_ingest_cache_spill_to_disk_and_match_their_tables(tmp_path, monkeypatch):
+    """The ingest's page cache also bounds each index build's in-memory sort (at least SQLite's 250 pages): a
+    larger sort spills sorted runs to a temporary file. A real trace's kernels, repeated until their names
+    alone outgrow that bound, written with a 64 KiB cache: the rows read back as written and SQLite's integrity
+    check finds every index entry for entry equal to its table."""
+    path = data_file("kineto", "hta_a100_nccl_rank0of2_3steps.json.gz")
+    with sqlite3.connect(build_database([path], tmp_path / "trace.sqlite", progress=False)) as conn:
+        kernels = pd.read_sql_query("SELECT * FROM kernels ORDER BY kernel_id", conn)
+    times = -(-(250 * writer.PAGE_SIZE * 2) // int(kernels["name"].str.len().sum()))  # twice the sort's bound
+    many = pd.concat([kernels] * times, ignore_index=True)
+    many["kernel_id"] = np.arange(len(many))
+    monkeypatch.setattr(writer, "INGEST_CACHE_KIB", 64)
+    out = str(tmp_path / "spilled.sqlite")
+    writer.write_raw_file(out, {"kernels": many})
+    with sqlite3.connect(out) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        back = pd.read_sql_query("SELECT * FROM kernels ORDER BY kernel_id", conn)
+        indexes = conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'kernels'"
+                               ).fetchone()[0]
+    pd.testing.assert_frame_equal(back.drop(columns="search_key"), many.drop(columns="search_key"),
+                                  check_dtype=False)
+    assert indexes >= 13
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spilled.sqlite", "trace.sqlite"]  # no temporary file

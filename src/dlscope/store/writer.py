@@ -71,6 +71,11 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
     try:
         if create:
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+            # no journal, no fsync, as the ingest: each CREATE commits on its own, and ~70 commits with a
+            # journal's fsyncs took 0.1-0.5 s of the writer's wall time (the file is renamed into place only
+            # when complete)
+            conn.execute("PRAGMA journal_mode=OFF")
+            conn.execute("PRAGMA synchronous=OFF")
             conn.executescript(DDL)
             create_search_tables(conn)
         columns_of = {name: table_columns(conn, name) for name in RAW_TABLES}
@@ -86,11 +91,11 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
         with _ArrowIngest(path, columns_of) as ingest:
             for name, frame in tables.items():
                 ingest.add(name, frame)
-            if indexes:  # right after the rows, on the pages still in the ingest's cache
+            if indexes:  # right after the rows, on the same connection
                 ingest.execute_script(INDEXES + (SEARCH_INDEXES if "search_key" in columns_of["kernels"] else ""))
     # the ranks' timeline arrays here unless the caller, its own work done, has already taken them
     build_timelines = timelines is not None and timelines.take()
-    if build_timelines and (tables or indexes):  # the ingest's page cache (up to 256 MiB) back to the system
+    if build_timelines and (tables or indexes):  # the ingest's page cache and sorter memory back to the system
         release_free_memory()
     names = raw_names(tables, pairs)
     if names or indexes or build_timelines:
@@ -489,10 +494,18 @@ def _arrow_batches(frame: pd.DataFrame, columns: list[str]) -> pa.RecordBatchRea
     return pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=INGEST_ROWS))
 
 
+#: The ingest's SQLite page cache, KiB; it also bounds each index build's in-memory sort (a larger sort spills
+#: sorted runs to a temporary file that SQLite unlinks as it opens it). A larger cache only holds pages that are
+#: written anyway: on the benchmark trace 8 MiB instead of 256 MiB takes ~115 MiB off the writer's private memory
+#: at the same CPU (1.8-1.9 s either way), and on a kernels table ten times larger its 13 index builds take
+#: ~100 instead of 553 MiB and slightly less CPU (bench/README.md, "h23write"; bench/writer_memory.py).
+INGEST_CACHE_KIB = 8 * 1024
+
+
 class _ArrowIngest:
     """Bulk-load frames into a closed database file through ADBC (Arrow in, no per-row Python), and build the
     indexes there: ADBC's own SQLite is newer than the one Python links here (3.53 beside 3.40) and sorts an
-    index build about a quarter cheaper, on table pages still in its cache.
+    index build about a quarter cheaper. Its page cache is small (``INGEST_CACHE_KIB``).
 
     ADBC links its own copy of SQLite; two SQLite libraries must never have one file open at the same
     time in one process (their POSIX locks and WAL maps do not know of each other), so this runs while
@@ -507,7 +520,7 @@ class _ArrowIngest:
 
         self.adbc = dbapi.connect(self.path, autocommit=True)  # pragmas must be set outside a transaction
         self.cursor = self.adbc.cursor()
-        for statement in ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA cache_size=-262144",
+        for statement in ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", f"PRAGMA cache_size=-{INGEST_CACHE_KIB}",
                           "BEGIN"):  # no journal, no fsync: the file is renamed into place only when complete
             self._execute(statement)
         return self
