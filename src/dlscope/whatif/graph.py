@@ -475,7 +475,7 @@ class _Builder:
         t[:ncpu] = pts["time"]
         kind[:ncpu] = pts["kind"]
         ref[:ncpu] = pts["ref"]
-        rank[:ncpu] = pts["rank"]
+        rank[:ncpu] = pts.pop("rank")  # (the other columns are read again below)
         chain[:ncpu] = pts["chain"]
         n_cpu_chains = len(self.cpu_chains)
         # GPU: start, end per activity
@@ -544,6 +544,7 @@ class _Builder:
         self.t, self.first, self.act, self.kind, self.ref = t, first, act, kind, ref
         self.ncpu, self.rank = ncpu, rank
         edges = [self._launch_edges(), self._sync_edges(wc), self._handoff_edges(pts, wc)]
+        del pts, cpu_idx, kind_cpu  # the CPU points are in the vertex arrays now
         if nbar:
             edges.append(self._collective_edges(coll_rows, wc))
         src, dst, w, xk, xo = (np.concatenate([e[i] for e in edges]) for i in range(5))
@@ -972,24 +973,29 @@ class _Builder:
         reproduces every measured time."""
         t = self.t
         low = np.iinfo(np.int64).min // 2
-        chain_term = np.full(len(t), low, np.int64)
+        # one array per vertex made at a time, reused in place: the chain term, then the latest input, then the
+        # residual (this is the graph build's peak)
+        resid = np.full(len(t), low, np.int64)
         notfirst = ~self.first
-        chain_term[notfirst] = t[np.flatnonzero(notfirst) - 1] + wc[notfirst]
+        inner = np.flatnonzero(notfirst)
+        resid[inner] = t[inner - 1] + wc[inner]
+        del inner
         cross_term = np.full(len(t), low, np.int64)
         vals = t[src] + w
         if len(dst):
             np.maximum.at(cross_term, dst, vals)
         has_input = notfirst | (cross_term > low)
-        m = np.maximum(chain_term, cross_term)
-        resid = np.where(has_input, t - m, 0)
+        # binding: the chain edge on ties (the thread or stream itself), else the first cross edge at the max
+        chain_binds = has_input & (resid >= cross_term)
+        np.maximum(resid, cross_term, out=resid)
+        np.subtract(t, resid, out=resid)
+        resid[~has_input] = 0
         if (resid < 0).any():
             bad = int((resid < 0).sum())
             raise AssertionError(f"{bad} vertices with an edge heavier than the measured slack")
-        # binding: the chain edge on ties (the thread or stream itself), else the first cross edge at the max
-        chain_binds = has_input & (chain_term >= cross_term)
         w_before = w.copy()
         self.rc = np.where(chain_binds, resid, 0)
-        wc = wc + self.rc
+        wc += self.rc  # the caller's own array (made by the build)
         cross_v = np.flatnonzero(has_input & ~chain_binds & (resid > 0))
         if len(cross_v):
             at_max = vals == cross_term[dst]

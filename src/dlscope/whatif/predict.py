@@ -7,6 +7,7 @@ of the same instant, so the replayed windows add up to the replayed wall clock a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -146,16 +147,21 @@ def path_of(g: Graph, win: Windows, result: Result, bound: Binding | None = None
 
 def path_arrays(g: Graph, win: Windows, result: Result, bound: Binding | None = None) -> dict[str, np.ndarray]:
     """:func:`path_of`'s columns as arrays (empty dict: no window), without a frame per window."""
+    tables = list(path_parts(g, win, result, bound))
+    return {c: np.concatenate([tb[c] for tb in tables]) for c in PATH_COLUMNS} if tables else {}
+
+
+def path_parts(g: Graph, win: Windows, result: Result, bound: Binding | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """:func:`path_arrays`' columns one iteration window at a time: a caller that sums them holds one
+    window's path, not the whole trace's."""
     t = result.t
     b = binding(g, result) if bound is None else bound
     starts, last_end = win.bounds(t)
     ends = np.r_[win.start_v[1:], last_end]
-    tables = []
     for it, lo, end_v in zip(win.iterations, starts, ends):
         cols = path_columns(g, critical_path(g, result, b, int(end_v), int(lo)))
         cols["iteration"] = np.full(len(cols["ns"]), int(it), np.int64)
-        tables.append(cols)
-    return {c: np.concatenate([tb[c] for tb in tables]) for c in PATH_COLUMNS} if tables else {}
+        yield cols
 
 
 def summarize_path(g: Graph, path: pd.DataFrame, wall: int, top: int = 10) -> list[dict]:
