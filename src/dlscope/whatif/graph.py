@@ -143,6 +143,18 @@ class Graph:
 # ----------------------------------------------------------------------------------------------- helpers
 
 
+def _fitting(largest: int) -> type:
+    """int32 for indexes and ids up to ``largest``, when they fit (half the memory of int64), else int64."""
+    return np.int32 if int(largest) < 2 ** 31 - 1 else np.int64
+
+
+def _narrowed(values: np.ndarray) -> np.ndarray:
+    """``values`` (indexes or ids, >= -1) as int32 when they fit."""
+    if len(values) and _fitting(int(values.max())) is np.int64:
+        return values
+    return values.astype(np.int32)
+
+
 def _ffill(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
     """Each position's latest defined value (``defined`` must hold at every chain's first vertex)."""
     idx = np.where(defined, np.arange(len(values)), 0)
@@ -467,10 +479,12 @@ class _Builder:
         n = ncpu + 2 * nact + nbar
         t = np.empty(n, np.int64)
         kind = np.empty(n, np.int8)
-        ref = np.full(n, -1, np.int64)
-        rank = np.empty(n, np.int64)
-        chain = np.empty(n, np.int64)
-        actv = np.full(n, -1, np.int64)
+        # indexes and ids as int32 where they fit (times stay int64): a few arrays per vertex, kept by the replay
+        index = _fitting(n)
+        ref = np.full(n, -1, _fitting(max(int(pts["ref"].max()) if ncpu else 0, nact, nbar)))
+        rank = np.empty(n, _fitting(max(self.job.ranks, default=0)))
+        chain = np.empty(n, index)
+        actv = np.full(n, -1, index)
         # CPU
         t[:ncpu] = pts["time"]
         kind[:ncpu] = pts["kind"]
@@ -558,6 +572,8 @@ class _Builder:
         order = np.argsort(dst, kind="stable")
         src, dst, w, xk, xo, xoff, rx = (src[order], dst[order], w[order], xk[order], xo[order], xoff[order],
                                          rx[order])
+        src, dst = _narrowed(src), _narrowed(dst)
+        owner, xo = _narrowed(owner), _narrowed(xo)
         return Graph(t=t, chain=chain, first=first, kind=kind, ref=ref, rank=rank, wc=wc, cat=cat, owner=owner,
                      act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, xoff=xoff, rc=self.rc, rx=rx,
                      n_cpu=ncpu, t0=t0,

@@ -281,7 +281,9 @@ def _replayed(g: Graph, scenarios: list[Scenario], replays: dict, unchanged: Res
         try:
             for sc in scenarios:
                 sc.apply(g, w)
-            replays[key] = solve(g, w, start=unchanged.t if unchanged is not None else None)
+            r = solve(g, w, start=unchanged.t if unchanged is not None else None)
+            replays[key] = Result(r.t, r.rounds, None)  # only its times are read again: its weights let go
+            del r, w
         except DlscopeError as e:
             replays[key] = e
     if isinstance(replays[key], DlscopeError):

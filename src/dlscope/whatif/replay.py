@@ -33,12 +33,23 @@ class Weights:
     def measured(cls, g: Graph) -> Weights:
         return cls(g.wc.copy(), g.wx.copy(), np.zeros(g.n, bool), g.xoff.copy())
 
+    @classmethod
+    def shared(cls, g: Graph) -> Weights:
+        """The measured weights as read-only views of the graph's (no copy: for a replay that changes none)."""
+        return cls(_read_only(g.wc), _read_only(g.wx), _read_only(np.zeros(g.n, bool)), _read_only(g.xoff))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
 
 @dataclass
 class Result:
     t: np.ndarray           # replayed vertex times (relative, aligned clock)
     rounds: int
-    weights: Weights
+    weights: Weights | None  # None: let go (a scenario's replay kept only for its times)
 
 
 def _segmented_cummax(y: np.ndarray, seg: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -198,7 +209,7 @@ def unchanged(g: Graph) -> Result:
     """The unchanged replay. The graph is built so that the measured times are its fixed point (every vertex
     at the latest of its inputs): checked here in one vectorised pass, they are the replay (no sweep); were
     they not, it is solved."""
-    w = Weights.measured(g)
+    w = Weights.shared(g)
     t = g.t
     on = ~w.off
     src, dst = g.src[on], g.dst[on]
@@ -211,7 +222,7 @@ def unchanged(g: Graph) -> Result:
         latest[d] = np.maximum(latest[d], np.maximum.reduceat(t[src] + w.wx[on], starts))
     source = latest == NONE   # neither a chain predecessor nor a cross input: keeps its measured time
     if np.array_equal(np.where(source, t, latest), t):
-        return Result(t.copy(), 0, w)
+        return Result(_read_only(t), 0, w)  # the graph's own times: nothing copied
     return solve(g, w, start=t)
 
 
@@ -229,15 +240,18 @@ class Binding:
 
 def binding(g: Graph, r: Result) -> Binding:
     t, w = r.t, r.weights
+    assert w is not None, "a replay whose weights were let go"
     n = g.n
     seg_start = g.first | w.cut
-    idx = np.arange(n)
+    # vertex and edge indexes as int32 where they fit (two arrays per vertex kept for every walk)
+    index = np.int32 if max(n, len(g.src)) < 2 ** 31 - 1 else np.int64
     by_chain = np.zeros(n, bool)
-    nf = ~seg_start
-    by_chain[nf] = (t[idx[nf] - 1] > NONE) & (t[idx[nf] - 1] + w.wc[nf] == t[nf])
+    if n > 1:  # (vertex 0 starts its chain)
+        by_chain[1:] = (t[:-1] > NONE) & (t[:-1] + w.wc[1:] == t[1:])
+    by_chain &= ~seg_start
     on = ~w.off
     tight = on & (t[g.src] > NONE) & (t[g.src] + w.wx == t[g.dst])
-    edge = np.full(n, -1, np.int64)
+    edge = np.full(n, -1, index)
     e = np.flatnonzero(tight)
     # edges are sorted by dst: the first tight one of each vertex
     if len(e):
@@ -246,8 +260,9 @@ def binding(g: Graph, r: Result) -> Binding:
         edge[d[firsts]] = e[firsts]
     # a cross edge explains a vertex better than its own chain (a wait, not work): prefer it
     by_chain &= edge < 0
-    mark = np.where(by_chain, -1, idx)
-    run_start = np.maximum.accumulate(mark) if n else mark
+    run_start = np.arange(n, dtype=index)
+    run_start[by_chain] = -1
+    np.maximum.accumulate(run_start, out=run_start)
     return Binding(by_chain, edge, run_start)
 
 
