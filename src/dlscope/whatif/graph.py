@@ -157,8 +157,8 @@ def _narrowed(values: np.ndarray) -> np.ndarray:
 
 def _ffill(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
     """Each position's latest defined value (``defined`` must hold at every chain's first vertex)."""
-    idx = np.where(defined, np.arange(len(values)), 0)
-    return values[np.maximum.accumulate(idx)] if len(values) else values
+    idx = np.where(defined, np.arange(len(values), dtype=_fitting(len(values))), 0)
+    return values[np.maximum.accumulate(idx, out=idx)] if len(values) else values
 
 
 def op_flags(ops: pd.DataFrame, own: np.ndarray) -> np.ndarray:
@@ -594,8 +594,9 @@ class _Builder:
         api_pos = positions(api["api_id"].to_numpy(np.int64))
         parent = ops["parent_id"].to_numpy(np.int64)
         api_op = api["op_id"].to_numpy(np.int64)
-        op_state = np.full(ncpu, -1, np.int64)
-        api_state = np.full(ncpu, -1, np.int64)
+        ids = _fitting(max([int(x.max()) for x in (ref, parent, api_op) if len(x)], default=0))
+        op_state = np.full(ncpu, -1, ids)
+        api_state = np.full(ncpu, -1, ids)
         defined = firsts.copy()
         s = kind == OP_START
         op_state[s] = ref[s]
@@ -616,12 +617,17 @@ class _Builder:
         is_range = np.isin(kind, [RANGE_START, RANGE_END])
         dl_range = np.zeros(ncpu, bool)
         dl_range[is_range] = rg_dl[ref[is_range]]
-        delta = np.where(dl_range, np.where(kind == RANGE_START, 1, -1), 0)
-        open_dl = _segment_cumsum(delta, firsts)
-        op_row = op_pos[op_state]  # op_state -1 looks up the "none" slot
-        in_dl = (open_dl > 0) | ((op_row >= 0) & dl_op[np.maximum(op_row, 0)] if len(ops) else False)
-        cat_after = np.where(api_state >= 0, CAT["cuda_api"], np.where(
-            in_dl, CAT["dataloader"], np.where(op_state >= 0, CAT["cpu_op"], CAT["cpu_other"])))
+        in_dl = np.zeros(ncpu, bool)  # (each term only where it can hold: per-vertex arrays are the peak here)
+        if dl_range.any():
+            delta = np.where(dl_range, np.where(kind == RANGE_START, 1, -1), 0)
+            in_dl |= _segment_cumsum(delta, firsts) > 0
+        if dl_op.any():
+            op_row = op_pos[op_state]  # op_state -1 looks up the "none" slot
+            in_dl |= (op_row >= 0) & dl_op[np.maximum(op_row, 0)]
+        cat_after = np.full(ncpu, CAT["cpu_other"], np.int8)
+        cat_after[op_state >= 0] = CAT["cpu_op"]
+        cat_after[in_dl] = CAT["dataloader"]
+        cat_after[api_state >= 0] = CAT["cuda_api"]
         owner_after = op_state
         cat = np.zeros(n, np.int8)
         owner = np.full(n, -1, np.int64)
