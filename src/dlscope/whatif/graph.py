@@ -143,21 +143,19 @@ class Graph:
 # ----------------------------------------------------------------------------------------------- helpers
 
 
-def _fitting(largest: int) -> type:
+def fitting(largest: int) -> np.dtype:
     """int32 for indexes and ids up to ``largest``, when they fit (half the memory of int64), else int64."""
-    return np.int32 if int(largest) < 2 ** 31 - 1 else np.int64
+    return np.dtype(np.int32 if int(largest) < 2 ** 31 - 1 else np.int64)
 
 
 def _narrowed(values: np.ndarray) -> np.ndarray:
     """``values`` (indexes or ids, >= -1) as int32 when they fit."""
-    if len(values) and _fitting(int(values.max())) is np.int64:
-        return values
-    return values.astype(np.int32)
+    return values.astype(fitting(int(values.max()) if len(values) else 0), copy=False)
 
 
 def _ffill(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
     """Each position's latest defined value (``defined`` must hold at every chain's first vertex)."""
-    idx = np.where(defined, np.arange(len(values), dtype=_fitting(len(values))), 0)
+    idx = np.where(defined, np.arange(len(values), dtype=fitting(len(values))), 0)
     return values[np.maximum.accumulate(idx, out=idx)] if len(values) else values
 
 
@@ -480,9 +478,9 @@ class _Builder:
         t = np.empty(n, np.int64)
         kind = np.empty(n, np.int8)
         # indexes and ids as int32 where they fit (times stay int64): a few arrays per vertex, kept by the replay
-        index = _fitting(n)
-        ref = np.full(n, -1, _fitting(max(int(pts["ref"].max()) if ncpu else 0, nact, nbar)))
-        rank = np.empty(n, _fitting(max(self.job.ranks, default=0)))
+        index = fitting(n)
+        ref = np.full(n, -1, fitting(max(int(pts["ref"].max()) if ncpu else 0, nact, nbar)))
+        rank = np.empty(n, fitting(max(self.job.ranks, default=0)))
         chain = np.empty(n, index)
         actv = np.full(n, -1, index)
         # CPU
@@ -594,7 +592,7 @@ class _Builder:
         api_pos = positions(api["api_id"].to_numpy(np.int64))
         parent = ops["parent_id"].to_numpy(np.int64)
         api_op = api["op_id"].to_numpy(np.int64)
-        ids = _fitting(max([int(x.max()) for x in (ref, parent, api_op) if len(x)], default=0))
+        ids = fitting(max([int(x.max()) for x in (ref, parent, api_op) if len(x)], default=0))
         op_state = np.full(ncpu, -1, ids)
         api_state = np.full(ncpu, -1, ids)
         defined = firsts.copy()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .graph import CATEGORIES, CROSS_CATEGORY, Graph
+from .graph import CATEGORIES, CROSS_CATEGORY, Graph, fitting
 
 NONE = np.iinfo(np.int64).min // 4
 
@@ -244,7 +244,7 @@ def binding(g: Graph, r: Result) -> Binding:
     n = g.n
     seg_start = g.first | w.cut
     # vertex and edge indexes as int32 where they fit (two arrays per vertex kept for every walk)
-    index = np.int32 if max(n, len(g.src)) < 2 ** 31 - 1 else np.int64
+    index = fitting(max(n, len(g.src)))
     by_chain = np.zeros(n, bool)
     if n > 1:  # (vertex 0 starts its chain)
         by_chain[1:] = (t[:-1] > NONE) & (t[:-1] + w.wc[1:] == t[1:])
