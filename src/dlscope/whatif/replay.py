@@ -103,7 +103,7 @@ def _layout(g: Graph, cut: np.ndarray, off: np.ndarray) -> _Layout:
     src, dst = g.src[on], g.dst[on]
     head = seg_start.copy()
     head[dst] = True
-    hid = np.cumsum(head) - 1                 # segment of each vertex
+    hid = np.cumsum(head, dtype=fitting(n)) - 1  # segment of each vertex (kept with the layout: int32 where it fits)
     heads = np.flatnonzero(head)
     # a head continues the previous head's segment (same chain) unless its chain edge is cut or absent
     cont = ~seg_start[heads]
@@ -159,12 +159,16 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
     key = ("replay-layout", np.packbits(w.cut).tobytes(), np.packbits(w.off).tobytes())
     lay = g.memoized(key, lambda: _layout(g, w.cut, w.off))
     heads, hid, order = lay.heads, lay.hid, lay.order
+    # (arrays per vertex made in place where they can: a scenario's replay is the peak of a priced import)
     wc = np.where(lay.seg_start, 0, w.wc)
     run = np.cumsum(wc)
-    off = run - run[heads][hid]               # offset of a vertex after its segment's head
     cont = lay.cont
+    head_wc = wc[heads[cont]]
+    del wc
+    off = run
+    off -= run[heads][hid]                    # offset of a vertex after its segment's head
     step = np.zeros(len(heads), np.int64)
-    step[cont] = off[heads[cont] - 1] + wc[heads[cont]]
+    step[cont] = off[heads[cont] - 1] + head_wc
     e_off = off[lay.e_src] + w.wx[lay.e_on]
     e_seg, joined, seg = lay.e_seg, lay.joined, lay.seg
     # each local run's offsets from its first head, in block order
@@ -200,8 +204,10 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
             H[hs] = new
         else:
             raise RuntimeError(f"the replay did not settle in {max_rounds} sweeps (a dependency cycle?)")
-    hv = H[hid]
-    t = np.where(hv > NONE, hv + off, NONE)
+    t = H[hid]
+    unreached = t <= NONE
+    t += off
+    t[unreached] = NONE
     return Result(t, rounds, w)
 
 
