@@ -16,7 +16,7 @@ from test_whatif_handmade import DL, _db, _loader_trace
 from trace_builder import KinetoTrace
 
 from dlscope.whatif import stored
-from dlscope.whatif.graph import CATEGORIES, _narrowed
+from dlscope.whatif.graph import CATEGORIES, Sparse, _narrowed
 from dlscope.whatif.job import from_database
 from dlscope.whatif.predict import path_of
 
@@ -122,3 +122,15 @@ def test_the_unchanged_replay_shares_the_graphs_times_without_letting_them_chang
         replay.base.t[0] = 1
     with pytest.raises(ValueError):
         replay.base.weights.wc[0] = 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(-5, 5), max_size=40), st.lists(st.integers(0, 60), max_size=30))
+def test_a_sparse_column_reads_like_its_dense_array(dense, vertices):
+    dense = np.array(dense, np.int64)
+    at = np.flatnonzero(dense)
+    column = Sparse(at, dense[at], len(dense))
+    inside = np.array([v for v in vertices if v < len(dense)], np.int64)
+    assert np.array_equal(column[inside], dense[inside])
+    assert np.array_equal(column.dense(), dense)
+    assert len(column) == len(dense)

@@ -66,6 +66,31 @@ HANDOFF_MAX_LATENCY_NS = 2_000_000
 STREAM_WAIT_MAX_LATENCY_NS = 20_000
 
 
+@dataclass(frozen=True)
+class Sparse:
+    """A column per vertex that is zero nearly everywhere (the residual waits), kept as its nonzero positions
+    (sorted) and values: read like the dense array, ``column[vertices]``."""
+
+    at: np.ndarray
+    values: np.ndarray
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, vertices: np.ndarray) -> np.ndarray:
+        vertices = np.asarray(vertices)
+        if not len(self.at):
+            return np.zeros(vertices.shape, self.values.dtype)
+        pos = np.minimum(np.searchsorted(self.at, vertices), len(self.at) - 1)
+        return np.where(self.at[pos] == vertices, self.values[pos], 0)
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros(self.size, self.values.dtype)
+        out[self.at] = self.values
+        return out
+
+
 @dataclass
 class Graph:
     """The job's dependency graph. Vertices of a chain are contiguous and in time order; CPU chains come
@@ -88,7 +113,7 @@ class Graph:
     xkind: np.ndarray
     xowner: np.ndarray         # op_id a cross edge's time belongs to
     xoff: np.ndarray           # cross edges off unless a scenario turns them on (BYPASS)
-    rc: np.ndarray             # the part of each chain weight that is unexplained waiting (the residual)
+    rc: Sparse                 # the part of each chain weight that is unexplained waiting (the residual)
     rx: np.ndarray             # the same for cross edges
     n_cpu: int                 # vertices [0, n_cpu) are on CPU chains
     t0: int
@@ -1014,8 +1039,9 @@ class _Builder:
             bad = int((resid < 0).sum())
             raise AssertionError(f"{bad} vertices with an edge heavier than the measured slack")
         w_before = w.copy()
-        self.rc = np.where(chain_binds, resid, 0)
-        wc += self.rc  # the caller's own array (made by the build)
+        binds = np.flatnonzero(chain_binds & (resid != 0))  # few: most vertices wait for nothing unexplained
+        self.rc = Sparse(binds, resid[binds], len(t))
+        wc[binds] += self.rc.values  # the caller's own array (made by the build)
         cross_v = np.flatnonzero(has_input & ~chain_binds & (resid > 0))
         if len(cross_v):
             at_max = vals == cross_term[dst]
