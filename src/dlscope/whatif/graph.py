@@ -514,6 +514,8 @@ class _Builder:
         ref[:ncpu] = pts["ref"]
         rank[:ncpu] = pts.pop("rank")  # (the other columns are read again below)
         chain[:ncpu] = pts["chain"]
+        # the points read again below: views of the vertex arrays, not copies beside them
+        pts["kind"], pts["ref"], pts["chain"] = kind[:ncpu], ref[:ncpu], chain[:ncpu]
         n_cpu_chains = len(self.cpu_chains)
         # GPU: start, end per activity
         g = slice(ncpu, ncpu + 2 * nact)
@@ -549,26 +551,28 @@ class _Builder:
         size = int(job.api_calls["api_id"].max()) + 2 if len(job.api_calls) else 1
         api_start_v = np.full(size, -1, np.int64)   # indexed by api_id (-1 -> the last slot, none)
         api_end_v = np.full(size, -1, np.int64)
-        cpu_idx = np.arange(ncpu)
-        kind_cpu = kind[:ncpu]
+        kind_cpu, ref_cpu = kind[:ncpu], ref[:ncpu]
         for k_, arr in ((API_START, api_start_v), (API_END, api_end_v)):
-            sel = kind_cpu == k_
-            arr[ref[:ncpu][sel]] = cpu_idx[sel]
+            at = np.flatnonzero(kind_cpu == k_)
+            arr[ref_cpu[at]] = at
         self.api_start_v, self.api_end_v = api_start_v, api_end_v
         op_end_v = np.full(int(job.ops["op_id"].max()) + 2 if len(job.ops) else 1, -1, np.int64)
-        sel = kind_cpu == OP_END
-        op_end_v[ref[:ncpu][sel]] = cpu_idx[sel]
+        at = np.flatnonzero(kind_cpu == OP_END)
+        op_end_v[ref_cpu[at]] = at
         its = self.its
         its["start_v"] = -1
         its["cpu_end_v"] = -1
-        its.loc[ref[:ncpu][kind_cpu == IT_START], "start_v"] = cpu_idx[kind_cpu == IT_START]
-        its.loc[ref[:ncpu][kind_cpu == IT_END], "cpu_end_v"] = cpu_idx[kind_cpu == IT_END]
+        at = np.flatnonzero(kind_cpu == IT_START)
+        its.loc[ref_cpu[at], "start_v"] = at
+        at = np.flatnonzero(kind_cpu == IT_END)
+        its.loc[ref_cpu[at], "cpu_end_v"] = at
+        del at
 
         # chain edges: CPU work as measured, GPU durations; attribution of each edge
         wc = np.zeros(n, np.int64)
         wc[1:] = t[1:] - t[:-1]
         wc[first] = 0
-        cat, owner = self._cpu_attribution(pts, ncpu, n)
+        cat, owner = self._cpu_attribution(pts, ncpu, n, int(act["op_id"].max()) if nact else 0)
         gk = act["kind"].to_numpy(object)
         run_cat = np.where(act["is_comm"].to_numpy(bool), CAT["communication"],
                            np.where(gk == "memcpy", CAT["memcpy"], np.where(gk == "memset", CAT["memset"],
@@ -581,7 +585,7 @@ class _Builder:
         self.t, self.first, self.act, self.kind, self.ref = t, first, act, kind, ref
         self.ncpu, self.rank = ncpu, rank
         edges = [self._launch_edges(), self._sync_edges(wc), self._handoff_edges(pts, wc)]
-        del pts, cpu_idx, kind_cpu  # the CPU points are in the vertex arrays now
+        del pts, kind_cpu, ref_cpu  # the CPU points are in the vertex arrays now
         if nbar:
             edges.append(self._collective_edges(coll_rows, wc))
         src, dst, w, xk, xo = (np.concatenate([e[i] for e in edges]) for i in range(5))
@@ -606,7 +610,8 @@ class _Builder:
 
     # ---------------------------------------------------------------- attribution of CPU time
 
-    def _cpu_attribution(self, pts: dict[str, np.ndarray], ncpu: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _cpu_attribution(self, pts: dict[str, np.ndarray], ncpu: int, n: int,
+                         gpu_owner_max: int) -> tuple[np.ndarray, np.ndarray]:
         """Category and owner op of each CPU chain edge: the state of its thread after the edge's first
         vertex (inside which op, inside which API call, inside data loading)."""
         job = self.job
@@ -653,7 +658,7 @@ class _Builder:
         cat_after[api_state >= 0] = CAT["cuda_api"]
         owner_after = op_state
         cat = np.zeros(n, np.int8)
-        owner = np.full(n, -1, np.int64)
+        owner = np.full(n, -1, fitting(max(int(op_state.max()) if ncpu else 0, gpu_owner_max)))  # (GPU ones too)
         cat[1:ncpu] = cat_after[:-1]
         owner[1:ncpu] = owner_after[:-1]
         return cat, owner
