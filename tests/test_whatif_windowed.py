@@ -10,6 +10,7 @@ import sqlite3
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import data_file, requires_shared
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_whatif_handmade import DL, _db, _loader_trace
@@ -134,3 +135,39 @@ def test_a_sparse_column_reads_like_its_dense_array(dense, vertices):
     assert np.array_equal(column[inside], dense[inside])
     assert np.array_equal(column.dense(), dense)
     assert len(column) == len(dense)
+
+
+def _walks(db, chunk: int, monkeypatch) -> list[stored._Walk]:
+    monkeypatch.setattr(stored, "PATH_CHUNK", chunk)
+    conn = sqlite3.connect(db)
+    try:
+        job = from_database(conn)
+        aggs = conn.execute("SELECT rank, iter_start, iter_stop FROM aggregations ORDER BY agg_id").fetchall()
+    finally:
+        conn.close()
+    replay = stored.Replay(lambda: job)
+    assert replay.note is None
+    return [replay.walk(*agg) for agg in aggs]
+
+
+@requires_shared
+@pytest.mark.slow
+@pytest.mark.parametrize("parts", [("kineto", "hta_v100_rank1of2_5steps.json.gz"),
+                                   ("kineto", "param_dlrm_8rank_v100")])
+def test_real_profiles_sum_the_same_path_in_pieces_as_whole(parts, import_db, monkeypatch):
+    """One rank of five steps, and eight ranks whose paths cross ranks through their collectives: windows cut
+    into pieces of 97 edges sum to the same figures as each path summed at once, and each walk's time adds up
+    to its aggregation's wall clock (computed by the aggregation from the tables, not by the replay)."""
+    db = import_db(data_file(*parts))
+    whole = _walks(db, 1 << 30, monkeypatch)
+    pieces = _walks(db, 97, monkeypatch)
+    for a, b in zip(whole, pieces):
+        for field in ("nodes", "node_ns", "kernel_ns", "cells", "cell_ns"):
+            assert np.array_equal(getattr(a, field), getattr(b, field)), field
+        assert list(a.kernel_names) == list(b.kernel_names)
+    conn = sqlite3.connect(db)
+    try:
+        walls = [w for w, in conn.execute("SELECT wall_clock_ns FROM aggregations ORDER BY agg_id")]
+    finally:
+        conn.close()
+    assert [int(w.cell_ns.sum()) for w in pieces] == walls
