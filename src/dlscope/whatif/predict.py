@@ -295,9 +295,9 @@ def _replayed(g: Graph, scenarios: list[Scenario], replays: dict, unchanged: Res
         try:
             for sc in scenarios:
                 sc.apply(g, w)
-            r = solve(g, w, start=unchanged.t if unchanged is not None else None)
-            replays[key] = Result(r.t, r.rounds, None)  # only its times are read again: its weights let go
-            del r, w
+            # only its times are read again: its weights let go (and used as the replay's scratch space)
+            replays[key] = solve(g, w, start=unchanged.t if unchanged is not None else None, scratch=True)
+            del w
         except DlscopeError as e:
             replays[key] = e
     if isinstance(replays[key], DlscopeError):

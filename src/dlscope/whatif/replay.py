@@ -140,8 +140,12 @@ def _layout(g: Graph, cut: np.ndarray, off: np.ndarray) -> _Layout:
     return _Layout(seg_start, hid, heads, cont, base, e_src, e_on, e_seg, d_seg, order, joined, seg, blocks)
 
 
-def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | None = None) -> Result:
+def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | None = None,
+          scratch: bool = False) -> Result:
     """Replay the graph under ``w``: every vertex's time (sources keep their measured time).
+
+    ``scratch``: ``w.wc`` may be overwritten (a caller that lets the weights go after: one array per vertex
+    fewer); the result then has no weights.
 
     ``start``: vertex times to sweep from (the measured times, or the unchanged replay's). The graph has no
     cycle, so the sweeps reach the same times from any start (each sweep settles one more cross edge of every
@@ -160,10 +164,14 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
     lay = g.memoized(key, lambda: _layout(g, w.cut, w.off))
     heads, hid, order = lay.heads, lay.hid, lay.order
     # (arrays per vertex made in place where they can: a scenario's replay is the peak of a priced import)
-    wc = np.where(lay.seg_start, 0, w.wc)
-    run = np.cumsum(wc)
+    if scratch:
+        wc = w.wc
+        wc[lay.seg_start] = 0
+    else:
+        wc = np.where(lay.seg_start, 0, w.wc)
     cont = lay.cont
     head_wc = wc[heads[cont]]
+    run = np.cumsum(wc, out=wc)
     del wc
     off = run
     off -= run[heads][hid]                    # offset of a vertex after its segment's head
@@ -208,7 +216,7 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
     unreached = t <= NONE
     t += off
     t[unreached] = NONE
-    return Result(t, rounds, w)
+    return Result(t, rounds, None if scratch else w)
 
 
 def unchanged(g: Graph) -> Result:
