@@ -66,6 +66,31 @@ HANDOFF_MAX_LATENCY_NS = 2_000_000
 STREAM_WAIT_MAX_LATENCY_NS = 20_000
 
 
+@dataclass(frozen=True)
+class Sparse:
+    """A column per vertex that is zero nearly everywhere (the residual waits), kept as its nonzero positions
+    (sorted) and values: read like the dense array, ``column[vertices]``."""
+
+    at: np.ndarray
+    values: np.ndarray
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, vertices: np.ndarray) -> np.ndarray:
+        vertices = np.asarray(vertices)
+        if not len(self.at):
+            return np.zeros(vertices.shape, self.values.dtype)
+        pos = np.minimum(np.searchsorted(self.at, vertices), len(self.at) - 1)
+        return np.where(self.at[pos] == vertices, self.values[pos], 0)
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros(self.size, self.values.dtype)
+        out[self.at] = self.values
+        return out
+
+
 @dataclass
 class Graph:
     """The job's dependency graph. Vertices of a chain are contiguous and in time order; CPU chains come
@@ -88,7 +113,7 @@ class Graph:
     xkind: np.ndarray
     xowner: np.ndarray         # op_id a cross edge's time belongs to
     xoff: np.ndarray           # cross edges off unless a scenario turns them on (BYPASS)
-    rc: np.ndarray             # the part of each chain weight that is unexplained waiting (the residual)
+    rc: Sparse                 # the part of each chain weight that is unexplained waiting (the residual)
     rx: np.ndarray             # the same for cross edges
     n_cpu: int                 # vertices [0, n_cpu) are on CPU chains
     t0: int
@@ -143,10 +168,20 @@ class Graph:
 # ----------------------------------------------------------------------------------------------- helpers
 
 
+def fitting(largest: int) -> np.dtype:
+    """int32 for indexes and ids up to ``largest``, when they fit (half the memory of int64), else int64."""
+    return np.dtype(np.int32 if int(largest) < 2 ** 31 - 1 else np.int64)
+
+
+def _narrowed(values: np.ndarray) -> np.ndarray:
+    """``values`` (indexes or ids, >= -1) as int32 when they fit."""
+    return values.astype(fitting(int(values.max()) if len(values) else 0), copy=False)
+
+
 def _ffill(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
     """Each position's latest defined value (``defined`` must hold at every chain's first vertex)."""
-    idx = np.where(defined, np.arange(len(values)), 0)
-    return values[np.maximum.accumulate(idx)] if len(values) else values
+    idx = np.where(defined, np.arange(len(values), dtype=fitting(len(values))), 0)
+    return values[np.maximum.accumulate(idx, out=idx)] if len(values) else values
 
 
 def op_flags(ops: pd.DataFrame, own: np.ndarray) -> np.ndarray:
@@ -467,16 +502,20 @@ class _Builder:
         n = ncpu + 2 * nact + nbar
         t = np.empty(n, np.int64)
         kind = np.empty(n, np.int8)
-        ref = np.full(n, -1, np.int64)
-        rank = np.empty(n, np.int64)
-        chain = np.empty(n, np.int64)
-        actv = np.full(n, -1, np.int64)
+        # indexes and ids as int32 where they fit (times stay int64): a few arrays per vertex, kept by the replay
+        index = fitting(n)
+        ref = np.full(n, -1, fitting(max(int(pts["ref"].max()) if ncpu else 0, nact, nbar)))
+        rank = np.empty(n, fitting(max(self.job.ranks, default=0)))
+        chain = np.empty(n, index)
+        actv = np.full(n, -1, index)
         # CPU
         t[:ncpu] = pts["time"]
         kind[:ncpu] = pts["kind"]
         ref[:ncpu] = pts["ref"]
-        rank[:ncpu] = pts["rank"]
+        rank[:ncpu] = pts.pop("rank")  # (the other columns are read again below)
         chain[:ncpu] = pts["chain"]
+        # the points read again below: views of the vertex arrays, not copies beside them
+        pts["kind"], pts["ref"], pts["chain"] = kind[:ncpu], ref[:ncpu], chain[:ncpu]
         n_cpu_chains = len(self.cpu_chains)
         # GPU: start, end per activity
         g = slice(ncpu, ncpu + 2 * nact)
@@ -512,26 +551,28 @@ class _Builder:
         size = int(job.api_calls["api_id"].max()) + 2 if len(job.api_calls) else 1
         api_start_v = np.full(size, -1, np.int64)   # indexed by api_id (-1 -> the last slot, none)
         api_end_v = np.full(size, -1, np.int64)
-        cpu_idx = np.arange(ncpu)
-        kind_cpu = kind[:ncpu]
+        kind_cpu, ref_cpu = kind[:ncpu], ref[:ncpu]
         for k_, arr in ((API_START, api_start_v), (API_END, api_end_v)):
-            sel = kind_cpu == k_
-            arr[ref[:ncpu][sel]] = cpu_idx[sel]
+            at = np.flatnonzero(kind_cpu == k_)
+            arr[ref_cpu[at]] = at
         self.api_start_v, self.api_end_v = api_start_v, api_end_v
         op_end_v = np.full(int(job.ops["op_id"].max()) + 2 if len(job.ops) else 1, -1, np.int64)
-        sel = kind_cpu == OP_END
-        op_end_v[ref[:ncpu][sel]] = cpu_idx[sel]
+        at = np.flatnonzero(kind_cpu == OP_END)
+        op_end_v[ref_cpu[at]] = at
         its = self.its
         its["start_v"] = -1
         its["cpu_end_v"] = -1
-        its.loc[ref[:ncpu][kind_cpu == IT_START], "start_v"] = cpu_idx[kind_cpu == IT_START]
-        its.loc[ref[:ncpu][kind_cpu == IT_END], "cpu_end_v"] = cpu_idx[kind_cpu == IT_END]
+        at = np.flatnonzero(kind_cpu == IT_START)
+        its.loc[ref_cpu[at], "start_v"] = at
+        at = np.flatnonzero(kind_cpu == IT_END)
+        its.loc[ref_cpu[at], "cpu_end_v"] = at
+        del at
 
         # chain edges: CPU work as measured, GPU durations; attribution of each edge
         wc = np.zeros(n, np.int64)
         wc[1:] = t[1:] - t[:-1]
         wc[first] = 0
-        cat, owner = self._cpu_attribution(pts, ncpu, n)
+        cat, owner = self._cpu_attribution(pts, ncpu, n, int(act["op_id"].max()) if nact else 0)
         gk = act["kind"].to_numpy(object)
         run_cat = np.where(act["is_comm"].to_numpy(bool), CAT["communication"],
                            np.where(gk == "memcpy", CAT["memcpy"], np.where(gk == "memset", CAT["memset"],
@@ -544,6 +585,7 @@ class _Builder:
         self.t, self.first, self.act, self.kind, self.ref = t, first, act, kind, ref
         self.ncpu, self.rank = ncpu, rank
         edges = [self._launch_edges(), self._sync_edges(wc), self._handoff_edges(pts, wc)]
+        del pts, kind_cpu, ref_cpu  # the CPU points are in the vertex arrays now
         if nbar:
             edges.append(self._collective_edges(coll_rows, wc))
         src, dst, w, xk, xo = (np.concatenate([e[i] for e in edges]) for i in range(5))
@@ -557,6 +599,8 @@ class _Builder:
         order = np.argsort(dst, kind="stable")
         src, dst, w, xk, xo, xoff, rx = (src[order], dst[order], w[order], xk[order], xo[order], xoff[order],
                                          rx[order])
+        src, dst = _narrowed(src), _narrowed(dst)
+        owner, xo = _narrowed(owner), _narrowed(xo)
         return Graph(t=t, chain=chain, first=first, kind=kind, ref=ref, rank=rank, wc=wc, cat=cat, owner=owner,
                      act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, xoff=xoff, rc=self.rc, rx=rx,
                      n_cpu=ncpu, t0=t0,
@@ -566,7 +610,8 @@ class _Builder:
 
     # ---------------------------------------------------------------- attribution of CPU time
 
-    def _cpu_attribution(self, pts: dict[str, np.ndarray], ncpu: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def _cpu_attribution(self, pts: dict[str, np.ndarray], ncpu: int, n: int,
+                         gpu_owner_max: int) -> tuple[np.ndarray, np.ndarray]:
         """Category and owner op of each CPU chain edge: the state of its thread after the edge's first
         vertex (inside which op, inside which API call, inside data loading)."""
         job = self.job
@@ -577,8 +622,9 @@ class _Builder:
         api_pos = positions(api["api_id"].to_numpy(np.int64))
         parent = ops["parent_id"].to_numpy(np.int64)
         api_op = api["op_id"].to_numpy(np.int64)
-        op_state = np.full(ncpu, -1, np.int64)
-        api_state = np.full(ncpu, -1, np.int64)
+        ids = fitting(max([int(x.max()) for x in (ref, parent, api_op) if len(x)], default=0))
+        op_state = np.full(ncpu, -1, ids)
+        api_state = np.full(ncpu, -1, ids)
         defined = firsts.copy()
         s = kind == OP_START
         op_state[s] = ref[s]
@@ -599,15 +645,20 @@ class _Builder:
         is_range = np.isin(kind, [RANGE_START, RANGE_END])
         dl_range = np.zeros(ncpu, bool)
         dl_range[is_range] = rg_dl[ref[is_range]]
-        delta = np.where(dl_range, np.where(kind == RANGE_START, 1, -1), 0)
-        open_dl = _segment_cumsum(delta, firsts)
-        op_row = op_pos[op_state]  # op_state -1 looks up the "none" slot
-        in_dl = (open_dl > 0) | ((op_row >= 0) & dl_op[np.maximum(op_row, 0)] if len(ops) else False)
-        cat_after = np.where(api_state >= 0, CAT["cuda_api"], np.where(
-            in_dl, CAT["dataloader"], np.where(op_state >= 0, CAT["cpu_op"], CAT["cpu_other"])))
+        in_dl = np.zeros(ncpu, bool)  # (each term only where it can hold: per-vertex arrays are the peak here)
+        if dl_range.any():
+            delta = np.where(dl_range, np.where(kind == RANGE_START, 1, -1), 0)
+            in_dl |= _segment_cumsum(delta, firsts) > 0
+        if dl_op.any():
+            op_row = op_pos[op_state]  # op_state -1 looks up the "none" slot
+            in_dl |= (op_row >= 0) & dl_op[np.maximum(op_row, 0)]
+        cat_after = np.full(ncpu, CAT["cpu_other"], np.int8)
+        cat_after[op_state >= 0] = CAT["cpu_op"]
+        cat_after[in_dl] = CAT["dataloader"]
+        cat_after[api_state >= 0] = CAT["cuda_api"]
         owner_after = op_state
         cat = np.zeros(n, np.int8)
-        owner = np.full(n, -1, np.int64)
+        owner = np.full(n, -1, fitting(max(int(op_state.max()) if ncpu else 0, gpu_owner_max)))  # (GPU ones too)
         cat[1:ncpu] = cat_after[:-1]
         owner[1:ncpu] = owner_after[:-1]
         return cat, owner
@@ -972,24 +1023,30 @@ class _Builder:
         reproduces every measured time."""
         t = self.t
         low = np.iinfo(np.int64).min // 2
-        chain_term = np.full(len(t), low, np.int64)
+        # one array per vertex made at a time, reused in place: the chain term, then the latest input, then the
+        # residual (this is the graph build's peak)
+        resid = np.full(len(t), low, np.int64)
         notfirst = ~self.first
-        chain_term[notfirst] = t[np.flatnonzero(notfirst) - 1] + wc[notfirst]
+        inner = np.flatnonzero(notfirst)
+        resid[inner] = t[inner - 1] + wc[inner]
+        del inner
         cross_term = np.full(len(t), low, np.int64)
         vals = t[src] + w
         if len(dst):
             np.maximum.at(cross_term, dst, vals)
         has_input = notfirst | (cross_term > low)
-        m = np.maximum(chain_term, cross_term)
-        resid = np.where(has_input, t - m, 0)
+        # binding: the chain edge on ties (the thread or stream itself), else the first cross edge at the max
+        chain_binds = has_input & (resid >= cross_term)
+        np.maximum(resid, cross_term, out=resid)
+        np.subtract(t, resid, out=resid)
+        resid[~has_input] = 0
         if (resid < 0).any():
             bad = int((resid < 0).sum())
             raise AssertionError(f"{bad} vertices with an edge heavier than the measured slack")
-        # binding: the chain edge on ties (the thread or stream itself), else the first cross edge at the max
-        chain_binds = has_input & (chain_term >= cross_term)
         w_before = w.copy()
-        self.rc = np.where(chain_binds, resid, 0)
-        wc = wc + self.rc
+        binds = np.flatnonzero(chain_binds & (resid != 0))  # few: most vertices wait for nothing unexplained
+        self.rc = Sparse(binds, resid[binds], len(t))
+        wc[binds] += self.rc.values  # the caller's own array (made by the build)
         cross_v = np.flatnonzero(has_input & ~chain_binds & (resid > 0))
         if len(cross_v):
             at_max = vals == cross_term[dst]

@@ -7,6 +7,7 @@ of the same instant, so the replayed windows add up to the replayed wall clock a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -15,7 +16,7 @@ import pandas as pd
 
 from ..errors import DlscopeError
 from .graph import CATEGORIES, Graph
-from .replay import Binding, Result, Weights, binding, critical_path, path_columns, solve
+from .replay import Binding, Path, Result, Weights, binding, critical_path, path_columns, solve
 from .scenarios import Scenario, for_rule, parse
 
 GENERAL_ASSUMPTIONS = [
@@ -146,16 +147,35 @@ def path_of(g: Graph, win: Windows, result: Result, bound: Binding | None = None
 
 def path_arrays(g: Graph, win: Windows, result: Result, bound: Binding | None = None) -> dict[str, np.ndarray]:
     """:func:`path_of`'s columns as arrays (empty dict: no window), without a frame per window."""
+    tables = list(path_parts(g, win, result, bound))
+    return {c: np.concatenate([tb[c] for tb in tables]) for c in PATH_COLUMNS} if tables else {}
+
+
+def path_parts(g: Graph, win: Windows, result: Result, bound: Binding | None = None,
+               size: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """:func:`path_arrays`' columns one iteration window at a time (and, with ``size``, at most about that many
+    edges at a time): a caller that sums them holds one window's path, not the whole trace's, and not its
+    columns."""
     t = result.t
     b = binding(g, result) if bound is None else bound
     starts, last_end = win.bounds(t)
     ends = np.r_[win.start_v[1:], last_end]
-    tables = []
     for it, lo, end_v in zip(win.iterations, starts, ends):
-        cols = path_columns(g, critical_path(g, result, b, int(end_v), int(lo)))
-        cols["iteration"] = np.full(len(cols["ns"]), int(it), np.int64)
-        tables.append(cols)
-    return {c: np.concatenate([tb[c] for tb in tables]) for c in PATH_COLUMNS} if tables else {}
+        for piece in _pieces(critical_path(g, result, b, int(end_v), int(lo)), size):
+            cols = path_columns(g, piece)
+            cols["iteration"] = np.full(len(cols["ns"]), int(it), np.int64)
+            yield cols
+
+
+def _pieces(path: Path, size: int | None) -> Iterator[Path]:
+    """The path cut into pieces of at most ``size`` chain edges (its cross edges and untracked time last)."""
+    if size is None or len(path.chain_v) <= size:
+        yield path
+        return
+    none = np.zeros(0, np.int64)
+    for at in range(0, len(path.chain_v), size):
+        yield Path(path.chain_v[at:at + size], path.chain_ns[at:at + size], none, none, 0)
+    yield Path(none, none, path.cross_e, path.cross_ns, path.untracked_ns)
 
 
 def summarize_path(g: Graph, path: pd.DataFrame, wall: int, top: int = 10) -> list[dict]:
@@ -275,7 +295,9 @@ def _replayed(g: Graph, scenarios: list[Scenario], replays: dict, unchanged: Res
         try:
             for sc in scenarios:
                 sc.apply(g, w)
-            replays[key] = solve(g, w, start=unchanged.t if unchanged is not None else None)
+            # only its times are read again: its weights let go (and used as the replay's scratch space)
+            replays[key] = solve(g, w, start=unchanged.t if unchanged is not None else None, scratch=True)
+            del w
         except DlscopeError as e:
             replays[key] = e
     if isinstance(replays[key], DlscopeError):

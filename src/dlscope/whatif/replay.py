@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .graph import CATEGORIES, CROSS_CATEGORY, Graph
+from .graph import CATEGORIES, CROSS_CATEGORY, Graph, fitting
 
 NONE = np.iinfo(np.int64).min // 4
 
@@ -33,12 +33,23 @@ class Weights:
     def measured(cls, g: Graph) -> Weights:
         return cls(g.wc.copy(), g.wx.copy(), np.zeros(g.n, bool), g.xoff.copy())
 
+    @classmethod
+    def shared(cls, g: Graph) -> Weights:
+        """The measured weights as read-only views of the graph's (no copy: for a replay that changes none)."""
+        return cls(_read_only(g.wc), _read_only(g.wx), _read_only(np.zeros(g.n, bool)), _read_only(g.xoff))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
 
 @dataclass
 class Result:
     t: np.ndarray           # replayed vertex times (relative, aligned clock)
     rounds: int
-    weights: Weights
+    weights: Weights | None  # None: let go (a scenario's replay kept only for its times)
 
 
 def _segmented_cummax(y: np.ndarray, seg: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +103,7 @@ def _layout(g: Graph, cut: np.ndarray, off: np.ndarray) -> _Layout:
     src, dst = g.src[on], g.dst[on]
     head = seg_start.copy()
     head[dst] = True
-    hid = np.cumsum(head) - 1                 # segment of each vertex
+    hid = np.cumsum(head, dtype=fitting(n)) - 1  # segment of each vertex (kept with the layout: int32 where it fits)
     heads = np.flatnonzero(head)
     # a head continues the previous head's segment (same chain) unless its chain edge is cut or absent
     cont = ~seg_start[heads]
@@ -129,8 +140,12 @@ def _layout(g: Graph, cut: np.ndarray, off: np.ndarray) -> _Layout:
     return _Layout(seg_start, hid, heads, cont, base, e_src, e_on, e_seg, d_seg, order, joined, seg, blocks)
 
 
-def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | None = None) -> Result:
+def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | None = None,
+          scratch: bool = False) -> Result:
     """Replay the graph under ``w``: every vertex's time (sources keep their measured time).
+
+    ``scratch``: ``w.wc`` may be overwritten (a caller that lets the weights go after: one array per vertex
+    fewer); the result then has no weights.
 
     ``start``: vertex times to sweep from (the measured times, or the unchanged replay's). The graph has no
     cycle, so the sweeps reach the same times from any start (each sweep settles one more cross edge of every
@@ -148,12 +163,20 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
     key = ("replay-layout", np.packbits(w.cut).tobytes(), np.packbits(w.off).tobytes())
     lay = g.memoized(key, lambda: _layout(g, w.cut, w.off))
     heads, hid, order = lay.heads, lay.hid, lay.order
-    wc = np.where(lay.seg_start, 0, w.wc)
-    run = np.cumsum(wc)
-    off = run - run[heads][hid]               # offset of a vertex after its segment's head
+    # (arrays per vertex made in place where they can: a scenario's replay is the peak of a priced import)
+    if scratch:
+        wc = w.wc
+        wc[lay.seg_start] = 0
+    else:
+        wc = np.where(lay.seg_start, 0, w.wc)
     cont = lay.cont
+    head_wc = wc[heads[cont]]
+    run = np.cumsum(wc, out=wc)
+    del wc
+    off = run
+    off -= run[heads][hid]                    # offset of a vertex after its segment's head
     step = np.zeros(len(heads), np.int64)
-    step[cont] = off[heads[cont] - 1] + wc[heads[cont]]
+    step[cont] = off[heads[cont] - 1] + head_wc
     e_off = off[lay.e_src] + w.wx[lay.e_on]
     e_seg, joined, seg = lay.e_seg, lay.joined, lay.seg
     # each local run's offsets from its first head, in block order
@@ -189,16 +212,18 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
             H[hs] = new
         else:
             raise RuntimeError(f"the replay did not settle in {max_rounds} sweeps (a dependency cycle?)")
-    hv = H[hid]
-    t = np.where(hv > NONE, hv + off, NONE)
-    return Result(t, rounds, w)
+    t = H[hid]
+    unreached = t <= NONE
+    t += off
+    t[unreached] = NONE
+    return Result(t, rounds, None if scratch else w)
 
 
 def unchanged(g: Graph) -> Result:
     """The unchanged replay. The graph is built so that the measured times are its fixed point (every vertex
     at the latest of its inputs): checked here in one vectorised pass, they are the replay (no sweep); were
     they not, it is solved."""
-    w = Weights.measured(g)
+    w = Weights.shared(g)
     t = g.t
     on = ~w.off
     src, dst = g.src[on], g.dst[on]
@@ -211,7 +236,7 @@ def unchanged(g: Graph) -> Result:
         latest[d] = np.maximum(latest[d], np.maximum.reduceat(t[src] + w.wx[on], starts))
     source = latest == NONE   # neither a chain predecessor nor a cross input: keeps its measured time
     if np.array_equal(np.where(source, t, latest), t):
-        return Result(t.copy(), 0, w)
+        return Result(_read_only(t), 0, w)  # the graph's own times: nothing copied
     return solve(g, w, start=t)
 
 
@@ -229,15 +254,18 @@ class Binding:
 
 def binding(g: Graph, r: Result) -> Binding:
     t, w = r.t, r.weights
+    assert w is not None, "a replay whose weights were let go"
     n = g.n
     seg_start = g.first | w.cut
-    idx = np.arange(n)
+    # vertex and edge indexes as int32 where they fit (two arrays per vertex kept for every walk)
+    index = fitting(max(n, len(g.src)))
     by_chain = np.zeros(n, bool)
-    nf = ~seg_start
-    by_chain[nf] = (t[idx[nf] - 1] > NONE) & (t[idx[nf] - 1] + w.wc[nf] == t[nf])
+    if n > 1:  # (vertex 0 starts its chain)
+        by_chain[1:] = (t[:-1] > NONE) & (t[:-1] + w.wc[1:] == t[1:])
+    by_chain &= ~seg_start
     on = ~w.off
     tight = on & (t[g.src] > NONE) & (t[g.src] + w.wx == t[g.dst])
-    edge = np.full(n, -1, np.int64)
+    edge = np.full(n, -1, index)
     e = np.flatnonzero(tight)
     # edges are sorted by dst: the first tight one of each vertex
     if len(e):
@@ -246,8 +274,9 @@ def binding(g: Graph, r: Result) -> Binding:
         edge[d[firsts]] = e[firsts]
     # a cross edge explains a vertex better than its own chain (a wait, not work): prefer it
     by_chain &= edge < 0
-    mark = np.where(by_chain, -1, idx)
-    run_start = np.maximum.accumulate(mark) if n else mark
+    run_start = np.arange(n, dtype=index)
+    run_start[by_chain] = -1
+    np.maximum.accumulate(run_start, out=run_start)
     return Binding(by_chain, edge, run_start)
 
 

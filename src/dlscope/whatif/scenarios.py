@@ -316,9 +316,9 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     job, act = g.job, g.activities
     ops = job.ops
     is_k = (act["table"] == "kernel").to_numpy(bool)
-    k = act[is_k]
-    if k.empty:
-        return k.assign(on_tc=False)
+    k_rows = np.flatnonzero(is_k)  # (the kernels' columns read, not a copy of their rows of every column)
+    if not len(k_rows):
+        return act.iloc[0:0].assign(on_tc=False)
     math, not_math = _math_kernel()
     # names are judged once per distinct name
     name_code, distinct = g.name_codes(np.flatnonzero(is_k), na_sentinel=False)
@@ -336,18 +336,18 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
         ok = (prow >= 0) & (prec[rows] == "")
         prec[rows[ok]] = prec[prow[ok]]
     eligible = op_flags(ops, ops["tc_eligible"].to_numpy(np.int64) > 0)
-    krow = pos[k["op_id"].to_numpy(np.int64)]
+    krow = pos[act["op_id"].to_numpy(np.int64)[k_rows]]
     has = krow >= 0
     kprec = np.where(has, prec[np.maximum(krow, 0)] if len(ops) else "", "").astype(object)
     by_name = kernel_precisions(pd.Series(np.asarray(distinct, object), dtype=object))[name_code]
     kprec = np.where(kprec == "", by_name, kprec)
     kernel_row = positions(job.kernels["kernel_id"].to_numpy(np.int64))
-    kid = k["id"].to_numpy(np.int64)
+    kid = act["id"].to_numpy(np.int64)[k_rows]
     krow_k = np.where(kid < len(kernel_row) - 1, kernel_row[np.minimum(kid, len(kernel_row) - 1)], -1)
     uses_tc = np.where(krow_k >= 0, job.kernels["uses_tc"].to_numpy()[np.maximum(krow_k, 0)], 0) > 0
     elig = has & (eligible[np.maximum(krow, 0)] if len(ops) else False)
     sel = elig & is_math & np.isin(kprec, ["fp32", "tf32"])
-    out = k[sel].copy()
+    out = act.iloc[k_rows[sel]].copy()
     out["on_tc"] = uses_tc[sel] | (kprec[sel] == "tf32")
     return out
 

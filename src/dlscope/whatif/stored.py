@@ -19,7 +19,7 @@ import pandas as pd
 from ..processes import ChildFailed, ForkedCall, Inbox
 from .graph import CATEGORIES, Graph, build, positions
 from .job import Job
-from .predict import IterationRows, Windows, path_arrays, price_findings, windows
+from .predict import IterationRows, Windows, path_parts, price_findings, windows
 from .replay import Binding, Result, Weights, binding, unchanged
 from .scenarios import for_rule
 
@@ -176,20 +176,22 @@ class Replay:
         assert g is not None and base is not None  # built whenever there is no note
         shared = self._shared = _Shared(g, base) if self._shared is None else self._shared
         win = windows(g, rank, iter_start, iter_stop, shared.rows)
-        path = path_arrays(g, win, base, shared.bound)
-        ns = path["ns"].astype(np.int64) if path else np.zeros(0, np.int64)
-        op_id = path["op_id"].astype(np.int64) if path else np.zeros(0, np.int64)
-        act = path["act"].astype(np.int64) if path else np.zeros(0, np.int64)
-        owned = op_id >= 0
-        nodes, node_ns = _sums(op_nodes(g, op_id[owned], shared.op_pos), ns[owned])
-        kernel = act >= 0
-        kernel[kernel] = shared.is_kernel[act[kernel]]
-        code = shared.name_code[act[kernel]]
-        named = code >= 0  # a kernel without a name is in no kernels row
-        codes, code_ns = _sums(code[named], ns[kernel][named])
-        rank_of = path["rank"].astype(np.int64) if path else np.zeros(0, np.int64)
-        category = path["category"].astype(np.int64) if path else np.zeros(0, np.int64)
-        cells, cell_ns = _sums(rank_of * len(CATEGORIES) + category, ns)  # rank >= -1: (rank, category) order
+        # summed a few iteration windows at a time (sums of integers: exact in any grouping), so that the path of
+        # the whole trace is never held at once
+        partial: list[tuple[np.ndarray, ...]] = []
+        pending: list[dict[str, np.ndarray]] = []
+        size = 0
+        for part in path_parts(g, win, base, shared.bound, PATH_CHUNK):
+            pending.append(part)
+            size += len(part["ns"])
+            if size >= PATH_CHUNK:
+                partial.append(_path_sums(g, shared, pending))
+                pending, size = [], 0
+        if pending or not partial:
+            partial.append(_path_sums(g, shared, pending))
+        (nodes, node_ns), (codes, code_ns), (cells, cell_ns) = (
+            _sums(np.concatenate([p[k] for p in partial]), np.concatenate([p[k + 1] for p in partial]))
+            for k in (0, 2, 4))
         return _Walk(win, nodes, node_ns, np.asarray(shared.names[codes], object), code_ns, cells, cell_ns)
 
     def figures(self, requests: list[tuple]) -> list[Figures]:
@@ -231,6 +233,26 @@ class _Shared:
         code, names = g.name_codes()
         self.name_code = code
         self.names = pd.Index(names)
+
+
+#: path edges summed at once in a walk (a few iteration windows' worth; bounds the walk's memory)
+PATH_CHUNK = 1 << 16
+
+
+def _path_sums(g: Graph, shared: _Shared, parts: list[dict[str, np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """(op nodes, their ns, kernel name codes, their ns, (rank, category) cells, their ns) of path edges."""
+    def column(name: str) -> np.ndarray:
+        return np.concatenate([p[name] for p in parts]).astype(np.int64) if parts else np.zeros(0, np.int64)
+    ns, op_id, act = column("ns"), column("op_id"), column("act")
+    owned = op_id >= 0
+    nodes, node_ns = _sums(op_nodes(g, op_id[owned], shared.op_pos), ns[owned])
+    kernel = act >= 0
+    kernel[kernel] = shared.is_kernel[act[kernel]]
+    code = shared.name_code[act[kernel]]
+    named = code >= 0  # a kernel without a name is in no kernels row
+    codes, code_ns = _sums(code[named], ns[kernel][named])
+    cells, cell_ns = _sums(column("rank") * len(CATEGORIES) + column("category"), ns)  # rank >= -1: (rank, category)
+    return nodes, node_ns, codes, code_ns, cells, cell_ns
 
 
 def apply(aggs: list, findings: list[list[dict]], figures: list[Figures]) -> None:
