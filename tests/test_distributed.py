@@ -317,6 +317,41 @@ def test_job_wide_mfu_equals_each_rank_modelled_alone(folder, iter_start, iter_s
 
 
 @pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])
+def test_mfu_columns_added_to_the_job_op_nodes_once_equal_each_rank_modelled_alone(folder, iter_start, iter_stop):
+    """The op nodes' FLOPs and MFU put on the job's op-node table once (``JobMFU.node_columns``, as the
+    pipeline does): every rank's slice carries the columns ``add_mfu`` of its own ops gives, a rank without
+    a model included (its FLOPs missing, as the rank alone gives)."""
+    from dlscope.analyze.aggregation import JobAggregation
+    from dlscope.analyze.analysis import analyse
+    from dlscope.roofline.mfu import JobMFU, add_mfu
+
+    an = analyse(load_profiles_parallel(expand_inputs([job(folder)]), workers=1))
+    job_agg = JobAggregation(an, an.ranks, iter_start, iter_stop)
+    gpus = {r: an.rank_tables(r)["gpus"] for r in an.ranks}
+    mfu = JobMFU(an.profile.table("ops"), {r: (b[0], b[1]) for r, b in job_agg.bounds().items()}, gpus,
+                 job_agg.tables.nodes)
+    job_agg.add_node_columns(mfu.node_columns())
+    for rank in an.ranks:
+        agg = job_agg.aggregate(rank)
+        assert {"model_flops", "mfu"} <= set(agg.ops.columns)  # in the slice, before add
+        row, nodes = mfu.add(rank, agg.row, agg.ops)
+        bare = agg.ops.drop(columns=["model_flops", "mfu"])
+        row_alone, nodes_alone = add_mfu(agg.row, bare, an.rank_tables(rank)["ops"], gpus[rank])
+        assert json.dumps(row, sort_keys=True) == json.dumps(row_alone, sort_keys=True)
+        pd.testing.assert_frame_equal(nodes, nodes_alone, obj=f"rank {rank} op nodes")
+    # a rank with nothing to model: the same missing FLOPs and MFU as add_mfu gives it (no shapes recorded)
+    ops = an.profile.table("ops")
+    unshaped = ops.assign(input_shapes=np.where(ops["rank"].to_numpy() == an.ranks[0], None,
+                                                ops["input_shapes"].to_numpy(dtype=object)))
+    none = JobMFU(unshaped, {r: (b[0], b[1]) for r, b in job_agg.bounds().items()}, gpus, job_agg.tables.nodes)
+    assert not none.modelled[0]
+    columns = none.node_columns()
+    first = job_agg.tables.nodes["rank"].to_numpy() == an.ranks[0]
+    assert first.any() and pd.isna(np.asarray(columns["model_flops"][first], dtype=object)).all()
+    assert np.isnan(columns["mfu"][first]).all()
+
+
+@pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])
 def test_rules_frames_made_once_for_the_job_equal_each_rank_alone(folder, iter_start, iter_stop):
     """The rules' frames are projected once for all ranks and sliced per rank: every frame a rule reads is the
     rank's rows as its definition says (checked with plain pandas on the rank's raw table) and as the rank's

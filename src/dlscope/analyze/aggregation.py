@@ -587,6 +587,11 @@ class JobAggregation:
                 self._bounds[r] = (int(its.min()), int(its.max()), int(starts[0]), int(ends[-1]))
         return dict(self._bounds)
 
+    def add_node_columns(self, columns: dict) -> None:
+        """Add columns to the op nodes of every rank at once (aligned with ``tables.nodes``; e.g. each node's
+        MFU): each rank's :attr:`Aggregation.ops` slice then has them, without a frame made per rank."""
+        self.tables.nodes = self.tables.nodes.assign(**columns)
+
     def aggregate(self, rank: int) -> Aggregation:
         i = self.tables.ranks.index(rank)
         at = self.gpus_at[i]
