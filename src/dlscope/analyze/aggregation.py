@@ -349,11 +349,34 @@ def _top_kernels(op_kernels: pd.DataFrame, by: str, limit: int = 5) -> pd.Series
     starts = np.flatnonzero(np.concatenate([[True], pair_by[1:] != pair_by[:-1]]))
     within = np.arange(len(pair_by)) - np.repeat(starts, np.diff(np.append(starts, len(pair_by))))
     kept = within < limit
-    label = np.asarray(name_of, dtype=object)[pair_name[kept]]
-    text = [f"{n} ×{c}" for n, c in zip(label.tolist(), calls[kept].tolist())]
-    bounds = np.append(np.flatnonzero(within[kept] == 0), len(text)).tolist()
-    joined = ["; ".join(text[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    joined = _joined_texts(np.asarray(name_of, dtype=object), pair_name[kept], calls[kept], within[kept], limit)
     return pd.Series(joined, index=np.asarray(by_of)[pair_by[starts]], dtype=object)
+
+
+def _joined_texts(names: np.ndarray, name_code: np.ndarray, calls: np.ndarray, within: np.ndarray,
+                  limit: int) -> np.ndarray:
+    """Per group (its items contiguous, ``within`` 0 at each group's first): "name ×calls; …" of its items.
+    Groups of the same (name, calls) items share one text, made once (the ranks of a job repeat the same op
+    nodes: ~70 distinct texts for 15k nodes), and one string object (Arrow then encodes it once)."""
+    first = np.flatnonzero(within == 0)
+    group = np.cumsum(within == 0) - 1
+    if calls.dtype.kind not in "iu" or len(first) == 0 or calls.max() >= 2 ** 31:  # each group's own text
+        text = [f"{n} ×{c}" for n, c in zip(names[name_code].tolist(), calls.tolist())]
+        bounds = np.append(first, len(text)).tolist()
+        return np.asarray(["; ".join(text[a:b]) for a, b in zip(bounds[:-1], bounds[1:])], dtype=object)
+    key = np.full((len(first), 2 * limit), -1, dtype=np.int64)
+    key[group, 2 * within] = name_code
+    key[group, 2 * within + 1] = calls
+    which = np.zeros(len(first), dtype=np.int64)
+    for column in key.T:  # rows coded column by column (codes stay below the groups' count)
+        which = pd.factorize(which * (int(column.max()) + 2) + column + 1)[0].astype(np.int64)
+    one = np.unique(which, return_index=True)[1]  # each distinct row's first group
+    texts = np.empty(len(one), dtype=object)
+    ends = np.append(first[1:], len(name_code))
+    for j, g in enumerate(one.tolist()):
+        a, b = int(first[g]), int(ends[g])
+        texts[j] = "; ".join(f"{n} ×{c}" for n, c in zip(names[name_code[a:b]].tolist(), calls[a:b].tolist()))
+    return texts[which]
 
 
 OP_TYPE_COLUMNS = ["op_type", "ops", "calls"] + [
