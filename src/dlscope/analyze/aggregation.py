@@ -431,13 +431,11 @@ def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, b
     calls, stats = group_stats(group, len(first), {"dur": kernels["dur"].to_numpy(np.int64),
                                                    "tc": uses_tc.astype(np.int64)})
     total, low_ns, high_ns = stats["dur"]
-    out = pd.DataFrame({**{b: key[first] for b, key in zip(by, keys)},
-                        "uses_tc": stats["tc"][2].astype(uses_tc.dtype), "calls": calls, "gpu_time_ns": total,
-                        "avg_ns": total / np.maximum(calls, 1), "min_ns": low_ns, "max_ns": high_ns})
     code = keys[-1][first] % max(len(names), 1)  # a missing name (-1): the last, as numpy indexes
-    out.insert(len(by), "kernel_name", _text_values(names.take(code)))
-    out["name_code"] = code
-    return out
+    return pd.DataFrame({**{b: key[first] for b, key in zip(by, keys)}, "kernel_name": _text_values(names.take(code)),
+                         "uses_tc": stats["tc"][2].astype(uses_tc.dtype), "calls": calls, "gpu_time_ns": total,
+                         "avg_ns": total / np.maximum(calls, 1), "min_ns": low_ns, "max_ns": high_ns,
+                         "name_code": code})  # one frame, not a column inserted after (~3 ms each)
 
 
 def _text_values(values: pd.Index | pd.Series):
