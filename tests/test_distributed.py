@@ -614,3 +614,35 @@ def test_streaming_reports_truncated_files(tmp_path):
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(InputError, match="not valid JSON"):
         load_kineto(cut, max_memory=1)
+
+
+def test_gpu_time_line_parts_of_all_ranks_at_once_hand_computed():
+    """Three aggregations: rank 0 (a compute kernel, an NCCL kernel half under it, a copy, all cut to the
+    window), rank 1 (range-only: no GPU activity, so none claimed), rank 5 (one kernel outside its window: all
+    idle); rank 9's kernel belongs to no aggregation. Two aggregations of one rank are each their own."""
+    from types import SimpleNamespace
+
+    from dlscope.distributed.figures import _job_gpu_parts
+
+    kernels = pd.DataFrame({"rank": [0, 0, 0, 5, 9], "start": [0, 50, 150, 500, 0], "end": [100, 150, 250, 600, 99],
+                            "name": ["gemm", "ncclDevKernel_AllReduce_Sum", "relu", "gemm", "gemm"]})
+    memops = pd.DataFrame({"rank": [0, 0], "start": [90, 290], "end": [120, 320]})
+    tables = {"kernels": kernels, "memops": memops}
+    an = SimpleNamespace(profile=SimpleNamespace(table=tables.__getitem__),
+                         rank_tables=lambda r: {n: t[t["rank"] == r] for n, t in tables.items()})
+
+    def agg(rank, lo, hi):
+        return SimpleNamespace(row={"rank": rank, "window_start": lo, "window_end": hi})
+
+    parts = _job_gpu_parts(an, [agg(5, 0, 100), agg(0, 10, 300), agg(1, 0, 50)])
+    # rank 0 in [10, 300): compute [10,100) + [150,250) = 190; NCCL [50,150) = 100, of it [100,150) not under
+    # compute = 50; kernels [10,250) = 240; copies [90,120) under kernels, [290,300) not: 10; idle 290 - 250 = 40
+    assert parts == [{"compute_ns": 0, "communication_ns": 0, "exposed_communication_ns": 0, "memcpy_ns": 0,
+                      "idle_ns": 100},
+                     {"compute_ns": 190, "communication_ns": 100, "exposed_communication_ns": 50, "memcpy_ns": 10,
+                      "idle_ns": 40},
+                     None]
+    twice = _job_gpu_parts(an, [agg(0, 10, 300), agg(0, 0, 60)])
+    # the second window [0, 60): compute [0,60) = 60, NCCL [50,60) all under it, no copy past the kernels
+    assert twice[1] == {"compute_ns": 60, "communication_ns": 10, "exposed_communication_ns": 0, "memcpy_ns": 0,
+                        "idle_ns": 0} and twice[0] == parts[1]
