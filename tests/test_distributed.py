@@ -646,3 +646,27 @@ def test_gpu_time_line_parts_of_all_ranks_at_once_hand_computed():
     # the second window [0, 60): compute [0,60) = 60, NCCL [50,60) all under it, no copy past the kernels
     assert twice[1] == {"compute_ns": 60, "communication_ns": 10, "exposed_communication_ns": 0, "memcpy_ns": 0,
                         "idle_ns": 0} and twice[0] == parts[1]
+
+
+def test_rank_tables_are_each_rank_rows_in_table_order_whether_the_tables_follow_the_ranks_or_not():
+    """``Analysed.rank_tables`` (cut out on first read): every table of every rank is what a boolean mask on
+    the rank column gives (rows, order, index labels, dtypes), for the job's tables as imported (ordered by
+    rank), shuffled, of one rank only, and empty; a rank the job does not have gets empty tables."""
+    from dlscope.analyze.analysis import Analysed, analyse
+    from dlscope.model import Profile
+
+    an = analyse(load_profiles_parallel(expand_inputs([job(DLRM)]), workers=1))
+    rng = np.random.default_rng(7)
+    shuffled = {name: an.profile.table(name).iloc[rng.permutation(len(an.profile.table(name)))] for name in an.RAW}
+    one = {name: an.profile.table(name)[an.profile.table(name)["rank"] == 3] for name in an.RAW}
+    cases = [an, Analysed(Profile(**shuffled, meta=an.profile.meta), an.iterations),
+             Analysed(Profile(**one, meta=an.profile.meta), an.iterations), Analysed(Profile(), an.iterations)]
+    for case in cases:
+        for rank in [*range(8), 99]:
+            tables = case.rank_tables(rank)
+            assert list(tables) == list(an.RAW)
+            for name in an.RAW:
+                whole = case.profile.table(name)
+                pd.testing.assert_frame_equal(tables[name], whole[whole["rank"].to_numpy() == rank],
+                                              obj=f"rank {rank} {name}")
+    assert len(an.rank_tables(0)["kernels"]) and len(cases[1].rank_tables(5)["ops"])

@@ -7,6 +7,7 @@ window into disjoint pieces by priority so its seven parts add up to the wall cl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -41,7 +42,7 @@ class Aggregation:
     critical_path: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def _rank_frames(an: Analysed, rank: int) -> dict[str, pd.DataFrame]:
+def _rank_frames(an: Analysed, rank: int) -> Mapping[str, pd.DataFrame]:
     return an.rank_tables(rank)
 
 

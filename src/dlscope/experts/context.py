@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Mapping
 from functools import cache, cached_property
 
 import numpy as np
@@ -48,7 +49,7 @@ class RuleFrames:
     window_start, window_end) of its aggregation.
     """
 
-    def __init__(self, tables: dict, bounds: dict[int, tuple[int, int, int, int]]):
+    def __init__(self, tables: Mapping, bounds: dict[int, tuple[int, int, int, int]]):
         self.tables, self.bounds = tables, dict(bounds)
         self.ranks = np.array(sorted(self.bounds), dtype=np.int64)
         b = np.array([self.bounds[int(r)] for r in self.ranks], dtype=np.int64).reshape(-1, 4)
@@ -421,7 +422,7 @@ class Context:
     ``aggregation`` (the computed summary tables) — plus ``config`` (all thresholds). ``frames``: the job's
     :class:`RuleFrames` when the job's ranks share them (else made here for this rank alone)."""
 
-    def __init__(self, config: dict, tables: dict, aggregation, frames: RuleFrames | None = None):
+    def __init__(self, config: dict, tables: Mapping, aggregation, frames: RuleFrames | None = None):
         self.config, self.tables, self.aggregation = config, tables, aggregation
         self.agg = dict(aggregation.row)
         self.rank = int(self.agg["rank"])
