@@ -670,3 +670,20 @@ def test_rank_tables_are_each_rank_rows_in_table_order_whether_the_tables_follow
                 pd.testing.assert_frame_equal(tables[name], whole[whole["rank"].to_numpy() == rank],
                                               obj=f"rank {rank} {name}")
     assert len(an.rank_tables(0)["kernels"]) and len(cases[1].rank_tables(5)["ops"])
+
+
+def test_a_rule_context_iteration_columns_are_the_profiled_iterations_in_order_made_once_and_read_only():
+    from dlscope.analyze.aggregation import JobAggregation
+    from dlscope.analyze.analysis import analyse
+    from dlscope.experts import Context, load_config
+
+    an = analyse(load_profiles_parallel(expand_inputs([job(DLRM)]), workers=1))
+    job_agg = JobAggregation(an, an.ranks)
+    for rank in an.ranks:
+        agg = job_agg.aggregate(rank)
+        ctx = Context(load_config(None), an.rank_tables(rank), agg)
+        its = agg.iterations[agg.iterations["profiled"].astype(bool)].sort_values("iteration", kind="stable")
+        for column in ("iteration", "start", "end", "dataloader_ns"):
+            got = ctx.iteration_col(column)
+            assert got.tolist() == its[column].tolist() and len(got)
+            assert ctx.iteration_col(column) is got and not got.flags.writeable

@@ -436,6 +436,7 @@ class Context:
         self.frames = frames
         self._busy: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._api_order: tuple[np.ndarray, np.ndarray] | None = None
+        self._iteration_cols: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------ loading
 
@@ -494,8 +495,14 @@ class Context:
         return rows if profiled.all() else rows[profiled]
 
     def iteration_col(self, column: str) -> np.ndarray:
-        """One column of :attr:`iterations` as a numpy array, without making the frame (see :meth:`col`)."""
-        return self.aggregation.iterations[column].to_numpy()[self._iteration_rows]
+        """One column of :attr:`iterations` as a read-only numpy array, without making the frame (see :meth:`col`);
+        made once per column (several rules read the same few, and a column of a frame costs ~30 µs)."""
+        values = self._iteration_cols.get(column)
+        if values is None:
+            values = self.aggregation.iterations[column].to_numpy()[self._iteration_rows]
+            values.flags.writeable = False
+            self._iteration_cols[column] = values
+        return values
 
     @cached_property
     def ranges(self) -> pd.DataFrame:
