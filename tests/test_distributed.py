@@ -649,9 +649,10 @@ def test_gpu_time_line_parts_of_all_ranks_at_once_hand_computed():
 
 
 def test_rank_tables_are_each_rank_rows_in_table_order_whether_the_tables_follow_the_ranks_or_not():
-    """``Analysed.rank_tables`` (cut out on first read): every table of every rank is what a boolean mask on
-    the rank column gives (rows, order, index labels, dtypes), for the job's tables as imported (ordered by
-    rank), shuffled, of one rank only, and empty; a rank the job does not have gets empty tables."""
+    """``Analysed.rank_tables`` (cut out on first read): every table of every rank, its row count and columns
+    read without the frame, are what a boolean mask on the rank column gives (rows, order, index labels,
+    dtypes), for the job's tables as imported, shuffled, of one rank only, and empty; a rank the job does not
+    have gets empty tables."""
     from dlscope.analyze.analysis import Analysed, analyse
     from dlscope.model import Profile
 
@@ -667,8 +668,11 @@ def test_rank_tables_are_each_rank_rows_in_table_order_whether_the_tables_follow
             assert list(tables) == list(an.RAW)
             for name in an.RAW:
                 whole = case.profile.table(name)
-                pd.testing.assert_frame_equal(tables[name], whole[whole["rank"].to_numpy() == rank],
-                                              obj=f"rank {rank} {name}")
+                mine = whole[whole["rank"].to_numpy() == rank]
+                pd.testing.assert_frame_equal(tables[name], mine, obj=f"rank {rank} {name}")
+                assert tables.rows(name) == len(mine)
+                for column in ("rank", "start") if "start" in whole.columns else ("rank",):
+                    assert tables.column(name, column).tolist() == mine[column].tolist()
     assert len(an.rank_tables(0)["kernels"]) and len(cases[1].rank_tables(5)["ops"])
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 from ..errors import DlscopeError
 from ..model import string_column
 from ..nanoseconds import round_ns
-from .analysis import Analysed
+from .analysis import Analysed, _RankTables
 from .intervals import clip, coverage, sorted_unique, union_length, union_per_group
 
 CATEGORIES = ("tensor_core", "non_tensor_core", "memory", "dataloader", "io", "cpu", "other")
@@ -44,6 +44,11 @@ class Aggregation:
 
 def _rank_frames(an: Analysed, rank: int) -> Mapping[str, pd.DataFrame]:
     return an.rank_tables(rank)
+
+
+def _rank_column(tables: Mapping[str, pd.DataFrame], name: str, column: str) -> np.ndarray:
+    """One column of a rank's table, without cutting the frame out where the tables are a job's."""
+    return tables.column(name, column) if isinstance(tables, _RankTables) else tables[name][column].to_numpy()
 
 
 def _intervals(frame: pd.DataFrame, mask=None) -> tuple[np.ndarray, np.ndarray]:
@@ -914,14 +919,14 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
     wall = hi - lo
     parts = segments.breakdown(lo, hi)
 
-    ops = fr["ops"]
     i = job.ranks.index(rank)
     ak = job.ak.iloc[job.ak_at[i]]
-    in_ops = np.isin(ops["iteration"].to_numpy(), profiled)
-    roots = np.flatnonzero(in_ops & (ops["parent_id"].to_numpy() < 0))
+    # the rank's op calls as two columns (its frame is cut out only where a rank alone's tables are made)
+    in_ops = np.isin(_rank_column(fr, "ops", "iteration"), profiled)
+    roots = np.flatnonzero(in_ops & (_rank_column(fr, "ops", "parent_id") < 0))
     if gpus is None:  # no device or an empty window: the rank's own table
         gpus = _gpu_table(fr, lo, hi, wall, ak).assign(rank=rank)
-    has_gpu = len(fr["kernels"]) > 0
+    has_gpu = (fr.rows("kernels") if isinstance(fr, _RankTables) else len(fr["kernels"])) > 0
     util = float(gpus["utilization"].mean()) if has_gpu and len(gpus) else None
 
     if len(roots):
@@ -929,6 +934,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         nodes = job.slice(job.nodes, job.nodes_at, rank)
         types = job.slice(job.op_types, job.types_at, rank)
     else:  # no op node: the empty tables a rank alone gives
+        ops = fr["ops"]
         op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
         nodes = _op_nodes(ops, roots, op_kernels).assign(rank=rank)
         types = _op_types(ops, roots, nodes, op_kernels)
@@ -959,6 +965,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
     }
     groups = job_groups.of(i)
     if groups is None:  # no op node or no group: what the rank alone gives
+        ops = fr["ops"]
         in_agg = {name: _rows(fr[name], np.isin(fr[name]["iteration"].to_numpy(), profiled))
                   for name in ("memops", "api_calls")}
         node_of = job.node_of

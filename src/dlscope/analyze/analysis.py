@@ -41,21 +41,45 @@ class Analysed:
     RAW = tuple(TABLES)
 
     def rank_tables(self, rank: int) -> Mapping[str, pd.DataFrame]:
-        """The raw tables of one rank (each rank's rows in table order); where each rank's rows are is found
-        once for all ranks, and a table of a rank is cut out when first read (a job's ranks read few of them:
-        cutting every table of 64 ranks cost ~70 ms)."""
+        """The raw tables of one rank (each rank's rows in table order): a table is put in rank order once, when
+        a rank first reads it, and each rank's rows are a slice of it (a job's ranks read few of the tables:
+        splitting every table for every rank cost ~70 ms on 64 ranks)."""
         if self._by_rank is None:
             self._by_rank = {}
-            for name in self.RAW:
-                rank_of_row = self.profile.table(name)["rank"].to_numpy(np.int64)
-                if len(rank_of_row) == 0 or (rank_of_row[1:] >= rank_of_row[:-1]).all():  # by rank: slices
-                    order = None
-                    sorted_ranks = rank_of_row
-                else:
-                    order = np.argsort(rank_of_row, kind="stable")
-                    sorted_ranks = rank_of_row[order]
-                self._by_rank[name] = (order, sorted_ranks)
         return _RankTables(self, rank)
+
+    def _rank_order(self, name: str) -> tuple[np.ndarray | None, np.ndarray]:
+        """The table's rows in rank order (stable: each rank's in table order; None: they are already), and the
+        rank of each of those rows."""
+        assert self._by_rank is not None
+        key = ("order", name)
+        if key not in self._by_rank:
+            rank_of_row = self.profile.table(name)["rank"].to_numpy(np.int64)
+            order = None
+            if len(rank_of_row) and not (rank_of_row[1:] >= rank_of_row[:-1]).all():
+                order = np.argsort(rank_of_row, kind="stable")
+                rank_of_row = rank_of_row[order]
+            self._by_rank[key] = (order, rank_of_row)
+        return self._by_rank[key]
+
+    def _in_rank_order(self, name: str) -> pd.DataFrame:
+        """The table with its rows in rank order (index labels kept), made once: each rank's rows a slice."""
+        assert self._by_rank is not None
+        key = ("frame", name)
+        if key not in self._by_rank:
+            order, _ = self._rank_order(name)
+            frame = self.profile.table(name)
+            self._by_rank[key] = frame if order is None else frame.take(order)
+        return self._by_rank[key]
+
+    def _column_in_rank_order(self, name: str, column: str) -> np.ndarray:
+        assert self._by_rank is not None
+        key = ("column", name, column)
+        if key not in self._by_rank:
+            order, _ = self._rank_order(name)
+            values = self.profile.table(name)[column].to_numpy()
+            self._by_rank[key] = values if order is None else values[order]
+        return self._by_rank[key]
 
     @property
     def ranks(self) -> list[int]:
@@ -66,27 +90,38 @@ class Analysed:
 
 
 class _RankTables(Mapping):
-    """:meth:`Analysed.rank_tables` of one rank: each table's rows of the rank, cut out on first read (a slice
-    where the table is ordered by rank, else its rows taken in table order); a table with no other rank's rows
-    is the table itself."""
+    """:meth:`Analysed.rank_tables` of one rank: each table's rows of the rank, a slice of the table in rank
+    order made on first read; a table with no other rank's rows is the table itself."""
 
     def __init__(self, an: Analysed, rank: int):
         self.an, self.rank = an, rank
         self._cut: dict[str, pd.DataFrame] = {}
 
+    def _bounds(self, name: str) -> tuple[int, int, int]:
+        """The rank's [lo, hi) in the table in rank order, and the table's length."""
+        _, sorted_ranks = self.an._rank_order(name)
+        lo, hi = np.searchsorted(sorted_ranks, self.rank, "left"), np.searchsorted(sorted_ranks, self.rank, "right")
+        return int(lo), int(hi), len(sorted_ranks)
+
     def __getitem__(self, name: str) -> pd.DataFrame:
         if name not in self._cut:
-            frame = self.an.profile.table(name)
-            assert self.an._by_rank is not None
-            order, sorted_ranks = self.an._by_rank[name]
-            lo, hi = np.searchsorted(sorted_ranks, self.rank, "left"), np.searchsorted(sorted_ranks, self.rank, "right")
-            if lo == 0 and hi == len(frame) and hi > 0:
-                self._cut[name] = frame  # one rank's rows only
-            elif order is None:
-                self._cut[name] = frame.iloc[int(lo):int(hi)]
+            lo, hi, n = self._bounds(name)
+            if lo == 0 and hi == n and n > 0:
+                self._cut[name] = self.an.profile.table(name)  # one rank's rows only: the table itself
             else:
-                self._cut[name] = frame.take(order[lo:hi])
+                self._cut[name] = self.an._in_rank_order(name).iloc[lo:hi]
         return self._cut[name]
+
+    def rows(self, name: str) -> int:
+        """How many rows of the table are the rank's (without cutting them out)."""
+        lo, hi, _ = self._bounds(name)
+        return hi - lo
+
+    def column(self, name: str, column: str) -> np.ndarray:
+        """One column of the rank's rows of a table (``self[name][column].to_numpy()``), without cutting the
+        frame out: a view of the column in rank order, made once for all ranks."""
+        lo, hi, _ = self._bounds(name)
+        return self.an._column_in_rank_order(name, column)[lo:hi]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.an.RAW)
