@@ -317,6 +317,41 @@ def test_job_wide_mfu_equals_each_rank_modelled_alone(folder, iter_start, iter_s
 
 
 @pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])
+def test_mfu_columns_added_to_the_job_op_nodes_once_equal_each_rank_modelled_alone(folder, iter_start, iter_stop):
+    """The op nodes' FLOPs and MFU put on the job's op-node table once (``JobMFU.node_columns``, as the
+    pipeline does): every rank's slice carries the columns ``add_mfu`` of its own ops gives, a rank without
+    a model included (its FLOPs missing, as the rank alone gives)."""
+    from dlscope.analyze.aggregation import JobAggregation
+    from dlscope.analyze.analysis import analyse
+    from dlscope.roofline.mfu import JobMFU, add_mfu
+
+    an = analyse(load_profiles_parallel(expand_inputs([job(folder)]), workers=1))
+    job_agg = JobAggregation(an, an.ranks, iter_start, iter_stop)
+    gpus = {r: an.rank_tables(r)["gpus"] for r in an.ranks}
+    mfu = JobMFU(an.profile.table("ops"), {r: (b[0], b[1]) for r, b in job_agg.bounds().items()}, gpus,
+                 job_agg.tables.nodes)
+    job_agg.add_node_columns(mfu.node_columns())
+    for rank in an.ranks:
+        agg = job_agg.aggregate(rank)
+        assert {"model_flops", "mfu"} <= set(agg.ops.columns)  # in the slice, before add
+        row, nodes = mfu.add(rank, agg.row, agg.ops)
+        bare = agg.ops.drop(columns=["model_flops", "mfu"])
+        row_alone, nodes_alone = add_mfu(agg.row, bare, an.rank_tables(rank)["ops"], gpus[rank])
+        assert json.dumps(row, sort_keys=True) == json.dumps(row_alone, sort_keys=True)
+        pd.testing.assert_frame_equal(nodes, nodes_alone, obj=f"rank {rank} op nodes")
+    # a rank with nothing to model: the same missing FLOPs and MFU as add_mfu gives it (no shapes recorded)
+    ops = an.profile.table("ops")
+    unshaped = ops.assign(input_shapes=np.where(ops["rank"].to_numpy() == an.ranks[0], None,
+                                                ops["input_shapes"].to_numpy(dtype=object)))
+    none = JobMFU(unshaped, {r: (b[0], b[1]) for r, b in job_agg.bounds().items()}, gpus, job_agg.tables.nodes)
+    assert not none.modelled[0]
+    columns = none.node_columns()
+    first = job_agg.tables.nodes["rank"].to_numpy() == an.ranks[0]
+    assert first.any() and pd.isna(np.asarray(columns["model_flops"][first], dtype=object)).all()
+    assert np.isnan(columns["mfu"][first]).all()
+
+
+@pytest.mark.parametrize("folder, iter_start, iter_stop", [(DLRM, None, None), (SAMPLED, 552, 552)])
 def test_rules_frames_made_once_for_the_job_equal_each_rank_alone(folder, iter_start, iter_stop):
     """The rules' frames are projected once for all ranks and sliced per rank: every frame a rule reads is the
     rank's rows as its definition says (checked with plain pandas on the rank's raw table) and as the rank's
@@ -579,3 +614,80 @@ def test_streaming_reports_truncated_files(tmp_path):
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(InputError, match="not valid JSON"):
         load_kineto(cut, max_memory=1)
+
+
+def test_gpu_time_line_parts_of_all_ranks_at_once_hand_computed():
+    """Three aggregations: rank 0 (a compute kernel, an NCCL kernel half under it, a copy, all cut to the
+    window), rank 1 (range-only: no GPU activity, so none claimed), rank 5 (one kernel outside its window: all
+    idle); rank 9's kernel belongs to no aggregation. Two aggregations of one rank are each their own."""
+    from types import SimpleNamespace
+
+    from dlscope.distributed.figures import _job_gpu_parts
+
+    kernels = pd.DataFrame({"rank": [0, 0, 0, 5, 9], "start": [0, 50, 150, 500, 0], "end": [100, 150, 250, 600, 99],
+                            "name": ["gemm", "ncclDevKernel_AllReduce_Sum", "relu", "gemm", "gemm"]})
+    memops = pd.DataFrame({"rank": [0, 0], "start": [90, 290], "end": [120, 320]})
+    tables = {"kernels": kernels, "memops": memops}
+    an = SimpleNamespace(profile=SimpleNamespace(table=tables.__getitem__),
+                         rank_tables=lambda r: {n: t[t["rank"] == r] for n, t in tables.items()})
+
+    def agg(rank, lo, hi):
+        return SimpleNamespace(row={"rank": rank, "window_start": lo, "window_end": hi})
+
+    parts = _job_gpu_parts(an, [agg(5, 0, 100), agg(0, 10, 300), agg(1, 0, 50)])
+    # rank 0 in [10, 300): compute [10,100) + [150,250) = 190; NCCL [50,150) = 100, of it [100,150) not under
+    # compute = 50; kernels [10,250) = 240; copies [90,120) under kernels, [290,300) not: 10; idle 290 - 250 = 40
+    assert parts == [{"compute_ns": 0, "communication_ns": 0, "exposed_communication_ns": 0, "memcpy_ns": 0,
+                      "idle_ns": 100},
+                     {"compute_ns": 190, "communication_ns": 100, "exposed_communication_ns": 50, "memcpy_ns": 10,
+                      "idle_ns": 40},
+                     None]
+    twice = _job_gpu_parts(an, [agg(0, 10, 300), agg(0, 0, 60)])
+    # the second window [0, 60): compute [0,60) = 60, NCCL [50,60) all under it, no copy past the kernels
+    assert twice[1] == {"compute_ns": 60, "communication_ns": 10, "exposed_communication_ns": 0, "memcpy_ns": 0,
+                        "idle_ns": 0} and twice[0] == parts[1]
+
+
+def test_rank_tables_are_each_rank_rows_in_table_order_whether_the_tables_follow_the_ranks_or_not():
+    """``Analysed.rank_tables`` (cut out on first read): every table of every rank, its row count and columns
+    read without the frame, are what a boolean mask on the rank column gives (rows, order, index labels,
+    dtypes), for the job's tables as imported, shuffled, of one rank only, and empty; a rank the job does not
+    have gets empty tables."""
+    from dlscope.analyze.analysis import Analysed, analyse
+    from dlscope.model import Profile
+
+    an = analyse(load_profiles_parallel(expand_inputs([job(DLRM)]), workers=1))
+    rng = np.random.default_rng(7)
+    shuffled = {name: an.profile.table(name).iloc[rng.permutation(len(an.profile.table(name)))] for name in an.RAW}
+    one = {name: an.profile.table(name)[an.profile.table(name)["rank"] == 3] for name in an.RAW}
+    cases = [an, Analysed(Profile(**shuffled, meta=an.profile.meta), an.iterations),
+             Analysed(Profile(**one, meta=an.profile.meta), an.iterations), Analysed(Profile(), an.iterations)]
+    for case in cases:
+        for rank in [*range(8), 99]:
+            tables = case.rank_tables(rank)
+            assert list(tables) == list(an.RAW)
+            for name in an.RAW:
+                whole = case.profile.table(name)
+                mine = whole[whole["rank"].to_numpy() == rank]
+                pd.testing.assert_frame_equal(tables[name], mine, obj=f"rank {rank} {name}")
+                assert tables.rows(name) == len(mine)
+                for column in ("rank", "start") if "start" in whole.columns else ("rank",):
+                    assert tables.column(name, column).tolist() == mine[column].tolist()
+    assert len(an.rank_tables(0)["kernels"]) and len(cases[1].rank_tables(5)["ops"])
+
+
+def test_a_rule_context_iteration_columns_are_the_profiled_iterations_in_order_made_once_and_read_only():
+    from dlscope.analyze.aggregation import JobAggregation
+    from dlscope.analyze.analysis import analyse
+    from dlscope.experts import Context, load_config
+
+    an = analyse(load_profiles_parallel(expand_inputs([job(DLRM)]), workers=1))
+    job_agg = JobAggregation(an, an.ranks)
+    for rank in an.ranks:
+        agg = job_agg.aggregate(rank)
+        ctx = Context(load_config(None), an.rank_tables(rank), agg)
+        its = agg.iterations[agg.iterations["profiled"].astype(bool)].sort_values("iteration", kind="stable")
+        for column in ("iteration", "start", "end", "dataloader_ns"):
+            got = ctx.iteration_col(column)
+            assert got.tolist() == its[column].tolist() and len(got)
+            assert ctx.iteration_col(column) is got and not got.flags.writeable

@@ -216,3 +216,25 @@ def test_covered_lengths_equal_interval_differences_window_by_window():
         expected = [max(int(h - w), 0) - length(minus((np.array([w]), np.array([h])), (starts, ends))) if h > w else 0
                     for w, h in zip(lo, hi)]
         assert got.tolist() == expected
+
+
+def test_launch_bound_kernels_evidence_sums_the_wait_per_name_on_the_job_name_codes():
+    """The kernels named in launch_bound's evidence: per kernel name (the job's name codes of the rank's
+    kernels), the summed wait, largest first; a kernel without a name is left out however long its wait,
+    rows not selected do not count."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from dlscope.experts.rules.launch import _top_names
+
+    names = np.array(["a", "b", "c", "d", "e", "f", "unused"], dtype=object)
+    codes = np.array([1, 0, -1, 1, 2, 0, 3, 3], dtype=np.int64)       # b a ? b c a d d
+    wait = np.array([3, 4, 100, 3, 1, 1, 50, 9], dtype=np.int64)
+    rows = np.array([True, True, True, True, True, True, False, True])  # the first d is not a short kernel
+    frames = SimpleNamespace(name_codes=lambda key, rank: (codes, names))
+    ctx = SimpleNamespace(frames=frames, rank=0)
+    # b: 3 + 3 = 6, a: 4 + 1 = 5, d: 9, c: 1; the unnamed 100 left out
+    assert _top_names(ctx, rows, wait[rows], 3) == ["d", "b", "a"]
+    assert _top_names(ctx, rows, wait[rows], 10) == ["d", "b", "a", "c"]
+    assert _top_names(ctx, np.zeros(8, dtype=bool), wait[:0], 3) == []

@@ -158,6 +158,41 @@ def test_ranks_list_is_the_current_run_and_collective_calls_match_the_raw_nccl_k
         assert c["last_rank"] == min(raw, key=lambda x: (x[1], x[0]))[0]
 
 
+def _union(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of [start, end) intervals (a sort and one pass: the test's own)."""
+    total, reach = 0, None
+    for s, e in sorted(intervals):
+        if reach is None or s > reach:
+            total, reach = total + e - s, e
+        elif e > reach:
+            total, reach = total + e - reach, e
+    return total
+
+
+def test_each_rank_gpu_time_line_parts_match_its_raw_kernels_and_copies_in_its_window(dlrm, dlrm_summary):
+    """compute, communication, exposed communication, copies and idle of every rank (made for all ranks at
+    once): recomputed from the raw files, the rank's kernels and memory operations cut to its window."""
+    ids = ",".join(str(a["agg_id"]) for a in dlrm_summary["job"]["aggregations"])
+    window = {r: (lo, hi) for r, lo, hi in
+              sql(dlrm, f"SELECT rank, window_start, window_end FROM aggregations WHERE agg_id IN ({ids})")}
+    ranks = {r["rank"]: r for r in dlrm_summary["ranks"]}
+    assert sorted(window) == sorted(ranks) == list(range(8))
+    for path in dlrm_files():
+        rank = raw_doc(path)["distributedInfo"]["rank"]
+        lo, hi = window[rank]
+        cut = {"compute": [], "comm": [], "copy": []}
+        for e in events(path):
+            if e.cat in KERNEL_CATS | MEMOP_CATS and min(e.end, hi) > max(e.start, lo):
+                kind = "copy" if e.cat in MEMOP_CATS else "comm" if e.name.startswith("ncclKernel_") else "compute"
+                cut[kind].append((max(e.start, lo), min(e.end, hi)))
+        compute, kernels = _union(cut["compute"]), _union(cut["compute"] + cut["comm"])
+        busy = _union(cut["compute"] + cut["comm"] + cut["copy"])
+        r = ranks[rank]
+        assert cut["comm"] and cut["copy"] and r["compute_ns"] == compute > 0
+        assert (r["communication_ns"], r["exposed_communication_ns"], r["memcpy_ns"], r["idle_ns"]) == (
+            _union(cut["comm"]), kernels - compute, busy - kernels, (hi - lo) - busy)
+
+
 def test_summary_for_another_rank_and_a_rank_that_is_not_there(dlrm, dlrm_summary):
     agg3 = next(a["agg_id"] for a in dlrm_summary["job"]["aggregations"] if a["rank"] == 3)
     s3 = summary_dict(dlrm, rank=3)

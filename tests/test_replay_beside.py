@@ -62,6 +62,37 @@ def test_the_replay_runs_in_a_child_and_stores_the_hand_computed_path(tmp_path, 
     assert s["row"][1] is None
 
 
+def test_the_child_prices_the_findings_while_the_importing_process_writes_its_tables(tmp_path, monkeypatch):
+    """The findings are sent as soon as the rules are done: the child is pricing them (``Replay.figures``) while
+    the importing process writes the aggregation tables, not after; the stored path is the hand-computed one."""
+    from dlscope.store import writer
+
+    priced = tmp_path / "pricing"
+    figures, write = stored.Replay.figures, writer.NewDatabase.write_agg_tables
+
+    def noted_figures(self, requests):  # in the child
+        priced.touch()
+        return figures(self, requests)
+
+    seen = []
+
+    def waiting_write(self, *args, **kwargs):  # in the importing process: has the child begun pricing?
+        deadline = time.monotonic() + 20
+        while not priced.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(priced.exists())
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr(stored.Replay, "figures", noted_figures)
+    monkeypatch.setattr(writer.NewDatabase, "write_agg_tables", waiting_write)
+    _build_noting_its_pid(monkeypatch, tmp_path / "pids")
+    s = _stored(_db(tmp_path, _sync_trace()), 1)
+    (pid,) = [int(p.name) for p in (tmp_path / "pids").iterdir()]
+    assert pid != os.getpid() and seen == [True]
+    assert s["ops"] == {"aten::mm": 120 * US, "aten::relu": 40 * US, "aten::add": 20 * US}
+    assert s["row"][1] is None
+
+
 def test_under_a_memory_budget_the_replay_runs_in_the_importing_process(tmp_path, monkeypatch):
     """A budget is estimated for one analysis at a time: no second process builds a graph beside it."""
     _build_noting_its_pid(monkeypatch, tmp_path / "pids")

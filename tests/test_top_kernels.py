@@ -35,6 +35,21 @@ def test_top_kernels_breaks_ties_by_name_in_python_order_for_object_and_arrow_st
     assert text[1] == "; ".join(f"{n} ×{c}" for n, c in sorted(zip(names[:4], [1, 2, 3, 4])))
 
 
+@pytest.mark.parametrize("calls_dtype", ["int64", "float64"])
+def test_top_kernels_of_groups_with_the_same_kernels_share_one_text_and_differ_where_calls_or_order_do(calls_dtype):
+    # nodes 1, 4 and 6: the same kernels and calls (6 in another row order); 2: one call more; 3: the same
+    # names, other times (another order); 5: a prefix of 1's kernels
+    rows = [(1, "a", 9, 1), (1, "b", 5, 2), (2, "a", 9, 1), (2, "b", 5, 3), (3, "a", 5, 1), (3, "b", 9, 2),
+            (4, "a", 9, 1), (4, "b", 5, 2), (5, "a", 9, 1), (6, "b", 5, 2), (6, "a", 9, 1)]
+    frame = pd.DataFrame(rows, columns=["node_id", "kernel_name", "gpu_time_ns", "calls"]).astype(
+        {"calls": calls_dtype})
+    text = _top_kernels(frame, "node_id")
+    calls = [f"{float(c)}" if calls_dtype == "float64" else f"{c}" for c in (1, 2, 3)]
+    assert text.to_dict() == {1: f"a ×{calls[0]}; b ×{calls[1]}", 2: f"a ×{calls[0]}; b ×{calls[2]}",
+                              3: f"b ×{calls[1]}; a ×{calls[0]}", 4: f"a ×{calls[0]}; b ×{calls[1]}",
+                              5: f"a ×{calls[0]}", 6: f"a ×{calls[0]}; b ×{calls[1]}"}
+
+
 def test_top_kernels_of_nothing_is_empty():
     frame = pd.DataFrame({"node_id": [1], "kernel_name": [None], "gpu_time_ns": [5], "calls": [1]})
     assert _top_kernels(frame, "node_id").empty

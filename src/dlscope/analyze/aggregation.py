@@ -7,6 +7,7 @@ window into disjoint pieces by priority so its seven parts add up to the wall cl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -16,7 +17,7 @@ import pandas as pd
 from ..errors import DlscopeError
 from ..model import string_column
 from ..nanoseconds import round_ns
-from .analysis import Analysed
+from .analysis import Analysed, _RankTables
 from .intervals import clip, coverage, sorted_unique, union_length, union_per_group
 
 CATEGORIES = ("tensor_core", "non_tensor_core", "memory", "dataloader", "io", "cpu", "other")
@@ -41,8 +42,13 @@ class Aggregation:
     critical_path: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def _rank_frames(an: Analysed, rank: int) -> dict[str, pd.DataFrame]:
+def _rank_frames(an: Analysed, rank: int) -> Mapping[str, pd.DataFrame]:
     return an.rank_tables(rank)
+
+
+def _rank_column(tables: Mapping[str, pd.DataFrame], name: str, column: str) -> np.ndarray:
+    """One column of a rank's table, without cutting the frame out where the tables are a job's."""
+    return tables.column(name, column) if isinstance(tables, _RankTables) else tables[name][column].to_numpy()
 
 
 def _intervals(frame: pd.DataFrame, mask=None) -> tuple[np.ndarray, np.ndarray]:
@@ -349,11 +355,34 @@ def _top_kernels(op_kernels: pd.DataFrame, by: str, limit: int = 5) -> pd.Series
     starts = np.flatnonzero(np.concatenate([[True], pair_by[1:] != pair_by[:-1]]))
     within = np.arange(len(pair_by)) - np.repeat(starts, np.diff(np.append(starts, len(pair_by))))
     kept = within < limit
-    label = np.asarray(name_of, dtype=object)[pair_name[kept]]
-    text = [f"{n} ×{c}" for n, c in zip(label.tolist(), calls[kept].tolist())]
-    bounds = np.append(np.flatnonzero(within[kept] == 0), len(text)).tolist()
-    joined = ["; ".join(text[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    joined = _joined_texts(np.asarray(name_of, dtype=object), pair_name[kept], calls[kept], within[kept], limit)
     return pd.Series(joined, index=np.asarray(by_of)[pair_by[starts]], dtype=object)
+
+
+def _joined_texts(names: np.ndarray, name_code: np.ndarray, calls: np.ndarray, within: np.ndarray,
+                  limit: int) -> np.ndarray:
+    """Per group (its items contiguous, ``within`` 0 at each group's first): "name ×calls; …" of its items.
+    Groups of the same (name, calls) items share one text, made once (the ranks of a job repeat the same op
+    nodes: ~70 distinct texts for 15k nodes), and one string object (Arrow then encodes it once)."""
+    first = np.flatnonzero(within == 0)
+    group = np.cumsum(within == 0) - 1
+    if calls.dtype.kind not in "iu" or len(first) == 0 or calls.max() >= 2 ** 31:  # each group's own text
+        text = [f"{n} ×{c}" for n, c in zip(names[name_code].tolist(), calls.tolist())]
+        bounds = np.append(first, len(text)).tolist()
+        return np.asarray(["; ".join(text[a:b]) for a, b in zip(bounds[:-1], bounds[1:])], dtype=object)
+    key = np.full((len(first), 2 * limit), -1, dtype=np.int64)
+    key[group, 2 * within] = name_code
+    key[group, 2 * within + 1] = calls
+    which = np.zeros(len(first), dtype=np.int64)
+    for column in key.T:  # rows coded column by column (codes stay below the groups' count)
+        which = pd.factorize(which * (int(column.max()) + 2) + column + 1)[0].astype(np.int64)
+    one = np.unique(which, return_index=True)[1]  # each distinct row's first group
+    texts = np.empty(len(one), dtype=object)
+    ends = np.append(first[1:], len(name_code))
+    for j, g in enumerate(one.tolist()):
+        a, b = int(first[g]), int(ends[g])
+        texts[j] = "; ".join(f"{n} ×{c}" for n, c in zip(names[name_code[a:b]].tolist(), calls[a:b].tolist()))
+    return texts[which]
 
 
 OP_TYPE_COLUMNS = ["op_type", "ops", "calls"] + [
@@ -408,13 +437,11 @@ def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, b
     calls, stats = group_stats(group, len(first), {"dur": kernels["dur"].to_numpy(np.int64),
                                                    "tc": uses_tc.astype(np.int64)})
     total, low_ns, high_ns = stats["dur"]
-    out = pd.DataFrame({**{b: key[first] for b, key in zip(by, keys)},
-                        "uses_tc": stats["tc"][2].astype(uses_tc.dtype), "calls": calls, "gpu_time_ns": total,
-                        "avg_ns": total / np.maximum(calls, 1), "min_ns": low_ns, "max_ns": high_ns})
     code = keys[-1][first] % max(len(names), 1)  # a missing name (-1): the last, as numpy indexes
-    out.insert(len(by), "kernel_name", _text_values(names.take(code)))
-    out["name_code"] = code
-    return out
+    return pd.DataFrame({**{b: key[first] for b, key in zip(by, keys)}, "kernel_name": _text_values(names.take(code)),
+                         "uses_tc": stats["tc"][2].astype(uses_tc.dtype), "calls": calls, "gpu_time_ns": total,
+                         "avg_ns": total / np.maximum(calls, 1), "min_ns": low_ns, "max_ns": high_ns,
+                         "name_code": code})  # one frame, not a column inserted after (~3 ms each)
 
 
 def _text_values(values: pd.Index | pd.Series):
@@ -586,6 +613,11 @@ class JobAggregation:
                 its = chosen["iteration"].to_numpy()
                 self._bounds[r] = (int(its.min()), int(its.max()), int(starts[0]), int(ends[-1]))
         return dict(self._bounds)
+
+    def add_node_columns(self, columns: dict) -> None:
+        """Add columns to the op nodes of every rank at once (aligned with ``tables.nodes``; e.g. each node's
+        MFU): each rank's :attr:`Aggregation.ops` slice then has them, without a frame made per rank."""
+        self.tables.nodes = self.tables.nodes.assign(**columns)
 
     def aggregate(self, rank: int) -> Aggregation:
         i = self.tables.ranks.index(rank)
@@ -887,14 +919,14 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
     wall = hi - lo
     parts = segments.breakdown(lo, hi)
 
-    ops = fr["ops"]
     i = job.ranks.index(rank)
     ak = job.ak.iloc[job.ak_at[i]]
-    in_ops = np.isin(ops["iteration"].to_numpy(), profiled)
-    roots = np.flatnonzero(in_ops & (ops["parent_id"].to_numpy() < 0))
+    # the rank's op calls as two columns (its frame is cut out only where a rank alone's tables are made)
+    in_ops = np.isin(_rank_column(fr, "ops", "iteration"), profiled)
+    roots = np.flatnonzero(in_ops & (_rank_column(fr, "ops", "parent_id") < 0))
     if gpus is None:  # no device or an empty window: the rank's own table
         gpus = _gpu_table(fr, lo, hi, wall, ak).assign(rank=rank)
-    has_gpu = len(fr["kernels"]) > 0
+    has_gpu = (fr.rows("kernels") if isinstance(fr, _RankTables) else len(fr["kernels"])) > 0
     util = float(gpus["utilization"].mean()) if has_gpu and len(gpus) else None
 
     if len(roots):
@@ -902,6 +934,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
         nodes = job.slice(job.nodes, job.nodes_at, rank)
         types = job.slice(job.op_types, job.types_at, rank)
     else:  # no op node: the empty tables a rank alone gives
+        ops = fr["ops"]
         op_kernels = job.slice(job.op_kernels, job.op_kernels_at, rank)
         nodes = _op_nodes(ops, roots, op_kernels).assign(rank=rank)
         types = _op_types(ops, roots, nodes, op_kernels)
@@ -932,6 +965,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
     }
     groups = job_groups.of(i)
     if groups is None:  # no op node or no group: what the rank alone gives
+        ops = fr["ops"]
         in_agg = {name: _rows(fr[name], np.isin(fr[name]["iteration"].to_numpy(), profiled))
                   for name in ("memops", "api_calls")}
         node_of = job.node_of

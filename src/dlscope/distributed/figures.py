@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..analyze.analysis import Analysed
 from ..analyze.dtypes import bytes_per_element
-from ..analyze.intervals import clip, union_length
+from ..analyze.intervals import clip, union_length, union_per_group
 from ..nanoseconds import round_ns, round_ns_column
 from .tables import table
 
@@ -261,7 +261,58 @@ def _gpu_parts(kernels: pd.DataFrame, memops: pd.DataFrame, lo: int, hi: int) ->
 
 def rank_figures(an: Analysed, aggs: list) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-rank figures, collectives) of a job; ``aggs`` are the import's aggregations, one per rank."""
-    return job_figures([rank_parts(an, agg) for agg in aggs], collective_rows(an), world_sizes(_sources(an)))
+    gpu = _job_gpu_parts(an, aggs)
+    return job_figures([rank_parts(an, agg, part) for agg, part in zip(aggs, gpu)], collective_rows(an),
+                       world_sizes(_sources(an)))
+
+
+def _job_gpu_parts(an: Analysed, aggs: list) -> list[dict | None]:
+    """:func:`_gpu_parts` of every aggregation's rank in its window, for all ranks at once (the rank in every
+    interval's group: a job of many small ranks spent its figures in per-rank pandas calls); None for a rank
+    without GPU activity (range-only), or every one when a rank has more than one aggregation."""
+    ranks = [int(agg.row["rank"]) for agg in aggs]
+    if len(set(ranks)) != len(ranks):
+        return [_rank_gpu_parts(an, agg) for agg in aggs]
+    k, m = an.profile.table("kernels"), an.profile.table("memops")
+    order = np.argsort(ranks, kind="stable")
+    sorted_ranks = np.asarray(ranks, dtype=np.int64)[order]
+    lo = np.array([int(agg.row["window_start"]) for agg in aggs], dtype=np.int64)
+    hi = np.array([int(agg.row["window_end"]) for agg in aggs], dtype=np.int64)
+
+    def clipped(frame: pd.DataFrame, rows: np.ndarray | None = None):
+        """(aggregation, start, end) of the rows of the chosen ranks, cut to its window; empty ones dropped."""
+        rank = frame["rank"].to_numpy(np.int64)
+        at = np.minimum(np.searchsorted(sorted_ranks, rank), max(len(ranks) - 1, 0))
+        group = np.where(sorted_ranks[at] == rank, order[at], -1) if len(ranks) else np.full(len(rank), -1)
+        s = np.maximum(frame["start"].to_numpy(np.int64), np.where(group >= 0, lo[group], 0))
+        e = np.minimum(frame["end"].to_numpy(np.int64), np.where(group >= 0, hi[group], 0))
+        keep = (group >= 0) & (e > s) if rows is None else (group >= 0) & (e > s) & rows
+        return group[keep], s[keep], e[keep], np.bincount(group[group >= 0], minlength=len(ranks))
+
+    nccl = is_nccl_kernel(k["name"])
+    compute, comm, everything = clipped(k, ~nccl), clipped(k, nccl), clipped(k)
+    mem = clipped(m)
+    n = len(ranks)
+
+    def union(*parts) -> np.ndarray:
+        return union_per_group(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                               np.concatenate([p[2] for p in parts]), n)[0]
+
+    compute_ns, comm_ns, kernels_ns, busy_ns = union(compute), union(comm), union(everything), union(everything, mem)
+    has_gpu = (everything[3] + mem[3]) > 0
+    return [{"compute_ns": int(compute_ns[i]), "communication_ns": int(comm_ns[i]),
+             "exposed_communication_ns": int(kernels_ns[i] - compute_ns[i]),
+             "memcpy_ns": int(busy_ns[i] - kernels_ns[i]), "idle_ns": int((hi[i] - lo[i]) - busy_ns[i])}
+            if has_gpu[i] else None for i in range(n)]
+
+
+def _rank_gpu_parts(an: Analysed, agg) -> dict | None:
+    """:func:`_gpu_parts` of the aggregation's rank in its window; None without GPU activity."""
+    own = an.rank_tables(int(agg.row["rank"]))
+    k, m = own["kernels"], own["memops"]
+    if not (len(k) or len(m)):
+        return None
+    return _gpu_parts(k, m, int(agg.row["window_start"]), int(agg.row["window_end"]))
 
 
 def world_sizes(sources: list[dict]) -> dict[int, int]:
@@ -273,13 +324,14 @@ def _sources(an: Analysed) -> list[dict]:
     return an.profile.meta.get("sources", [an.profile.meta])
 
 
-def rank_parts(an: Analysed, agg) -> dict:
-    """One rank's figures from its own activity in its aggregation window (all but the collectives)."""
+def rank_parts(an: Analysed, agg, gpu: dict | None | bool = False) -> dict:
+    """One rank's figures from its own activity in its aggregation window (all but the collectives); ``gpu``:
+    its :func:`_gpu_parts` when the caller made them for all ranks at once (None: no GPU activity)."""
     row = agg.row
     rank, lo, hi = int(row["rank"]), int(row["window_start"]), int(row["window_end"])
     src = next((s for s in _sources(an) if int(s.get("rank", 0)) == rank), {})
-    own = an.rank_tables(rank)  # split once for all ranks
-    k, m = own["kernels"], own["memops"]
+    if gpu is False:
+        gpu = _rank_gpu_parts(an, agg)
     out = {"rank": rank, "host": str(src.get("hostname") or ""), "world_size": int(src.get("world_size") or 1),
            "source_path": str(src.get("source_path") or ""),
            "iterations_profiled": row["iterations_profiled"] if row["iteration_method"] != "whole_profile" else None,
@@ -287,8 +339,8 @@ def rank_parts(an: Analysed, agg) -> dict:
            "avg_iteration_ns": (round_ns(row["avg_iteration_ns"]) if row["iteration_method"] != "whole_profile"
                                 else None),
            "gpu_utilization": row["gpu_utilization"], "window": (lo, hi)}
-    if len(k) or len(m):
-        out.update(_gpu_parts(k, m, lo, hi))
+    if isinstance(gpu, dict):
+        out.update(gpu)
         comm = out["communication_ns"]
         out["comm_overlap"] = 1 - out["exposed_communication_ns"] / comm if comm > 0 else None
     else:  # range-only input: no GPU activity was recorded, so none is claimed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
 
 from .config import load_config
@@ -24,7 +25,7 @@ __all__ = ["evaluate", "write_findings", "write_expert_report", "Finding", "Cont
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2}
 
 
-def evaluate(tables: dict, aggregation, rules_config: Path | str | None = None,
+def evaluate(tables: Mapping, aggregation, rules_config: Path | str | None = None,
              frames: RuleFrames | None = None) -> list[dict]:
     """Run every enabled rule on one aggregation; findings sorted by severity, then saving.
 

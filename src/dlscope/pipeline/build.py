@@ -144,6 +144,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
+            if critical_path and hasattr(annotate_here, "send"):  # a replay beside prices them while we write
+                annotate_here.send(aggs, findings)
             figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
             # the writer still busy (it has not begun the timeline arrays): they are built here once the replay
             # is in, on a core otherwise idle while the writer ends, and the aggregation tables written after it;

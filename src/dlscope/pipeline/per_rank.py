@@ -41,6 +41,7 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
     job = JobAggregation(an, ranks, iter_start, iter_stop)
     flops = JobMFU(an.profile.table("ops"), {r: (b[0], b[1]) for r, b in job.bounds().items()},
                    {r: an.rank_tables(r)["gpus"] for r in ranks}, job.tables.nodes)
+    job.add_node_columns(flops.node_columns())  # every rank's op nodes with their FLOPs and MFU, in one pass
     frames = RuleFrames({name: an.profile.table(name) for name in an.RAW}, job.bounds()).make_all()
     if n <= 1:
         return [_rank_results(an, job, flops, frames, rank, rules_config) for rank in ranks]

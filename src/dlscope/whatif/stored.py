@@ -47,25 +47,40 @@ def annotated_beside(job_of: Callable[[], Job], hints: list[tuple[int, int, int]
     The graph, its unchanged replay and the path of each window in ``hints`` ((rank, iter_start, iter_stop):
     the aggregations to come) depend on the analysed tables only, not on the aggregations or their findings:
     the child finds them while the caller aggregates and runs the rules. Yields ``annotate(aggs, findings)``,
-    which sends the child the aggregations' windows and findings, waits for their figures (the findings
-    priced there, on the child's graph) and adds them as :func:`annotate` does. A child that dies leaves the
+    which sends the child the aggregations' windows and findings (unless its ``send`` did as soon as they were
+    known), waits for their figures (the findings priced there, on the child's graph) and adds them as
+    :func:`annotate` does. A child that dies leaves the
     aggregations without a critical path, the note saying why; a caller that fails (or is interrupted) kills
     the child instead of waiting for it.
     """
     call = ForkedCall(_replay_in_child, job_of, hints, inbox=True)
     try:
-        def annotate_here(aggs: list, findings: list[list[dict]]) -> None:
-            call.send([request(agg, found) for agg, found in zip(aggs, findings)])
-            try:
-                figures = call.result()
-            except ChildFailed as e:
-                figures = [Figures(note=f"the critical path could not be computed (its process {e})")] * len(aggs)
-            except Exception as e:  # noqa: BLE001 - as in annotate, a replay that fails never fails the import
-                figures = [Figures(note=f"the critical path could not be computed ({_one_line(e)})")] * len(aggs)
-            apply(aggs, findings, figures)
-        yield annotate_here
+        yield _AnnotateBeside(call)
     finally:
         call.kill()  # nothing left to do when its result was read; else the caller gave up on it
+
+
+class _AnnotateBeside:
+    """``annotate(aggs, findings)`` of :func:`annotated_beside`; :meth:`send` hands the child the findings as
+    soon as they are known, so that it prices them while the caller still writes its tables."""
+
+    def __init__(self, call: ForkedCall):
+        self.call, self.sent = call, False
+
+    def send(self, aggs: list, findings: list[list[dict]]) -> None:
+        if not self.sent:
+            self.call.send([request(agg, found) for agg, found in zip(aggs, findings)])
+            self.sent = True
+
+    def __call__(self, aggs: list, findings: list[list[dict]]) -> None:
+        self.send(aggs, findings)
+        try:
+            figures = self.call.result()
+        except ChildFailed as e:
+            figures = [Figures(note=f"the critical path could not be computed (its process {e})")] * len(aggs)
+        except Exception as e:  # noqa: BLE001 - as in annotate, a replay that fails never fails the import
+            figures = [Figures(note=f"the critical path could not be computed ({_one_line(e)})")] * len(aggs)
+        apply(aggs, findings, figures)
 
 
 def _replay_in_child(inbox: Inbox, job_of: Callable[[], Job], hints: list[tuple[int, int, int]]) -> list[Figures]:

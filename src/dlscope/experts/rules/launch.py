@@ -52,7 +52,7 @@ def launch_bound(ctx, cfg):
     saving = int(wait[short].sum())
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
-    sk = {c: ctx.col("kernel_facts", c)[short] for c in ("op_id", "name", "iteration", "start")}
+    sk = {c: ctx.col("kernel_facts", c)[short] for c in ("op_id", "iteration", "start")}
     sk["wait"] = wait[short]
     launched = sk["op_id"] >= 0
     n = ctx.config["evidence"]["max_items"]
@@ -72,7 +72,17 @@ def launch_bound(ctx, cfg):
         + f" See {ctx.link('launch_bound')}",
         saving,
         {"node_ids": node_ids(ctx, top_by({c: v[launched] for c, v in sk.items()}, "op_id", "wait", n)),
-         "kernels": top_by(sk, "name", "wait", n), "iterations": iterations_of(sk["iteration"]),
+         "kernels": _top_names(ctx, short, sk["wait"], n), "iterations": iterations_of(sk["iteration"]),
          "time_ranges": [[int(s - w), int(s)] for s, w in
                          zip(sk["start"][longest], wait[short][longest])],
          "short_kernels": int(short.sum()), "kernels_total": int(len(start))})
+
+
+def _top_names(ctx, rows: np.ndarray, weight: np.ndarray, n: int) -> list:
+    """``top_by`` of the kernel names at ``rows`` of the rank's kernels (``weight`` per row), on the job's name
+    codes instead of the names (a rank's hashing of its names cost more than the rule's work); rows without a
+    name are left out, as ``top_by`` leaves them out."""
+    codes, names = ctx.frames.name_codes("kernel_facts", ctx.rank)
+    mine = codes[rows]
+    named = mine >= 0
+    return [names[c] for c in top_by({"code": mine[named], "w": weight[named]}, "code", "w", n)]
