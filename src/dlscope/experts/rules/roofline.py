@@ -23,8 +23,8 @@ from ..registry import rule
 def _op_rows(ctx) -> tuple[list, ...]:
     """The aggregation's op nodes with GPU time, GPU time descending then node id (the roofline report's
     rows), as columns of plain Python values: node id, op name, calls, uses Tensor Cores, GPU time, the
-    shapes, dtypes and arguments of the node's first call, and the node's data type (a frame of a rank's hundred nodes cost more
-    to make and walk than the rule's work)."""
+    shapes, dtypes and arguments of the node's first call, and the node's data type (a frame of a rank's
+    hundred nodes cost more to make and walk than the rule's work)."""
     nodes = ctx.aggregation.ops
     node_ids, first = ctx.frames.first_calls()  # every rank's, made once
     ids, gpu = nodes["node_id"].to_numpy(np.int64), nodes["gpu_time_ns"].to_numpy(np.int64)
