@@ -35,6 +35,38 @@ class Images(Dataset):
         return image, index % self.classes
 
 
+class Tokens(Dataset):
+    """Random token sequences (and next-token targets) for the transformer variant."""
+
+    def __init__(self, length: int, seq: int = 256, vocab: int = 8192):
+        self.length, self.seq, self.vocab = length, seq, vocab
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int):
+        g = torch.Generator().manual_seed(index)
+        tokens = torch.randint(self.vocab, (self.seq + 1,), generator=g)
+        return tokens[:-1], tokens[1:]
+
+
+class TinyLM(nn.Module):
+    """A small pre-norm transformer language model: under autocast its linears follow FP32 layer norms, the
+    case where an op's input dtype and the dtype its math runs at differ."""
+
+    def __init__(self, vocab: int = 8192, width: int = 512, layers: int = 4, heads: int = 8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens):
+        mask = nn.Transformer.generate_square_subsequent_mask(tokens.shape[1], device=tokens.device)
+        return self.head(self.norm(self.blocks(self.embed(tokens), mask=mask, is_causal=True)))
+
+
 def model(classes: int = 10) -> nn.Module:
     return nn.Sequential(
         nn.Conv2d(3, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
@@ -51,6 +83,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--amp", action="store_true", help="autocast (FP16 + GradScaler on a GPU, BF16 on a CPU)")
     parser.add_argument("--cuda-graphs", action="store_true", help="replay forward and backward as CUDA graphs")
+    parser.add_argument("--model", choices=("cnn", "transformer"), default="cnn",
+                        help="the small CNN on images, or a small transformer LM on token sequences")
     args = parser.parse_args()
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -58,11 +92,13 @@ def main() -> int:
         print("gpu_train_step.py: --cuda-graphs needs a GPU (torch sees none)", file=sys.stderr)
         return 2
     torch.manual_seed(0)
-    net = model().to(device)
+    lm = args.model == "transformer"
+    net = (TinyLM() if lm else model()).to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     amp_dtype = torch.float16 if device == "cuda" else torch.bfloat16
     scaler = torch.amp.GradScaler(device, enabled=args.amp and device == "cuda")
-    loader = DataLoader(Images(args.steps * args.batch_size), batch_size=args.batch_size, shuffle=False,
+    data = Tokens(args.steps * args.batch_size) if lm else Images(args.steps * args.batch_size)
+    loader = DataLoader(data, batch_size=args.batch_size, shuffle=False,
                         num_workers=args.workers, pin_memory=device == "cuda", drop_last=True)
 
     def autocast():
@@ -70,7 +106,8 @@ def main() -> int:
         return torch.autocast(device, dtype=amp_dtype, enabled=args.amp, cache_enabled=False)
 
     if args.cuda_graphs:
-        sample = torch.randn(args.batch_size, 3, 64, 64, device=device)
+        sample = (torch.randint(8192, (args.batch_size, 256), device=device) if lm
+                  else torch.randn(args.batch_size, 3, 64, 64, device=device))
         with autocast():                                     # it warms up on a side stream, then captures
             net = torch.cuda.make_graphed_callables(net, (sample,))
 
@@ -79,7 +116,8 @@ def main() -> int:
     for x, y in loader:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with autocast():
-            loss = nn.functional.cross_entropy(net(x).float(), y)
+            out = net(x).float()
+            loss = nn.functional.cross_entropy(out.flatten(0, -2) if lm else out, y.flatten() if lm else y)
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.step(optimizer)                               # dlscope counts a step at optimizer.step()
@@ -88,7 +126,8 @@ def main() -> int:
     if device == "cuda":
         torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    mode = f"{'amp' if args.amp else 'fp32'} {'graphs' if args.cuda_graphs else 'eager'} workers={args.workers}"
+    mode = (f"{args.model} {'amp' if args.amp else 'fp32'} {'graphs' if args.cuda_graphs else 'eager'} "
+            f"workers={args.workers}")
     print(f"gpu_train_step ({mode}, {device}): {steps} steps, loss {loss.item():.4f}, "
           f"{1e3 * elapsed / max(steps, 1):.2f} ms/step")
     return 0

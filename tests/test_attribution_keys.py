@@ -123,3 +123,20 @@ def test_words_column_is_the_words_taken_by_code():
     assert list(got) == ["bwd", "fwd", "bwd", "bwd"]
     assert pd.Series(got).dtype == pd.Series(np.array(["x"], dtype=object)).dtype  # pandas' own string dtype
     assert len(words_column(np.zeros(0, np.int8), ["fwd", "bwd"])) == 0
+
+
+def test_an_op_takes_the_data_type_its_kernels_launchers_ran_at():
+    """Autocast: linear (FP32 input) -> to (FP32) -> copy_ (FP16 destination), and addmm (FP16): the cast's
+    kernel takes 10 ns, the GEMM 100 ns, so linear ran at float16 (and `to`, whose only kernel is the FP16
+    copy, too); a second linear whose own FP32 kernel and its addmm's FP16 one tie takes the first type
+    by name (float16); an op without kernels keeps its own input's type."""
+    ops = make_table("ops", {"rank": [0] * 7, "pid": [1] * 7, "tid": [1] * 7,
+                             "start": [0, 1, 2, 5, 20, 21, 40], "end": [9, 4, 3, 8, 29, 28, 41],
+                             "input_dtypes": ['["float"]', '["float"]', '["c10::Half", "float"]', '["c10::Half"]',
+                                              '["float"]', '["c10::Half"]', '["float"]']})
+    tree = OpTree.build(ops)
+    # rows: 0 linear, 1 to, 2 copy_, 3 addmm | 4 linear, 5 addmm | 6 alone
+    k_op = np.array([2, 3, 4, 5, -1], dtype=np.int64)      # the last kernel has no launching op
+    k_dur = np.array([10, 100, 50, 50, 7], dtype=np.int64)
+    got = list(_data_types(ops, tree, k_op, k_dur))
+    assert got == ["float16", "float16", "float16", "float16", "float16", "float16", "float32"]

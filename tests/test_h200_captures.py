@@ -14,7 +14,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from raw_kineto import KERNEL_CATS, events
+from raw_kineto import KERNEL_CATS, activity_by_op_node, events, launching_ops
 
 from dlscope.analyze.tensor_core import kernel_uses_tc
 from dlscope.pipeline.build import build_database
@@ -121,3 +121,66 @@ def test_h200_training_step_imports_with_every_kernel_and_its_verdict(trace, tmp
     assert tc_total == sum(e.end - e.start for e in kernels if truth[e.name])
     if "amp" in trace or "fp32_eager" in trace:
         assert tc_total > 0                                  # convolutions on Tensor Cores (TF32 in FP32)
+
+
+NUMPY_NAME = {"c10::Half": "float16", "c10::BFloat16": "bfloat16", "float": "float32", "double": "float64"}
+
+
+def _ran_at(path: Path) -> dict[int, str]:
+    """Per op node call of the raw trace (event index): the first floating dtype of the ops that launched most
+    of its kernel time, worked out from the JSON alone."""
+    trace = path
+    launcher = launching_ops(trace)
+    out = {}
+    for node, activity in activity_by_op_node(trace).items():
+        time: dict[str, int] = defaultdict(int)
+        for e in activity:
+            if e.cat not in KERNEL_CATS or launcher.get(e.index) is None:
+                continue
+            types = launcher[e.index].args.get("Input type") or []
+            first = next((NUMPY_NAME[t] for t in types if t in NUMPY_NAME), None)
+            if first:
+                time[first] += e.end - e.start
+        if time:
+            out[node] = max(sorted(time), key=lambda t: time[t])
+    return out
+
+
+def test_an_autocast_linear_runs_at_fp16_in_its_data_type_roofline_and_mfu(tmp_path):
+    """A transformer under autocast (FP16): every aten::linear is called on FP32 activations (after an FP32
+    layer norm) or FP16 ones, and its GEMM runs FP16 on Tensor Cores. Its data type is what its kernels'
+    launchers ran at (checked node call by node call against the raw JSON); the roofline places it under the
+    FP16 Tensor Core roof, never above a roof, and MFU's precision is FP16."""
+    trace = H200 / "lm_amp_eager_w0.pt.trace.json.gz"
+    by_event = {e.index: e for e in events(trace)}
+    expected = {(by_event[i].start, by_event[i].name): dtype for i, dtype in _ran_at(trace).items()}
+    db = build_database([trace], tmp_path / "lm.sqlite", progress=False)
+    with closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT start, name, node_id, data_type, input_dtypes FROM ops "
+                            "WHERE parent_node_id = -1 AND kernel_count > 0").fetchall()
+        rows = [row for row in rows if (row[0], row[1]) in expected]   # launchers with a floating tensor input
+        assert len(rows) == len(expected) > 500
+        calls = dict(conn.execute("SELECT node_id, count(*) FROM ops WHERE parent_node_id = -1 GROUP BY node_id"))
+    per_node: dict[int, list] = defaultdict(list)
+    for start, name, node, _, _ in rows:
+        per_node[node].append(expected[(start, name)])
+    node_type = {node: dtype for _, _, node, dtype, _ in rows}
+    # a node is the calls of one op with the same inputs, typed as its first call: where every call launched
+    # kernels and all ran at one dtype, that is the node's (an autograd wrapper records no inputs, so its node
+    # also holds calls that launched nothing)
+    whole = {node: dtypes[0] for node, dtypes in per_node.items() if len(dtypes) == calls[node]
+             and len(set(dtypes)) == 1}
+    assert len(whole) > 20
+    assert {node: node_type[node] for node in whole} == whole
+    rows = [(start, name, dtype, dtypes) for start, name, _, dtype, dtypes in rows]
+    linears = [(dtype, dtypes) for _, name, dtype, dtypes in rows if name == "aten::linear"]
+    assert {dtype for dtype, _ in linears} == {"float16"}
+    assert any(json.loads(dtypes)[0] == "float" for _, dtypes in linears)     # called on FP32 activations
+    from dlscope.roofline import roofline_report
+    with closing(sqlite3.connect(db)) as conn:
+        report = roofline_report(conn, 1)
+    linear_ops = [op for op in report["ops"] if op["op_name"] == "aten::linear"]
+    assert linear_ops and {(op["precision"], op["tensor_cores"]) for op in linear_ops} == {("fp16", True)}
+    assert not any(op.get("above_roof") for op in report["ops"])
+    with closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("SELECT mfu_precision FROM aggregations").fetchone()[0] == "fp16"

@@ -386,7 +386,8 @@ def _iteration_ends(iterations: pd.DataFrame, ops: pd.DataFrame, kernels: pd.Dat
 def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, tree: OpTree) -> None:
     """Per op instance, inclusive of everything launched beneath it (PRODUCT.md's op GPU time): kernel count
     and time, memory-operation time, GPU time (both), Tensor Core kernels and time, GPU idle; TC
-    eligibility (its type, or an eligible op beneath it) and data type (its own, else a descendant's)."""
+    eligibility (its type, or an eligible op beneath it) and data type (what its kernels' launchers ran at, else
+    its own, else a descendant's)."""
     n = len(ops)
     parent, by_level = tree.parent, tree.levels
 
@@ -409,7 +410,31 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
     ends = np.concatenate([kernels["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
     ops["gpu_idle"] = gpu_idle_per_owner(anc, starts[act], ends[act], n)
-    ops["data_type"] = _data_types(ops, tree)
+    ops["data_type"] = _data_types(ops, tree, k_op, k_dur)
+
+
+def _launchers_data_types(out: np.ndarray, words: list[str], empty: np.ndarray, parent: np.ndarray,
+                          k_op: np.ndarray, k_dur: np.ndarray) -> np.ndarray:
+    """``out`` (a dtype code per op) with every op that launched kernels beneath it given the code of the data
+    type carrying most of that kernel time, by the launching ops' own data types (ties: the first by name)."""
+    launcher = k_op >= 0
+    launcher[launcher] = ~empty[out[k_op[launcher]]]
+    if not launcher.any():
+        return out
+    word_id, distinct = pd.factorize(np.asarray(words, dtype=object))
+    code_of_word = np.unique(word_id, return_index=True)[1]          # the first code of each word
+    anc, act = ancestor_rows(k_op[launcher], parent)
+    kernel_word = word_id[out[k_op[launcher]]][act]
+    key = anc * len(distinct) + kernel_word
+    keys, inverse = np.unique(key, return_inverse=True)
+    time = np.bincount(inverse, weights=k_dur[launcher][act].astype(np.float64))  # exact below 2⁵³ ns
+    op, word = keys // len(distinct), keys % len(distinct)
+    alphabetical = np.argsort(np.argsort(np.asarray(distinct, dtype=str)))
+    order = np.lexsort((alphabetical[word], -time, op))           # per op: most time, ties by name
+    first = order[np.r_[True, op[order][1:] != op[order][:-1]]]
+    out = out.copy()
+    out[op[first]] = code_of_word[word[first]]
+    return out
 
 
 def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.ndarray,
@@ -421,9 +446,13 @@ def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.n
     return inclusive_sum(own, parent, by_level)
 
 
-def _data_types(ops: pd.DataFrame, tree: OpTree) -> pd.Categorical:
-    """An op's data type: its first tensor input's dtype, else one of its descendants' (an autograd wrapper
-    records no inputs; the op it calls does). Carried as codes into the distinct inputs' verdicts."""
+def _data_types(ops: pd.DataFrame, tree: OpTree, k_op: np.ndarray | None = None,
+                k_dur: np.ndarray | None = None) -> pd.Categorical:
+    """An op's data type: the dtype its GPU math ran at, i.e. the data type of the op beneath it (or itself) that
+    launched most of its kernel time; without kernels, its first tensor input's dtype, else one of its
+    descendants' (an autograd wrapper records no inputs; the op it calls does). Under autocast an
+    ``aten::linear`` called on FP32 activations runs its GEMM in FP16 (its ``aten::addmm`` gets FP16 inputs): its
+    data type is float16. Carried as codes into the distinct inputs' verdicts."""
     codes, texts = _codes(ops["input_dtypes"])
     words = [_first_dtype(t) for t in texts]
     empty = np.asarray([w == "" for w in words], dtype=bool)
@@ -433,4 +462,6 @@ def _data_types(ops: pd.DataFrame, tree: OpTree) -> pd.Categorical:
         par = tree.parent[rows]
         fill = empty[out[par]]
         out[par[fill]] = out[rows[fill]]
+    if k_op is not None and k_dur is not None and len(k_op):
+        out = _launchers_data_types(out, words, empty, tree.parent, k_op, k_dur)
     return _categorical(out, words)

@@ -12,6 +12,7 @@ its intensity, min(peak, AI × bandwidth), as a percentage.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -27,7 +28,7 @@ import pandas as pd
 
 from dlscope.errors import DlscopeError
 from dlscope.roofline.ceilings import LEVELS, GpuCeilings, find_ceilings, load_spec_file
-from dlscope.roofline.flops import OpCost, op_cost
+from dlscope.roofline.flops import OpCost, op_cost, precision_of
 from dlscope.roofline.flops import _table as _ops_table
 from dlscope.roofline.ncu import GEOMETRY, match_trace_kernels
 from dlscope.roofline.quadrants import point_utilization, quadrant, run_utilization
@@ -142,7 +143,8 @@ def _op_rows(conn: sqlite3.Connection, agg_id: int) -> pd.DataFrame:
     """One row per op node with GPU time, plus its shapes, dtypes and scalar arguments (op_nodes)."""
     query = """
         SELECT a.node_id, a.op_name, a.op_type, a.direction, a.scope, a.calls, a.kernel_count,
-               a.gpu_time_ns, a.using_tc, a.tc_eligible, o.input_shapes, o.input_dtypes, o.concrete_inputs
+               a.gpu_time_ns, a.using_tc, a.tc_eligible, o.input_shapes, o.input_dtypes, o.concrete_inputs,
+               o.data_type
         FROM agg_ops a
         LEFT JOIN op_nodes o ON o.node_id = a.node_id
         WHERE a.agg_id = ? AND a.gpu_time_ns > 0
@@ -159,17 +161,27 @@ def _add_quadrant(point: dict, flops, nbytes, time_ns, peak, dram) -> None:
 
 
 @lru_cache(maxsize=1 << 16)
-def _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs):
-    return op_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
+def _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type):
+    return _cost_at(op_cost(op_name, input_shapes, input_dtypes, concrete_inputs), data_type)
 
 
-def node_cost(op_name, input_shapes, input_dtypes, concrete_inputs):
-    """:func:`op_cost`, memoized when its arguments are the stored texts (the ranks of a job repeat the same
-    op nodes: one model per distinct call, not per rank)."""
+def _cost_at(cost: OpCost | None, data_type) -> OpCost | None:
+    """The model with the precision the node's math ran at: its data type (the dtype of the ops that launched
+    its kernels, analyze.analysis) when that has a precision, else the main operand's. Under autocast an
+    ``aten::linear`` on FP32 activations runs an FP16 GEMM: its roof is FP16's, not TF32's."""
+    ran_at = precision_of(str(data_type)) if isinstance(data_type, str) and data_type else None
+    if cost is None or ran_at is None or ran_at == cost.precision:
+        return cost
+    return dataclasses.replace(cost, precision=ran_at)
+
+
+def node_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type=None):
+    """:func:`op_cost` at the precision the node ran at (``data_type``), memoized when its arguments are the
+    stored texts (the ranks of a job repeat the same op nodes: one model per distinct call, not per rank)."""
     try:
-        return _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
+        return _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type)
     except TypeError:  # unhashable: the lists of a Kineto event
-        return op_cost(op_name, input_shapes, input_dtypes, concrete_inputs)
+        return _cost_at(op_cost(op_name, input_shapes, input_dtypes, concrete_inputs), data_type)
 
 
 def roof_of(cost: OpCost, using_tc, ceilings: GpuCeilings | None) -> tuple[str | None, bool, tuple | None]:
@@ -192,7 +204,8 @@ def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) ->
     unmodelled_ns = 0
     dram = ceilings.bandwidth.get("dram") if ceilings else None
     for row in rows.itertuples(index=False) if isinstance(rows, pd.DataFrame) else rows:
-        cost = node_cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs)
+        cost = node_cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs,
+                         getattr(row, "data_type", None))
         if cost is None:
             unmodelled_ns += int(row.gpu_time_ns)
             continue

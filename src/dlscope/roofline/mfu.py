@@ -25,12 +25,14 @@ ROW_KEYS = ("model_flops", "model_flops_per_iteration", "achieved_flops_per_s", 
 
 def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
     """Per op call: ``model_flops`` (int64; -1 when it has no model or an enclosing op counts instead) and
-    ``precision`` ("tf32" for FP32 on Tensor Cores, "" unknown). Each distinct (name, shapes, dtypes,
-    arguments) is modelled once."""
+    ``precision`` (the precision its data type says it ran at, else its first floating input's; "tf32" for FP32
+    on Tensor Cores, "" unknown). Each distinct (name, shapes, dtypes, arguments, data type) is modelled once."""
     n = len(ops)
-    codes, uniques = distinct_rows(ops, ["name", "input_shapes", "input_dtypes", "concrete_inputs"])
-    per_key = np.array([_flops(*k) for k in uniques], dtype=np.int64) if len(uniques) else np.zeros(0, np.int64)
-    prec_key = np.array([_precision(k[2]) for k in uniques], dtype=object) if len(uniques) else np.zeros(0, object)
+    ran_at = ["data_type"] if "data_type" in ops.columns else []
+    codes, uniques = distinct_rows(ops, ["name", "input_shapes", "input_dtypes", "concrete_inputs", *ran_at])
+    per_key = np.array([_flops(*k[:4]) for k in uniques], dtype=np.int64) if len(uniques) else np.zeros(0, np.int64)
+    prec_key = (np.array([_precision(k[2], k[4] if ran_at else None) for k in uniques], dtype=object)
+                if len(uniques) else np.zeros(0, object))
     flops = per_key[codes] if n else np.zeros(0, np.int64)
     counted = flops >= 0
     # an op counts only when no enclosing op counts (levels top down: one vectorized step per depth)
@@ -195,10 +197,14 @@ def _flops(name, shapes, dtypes, concrete) -> int:
 
 
 @lru_cache(maxsize=1 << 16)
-def _precision(dtypes) -> str:
-    """The precision of the first floating-point input, as the FLOP model's main operand usually is."""
+def _precision(dtypes, data_type=None) -> str:
+    """The precision the op ran at: its data type's (the dtype of the ops that launched its kernels: under
+    autocast an ``aten::linear`` on FP32 activations runs FP16), else its first floating-point input's, as the
+    FLOP model's main operand usually is."""
     import json
 
+    if isinstance(data_type, str) and data_type and precision_of(data_type):
+        return str(precision_of(data_type))
     try:
         types = json.loads(dtypes) if dtypes else []
     except ValueError:
