@@ -413,12 +413,14 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     ops["data_type"] = _data_types(ops, tree, k_op, k_dur)
 
 
-def _launchers_data_types(out: np.ndarray, words: list[str], empty: np.ndarray, parent: np.ndarray,
-                          k_op: np.ndarray, k_dur: np.ndarray) -> np.ndarray:
-    """``out`` (a dtype code per op) with every op that launched kernels beneath it given the code of the data
-    type carrying most of that kernel time, by the launching ops' own data types (ties: the first by name)."""
+def _launchers_data_types(out: np.ndarray, words: list[str], parent: np.ndarray, k_op: np.ndarray,
+                          k_dur: np.ndarray) -> np.ndarray:
+    """``out`` (a dtype code per op) with every op that launched kernels beneath it from ops of a floating type
+    given the code of the floating type carrying most of that kernel time, by the launching ops' own data types
+    (ties: the first by name). Integer launchers (index, embedding offsets) do not vote."""
+    floating = np.asarray([w.startswith(("float", "bfloat")) for w in words], dtype=bool)  # float8_* too
     launcher = k_op >= 0
-    launcher[launcher] = ~empty[out[k_op[launcher]]]
+    launcher[launcher] = floating[out[k_op[launcher]]]
     if not launcher.any():
         return out
     word_id, distinct = pd.factorize(np.asarray(words, dtype=object))
@@ -448,8 +450,8 @@ def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.n
 
 def _data_types(ops: pd.DataFrame, tree: OpTree, k_op: np.ndarray | None = None,
                 k_dur: np.ndarray | None = None) -> pd.Categorical:
-    """An op's data type: the dtype its GPU math ran at, i.e. the data type of the op beneath it (or itself) that
-    launched most of its kernel time; without kernels, its first tensor input's dtype, else one of its
+    """An op's data type: the dtype its GPU math ran at, i.e. the floating data type of the ops beneath it (or
+    itself) that launched most of its kernel time; without such kernels, its first tensor input's dtype, else one of its
     descendants' (an autograd wrapper records no inputs; the op it calls does). Under autocast an
     ``aten::linear`` called on FP32 activations runs its GEMM in FP16 (its ``aten::addmm`` gets FP16 inputs): its
     data type is float16. Carried as codes into the distinct inputs' verdicts."""
@@ -463,5 +465,5 @@ def _data_types(ops: pd.DataFrame, tree: OpTree, k_op: np.ndarray | None = None,
         fill = empty[out[par]]
         out[par[fill]] = out[rows[fill]]
     if k_op is not None and k_dur is not None and len(k_op):
-        out = _launchers_data_types(out, words, empty, tree.parent, k_op, k_dur)
+        out = _launchers_data_types(out, words, tree.parent, k_op, k_dur)
     return _categorical(out, words)
