@@ -184,3 +184,20 @@ def test_an_autocast_linear_runs_at_fp16_in_its_data_type_roofline_and_mfu(tmp_p
     assert not any(op.get("above_roof") for op in report["ops"])
     with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("SELECT mfu_precision FROM aggregations").fetchone()[0] == "fp16"
+
+
+def test_tensor_ops_parts_collected_beside_their_totals_are_not_counted_twice(tmp_path):
+    """ncu also offers each total's parts (per instruction family, destination type, sparsity): a CSV holding
+    them beside the totals still gives 2·M·N·K for the zoo's FP16 GEMM."""
+    path = unzipped("zoo.ncu.csv.gz", tmp_path)
+    lines = path.read_text().splitlines(keepends=True)
+    extra = []
+    for line in lines:
+        if '"sm__ops_path_tensor_src_fp16.sum"' in line:
+            for part in ("sm__ops_path_tensor_op_hgmma_src_fp16.sum", "sm__ops_path_tensor_src_fp16_sparsity_off.sum"):
+                extra.append(line.replace('"sm__ops_path_tensor_src_fp16.sum"', f'"{part}"'))
+    path.write_text("".join(lines + extra))
+    frame = read_ncu_csv(path)
+    gemm = [flops for ranges, flops in zip(frame["nvtx_ranges"], frame["flops_tensor"])
+            if "zoo:mm_fp16" in json.loads(ranges or "[]")]
+    assert gemm == [2 * 2048**3]

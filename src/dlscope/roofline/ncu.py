@@ -206,12 +206,23 @@ def flops_per_tensor_instruction(kernel_name: str, cc: str) -> tuple[float, str]
     return math.nan, f"no fixed FLOPs per instruction on CC {cc} ({arch['name']}) without a shape in the name"
 
 
+def tensor_ops_columns(columns: list[str], prefix: str) -> list[str]:
+    """The tensor-ops counters to add up without counting an op twice: ncu offers totals per source type
+    (``…src_fp16``) and their parts (per instruction family ``…op_hgmma_src_fp16``, per destination ``…_dst_fp32``,
+    per sparsity ``…_sparsity_off``); a part is left out when a total it belongs to is collected."""
+    stems = [c.removesuffix(".sum") for c in columns]
+    totals = any(s.startswith(prefix + "src_") for s in stems)
+    return [f"{s}.sum" for s in stems
+            if not (totals and not s.startswith(prefix + "src_"))                 # an instruction family's part
+            and not any(other != s and s.startswith(other + "_") for other in stems)]  # a destination/sparsity part
+
+
 def _tensor_flops(numeric: pd.DataFrame, out: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Tensor FLOPs and their basis: sm__ops_path_tensor_* when collected, else tensor-pipe instructions x
     the FLOPs per instruction of the kernel's MMA shape on its architecture (data/tensor_inst_flops.json).
     Where the tensor pipe is shared with non-MMA work, a kernel not judged a Tensor Core user gets 0."""
     prefix = _recipes()["tensor_ops_prefix"]
-    ops = [c for c in numeric.columns if c.startswith(prefix) and c.endswith(".sum")]
+    ops = tensor_ops_columns([c for c in numeric.columns if c.startswith(prefix) and c.endswith(".sum")], prefix)
     if ops:
         return numeric[ops].sum(axis=1, min_count=1), pd.Series("sm__ops_path_tensor counters", index=out.index)
     pairs = out[["kernel_name", "cc"]].astype(str)
