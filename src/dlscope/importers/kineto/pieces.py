@@ -81,7 +81,7 @@ def in_memory(path: Path, text: Text, piece_bytes: int, processes_wanted: int, p
     if cuts is None:
         raise Unsplittable
     header = decode_piece(HEADER_DECODER, bytes(text[:cuts[0]]) + b"]}")
-    release(text, 0, len(text))  # the cuts' search mapped every page: each process maps its pieces again
+    release(text, 0, len(text))  # the pages the header and the cuts' searches mapped: each process maps its own pieces
     if progress:  # offsets in the JSON text, reported as bytes of the file as stored
         stored, report, size = os.path.getsize(source(path)), progress, len(text)
 
