@@ -37,7 +37,7 @@ from .events import (
     Unsplittable,
     decode_piece,
 )
-from .text import LOST_EXIT, LOST_MESSAGE, UTF8_BOM, CountingReader, Text, stream_errors
+from .text import LOST_EXIT, LOST_MESSAGE, UTF8_BOM, CountingReader, Text, release, stream_errors
 
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 BETWEEN_OBJECTS = re.compile(rb"\}\s*,\s*\{")
@@ -81,6 +81,7 @@ def in_memory(path: Path, text: Text, piece_bytes: int, processes_wanted: int, p
     if cuts is None:
         raise Unsplittable
     header = decode_piece(HEADER_DECODER, bytes(text[:cuts[0]]) + b"]}")
+    release(text, 0, len(text))  # the pages the header and the cuts' searches mapped: each process maps its own pieces
     if progress:  # offsets in the JSON text, reported as bytes of the file as stored
         stored, report, size = os.path.getsize(source(path)), progress, len(text)
 
@@ -145,6 +146,7 @@ def _decode(text: Text, cuts: list[int], lo: int, hi: int, progress: Progress | 
         events += len(batch)
         tables.add(batch)
         del batch
+        release(text, cuts[i], cuts[j] if j < len(cuts) else len(text))
         if progress:
             progress(cuts[j] if j < len(cuts) else len(text), events)
         i = j
