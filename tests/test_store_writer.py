@@ -159,7 +159,7 @@ def test_aggregation_tables_ingested_before_the_database_opens_read_back_as_thei
     connection opens; the replay's column and the rest after it."""
     aggs = _two_rank_aggs()
     with writer.atomic_database(tmp_path / "a.sqlite", force=False) as db:
-        ids, written = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
+        ids, written = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)()
         assert ids == [1, 2] and set(written) == {"agg_ops", "agg_kernels", "agg_groups"}
         _replayed(aggs)
         writer.write_aggregations(db.connect(), aggs, ids, written)
