@@ -220,7 +220,7 @@ def timeline_arrays(an: Analysed, ranks: list[int] | None = None) -> dict[int, d
 
 def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, aggs: list, findings: list,
                    figures, timelines: dict[int, dict[str, bytes]],
-                   written: Callable[[], tuple[list[int], dict[str, int]]] | None = None) -> None:
+                   written: Callable[[], tuple[list[int], dict[str, int | None]]] | None = None) -> None:
     """Everything but the raw tables: sources, meta, counters, aggregations, findings, the job's figures, the
     timeline's arrays. ``written``: the agg_ids reserved and the aggregation tables written already."""
     if sources:

@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,16 @@ import pyarrow as pa
 from ..errors import DlscopeError
 from ..model import value_counts
 from ..nanoseconds import round_ns
-from ..processes import FirstComer, ForkedCall, ThreadCall, in_background, owned_name, release_free_memory, remove_dead
+from ..processes import (
+    FirstComer,
+    ForkedCall,
+    ThreadCall,
+    can_fork,
+    in_background,
+    owned_name,
+    release_free_memory,
+    remove_dead,
+)
 from ..version import __version__
 from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION, SEARCH_DDL, SEARCH_INDEXES
 
@@ -298,7 +308,8 @@ class NewDatabase:
         self.raw_writer: ForkedCall | ThreadCall | None = None
         self.written = False  # the raw tables (or an empty database) in the file, no background writer
         self.agg_writer = False  # the background writer is ingest_agg_tables: its result goes to agg_written
-        self.agg_written: tuple[list[int], dict[str, int]] = ([], {})
+        self.agg_written: tuple[list[int], dict[str, int | None]] = ([], {})
+        self.send_filled: Callable[[], None] | None = None  # sends it the replay's column (ingest_agg_tables)
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
                   timelines: FirstComer | None = None) -> None:
@@ -315,7 +326,14 @@ class NewDatabase:
         writer, self.raw_writer = self.raw_writer, None
         if writer is None:
             return
+        send, self.send_filled = self.send_filled, None
         try:
+            if send is not None:  # the aggregation writer waits for the replay's column
+                try:
+                    send()
+                except BaseException:
+                    writer.kill()
+                    raise
             value = writer.result()
             if self.agg_writer:
                 self.agg_written, self.agg_writer = value, False
@@ -338,21 +356,37 @@ class NewDatabase:
             write_raw_file(self.path, {})
         self.written = True
 
-    def write_agg_tables(self, aggs: list, tables) -> Callable[[], tuple[list[int], dict[str, int]]]:
+    def write_agg_tables(self, aggs: list, tables) -> Callable[[], tuple[list[int], dict[str, int | None]]]:
         """:func:`write_agg_tables` of the aggregations to be, before :meth:`connect`: through ADBC (Arrow in,
-        no per-row Python) once the raw tables are written, in the background as they are (the importing process
-        meanwhile takes in the replay's figures; its ~0.2 s of inserts were the 64-rank job's tail). Returns
-        what gives the agg_ids and the tables' rowids before them, waiting for the writer."""
+        no per-row Python) once the raw tables are written, in the background as they are
+        (:func:`ingest_agg_tables`), while the importing process takes in the replay's figures (~0.25 s of inserts
+        were the 64-rank job's tail); the tables the replay fills wait there for its column, sent when the
+        database is next waited for (``aggs`` are then replayed or skipped). Returns what gives the agg_ids and the
+        tables' rowids before them (None: written with the replay's column), waiting for the writer."""
         if self.conn is not None or not aggs:
             conn = self.connect()
             ids = new_agg_ids(conn, len(aggs))
-            done = ids, write_agg_tables(conn, aggs, ids, tables)
+            done: tuple[list[int], dict[str, int | None]] = (ids, {**write_agg_tables(conn, aggs, ids, tables)})
             return lambda: done
         self._wait_written()
-        self.raw_writer = in_background(ingest_agg_tables, self.path, aggs, list(tables))
-        self.agg_writer = True
+        tables = list(tables)
+        if can_fork():
+            forked = ForkedCall(ingest_agg_tables, self.path, aggs, tables, inbox=True)
+            self.raw_writer, send = forked, forked.send
+        else:
+            sent = _Sent()
+            self.raw_writer, send = ThreadCall(ingest_agg_tables, sent, self.path, aggs, tables), sent.send
 
-        def written() -> tuple[list[int], dict[str, int]]:
+        def send_filled() -> None:
+            try:
+                columns = replay_columns(aggs, tables)
+            except BaseException:
+                send(None)  # the writer stops
+                raise
+            send(columns)
+        self.agg_writer, self.send_filled = True, send_filled
+
+        def written() -> tuple[list[int], dict[str, int | None]]:
             self._wait_written()
             return self.agg_written
         return written
@@ -619,7 +653,11 @@ def new_agg_ids(conn: sqlite3.Connection | _ArrowIngest, count: int) -> list[int
 def _joined(aggs: list, ids: list[int], field: str) -> pd.DataFrame | None:
     """One table of all ``aggs`` with its agg_id column: joined once, the agg_id column made once (not one frame
     copy per aggregation); None when every aggregation's is empty."""
-    kept = [(agg_id, getattr(agg, field)) for agg_id, agg in zip(ids, aggs) if not getattr(agg, field).empty]
+    return _joined_frames([getattr(agg, field) for agg in aggs], ids)
+
+
+def _joined_frames(frames: list[pd.DataFrame], ids: list[int]) -> pd.DataFrame | None:
+    kept = [(agg_id, frame) for agg_id, frame in zip(ids, frames) if not frame.empty]
     if not kept:
         return None
     frames = [frame for _, frame in kept]
@@ -628,27 +666,79 @@ def _joined(aggs: list, ids: list[int], field: str) -> pd.DataFrame | None:
     return joined.assign(agg_id=owner)
 
 
-def ingest_agg_tables(path: str, aggs: list, tables: list[str]) -> tuple[list[int], dict[str, int]]:
-    """:func:`write_agg_tables` through ADBC into a file no sqlite3 connection has open (``_ArrowIngest``):
-    the agg_ids reserved and each table's rowid before its first row. A table's indexes are dropped before its
-    rows and built again after them, as SQL the schema wrote (a sort instead of one index insert per row)."""
+def replay_columns(aggs: list, tables) -> dict[str, list[np.ndarray | None]]:
+    """The replay's critical_path_ns of each aggregation (None: none) in the tables it fills, as
+    :func:`ingest_agg_tables` waits for them."""
+    return {table: [None if (column := getattr(agg, AGG_TABLES[table]).get("critical_path_ns")) is None
+                    else column.to_numpy() for agg in aggs] for table in tables if table in REPLAY_FILLED}
+
+
+def ingest_agg_tables(filled: Callable[[], dict[str, list] | None], path: str, aggs: list,
+                      tables: list[str]) -> tuple[list[int], dict[str, int | None]]:
+    """:func:`write_agg_tables` through ADBC into a file no sqlite3 connection has open (``_ArrowIngest``); the
+    agg_ids reserved and each table's rowid before its first row (None: written with the replay's column).
+    The tables the replay fills (``REPLAY_FILLED``) go last, with their critical_path_ns as ``filled()`` gives it
+    once the replay is in (:func:`replay_columns`; None: the importing process failed): no UPDATE of their rows
+    after it. A table's indexes are dropped before its rows and built again after them, as the SQL the schema
+    wrote (one sort instead of an index insert per row)."""
     with _ArrowIngest(path, {}) as ingest:
         ids = new_agg_ids(ingest, len(aggs))
-        before = {}
-        for table in tables:
-            joined = _joined(aggs, ids, AGG_TABLES[table])
-            if joined is None:
-                continue
-            before[table] = ingest.value(f'SELECT COALESCE(MAX(rowid), 0) FROM "{table}"')
-            ingest.columns_of[table] = [r[1] for r in ingest.rows(f'PRAGMA table_info("{table}")')]
-            indexes = ingest.rows("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
-                                  f"AND tbl_name = '{table}'")
-            for name, _ in indexes:
-                ingest.execute_script(f'DROP INDEX "{name}"')
-            ingest.add(table, joined)
-            for _, sql in indexes:
-                ingest.execute_script(sql)
+        before: dict[str, int | None] = {}
+        for table in [t for t in tables if t not in REPLAY_FILLED]:
+            at = _ingest_agg_table(ingest, table, [getattr(agg, AGG_TABLES[table]) for agg in aggs], ids)
+            if at is not None:
+                before[table] = at
+        later = [t for t in tables if t in REPLAY_FILLED]
+        columns = filled() if later else {}
+        if columns is None:
+            raise EOFError("the replay's figures never came")
+        for table in later:
+            frames = [_with_critical_path(getattr(agg, AGG_TABLES[table]), column)
+                      for agg, column in zip(aggs, columns[table])]
+            if _ingest_agg_table(ingest, table, frames, ids) is not None:
+                before[table] = None
     return ids, before
+
+
+def _with_critical_path(frame: pd.DataFrame, column: np.ndarray | None) -> pd.DataFrame:
+    """The frame with the replay's column, as integers (NULL where none), as an UPDATE of its rows writes it."""
+    if frame.empty:
+        return frame
+    return frame.assign(critical_path_ns=pd.array([None] * len(frame) if column is None else column, dtype="Int64"))
+
+
+def _ingest_agg_table(ingest: _ArrowIngest, table: str, frames: list[pd.DataFrame], ids: list[int]) -> int | None:
+    """One aggregation table's rows, its indexes built after them; returns the table's largest rowid before
+    them (None: no rows)."""
+    joined = _joined_frames(frames, ids)
+    if joined is None:
+        return None
+    before = ingest.value(f'SELECT COALESCE(MAX(rowid), 0) FROM "{table}"')
+    ingest.columns_of[table] = [r[1] for r in ingest.rows(f'PRAGMA table_info("{table}")')]
+    indexes = ingest.rows("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+                          f"AND tbl_name = '{table}'")
+    for name, _ in indexes:
+        ingest.execute_script(f'DROP INDEX "{name}"')
+    ingest.add(table, joined)
+    for _, sql in indexes:
+        ingest.execute_script(sql)
+    return before
+
+
+class _Sent:
+    """ForkedCall's inbox for a thread (where dlscope must not fork): the one value sent, waited for."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.value = None
+
+    def send(self, value) -> None:
+        self.value = value
+        self.event.set()
+
+    def __call__(self):
+        self.event.wait()
+        return self.value
 
 
 def write_agg_tables(conn: sqlite3.Connection, aggs: list, ids: list[int], tables) -> dict[str, int]:
@@ -663,12 +753,12 @@ def write_agg_tables(conn: sqlite3.Connection, aggs: list, ids: list[int], table
     return before
 
 
-def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str, int]) -> None:
+def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str, int | None]) -> None:
     """The replay's critical_path_ns of the rows written before it (NULL there until now), by rowid: each
     table's column sent once as a JSON array (null: no value, the row left NULL) into a temporary table keyed by
     rowid, then one UPDATE from it (not one statement per row: 20k rows of the 64-rank job took 0.05 s more)."""
     for table, before in written.items():
-        if table not in REPLAY_FILLED:
+        if table not in REPLAY_FILLED or before is None:  # (None: written with them)
             continue
         frames = [getattr(agg, AGG_TABLES[table]) for agg in aggs]
         values = np.zeros(sum(len(f) for f in frames), np.int64)
@@ -700,7 +790,7 @@ def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str,
 
 
 def write_aggregations(conn: sqlite3.Connection, aggs: list, ids: list[int] | None = None,
-                       written: dict[str, int] | None = None) -> list[int]:
+                       written: dict[str, int | None] | None = None) -> list[int]:
     """Store aggregations (one per rank of a job) with one insert per table; returns their agg_ids.
     ``ids``/``written``: the ids of :func:`new_agg_ids` and what :func:`write_agg_tables` returned for the tables
     it wrote before the critical path's replay (their critical_path_ns filled in here)."""
