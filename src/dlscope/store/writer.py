@@ -702,11 +702,11 @@ def _joined_frames(frames: list[pd.DataFrame], ids: list[int]) -> pd.DataFrame |
     return joined.assign(agg_id=owner)
 
 
-def replay_columns(aggs: list, tables) -> dict[str, list[np.ndarray | None]]:
-    """The replay's critical_path_ns of each aggregation (None: none) in the tables it fills, as
-    :func:`ingest_agg_tables` waits for them."""
+def replay_columns(aggs: list, tables) -> dict[str, list[pd.arrays.IntegerArray | None]]:
+    """The replay's critical_path_ns of each aggregation (None: none) in the tables it fills, as integers
+    (NA: none), as :func:`ingest_agg_tables` waits for them."""
     return {table: [None if (column := getattr(agg, AGG_TABLES[table]).get("critical_path_ns")) is None
-                    else column.to_numpy() for agg in aggs] for table in tables if table in REPLAY_FILLED}
+                    else pd.array(column, dtype="Int64") for agg in aggs] for table in tables if table in REPLAY_FILLED}
 
 
 def ingest_agg_tables(filled: Callable[[], dict[str, list] | None], path: str, aggs: list,
@@ -736,11 +736,12 @@ def ingest_agg_tables(filled: Callable[[], dict[str, list] | None], path: str, a
     return ids, before
 
 
-def _with_critical_path(frame: pd.DataFrame, column: np.ndarray | None) -> pd.DataFrame:
-    """The frame with the replay's column, as integers (NULL where none), as an UPDATE of its rows writes it."""
+def _with_critical_path(frame: pd.DataFrame, column: pd.arrays.IntegerArray | None) -> pd.DataFrame:
+    """The frame with the replay's column (:func:`replay_columns`), NULL where none, as an UPDATE of its rows
+    writes it."""
     if frame.empty:
         return frame
-    return frame.assign(critical_path_ns=pd.array([None] * len(frame) if column is None else column, dtype="Int64"))
+    return frame.assign(critical_path_ns=pd.array([None] * len(frame), dtype="Int64") if column is None else column)
 
 
 def _ingest_agg_table(ingest: _ArrowIngest, table: str, frames: list[pd.DataFrame], ids: list[int]) -> int | None:
@@ -803,8 +804,8 @@ def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str,
         for frame in frames:
             column = frame.get("critical_path_ns")
             if column is not None and len(frame):
-                has = column.notna().to_numpy()
-                values[at:at + len(frame)][has] = column.to_numpy()[has].astype(np.int64)
+                has = column.notna().to_numpy()  # (as integers from the start: a float loses 2**53 and up)
+                values[at:at + len(frame)][has] = column.to_numpy(dtype=np.int64, na_value=0)[has]
                 known[at:at + len(frame)] = has
             at += len(frame)
         if not known.any():  # not replayed: NULL as written
