@@ -303,10 +303,10 @@ def test_a_failure_while_the_aggregation_tables_are_written_leaves_no_file_and_n
     else:
         ingest = writer._ingest_agg_table
 
-        def failing(ingest_, table, frames, ids):
+        def failing(ingest_, table, *args):
             if table == "agg_ops":
                 raise OSError(28, "No space left on device")
-            return ingest(ingest_, table, frames, ids)
+            return ingest(ingest_, table, *args)
         monkeypatch.setattr(writer, "_ingest_agg_table", failing)  # the forked writer inherits it
     before = _children()
     with pytest.raises(DlscopeError) as failed:

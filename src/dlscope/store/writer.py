@@ -712,44 +712,46 @@ def replay_columns(aggs: list, tables) -> dict[str, list[pd.arrays.IntegerArray 
 def ingest_agg_tables(filled: Callable[[], dict[str, list] | None], path: str, aggs: list,
                       tables: list[str]) -> tuple[list[int], dict[str, int | None]]:
     """:func:`write_agg_tables` through ADBC into a file no sqlite3 connection has open (``_ArrowIngest``); the
-    agg_ids reserved and each table's rowid before its first row (None: written with the replay's column).
-    The tables the replay fills (``REPLAY_FILLED``) go last, with their critical_path_ns as ``filled()`` gives it
-    once the replay is in (:func:`replay_columns`; None: the importing process failed): no UPDATE of their rows
-    after it. A table's indexes are dropped before its rows and built again after them, as the SQL the schema
-    wrote (one sort instead of an index insert per row)."""
+    agg_ids reserved and each table's rowid before its first row (None: its critical_path_ns filled here).
+    The tables the replay fills (``REPLAY_FILLED``) get it once ``filled()`` gives it, the replay in
+    (:func:`replay_columns`; None: the importing process failed), by one UPDATE each (:func:`_fill_path`), their
+    critical_path_ns indexes built after it. A table's indexes are dropped before its rows and built again after
+    them, as the SQL the schema wrote (one sort instead of an index insert per row)."""
     with _ArrowIngest(path, {}) as ingest:
         ids = new_agg_ids(ingest, len(aggs))
         before: dict[str, int | None] = {}
-        for table in [t for t in tables if t not in REPLAY_FILLED]:
-            at = _ingest_agg_table(ingest, table, [getattr(agg, AGG_TABLES[table]) for agg in aggs], ids)
+        waiting: dict[str, tuple[int, list[str]]] = {}
+        for table in tables:
+            frames = [getattr(agg, AGG_TABLES[table]) for agg in aggs]
+            at, deferred = _ingest_agg_table(ingest, table, frames, ids, table in REPLAY_FILLED)
             if at is not None:
                 before[table] = at
-        later = [t for t in tables if t in REPLAY_FILLED]
-        columns = filled() if later else {}
+                if table in REPLAY_FILLED:
+                    waiting[table] = at, deferred
+        columns = filled() if waiting else {}
         if columns is None:
             raise EOFError("the replay's figures never came")
-        for table in later:
-            frames = [_with_critical_path(getattr(agg, AGG_TABLES[table]), column)
-                      for agg, column in zip(aggs, columns[table])]
-            if _ingest_agg_table(ingest, table, frames, ids) is not None:
-                before[table] = None
+
+        def execute(sql: str, parameters: tuple = ()) -> None:
+            ingest.cursor.execute(sql, parameters or None)
+            ingest.cursor.fetchall()
+        for table, (at, deferred) in waiting.items():
+            payload = _path_json(columns[table], [len(getattr(agg, AGG_TABLES[table])) for agg in aggs])
+            if payload is not None:
+                _fill_path(execute, table, at, payload)
+            for sql in deferred:
+                execute(sql)
+            before[table] = None
     return ids, before
 
 
-def _with_critical_path(frame: pd.DataFrame, column: pd.arrays.IntegerArray | None) -> pd.DataFrame:
-    """The frame with the replay's column (:func:`replay_columns`), NULL where none, as an UPDATE of its rows
-    writes it."""
-    if frame.empty:
-        return frame
-    return frame.assign(critical_path_ns=pd.array([None] * len(frame), dtype="Int64") if column is None else column)
-
-
-def _ingest_agg_table(ingest: _ArrowIngest, table: str, frames: list[pd.DataFrame], ids: list[int]) -> int | None:
+def _ingest_agg_table(ingest: _ArrowIngest, table: str, frames: list[pd.DataFrame], ids: list[int],
+                      defer_path_indexes: bool = False) -> tuple[int | None, list[str]]:
     """One aggregation table's rows, its indexes built after them; returns the table's largest rowid before
-    them (None: no rows)."""
+    them (None: no rows) and the SQL of the critical_path_ns indexes left to build (``defer_path_indexes``)."""
     joined = _joined_frames(frames, ids)
     if joined is None:
-        return None
+        return None, []
     before = ingest.value(f'SELECT COALESCE(MAX(rowid), 0) FROM "{table}"')
     ingest.columns_of[table] = [r[1] for r in ingest.rows(f'PRAGMA table_info("{table}")')]
     indexes = ingest.rows("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
@@ -757,9 +759,11 @@ def _ingest_agg_table(ingest: _ArrowIngest, table: str, frames: list[pd.DataFram
     for name, _ in indexes:
         ingest.execute_script(f'DROP INDEX "{name}"')
     ingest.add(table, joined)
+    deferred = [sql for _, sql in indexes if defer_path_indexes and "critical_path_ns" in sql]
     for _, sql in indexes:
-        ingest.execute_script(sql)
-    return before
+        if sql not in deferred:
+            ingest.execute_script(sql)
+    return before, deferred
 
 
 class _Sent:
@@ -791,39 +795,53 @@ def write_agg_tables(conn: sqlite3.Connection, aggs: list, ids: list[int], table
 
 
 def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str, int | None]) -> None:
-    """The replay's critical_path_ns of the rows written before it (NULL there until now), by rowid: each
-    table's column sent once as a JSON array (null: no value, the row left NULL) into a temporary table keyed by
-    rowid, then one UPDATE from it (not one statement per row: 20k rows of the 64-rank job took 0.05 s more)."""
+    """The replay's critical_path_ns of the rows written before it (NULL there until now), by rowid
+    (:func:`_fill_path`); the column's index built again after the rows' values, not kept up to date row by row."""
     for table, before in written.items():
         if table not in REPLAY_FILLED or before is None:  # (None: written with them)
             continue
-        frames = [getattr(agg, AGG_TABLES[table]) for agg in aggs]
-        values = np.zeros(sum(len(f) for f in frames), np.int64)
-        known = np.zeros(len(values), bool)
-        at = 0
-        for frame in frames:
-            column = frame.get("critical_path_ns")
-            if column is not None and len(frame):
-                has = column.notna().to_numpy()  # (as integers from the start: a float loses 2**53 and up)
-                values[at:at + len(frame)][has] = column.to_numpy(dtype=np.int64, na_value=0)[has]
-                known[at:at + len(frame)] = has
-            at += len(frame)
-        if not known.any():  # not replayed: NULL as written
+        payload = _path_json([getattr(agg, AGG_TABLES[table]).get("critical_path_ns") for agg in aggs],
+                             [len(getattr(agg, AGG_TABLES[table])) for agg in aggs])
+        if payload is None:  # not replayed: NULL as written
             continue
-        cells = np.where(known, values.astype(str), "null")
         on_column = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
                                  "AND sql LIKE '%critical_path_ns%'", (table,)).fetchall()
-        for name, _ in on_column:  # built again after the rows' values, not kept up to date row by row
+        for name, _ in on_column:
             conn.execute(f'DROP INDEX "{name}"')
-        conn.execute("CREATE TEMP TABLE replay_filled (filled_rowid INTEGER PRIMARY KEY, value INTEGER)")
-        conn.execute("INSERT INTO temp.replay_filled SELECT key + ?, value FROM json_each(?) WHERE type = 'integer'",
-                     (before + 1, "[" + ",".join(cells.tolist()) + "]"))
-        conn.execute(f'UPDATE "{table}" SET critical_path_ns = (SELECT value FROM temp.replay_filled '
-                     f'WHERE filled_rowid = "{table}".rowid) '
-                     "WHERE rowid IN (SELECT filled_rowid FROM temp.replay_filled)")
-        conn.execute("DROP TABLE temp.replay_filled")
+        _fill_path(conn.execute, table, before, payload)
         for _, sql in on_column:
             conn.execute(sql)
+
+
+def _path_json(columns: list, lengths: list[int]) -> str | None:
+    """One table's critical_path_ns in row order as a JSON array (null: no value), from each aggregation's
+    column (None: not replayed), as integers from the start (a float loses 2**53 and up); None when no row has
+    one."""
+    values = np.zeros(sum(lengths), np.int64)
+    known = np.zeros(len(values), bool)
+    at = 0
+    for column, length in zip(columns, lengths):
+        if column is not None and length:
+            series = pd.Series(column, copy=False)
+            has = series.notna().to_numpy()
+            values[at:at + length][has] = series.to_numpy(dtype=np.int64, na_value=0)[has]
+            known[at:at + length] = has
+        at += length
+    if not known.any():
+        return None
+    return "[" + ",".join(np.where(known, values.astype(str), "null").tolist()) + "]"
+
+
+def _fill_path(execute: Callable, table: str, before: int, payload: str) -> None:
+    """critical_path_ns of the rows after rowid ``before`` from ``payload`` (:func:`_path_json`): sent once into
+    a temporary table keyed by rowid, then one UPDATE from it (one statement per row cost the 64-rank job's 20k
+    rows 0.05 s more); rows without a value are left as they are. ``execute``: sqlite3's or ADBC's."""
+    execute("CREATE TEMP TABLE replay_filled (filled_rowid INTEGER PRIMARY KEY, value INTEGER)")
+    execute("INSERT INTO temp.replay_filled SELECT key + ?, value FROM json_each(?) WHERE type = 'integer'",
+            (before + 1, payload))
+    execute(f'UPDATE "{table}" SET critical_path_ns = (SELECT value FROM temp.replay_filled '
+            f'WHERE filled_rowid = "{table}".rowid) WHERE rowid IN (SELECT filled_rowid FROM temp.replay_filled)')
+    execute("DROP TABLE temp.replay_filled")
 
 
 def write_aggregations(conn: sqlite3.Connection, aggs: list, ids: list[int] | None = None,
