@@ -365,3 +365,22 @@ def test_two_files_swap_names_in_one_step(tmp_path):
     if not writer._exchange(str(a), b):
         pytest.skip("this file system cannot swap names (renameat2 RENAME_EXCHANGE)")
     assert (a.read_text(), b.read_text()) == ("B", "A")
+
+
+def test_where_dlscope_must_not_fork_a_thread_writes_the_aggregation_tables_the_same(tmp_path, monkeypatch):
+    """Inside a user's process (no fork) the background writer is a thread, sent the replay's column the same
+    way: the same rows, and a --force replacement leaves the one database."""
+    monkeypatch.setattr(writer, "can_fork", lambda: False)
+    for force in (False, True):
+        aggs = _two_rank_aggs()
+        with writer.atomic_database(tmp_path / "a.sqlite", force=force) as db:
+            pending = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
+            assert isinstance(db.raw_writer, writer.ThreadCall)
+            _partly_replayed(aggs)
+            ids, written = pending()
+            writer.write_aggregations(db.connect(), aggs, ids, written)
+    with sqlite3.connect(tmp_path / "a.sqlite") as conn:
+        assert _path_rows(conn, "agg_ops", "node_id") == [
+            (1, 5, 2**62 + 1, "integer"), (1, 7, None, "null"), (1, 9, 17, "integer"),
+            (2, 5, None, "null"), (2, 8, None, "null")]
+    assert [p.name for p in tmp_path.iterdir()] == ["a.sqlite"]
