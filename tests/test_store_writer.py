@@ -156,10 +156,11 @@ def test_aggregations_written_before_the_replay_get_its_figures_after_it(tmp_pat
         _check_rows(conn, aggs, ids)
 
 
-def test_aggregation_tables_ingested_before_the_database_opens_read_back_as_their_frames(tmp_path):
+def test_aggregation_tables_ingested_before_the_database_opens_read_back_as_their_frames(tmp_path, monkeypatch):
     """The import's path: the tables written through ADBC (Arrow in) in the background while the replay runs,
     before the sqlite3 connection opens; those the replay fills wait there for its column, sent when the database
     is next waited for; the rest after it."""
+    monkeypatch.setattr(writer, "BESIDE_AGG_ROWS", 0)  # a background writer for these few rows too
     aggs = _two_rank_aggs()
     with writer.atomic_database(tmp_path / "a.sqlite", force=False) as db:
         pending = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
@@ -266,15 +267,21 @@ def test_the_critical_path_filled_after_the_rows_leaves_rows_without_a_value_nul
         assert by_index == [(7,), (9,), (5,)]
 
 
-def test_the_background_writer_gets_the_replays_column_and_writes_rows_without_one_null(tmp_path):
+@pytest.mark.parametrize("beside", [True, False])
+def test_the_background_writer_gets_the_replays_column_and_writes_rows_without_one_null(tmp_path, monkeypatch,
+                                                                                        beside):
     """The import's path: the background writer's tables the replay fills take its column as sent once the
-    replay is in, a row with no value NULL, integers exact; nothing left to fill afterwards."""
+    replay is in, a row with no value NULL, integers exact; nothing left to fill afterwards. Too few rows for a
+    background writer to pay: ingested here, the column filled after the replay, the same rows."""
+    if beside:
+        monkeypatch.setattr(writer, "BESIDE_AGG_ROWS", 0)
     aggs = _two_rank_aggs()
     with writer.atomic_database(tmp_path / "a.sqlite", force=False) as db:
         pending = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
+        assert (db.raw_writer is not None) == beside
         _partly_replayed(aggs)
         ids, written = pending()
-        assert written["agg_ops"] is None and written["agg_kernels"] is None
+        assert written["agg_ops"] == written["agg_kernels"] == (None if beside else 0)
         writer.write_aggregations(db.connect(), aggs, ids, written)
     with sqlite3.connect(tmp_path / "a.sqlite") as conn:
         assert _path_rows(conn, "agg_ops", "node_id") == [
@@ -298,6 +305,7 @@ def test_a_failure_while_the_aggregation_tables_are_written_leaves_no_file_and_n
     """The importing process failing before it sends the replay's column, or the background writer failing in
     the middle of its tables (agg_groups written, agg_ops not): one line naming the database, no file left in
     the folder, no child left running."""
+    monkeypatch.setattr(writer, "BESIDE_AGG_ROWS", 0)
     if where == "importing process":
         monkeypatch.setattr(writer, "replay_columns", lambda *_: 1 / 0)
     else:
@@ -371,6 +379,7 @@ def test_where_dlscope_must_not_fork_a_thread_writes_the_aggregation_tables_the_
     """Inside a user's process (no fork) the background writer is a thread, sent the replay's column the same
     way: the same rows, and a --force replacement leaves the one database."""
     monkeypatch.setattr(writer, "can_fork", lambda: False)
+    monkeypatch.setattr(writer, "BESIDE_AGG_ROWS", 0)
     for force in (False, True):
         aggs = _two_rank_aggs()
         with writer.atomic_database(tmp_path / "a.sqlite", force=force) as db:

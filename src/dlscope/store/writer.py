@@ -298,6 +298,12 @@ def _write_failed(label: str, problem: str) -> DlscopeError:
     return DlscopeError(f"{label}: writing the database failed ({problem})")
 
 
+#: Rows of aggregation tables from which a background writer pays (:meth:`NewDatabase.write_agg_tables`): it
+#: costs ~0.1 s more CPU than an ingest here (starting, its import of ADBC, pages copied on write) and saves
+#: the importing process ~4 us a row (the 64-rank job: 53k rows; a single rank's import: a few hundred).
+BESIDE_AGG_ROWS = 20_000
+
+
 class NewDatabase:
     """A database being written: the raw tables and indexes in the background, the rest on ``connect()``.
 
@@ -372,6 +378,9 @@ class NewDatabase:
             return lambda: done
         self._wait_written()
         tables = list(tables)
+        if sum(len(getattr(agg, AGG_TABLES[t])) for agg in aggs for t in tables) < BESIDE_AGG_ROWS:
+            done = ingest_agg_tables(None, self.path, aggs, tables)  # here: the replay's column filled after it
+            return lambda: done
         if can_fork():
             forked = ForkedCall(ingest_agg_tables, self.path, aggs, tables, inbox=True)
             self.raw_writer, send = forked, forked.send
@@ -709,13 +718,14 @@ def replay_columns(aggs: list, tables) -> dict[str, list[pd.arrays.IntegerArray 
                     else pd.array(column, dtype="Int64") for agg in aggs] for table in tables if table in REPLAY_FILLED}
 
 
-def ingest_agg_tables(filled: Callable[[], dict[str, list] | None], path: str, aggs: list,
+def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path: str, aggs: list,
                       tables: list[str]) -> tuple[list[int], dict[str, int | None]]:
     """:func:`write_agg_tables` through ADBC into a file no sqlite3 connection has open (``_ArrowIngest``); the
     agg_ids reserved and each table's rowid before its first row (None: its critical_path_ns filled here).
     The tables the replay fills (``REPLAY_FILLED``) get it once ``filled()`` gives it, the replay in
     (:func:`replay_columns`; None: the importing process failed), by one UPDATE each (:func:`_fill_path`), their
-    critical_path_ns indexes built after it. A table's indexes are dropped before its rows and built again after
+    critical_path_ns indexes built after it (``filled`` None: left to :func:`_fill_critical_path`, their
+    rowids returned). A table's indexes are dropped before its rows and built again after
     them, as the SQL the schema wrote (one sort instead of an index insert per row)."""
     with _ArrowIngest(path, {}) as ingest:
         ids = new_agg_ids(ingest, len(aggs))
@@ -728,13 +738,18 @@ def ingest_agg_tables(filled: Callable[[], dict[str, list] | None], path: str, a
                 before[table] = at
                 if table in REPLAY_FILLED:
                     waiting[table] = at, deferred
-        columns = filled() if waiting else {}
-        if columns is None:
-            raise EOFError("the replay's figures never came")
 
         def execute(sql: str, parameters: tuple = ()) -> None:
             ingest.cursor.execute(sql, parameters or None)
             ingest.cursor.fetchall()
+        if filled is None:
+            for _, deferred in waiting.values():
+                for sql in deferred:
+                    execute(sql)
+            return ids, before
+        columns = filled() if waiting else {}
+        if columns is None:
+            raise EOFError("the replay's figures never came")
         for table, (at, deferred) in waiting.items():
             payload = _path_json(columns[table], [len(getattr(agg, AGG_TABLES[table])) for agg in aggs])
             if payload is not None:
