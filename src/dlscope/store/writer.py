@@ -520,7 +520,7 @@ def _exchange(a: str, b: str | Path) -> bool:
     """Swap the names of two files in one step; False where this system or file system cannot (nothing done)."""
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no such call in this C library (or no C library by that name)
         return False
     at_cwd = -100  # AT_FDCWD: the paths as given
     return renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), RENAME_EXCHANGE) == 0
