@@ -6,8 +6,10 @@ import sqlite3
 
 import numpy as np
 import pandas as pd
+import pytest
 from conftest import data_file
 
+from dlscope.errors import DlscopeError
 from dlscope.pipeline import build_database
 from dlscope.store import writer
 
@@ -154,14 +156,18 @@ def test_aggregations_written_before_the_replay_get_its_figures_after_it(tmp_pat
         _check_rows(conn, aggs, ids)
 
 
-def test_aggregation_tables_ingested_before_the_database_opens_read_back_as_their_frames(tmp_path):
-    """The import's path: the tables written through ADBC (Arrow in) while the replay runs, before the sqlite3
-    connection opens; the replay's column and the rest after it."""
+def test_aggregation_tables_ingested_before_the_database_opens_read_back_as_their_frames(tmp_path, monkeypatch):
+    """The import's path: the tables written through ADBC (Arrow in) in the background while the replay runs,
+    before the sqlite3 connection opens; those the replay fills wait there for its column, sent when the database
+    is next waited for; the rest after it."""
+    monkeypatch.setattr(writer, "BESIDE_AGG_ROWS", 0)  # a background writer for these few rows too
     aggs = _two_rank_aggs()
     with writer.atomic_database(tmp_path / "a.sqlite", force=False) as db:
-        ids, written = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
-        assert ids == [1, 2] and set(written) == {"agg_ops", "agg_kernels", "agg_groups"}
+        pending = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
         _replayed(aggs)
+        ids, written = pending()
+        assert ids == [1, 2] and written["agg_groups"] == 0
+        assert written["agg_ops"] is None and written["agg_kernels"] is None  # nothing left to fill
         writer.write_aggregations(db.connect(), aggs, ids, written)
     with sqlite3.connect(tmp_path / "a.sqlite") as conn:
         _check_rows(conn, aggs, ids)
@@ -220,3 +226,170 @@ def test_index_builds_larger_than_the_ingest_cache_spill_to_disk_and_match_their
                                   check_dtype=False)
     assert indexes >= 13
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spilled.sqlite", "trace.sqlite"]  # no temporary file
+
+
+def _partly_replayed(aggs: list) -> None:
+    """Rank 0's ops with a critical_path_ns for two of three rows (the middle one has none), its kernels with
+    both; rank 1 not replayed."""
+    aggs[0].ops = aggs[0].ops.assign(critical_path_ns=pd.array([2**62 + 1, None, 17], dtype="Int64"))
+    aggs[0].kernels = aggs[0].kernels.assign(critical_path_ns=np.array([0, 2**61], np.int64))
+    aggs[1].ops = aggs[1].ops.assign(critical_path_ns=None)
+
+
+def _path_rows(conn: sqlite3.Connection, table: str, key: str) -> list[tuple]:
+    return conn.execute(f"SELECT agg_id, {key}, critical_path_ns, typeof(critical_path_ns) FROM {table} "
+                        "ORDER BY rowid").fetchall()
+
+
+def test_the_critical_path_filled_after_the_rows_leaves_rows_without_a_value_null(tmp_path):
+    """One UPDATE from a temporary table fills the rows written before the replay: a row with no value stays
+    NULL, the others get their integers exactly (past 2**53); the column's index is there again and agrees with
+    the table, and the temporary table is gone."""
+    writer.write_raw_file(str(tmp_path / "a.sqlite"), {})
+    with sqlite3.connect(tmp_path / "a.sqlite") as conn:
+        aggs = _two_rank_aggs()
+        ids = writer.new_agg_ids(conn, len(aggs))
+        written = writer.write_agg_tables(conn, aggs, ids, writer.BEFORE_REPLAY)
+        _partly_replayed(aggs)
+        writer.write_aggregations(conn, aggs, ids, written)
+        assert _path_rows(conn, "agg_ops", "node_id") == [
+            (1, 5, 2**62 + 1, "integer"), (1, 7, None, "null"), (1, 9, 17, "integer"),
+            (2, 5, None, "null"), (2, 8, None, "null")]
+        assert _path_rows(conn, "agg_kernels", "kernel_name") == [(1, "gemm", 0, "integer"),
+                                                                  (1, "relu", 2**61, "integer")]
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert {"agg_ops_critical_path", "agg_kernels_critical_path"} <= indexes
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT COUNT(*) FROM sqlite_temp_master").fetchone() == (0,)
+        # the index is read for a sort by the column: the same order as the values say
+        by_index = conn.execute("SELECT node_id FROM agg_ops INDEXED BY agg_ops_critical_path WHERE agg_id = 1 "
+                                "ORDER BY critical_path_ns").fetchall()
+        assert by_index == [(7,), (9,), (5,)]
+
+
+@pytest.mark.parametrize("beside", [True, False])
+def test_the_background_writer_gets_the_replays_column_and_writes_rows_without_one_null(tmp_path, monkeypatch,
+                                                                                        beside):
+    """The import's path: the background writer's tables the replay fills take its column as sent once the
+    replay is in, a row with no value NULL, integers exact; nothing left to fill afterwards. Too few rows for a
+    background writer to pay: ingested here, the column filled after the replay, the same rows."""
+    if beside:
+        monkeypatch.setattr(writer, "BESIDE_AGG_ROWS", 0)
+    aggs = _two_rank_aggs()
+    with writer.atomic_database(tmp_path / "a.sqlite", force=False) as db:
+        pending = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
+        assert (db.raw_writer is not None) == beside
+        _partly_replayed(aggs)
+        ids, written = pending()
+        assert written["agg_ops"] == written["agg_kernels"] == (None if beside else 0)
+        writer.write_aggregations(db.connect(), aggs, ids, written)
+    with sqlite3.connect(tmp_path / "a.sqlite") as conn:
+        assert _path_rows(conn, "agg_ops", "node_id") == [
+            (1, 5, 2**62 + 1, "integer"), (1, 7, None, "null"), (1, 9, 17, "integer"),
+            (2, 5, None, "null"), (2, 8, None, "null")]
+        assert _path_rows(conn, "agg_kernels", "kernel_name") == [(1, "gemm", 0, "integer"),
+                                                                  (1, "relu", 2**61, "integer")]
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def _children() -> set[int]:
+    import os
+
+    return {int(p) for p in os.listdir("/proc") if p.isdigit()
+            and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())}
+
+
+@pytest.mark.parametrize("where", ["importing process", "background writer"])
+def test_a_failure_while_the_aggregation_tables_are_written_leaves_no_file_and_no_writer(tmp_path, monkeypatch,
+                                                                                         where):
+    """The importing process failing before it sends the replay's column, or the background writer failing in
+    the middle of its tables (agg_groups written, agg_ops not): one line naming the database, no file left in
+    the folder, no child left running."""
+    monkeypatch.setattr(writer, "BESIDE_AGG_ROWS", 0)
+    if where == "importing process":
+        monkeypatch.setattr(writer, "replay_columns", lambda *_: 1 / 0)
+    else:
+        ingest = writer._ingest_agg_table
+
+        def failing(ingest_, table, *args):
+            if table == "agg_ops":
+                raise OSError(28, "No space left on device")
+            return ingest(ingest_, table, *args)
+        monkeypatch.setattr(writer, "_ingest_agg_table", failing)  # the forked writer inherits it
+    before = _children()
+    with pytest.raises(DlscopeError) as failed:
+        with writer.atomic_database(tmp_path / "a.sqlite", force=False) as db:
+            pending = db.write_agg_tables(_two_rank_aggs(), writer.BEFORE_REPLAY)
+            pending()
+    text = str(failed.value)
+    assert text.startswith(f"{tmp_path / 'a.sqlite'}: writing the database failed") and "\n" not in text
+    assert ("ZeroDivisionError" if where == "importing process" else "No space left") in text
+    assert list(tmp_path.iterdir()) == []
+    assert _children() <= before
+
+
+def _wait_for(condition, seconds: float = 10.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+def test_a_database_replaced_with_force_swaps_names_and_the_old_file_goes_after(tmp_path):
+    """--force over an earlier database: the new one takes the name in one step (a reader that had the old one
+    open still reads the old one whole), and the old file is removed by a process left behind: the folder ends
+    with the one database."""
+    path = tmp_path / "a.sqlite"
+    with writer.atomic_database(path, force=False) as db:
+        writer.write_meta(db.connect(), "old", {})
+    old = sqlite3.connect(path)
+    with writer.atomic_database(path, force=True) as db:
+        writer.write_meta(db.connect(), "new", {})
+    name = "SELECT value FROM dlscope_meta WHERE key = 'profile_name'"
+    assert old.execute(name).fetchone() == ("old",)
+    old.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute(name).fetchone() == ("new",)
+    assert _wait_for(lambda: [p.name for p in tmp_path.iterdir()] == ["a.sqlite"]), list(tmp_path.iterdir())
+
+
+def test_where_names_cannot_be_swapped_the_database_is_replaced_in_place(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer, "_exchange", lambda *_: False)
+    path = tmp_path / "a.sqlite"
+    for profile in ("old", "new"):
+        with writer.atomic_database(path, force=True) as db:
+            writer.write_meta(db.connect(), profile, {})
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM dlscope_meta WHERE key = 'profile_name'").fetchone() == ("new",)
+    assert [p.name for p in tmp_path.iterdir()] == ["a.sqlite"]
+
+
+def test_two_files_swap_names_in_one_step(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("A")
+    b.write_text("B")
+    if not writer._exchange(str(a), b):
+        pytest.skip("this file system cannot swap names (renameat2 RENAME_EXCHANGE)")
+    assert (a.read_text(), b.read_text()) == ("B", "A")
+
+
+def test_where_dlscope_must_not_fork_a_thread_writes_the_aggregation_tables_the_same(tmp_path, monkeypatch):
+    """Inside a user's process (no fork) the background writer is a thread, sent the replay's column the same
+    way: the same rows, and a --force replacement leaves the one database."""
+    monkeypatch.setattr(writer, "can_fork", lambda: False)
+    monkeypatch.setattr(writer, "BESIDE_AGG_ROWS", 0)
+    for force in (False, True):
+        aggs = _two_rank_aggs()
+        with writer.atomic_database(tmp_path / "a.sqlite", force=force) as db:
+            pending = db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
+            assert isinstance(db.raw_writer, writer.ThreadCall)
+            _partly_replayed(aggs)
+            ids, written = pending()
+            writer.write_aggregations(db.connect(), aggs, ids, written)
+    with sqlite3.connect(tmp_path / "a.sqlite") as conn:
+        assert _path_rows(conn, "agg_ops", "node_id") == [
+            (1, 5, 2**62 + 1, "integer"), (1, 7, None, "null"), (1, 9, 17, "integer"),
+            (2, 5, None, "null"), (2, 8, None, "null")]
+    assert [p.name for p in tmp_path.iterdir()] == ["a.sqlite"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -220,7 +220,7 @@ def timeline_arrays(an: Analysed, ranks: list[int] | None = None) -> dict[int, d
 
 def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, aggs: list, findings: list,
                    figures, timelines: dict[int, dict[str, bytes]],
-                   written: tuple[list[int], dict[str, int]] | None = None) -> None:
+                   written: Callable[[], tuple[list[int], dict[str, int | None]]] | None = None) -> None:
     """Everything but the raw tables: sources, meta, counters, aggregations, findings, the job's figures, the
     timeline's arrays. ``written``: the agg_ids reserved and the aggregation tables written already."""
     if sources:
@@ -228,7 +228,7 @@ def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, 
     writer.write_meta(conn, name, meta, job_facts(sources, (meta.get("capture") or {}).get("system")))
     for path, frame in ncu:
         write_ncu_kernels(conn, frame, source=str(path))
-    agg_ids = writer.write_aggregations(conn, aggs, *(written or (None, None)))
+    agg_ids = writer.write_aggregations(conn, aggs, *(written() if written else (None, None)))
     for agg_id, found in zip(agg_ids, findings):
         write_findings(conn, agg_id, found)
     if figures is not None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
 import errno
 import json
 import os
 import sqlite3
 import stat
-from collections.abc import Iterator
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -20,7 +23,16 @@ import pyarrow as pa
 from ..errors import DlscopeError
 from ..model import value_counts
 from ..nanoseconds import round_ns
-from ..processes import FirstComer, ForkedCall, ThreadCall, in_background, owned_name, release_free_memory, remove_dead
+from ..processes import (
+    FirstComer,
+    ForkedCall,
+    ThreadCall,
+    can_fork,
+    in_background,
+    owned_name,
+    release_free_memory,
+    remove_dead,
+)
 from ..version import __version__
 from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION, SEARCH_DDL, SEARCH_INDEXES
 
@@ -286,6 +298,12 @@ def _write_failed(label: str, problem: str) -> DlscopeError:
     return DlscopeError(f"{label}: writing the database failed ({problem})")
 
 
+#: Rows of aggregation tables from which a background writer pays (:meth:`NewDatabase.write_agg_tables`): it
+#: costs ~0.1 s more CPU than an ingest here (starting, its import of ADBC, pages copied on write) and saves
+#: the importing process ~4 us a row (the 64-rank job: 53k rows; a single rank's import: a few hundred).
+BESIDE_AGG_ROWS = 20_000
+
+
 class NewDatabase:
     """A database being written: the raw tables and indexes in the background, the rest on ``connect()``.
 
@@ -297,6 +315,9 @@ class NewDatabase:
         self.conn: sqlite3.Connection | None = None
         self.raw_writer: ForkedCall | ThreadCall | None = None
         self.written = False  # the raw tables (or an empty database) in the file, no background writer
+        self.agg_writer = False  # the background writer is ingest_agg_tables: its result goes to agg_written
+        self.agg_written: tuple[list[int], dict[str, int | None]] = ([], {})
+        self.send_filled: Callable[[], None] | None = None  # sends it the replay's column (ingest_agg_tables)
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
                   timelines: FirstComer | None = None) -> None:
@@ -313,8 +334,17 @@ class NewDatabase:
         writer, self.raw_writer = self.raw_writer, None
         if writer is None:
             return
+        send, self.send_filled = self.send_filled, None
         try:
-            writer.result()
+            if send is not None:  # the aggregation writer waits for the replay's column
+                try:
+                    send()
+                except BaseException:
+                    writer.kill()
+                    raise
+            value = writer.result()
+            if self.agg_writer:
+                self.agg_written, self.agg_writer = value, False
         except (DlscopeError, KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # noqa: BLE001 - one line naming the database
@@ -334,24 +364,43 @@ class NewDatabase:
             write_raw_file(self.path, {})
         self.written = True
 
-    def write_agg_tables(self, aggs: list, tables) -> tuple[list[int], dict[str, int]]:
+    def write_agg_tables(self, aggs: list, tables) -> Callable[[], tuple[list[int], dict[str, int | None]]]:
         """:func:`write_agg_tables` of the aggregations to be, before :meth:`connect`: through ADBC (Arrow in,
-        no per-row Python) once the raw tables are written; the agg_ids and the tables' rowids before them."""
+        no per-row Python) once the raw tables are written, in the background as they are
+        (:func:`ingest_agg_tables`), while the importing process takes in the replay's figures (~0.25 s of inserts
+        were the 64-rank job's tail); the tables the replay fills wait there for its column, sent when the
+        database is next waited for (``aggs`` are then replayed or skipped). Returns what gives the agg_ids and the
+        tables' rowids before them (None: written with the replay's column), waiting for the writer."""
         if self.conn is not None or not aggs:
             conn = self.connect()
             ids = new_agg_ids(conn, len(aggs))
-            return ids, write_agg_tables(conn, aggs, ids, tables)
+            done: tuple[list[int], dict[str, int | None]] = (ids, {**write_agg_tables(conn, aggs, ids, tables)})
+            return lambda: done
         self._wait_written()
-        with _ArrowIngest(self.path, {}) as ingest:
-            ids = new_agg_ids(ingest, len(aggs))
-            before = {}
-            for table in tables:
-                joined = _joined(aggs, ids, AGG_TABLES[table])
-                if joined is not None:
-                    before[table] = ingest.value(f'SELECT COALESCE(MAX(rowid), 0) FROM "{table}"')
-                    ingest.columns_of[table] = [r[1] for r in ingest.rows(f'PRAGMA table_info("{table}")')]
-                    ingest.add(table, joined)
-        return ids, before
+        tables = list(tables)
+        if sum(len(getattr(agg, AGG_TABLES[t])) for agg in aggs for t in tables) < BESIDE_AGG_ROWS:
+            done = ingest_agg_tables(None, self.path, aggs, tables)  # here: the replay's column filled after it
+            return lambda: done
+        if can_fork():
+            forked = ForkedCall(ingest_agg_tables, self.path, aggs, tables, inbox=True)
+            self.raw_writer, send = forked, forked.send
+        else:
+            sent = _Sent()
+            self.raw_writer, send = ThreadCall(ingest_agg_tables, sent, self.path, aggs, tables), sent.send
+
+        def send_filled() -> None:
+            try:
+                columns = replay_columns(aggs, tables)
+            except BaseException:
+                send(None)  # the writer stops
+                raise
+            send(columns)
+        self.agg_writer, self.send_filled = True, send_filled
+
+        def written() -> tuple[list[int], dict[str, int | None]]:
+            self._wait_written()
+            return self.agg_written
+        return written
 
     def connect(self) -> sqlite3.Connection:
         """Wait for the raw tables and indexes, then open the file for the remaining (small) writes."""
@@ -424,7 +473,7 @@ def atomic_database(path: Path, force: bool) -> Iterator[NewDatabase]:
             conn.close()
             db.conn = None
             check_output(path, force)  # still a file or free: nothing replaced it meanwhile
-            os.replace(tmp, path)
+            _replace(tmp, path)
         except sqlite3.Error as e:
             raise _write_failed(str(path), _sqlite_text(e)) from None
         except OSError as e:
@@ -441,6 +490,40 @@ def atomic_database(path: Path, force: bool) -> Iterator[NewDatabase]:
             except OSError:
                 pass
         raise
+
+
+def _replace(tmp: str, path: Path) -> None:
+    """``os.replace(tmp, path)``, cheaper where it replaces a file (an earlier import's, ``--force``): renaming
+    over a file made ext4 allocate all of the new file's delayed blocks at once (~60 ms for the 64-rank job's
+    86 MB database) and freeing the old one took ~25 ms more, when all else was done. Where the system can,
+    the two files swap names in one step instead (``renameat2(RENAME_EXCHANGE)``, as atomic as a rename) and
+    the old file, now under this run's temporary name, is removed by a process left behind (a later import
+    removes it if that never ran: :func:`~dlscope.processes.remove_dead`)."""
+    if not os.path.isfile(path) or not _exchange(tmp, path):
+        os.replace(tmp, path)
+        return
+    if can_fork():
+        try:  # sh ends at once, its rm left to init: nothing to wait for, no zombie
+            subprocess.run(["sh", "-c", 'rm -f -- "$1" &', "sh", tmp], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            return
+        except (OSError, subprocess.SubprocessError):
+            pass
+    os.unlink(tmp)
+
+
+#: renameat2's flag that swaps two names (Linux 3.15+; ext4, xfs, btrfs, tmpfs)
+RENAME_EXCHANGE = 2
+
+
+def _exchange(a: str, b: str | Path) -> bool:
+    """Swap the names of two files in one step; False where this system or file system cannot (nothing done)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError, TypeError):  # no such call in this C library (or no C library by that name)
+        return False
+    at_cwd = -100  # AT_FDCWD: the paths as given
+    return renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), RENAME_EXCHANGE) == 0
 
 
 def _sqlite_text(error: sqlite3.Error) -> str:
@@ -615,13 +698,103 @@ def new_agg_ids(conn: sqlite3.Connection | _ArrowIngest, count: int) -> list[int
 def _joined(aggs: list, ids: list[int], field: str) -> pd.DataFrame | None:
     """One table of all ``aggs`` with its agg_id column: joined once, the agg_id column made once (not one frame
     copy per aggregation); None when every aggregation's is empty."""
-    kept = [(agg_id, getattr(agg, field)) for agg_id, agg in zip(ids, aggs) if not getattr(agg, field).empty]
+    return _joined_frames([getattr(agg, field) for agg in aggs], ids)
+
+
+def _joined_frames(frames: list[pd.DataFrame], ids: list[int]) -> pd.DataFrame | None:
+    kept = [(agg_id, frame) for agg_id, frame in zip(ids, frames) if not frame.empty]
     if not kept:
         return None
     frames = [frame for _, frame in kept]
     joined = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     owner = np.repeat(np.array([agg_id for agg_id, _ in kept], dtype=np.int64), [len(f) for f in frames])
     return joined.assign(agg_id=owner)
+
+
+def replay_columns(aggs: list, tables) -> dict[str, list[pd.arrays.IntegerArray | None]]:
+    """The replay's critical_path_ns of each aggregation (None: none) in the tables it fills, as integers
+    (NA: none), as :func:`ingest_agg_tables` waits for them."""
+    return {table: [None if (column := getattr(agg, AGG_TABLES[table]).get("critical_path_ns")) is None
+                    else pd.array(column, dtype="Int64") for agg in aggs] for table in tables if table in REPLAY_FILLED}
+
+
+def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path: str, aggs: list,
+                      tables: list[str]) -> tuple[list[int], dict[str, int | None]]:
+    """:func:`write_agg_tables` through ADBC into a file no sqlite3 connection has open (``_ArrowIngest``); the
+    agg_ids reserved and each table's rowid before its first row (None: its critical_path_ns filled here).
+    The tables the replay fills (``REPLAY_FILLED``) get it once ``filled()`` gives it, the replay in
+    (:func:`replay_columns`; None: the importing process failed), by one UPDATE each (:func:`_fill_path`), their
+    critical_path_ns indexes built after it (``filled`` None: left to :func:`_fill_critical_path`, their
+    rowids returned). A table's indexes are dropped before its rows and built again after
+    them, as the SQL the schema wrote (one sort instead of an index insert per row)."""
+    with _ArrowIngest(path, {}) as ingest:
+        ids = new_agg_ids(ingest, len(aggs))
+        before: dict[str, int | None] = {}
+        waiting: dict[str, tuple[int, list[str]]] = {}
+        for table in tables:
+            frames = [getattr(agg, AGG_TABLES[table]) for agg in aggs]
+            at, deferred = _ingest_agg_table(ingest, table, frames, ids, table in REPLAY_FILLED)
+            if at is not None:
+                before[table] = at
+                if table in REPLAY_FILLED:
+                    waiting[table] = at, deferred
+
+        def execute(sql: str, parameters: tuple = ()) -> None:
+            ingest.cursor.execute(sql, parameters or None)
+            ingest.cursor.fetchall()
+        if filled is None:
+            for _, deferred in waiting.values():
+                for sql in deferred:
+                    execute(sql)
+            return ids, before
+        columns = filled() if waiting else {}
+        if columns is None:
+            raise EOFError("the replay's figures never came")
+        for table, (at, deferred) in waiting.items():
+            payload = _path_json(columns[table], [len(getattr(agg, AGG_TABLES[table])) for agg in aggs])
+            if payload is not None:
+                _fill_path(execute, table, at, payload)
+            for sql in deferred:
+                execute(sql)
+            before[table] = None
+    return ids, before
+
+
+def _ingest_agg_table(ingest: _ArrowIngest, table: str, frames: list[pd.DataFrame], ids: list[int],
+                      defer_path_indexes: bool = False) -> tuple[int | None, list[str]]:
+    """One aggregation table's rows, its indexes built after them; returns the table's largest rowid before
+    them (None: no rows) and the SQL of the critical_path_ns indexes left to build (``defer_path_indexes``)."""
+    joined = _joined_frames(frames, ids)
+    if joined is None:
+        return None, []
+    before = ingest.value(f'SELECT COALESCE(MAX(rowid), 0) FROM "{table}"')
+    ingest.columns_of[table] = [r[1] for r in ingest.rows(f'PRAGMA table_info("{table}")')]
+    indexes = ingest.rows("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+                          f"AND tbl_name = '{table}'")
+    for name, _ in indexes:
+        ingest.execute_script(f'DROP INDEX "{name}"')
+    ingest.add(table, joined)
+    deferred = [sql for _, sql in indexes if defer_path_indexes and "critical_path_ns" in sql]
+    for _, sql in indexes:
+        if sql not in deferred:
+            ingest.execute_script(sql)
+    return before, deferred
+
+
+class _Sent:
+    """ForkedCall's inbox for a thread (where dlscope must not fork): the one value sent, waited for."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.value = None
+
+    def send(self, value) -> None:
+        self.value = value
+        self.event.set()
+
+    def __call__(self):
+        self.event.wait()
+        return self.value
 
 
 def write_agg_tables(conn: sqlite3.Connection, aggs: list, ids: list[int], tables) -> dict[str, int]:
@@ -636,33 +809,58 @@ def write_agg_tables(conn: sqlite3.Connection, aggs: list, ids: list[int], table
     return before
 
 
-def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str, int]) -> None:
-    """The replay's critical_path_ns of the rows written before it (NULL there until now), by rowid."""
+def _fill_critical_path(conn: sqlite3.Connection, aggs: list, written: dict[str, int | None]) -> None:
+    """The replay's critical_path_ns of the rows written before it (NULL there until now), by rowid
+    (:func:`_fill_path`); the column's index built again after the rows' values, not kept up to date row by row."""
     for table, before in written.items():
-        if table not in REPLAY_FILLED:
+        if table not in REPLAY_FILLED or before is None:  # (None: written with them)
             continue
-        values, rowids = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-        for frame in (getattr(agg, AGG_TABLES[table]) for agg in aggs):
-            column = frame.get("critical_path_ns")
-            if column is not None and len(frame):
-                known = column.notna().to_numpy()
-                values.append(column.to_numpy()[known].astype(np.int64))
-                rowids.append(np.flatnonzero(known) + before + 1)
-            before += len(frame)
-        if sum(len(v) for v in values) == 0:  # not replayed: NULL as written
+        payload = _path_json([getattr(agg, AGG_TABLES[table]).get("critical_path_ns") for agg in aggs],
+                             [len(getattr(agg, AGG_TABLES[table])) for agg in aggs])
+        if payload is None:  # not replayed: NULL as written
             continue
         on_column = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
                                  "AND sql LIKE '%critical_path_ns%'", (table,)).fetchall()
-        for name, _ in on_column:  # built again after the rows' values, not kept up to date row by row
+        for name, _ in on_column:
             conn.execute(f'DROP INDEX "{name}"')
-        conn.executemany(f'UPDATE "{table}" SET critical_path_ns = ? WHERE rowid = ?',
-                         zip(np.concatenate(values).tolist(), np.concatenate(rowids).tolist()))
+        _fill_path(conn.execute, table, before, payload)
         for _, sql in on_column:
             conn.execute(sql)
 
 
+def _path_json(columns: list, lengths: list[int]) -> str | None:
+    """One table's critical_path_ns in row order as a JSON array (null: no value), from each aggregation's
+    column (None: not replayed), as integers from the start (a float loses 2**53 and up); None when no row has
+    one."""
+    values = np.zeros(sum(lengths), np.int64)
+    known = np.zeros(len(values), bool)
+    at = 0
+    for column, length in zip(columns, lengths):
+        if column is not None and length:
+            series = pd.Series(column, copy=False)
+            has = series.notna().to_numpy()
+            values[at:at + length][has] = series.to_numpy(dtype=np.int64, na_value=0)[has]
+            known[at:at + length] = has
+        at += length
+    if not known.any():
+        return None
+    return "[" + ",".join(np.where(known, values.astype(str), "null").tolist()) + "]"
+
+
+def _fill_path(execute: Callable, table: str, before: int, payload: str) -> None:
+    """critical_path_ns of the rows after rowid ``before`` from ``payload`` (:func:`_path_json`): sent once into
+    a temporary table keyed by rowid, then one UPDATE from it (one statement per row cost the 64-rank job's 20k
+    rows 0.05 s more); rows without a value are left as they are. ``execute``: sqlite3's or ADBC's."""
+    execute("CREATE TEMP TABLE replay_filled (filled_rowid INTEGER PRIMARY KEY, value INTEGER)")
+    execute("INSERT INTO temp.replay_filled SELECT key + ?, value FROM json_each(?) WHERE type = 'integer'",
+            (before + 1, payload))
+    execute(f'UPDATE "{table}" SET critical_path_ns = (SELECT value FROM temp.replay_filled '
+            f'WHERE filled_rowid = "{table}".rowid) WHERE rowid IN (SELECT filled_rowid FROM temp.replay_filled)')
+    execute("DROP TABLE temp.replay_filled")
+
+
 def write_aggregations(conn: sqlite3.Connection, aggs: list, ids: list[int] | None = None,
-                       written: dict[str, int] | None = None) -> list[int]:
+                       written: dict[str, int | None] | None = None) -> list[int]:
     """Store aggregations (one per rank of a job) with one insert per table; returns their agg_ids.
     ``ids``/``written``: the ids of :func:`new_agg_ids` and what :func:`write_agg_tables` returned for the tables
     it wrote before the critical path's replay (their critical_path_ns filled in here)."""
