@@ -328,53 +328,6 @@ def test_a_failure_while_the_aggregation_tables_are_written_leaves_no_file_and_n
     assert _children() <= before
 
 
-def _wait_for(condition, seconds: float = 10.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
-
-
-def test_a_database_replaced_with_force_swaps_names_and_the_old_file_goes_after(tmp_path):
-    """--force over an earlier database: the new one takes the name in one step (a reader that had the old one
-    open still reads the old one whole), and the old file is removed by a process left behind: the folder ends
-    with the one database."""
-    path = tmp_path / "a.sqlite"
-    with writer.atomic_database(path, force=False) as db:
-        writer.write_meta(db.connect(), "old", {})
-    old = sqlite3.connect(path)
-    with writer.atomic_database(path, force=True) as db:
-        writer.write_meta(db.connect(), "new", {})
-    name = "SELECT value FROM dlscope_meta WHERE key = 'profile_name'"
-    assert old.execute(name).fetchone() == ("old",)
-    old.close()
-    with sqlite3.connect(path) as conn:
-        assert conn.execute(name).fetchone() == ("new",)
-    assert _wait_for(lambda: [p.name for p in tmp_path.iterdir()] == ["a.sqlite"]), list(tmp_path.iterdir())
-
-
-def test_where_names_cannot_be_swapped_the_database_is_replaced_in_place(tmp_path, monkeypatch):
-    monkeypatch.setattr(writer, "_exchange", lambda *_: False)
-    path = tmp_path / "a.sqlite"
-    for profile in ("old", "new"):
-        with writer.atomic_database(path, force=True) as db:
-            writer.write_meta(db.connect(), profile, {})
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM dlscope_meta WHERE key = 'profile_name'").fetchone() == ("new",)
-    assert [p.name for p in tmp_path.iterdir()] == ["a.sqlite"]
-
-
-def test_two_files_swap_names_in_one_step(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.write_text("A")
-    b.write_text("B")
-    if not writer._exchange(str(a), b):
-        pytest.skip("this file system cannot swap names (renameat2 RENAME_EXCHANGE)")
-    assert (a.read_text(), b.read_text()) == ("B", "A")
-
-
 def test_where_dlscope_must_not_fork_a_thread_writes_the_aggregation_tables_the_same(tmp_path, monkeypatch):
     """Inside a user's process (no fork) the background writer is a thread, sent the replay's column the same
     way: the same rows, and a --force replacement leaves the one database."""

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import ctypes
 import datetime as dt
 import errno
 import json
 import os
 import sqlite3
 import stat
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -473,7 +471,7 @@ def atomic_database(path: Path, force: bool) -> Iterator[NewDatabase]:
             conn.close()
             db.conn = None
             check_output(path, force)  # still a file or free: nothing replaced it meanwhile
-            _replace(tmp, path)
+            os.replace(tmp, path)
         except sqlite3.Error as e:
             raise _write_failed(str(path), _sqlite_text(e)) from None
         except OSError as e:
@@ -490,40 +488,6 @@ def atomic_database(path: Path, force: bool) -> Iterator[NewDatabase]:
             except OSError:
                 pass
         raise
-
-
-def _replace(tmp: str, path: Path) -> None:
-    """``os.replace(tmp, path)``, cheaper where it replaces a file (an earlier import's, ``--force``): renaming
-    over a file made ext4 allocate all of the new file's delayed blocks at once (~60 ms for the 64-rank job's
-    86 MB database) and freeing the old one took ~25 ms more, when all else was done. Where the system can,
-    the two files swap names in one step instead (``renameat2(RENAME_EXCHANGE)``, as atomic as a rename) and
-    the old file, now under this run's temporary name, is removed by a process left behind (a later import
-    removes it if that never ran: :func:`~dlscope.processes.remove_dead`)."""
-    if not os.path.isfile(path) or not _exchange(tmp, path):
-        os.replace(tmp, path)
-        return
-    if can_fork():
-        try:  # sh ends at once, its rm left to init: nothing to wait for, no zombie
-            subprocess.run(["sh", "-c", 'rm -f -- "$1" &', "sh", tmp], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-            return
-        except (OSError, subprocess.SubprocessError):
-            pass
-    os.unlink(tmp)
-
-
-#: renameat2's flag that swaps two names (Linux 3.15+; ext4, xfs, btrfs, tmpfs)
-RENAME_EXCHANGE = 2
-
-
-def _exchange(a: str, b: str | Path) -> bool:
-    """Swap the names of two files in one step; False where this system or file system cannot (nothing done)."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError, TypeError):  # no such call in this C library (or no C library by that name)
-        return False
-    at_cwd = -100  # AT_FDCWD: the paths as given
-    return renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), RENAME_EXCHANGE) == 0
 
 
 def _sqlite_text(error: sqlite3.Error) -> str:
