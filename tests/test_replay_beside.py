@@ -20,7 +20,7 @@ import dlscope.pipeline.build as build_module
 import dlscope.whatif.stored as stored
 from dlscope.errors import DlscopeError
 from dlscope.pipeline import build_database
-from dlscope.processes import ChildFailed, ForkedCall, fork_pays
+from dlscope.processes import ChildFailed, FirstComer, ForkedCall, fork_pays
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
               pytest.mark.skipif(not fork_pays(), reason="the replay runs beside only where a fork pays")]
@@ -83,8 +83,15 @@ def test_the_child_prices_the_findings_while_the_importing_process_writes_its_ta
         seen.append(priced.exists())
         return write(self, *args, **kwargs)
 
+    importing = os.getpid()
+
+    class WriterFirst(FirstComer):  # the writer builds the timeline arrays, so this process writes the tables
+        def take(self) -> bool:      # (which process comes first is a race; here the one it tests is forced)
+            return False if os.getpid() == importing else super().take()
+
     monkeypatch.setattr(stored.Replay, "figures", noted_figures)
     monkeypatch.setattr(writer.NewDatabase, "write_agg_tables", waiting_write)
+    monkeypatch.setattr(build_module, "FirstComer", WriterFirst)
     _build_noting_its_pid(monkeypatch, tmp_path / "pids")
     s = _stored(_db(tmp_path, _sync_trace()), 1)
     (pid,) = [int(p.name) for p in (tmp_path / "pids").iterdir()]
