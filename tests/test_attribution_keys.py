@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from dlscope.analyze.analysis import _data_types, op_types
-from dlscope.analyze.attribution import OpTree, link_api_calls, pack_keys, thread_keys
+from dlscope.analyze.attribution import OpTree, ancestor_rows, link_api_calls, pack_keys, thread_keys
 from dlscope.analyze.nesting import Nesting, _last_at_or_before
 from dlscope.model import make_table, words_column
 
@@ -138,5 +138,5 @@ def test_an_op_takes_the_data_type_its_kernels_launchers_ran_at():
     # rows: 0 linear, 1 to, 2 copy_, 3 addmm | 4 linear, 5 addmm | 6 alone
     k_op = np.array([2, 3, 4, 5, -1], dtype=np.int64)      # the last kernel has no launching op
     k_dur = np.array([10, 100, 50, 50, 7], dtype=np.int64)
-    got = list(_data_types(ops, tree, k_op, k_dur))
+    got = list(_data_types(ops, tree, ancestor_rows(k_op, tree.parent), k_op, k_dur))
     assert got == ["float16", "float16", "float16", "float16", "float16", "float16", "float32"]

@@ -410,26 +410,27 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
     ends = np.concatenate([kernels["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
     ops["gpu_idle"] = gpu_idle_per_owner(anc, starts[act], ends[act], n)
-    ops["data_type"] = _data_types(ops, tree, k_op, k_dur)
+    kernel_pairs = act < len(k_op)  # the (ancestor, kernel) pairs: what the data types are voted from
+    ops["data_type"] = _data_types(ops, tree, (anc[kernel_pairs], act[kernel_pairs]), k_op, k_dur)
 
 
-def _launchers_data_types(out: np.ndarray, words: list[str], parent: np.ndarray, k_op: np.ndarray,
-                          k_dur: np.ndarray) -> np.ndarray:
+def _launchers_data_types(out: np.ndarray, words: list[str], pairs: tuple[np.ndarray, np.ndarray],
+                          k_op: np.ndarray, k_dur: np.ndarray) -> np.ndarray:
     """``out`` (a dtype code per op) with every op that launched kernels beneath it from ops of a floating type
     given the code of the floating type carrying most of that kernel time, by the launching ops' own data types
-    (ties: the first by name). Integer launchers (index, embedding offsets) do not vote."""
+    (ties: the first by name). Integer launchers (index, embedding offsets) do not vote. ``pairs``: every
+    (ancestor-or-self of a kernel's launching op, kernel) pair, as ``attribution.ancestor_rows`` gives them."""
     floating = np.asarray([w.startswith(("float", "bfloat")) for w in words], dtype=bool)  # float8_* too
-    launcher = k_op >= 0
-    launcher[launcher] = floating[out[k_op[launcher]]]
-    if not launcher.any():
+    anc, kernel = pairs
+    voting = floating[out[k_op[kernel]]]
+    if not voting.any():
         return out
+    anc, kernel = anc[voting], kernel[voting]
     word_id, distinct = pd.factorize(np.asarray(words, dtype=object))
     code_of_word = np.unique(word_id, return_index=True)[1]          # the first code of each word
-    anc, act = ancestor_rows(k_op[launcher], parent)
-    kernel_word = word_id[out[k_op[launcher]]][act]
-    key = anc * len(distinct) + kernel_word
+    key = anc * len(distinct) + word_id[out[k_op[kernel]]]
     keys, inverse = np.unique(key, return_inverse=True)
-    time = np.bincount(inverse, weights=k_dur[launcher][act].astype(np.float64))  # exact below 2⁵³ ns
+    time = np.bincount(inverse, weights=k_dur[kernel].astype(np.float64))  # exact below 2⁵³ ns
     op, word = keys // len(distinct), keys % len(distinct)
     alphabetical = np.argsort(np.argsort(np.asarray(distinct, dtype=str)))
     order = np.lexsort((alphabetical[word], -time, op))           # per op: most time, ties by name
@@ -448,11 +449,11 @@ def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.n
     return inclusive_sum(own, parent, by_level)
 
 
-def _data_types(ops: pd.DataFrame, tree: OpTree, k_op: np.ndarray | None = None,
-                k_dur: np.ndarray | None = None) -> pd.Categorical:
+def _data_types(ops: pd.DataFrame, tree: OpTree, pairs: tuple[np.ndarray, np.ndarray] | None = None,
+                k_op: np.ndarray | None = None, k_dur: np.ndarray | None = None) -> pd.Categorical:
     """An op's data type: the dtype its GPU math ran at, i.e. the floating data type of the ops beneath it (or
-    itself) that launched most of its kernel time; without such kernels, its first tensor input's dtype, else one of its
-    descendants' (an autograd wrapper records no inputs; the op it calls does). Under autocast an
+    itself) that launched most of its kernel time; without such kernels, its first tensor input's dtype, else
+    one of its descendants' (an autograd wrapper records no inputs; the op it calls does). Under autocast an
     ``aten::linear`` called on FP32 activations runs its GEMM in FP16 (its ``aten::addmm`` gets FP16 inputs): its
     data type is float16. Carried as codes into the distinct inputs' verdicts."""
     codes, texts = _codes(ops["input_dtypes"])
@@ -464,6 +465,6 @@ def _data_types(ops: pd.DataFrame, tree: OpTree, k_op: np.ndarray | None = None,
         par = tree.parent[rows]
         fill = empty[out[par]]
         out[par[fill]] = out[rows[fill]]
-    if k_op is not None and k_dur is not None and len(k_op):
-        out = _launchers_data_types(out, words, tree.parent, k_op, k_dur)
+    if pairs is not None and k_op is not None and k_dur is not None and len(pairs[0]):
+        out = _launchers_data_types(out, words, pairs, k_op, k_dur)
     return _categorical(out, words)

@@ -28,7 +28,7 @@ import pandas as pd
 
 from dlscope.errors import DlscopeError
 from dlscope.roofline.ceilings import LEVELS, GpuCeilings, find_ceilings, load_spec_file
-from dlscope.roofline.flops import OpCost, op_cost, precision_of
+from dlscope.roofline.flops import OpCost, op_cost, ran_at
 from dlscope.roofline.flops import _table as _ops_table
 from dlscope.roofline.ncu import GEOMETRY, match_trace_kernels
 from dlscope.roofline.quadrants import point_utilization, quadrant, run_utilization
@@ -169,10 +169,10 @@ def _cost_at(cost: OpCost | None, data_type) -> OpCost | None:
     """The model with the precision the node's math ran at: its data type (the dtype of the ops that launched
     its kernels, analyze.analysis) when that has a precision, else the main operand's. Under autocast an
     ``aten::linear`` on FP32 activations runs an FP16 GEMM: its roof is FP16's, not TF32's."""
-    ran_at = precision_of(str(data_type)) if isinstance(data_type, str) and data_type else None
-    if cost is None or ran_at is None or ran_at == cost.precision:
+    precision = ran_at(data_type)
+    if cost is None or precision is None or precision == cost.precision:
         return cost
-    return dataclasses.replace(cost, precision=ran_at)
+    return dataclasses.replace(cost, precision=precision)
 
 
 def node_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type=None):

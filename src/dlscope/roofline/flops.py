@@ -118,6 +118,13 @@ def precision_of(dtype: str) -> str | None:
     return info["precision"] if info else None
 
 
+def ran_at(data_type) -> str | None:
+    """The precision an op node's data type names (analyze.analysis: the dtype of the ops that launched most of its
+    kernel time, so an autocast ``aten::linear`` on FP32 activations is FP16); None when it names none (missing,
+    NaN, an integer type)."""
+    return precision_of(data_type) if isinstance(data_type, str) and data_type else None
+
+
 class _Args:
     """One op call's arguments: which are tensors, their sizes in elements and bytes."""
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .ceilings import find_ceilings
-from .flops import model_flops, precision_of
+from .flops import model_flops, precision_of, ran_at
 
 #: the aggregation's figures (aggregations table, summary JSON ``aggregation.mfu``)
 ROW_KEYS = ("model_flops", "model_flops_per_iteration", "achieved_flops_per_s", "peak_flops_per_s",
@@ -203,8 +203,9 @@ def _precision(dtypes, data_type=None) -> str:
     FLOP model's main operand usually is."""
     import json
 
-    if isinstance(data_type, str) and data_type and precision_of(data_type):
-        return str(precision_of(data_type))
+    precision = ran_at(data_type)
+    if precision:
+        return precision
     try:
         types = json.loads(dtypes) if dtypes else []
     except ValueError:
