@@ -14,6 +14,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from conftest import data_file
 from raw_kineto import KERNEL_CATS, activity_by_op_node, events, launching_ops
 
 from dlscope.analyze.tensor_core import kernel_uses_tc
@@ -123,27 +124,54 @@ def test_h200_training_step_imports_with_every_kernel_and_its_verdict(trace, tmp
         assert tc_total > 0                                  # convolutions on Tensor Cores (TF32 in FP32)
 
 
-NUMPY_NAME = {"c10::Half": "float16", "c10::BFloat16": "bfloat16", "float": "float32", "double": "float64"}
+FLOATING = {"c10::Half": "float16", "c10::BFloat16": "bfloat16", "float": "float32", "double": "float64",
+            "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2"}
+INTEGRAL = {"long int", "long", "long long", "int", "unsigned int", "short int", "short", "signed char",
+            "unsigned char", "bool"}
 
 
 def _ran_at(path: Path) -> dict[int, str]:
-    """Per op node call of the raw trace (event index): the first floating dtype of the ops that launched most
-    of its kernel time, worked out from the JSON alone."""
-    trace = path
-    launcher = launching_ops(trace)
+    """Per op node call of the raw trace (event index): the floating type its kernels ran at, worked out from the
+    JSON alone: each kernel votes its duration for its launching op's first tensor input type, when that type is
+    a floating one; the type with the most time wins (ties: the first by name)."""
+    launcher = launching_ops(path)
     out = {}
-    for node, activity in activity_by_op_node(trace).items():
+    for node, activity in activity_by_op_node(path).items():
         time: dict[str, int] = defaultdict(int)
         for e in activity:
             if e.cat not in KERNEL_CATS or launcher.get(e.index) is None:
                 continue
             types = launcher[e.index].args.get("Input type") or []
-            first = next((NUMPY_NAME[t] for t in types if t in NUMPY_NAME), None)
-            if first:
-                time[first] += e.end - e.start
+            first = next((t for t in types if t in FLOATING or t in INTEGRAL), None)
+            if first in FLOATING:
+                time[FLOATING[first]] += e.end - e.start
         if time:
-            out[node] = max(sorted(time), key=lambda t: time[t])
+            out[node] = min(time, key=lambda t: (-time[t], t))
     return out
+
+
+def _check_data_types(trace: Path, db: Path) -> list[tuple]:
+    """Every op node call whose kernels ran at a floating type is in the database with the raw JSON's type (a
+    node is the calls of one op with the same inputs, typed as its first call: checked where every call of the
+    node launched such kernels and all ran at one type; an autograd wrapper records no inputs, so its node also
+    holds calls that launched nothing). Returns (start, name, data type, input dtypes) of those calls."""
+    by_event = {e.index: e for e in events(trace)}
+    expected = {(by_event[i].start, by_event[i].name): dtype for i, dtype in _ran_at(trace).items()}
+    with closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT start, name, node_id, data_type, input_dtypes FROM ops "
+                            "WHERE parent_node_id = -1 AND kernel_count > 0").fetchall()
+        rows = [row for row in rows if (row[0], row[1]) in expected]
+        calls = dict(conn.execute("SELECT node_id, count(*) FROM ops WHERE parent_node_id = -1 GROUP BY node_id"))
+    assert len(rows) == len(expected) > 0
+    per_node: dict[int, list] = defaultdict(list)
+    for start, name, node, _, _ in rows:
+        per_node[node].append(expected[(start, name)])
+    node_type = {node: dtype for _, _, node, dtype, _ in rows}
+    whole = {node: dtypes[0] for node, dtypes in per_node.items() if len(dtypes) == calls[node]
+             and len(set(dtypes)) == 1}
+    assert whole
+    assert {node: node_type[node] for node in whole} == whole
+    return [(start, name, dtype, dtypes) for start, name, _, dtype, dtypes in rows]
 
 
 def test_an_autocast_linear_runs_at_fp16_in_its_data_type_roofline_and_mfu(tmp_path):
@@ -152,27 +180,9 @@ def test_an_autocast_linear_runs_at_fp16_in_its_data_type_roofline_and_mfu(tmp_p
     launchers ran at (checked node call by node call against the raw JSON); the roofline places it under the
     FP16 Tensor Core roof, never above a roof, and MFU's precision is FP16."""
     trace = H200 / "lm_amp_eager_w0.pt.trace.json.gz"
-    by_event = {e.index: e for e in events(trace)}
-    expected = {(by_event[i].start, by_event[i].name): dtype for i, dtype in _ran_at(trace).items()}
     db = build_database([trace], tmp_path / "lm.sqlite", progress=False)
-    with closing(sqlite3.connect(db)) as conn:
-        rows = conn.execute("SELECT start, name, node_id, data_type, input_dtypes FROM ops "
-                            "WHERE parent_node_id = -1 AND kernel_count > 0").fetchall()
-        rows = [row for row in rows if (row[0], row[1]) in expected]   # launchers with a floating tensor input
-        assert len(rows) == len(expected) > 500
-        calls = dict(conn.execute("SELECT node_id, count(*) FROM ops WHERE parent_node_id = -1 GROUP BY node_id"))
-    per_node: dict[int, list] = defaultdict(list)
-    for start, name, node, _, _ in rows:
-        per_node[node].append(expected[(start, name)])
-    node_type = {node: dtype for _, _, node, dtype, _ in rows}
-    # a node is the calls of one op with the same inputs, typed as its first call: where every call launched
-    # kernels and all ran at one dtype, that is the node's (an autograd wrapper records no inputs, so its node
-    # also holds calls that launched nothing)
-    whole = {node: dtypes[0] for node, dtypes in per_node.items() if len(dtypes) == calls[node]
-             and len(set(dtypes)) == 1}
-    assert len(whole) > 20
-    assert {node: node_type[node] for node in whole} == whole
-    rows = [(start, name, dtype, dtypes) for start, name, _, dtype, dtypes in rows]
+    rows = _check_data_types(trace, db)
+    assert len(rows) > 500
     linears = [(dtype, dtypes) for _, name, dtype, dtypes in rows if name == "aten::linear"]
     assert {dtype for dtype, _ in linears} == {"float16"}
     assert any(json.loads(dtypes)[0] == "float" for _, dtypes in linears)     # called on FP32 activations
@@ -184,6 +194,17 @@ def test_an_autocast_linear_runs_at_fp16_in_its_data_type_roofline_and_mfu(tmp_p
     assert not any(op.get("above_roof") for op in report["ops"])
     with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("SELECT mfu_precision FROM aggregations").fetchone()[0] == "fp16"
+
+
+@pytest.mark.parametrize("name", ["tracelens_h100_bert_small_infer.json.gz",
+                                  "tracelens_h100_qwen1.5_0.5b_infer.json.gz",
+                                  "tracelens_b200_llm_serving_rank0of8.json.gz",
+                                  "tbplugin_resnet50_v100_workers0.pt.trace.json.gz",
+                                  "hta_trace_diff_control_a100_rank3of8.json.gz"])
+def test_op_data_types_of_real_profiles_are_what_their_kernels_ran_at(name, tmp_path):
+    """The same check on profiles recorded by others with their inputs' types (H100, B200, V100, A100)."""
+    trace = data_file("kineto", name)
+    _check_data_types(trace, build_database([trace], tmp_path / "run.sqlite", progress=False))
 
 
 def test_tensor_ops_parts_collected_beside_their_totals_are_not_counted_twice(tmp_path):
