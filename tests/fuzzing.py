@@ -183,6 +183,11 @@ TABLE_OF = {**dict.fromkeys(KERNEL, "kernels"), **dict.fromkeys(MEMOPS, "memops"
 INT_ARGS = ("External id", "external id", "Sequence number", "correlation", "device", "stream", "registers per thread",
             "shared memory", "bytes", "Device Type", "Device Id", "Bytes", "Total Allocated", "Total Reserved",
             "In msg nelems", "Out msg nelems", "Group size")
+#: the ``args`` keys of an instant event the importer reads (its allocator samples' keys)
+MEMORY_INT_ARGS = ("Device Type", "Device Id", "Bytes", "Total Allocated", "Total Reserved", "Addr")
+#: the phases of the Chrome trace event format (its spec); the importer reads complete ("X") and instant ("i")
+#: events only, and skips the others' keys unless an event's phase is not one of these (or it has none)
+CHROME_PHASES = frozenset("B E X i I C b n e s t f P N O D M V v R c ( ) = T p S F".split())
 _STEP = re.compile(r"ProfilerStep#(\d+)\Z")
 
 
@@ -237,8 +242,10 @@ def _kineto(data: bytes) -> Expect:
             raise _Bad("traceEvents is not a list")
     else:
         raise _Bad("not a trace")
+    # a trace smaller than a piece is decoded at once: by phase when every phase is the format's, else as a whole
+    by_phase = all(isinstance(e, dict) and e.get("ph") in CHROME_PHASES for e in events)
     for e in events:
-        _check_types(e)
+        _check_types(e, by_phase)
     rank, world = _identity(header)
     if not 0 <= rank < MAX_RANKS or not 1 <= world <= MAX_RANKS:
         raise _Bad(f"rank {rank} / world size {world}")
@@ -327,11 +334,16 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def _check_types(e: Any) -> None:
-    """The importer decodes every event into a typed struct: these types or the file is refused."""
+def _check_types(e: Any, by_phase: bool) -> None:
+    """The importer decodes each event into a typed struct: these types or the file is refused. ``by_phase``:
+    only complete events are typed in full, instant events by the keys of an allocator sample, and the keys of
+    every other phase are skipped."""
     if not isinstance(e, dict):
         raise _Bad("an event that is not an object")
-    for key in ("ph", "cat", "name"):
+    if by_phase and e["ph"] not in ("X", "i"):
+        return
+    instant = by_phase and e["ph"] == "i"
+    for key in ("name",) if instant else ("ph", "cat", "name"):
         if key in e and not isinstance(e[key], str):
             raise _Bad(f"{key} is not a string")
     for key in ("pid", "tid"):
@@ -340,7 +352,7 @@ def _check_types(e: Any) -> None:
     if "args" in e:
         if not isinstance(e["args"], dict):
             raise _Bad("args is not an object")
-        for key in INT_ARGS:
+        for key in MEMORY_INT_ARGS if instant else INT_ARGS:
             if key in e["args"]:
                 _int_typed(e["args"][key], key)
 

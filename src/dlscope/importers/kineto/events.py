@@ -32,15 +32,16 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     input_dims: msgspec.Raw = field(name="Input Dims", default=_NO_JSON)
     input_types: msgspec.Raw = field(name="Input type", default=_NO_JSON)
     concrete_inputs: msgspec.Raw = field(name="Concrete Inputs", default=_NO_JSON)
-    correlation: Int = -1
+    # in the order Kineto writes a kernel's keys: msgspec looks for the next field after the last one found first
     device: Int = -1
     stream: Int = -1
-    grid: Any = None
-    block: Any = None
+    correlation: Int = -1
     registers: Int = field(name="registers per thread", default=-1)
     shared_mem: Int = field(name="shared memory", default=-1)
     blocks_per_sm: Int = field(name="blocks per SM", default=None)
     warps_per_sm: Int = field(name="warps per SM", default=None)
+    grid: Any = None
+    block: Any = None
     est_occupancy_pct: Int = field(name="est. achieved occupancy %", default=-1)
     bytes: Int = -1
     sync_kind: Any = field(name="cuda_sync_kind", default="")
@@ -96,10 +97,27 @@ class Complete(_Phased, tag="X"):
     args: Args = NO_ARGS
 
 
-class Instant(Complete, tag="i"):
-    """An instant ("i") event (the allocator's ``[memory]`` samples)."""
+class MemoryArgs(msgspec.Struct, gc=False, frozen=True):
+    """The ``args`` of an allocator sample: the keys of :class:`Args` the memory table reads, typed alike."""
+
+    device_type: Int = field(name="Device Type", default=-1)
+    device_id: Int = field(name="Device Id", default=-1)
+    addr: Int = field(name="Addr", default=-1)
+    bytes_delta: Int = field(name="Bytes", default=-1)
+    total_allocated: Int = field(name="Total Allocated", default=-1)
+    total_reserved: Int = field(name="Total Reserved", default=-1)
+
+
+class Instant(_Phased, tag="i"):
+    """An instant ("i") event: only the allocator's ``[memory]`` samples are read (name, thread, time, args), so
+    its args hold only theirs (a struct of 6 fields instead of :class:`Args`' 37)."""
 
     ph: ClassVar[str] = "i"
+    name: str = ""
+    pid: Int = -1
+    tid: Int = -1
+    ts: Any = 0
+    args: MemoryArgs = MemoryArgs()
 
 
 #: the other phases of the Chrome trace format (flows, metadata, counters, async, ...): no table reads them, so
@@ -182,7 +200,8 @@ def decode_piece(piece_decoder: msgspec.json.Decoder | FastThenLenient, text: by
         raise Unsplittable from None
 
 
-def decode_json(path: Any, json_decoder: msgspec.json.Decoder | FastThenLenient, data: bytes, first_event: int | None = None) -> Any:
+def decode_json(path: Any, json_decoder: msgspec.json.Decoder | FastThenLenient, data: bytes,
+                first_event: int | None = None) -> Any:
     """Decode, turning every msgspec / UTF-8 / nesting failure into a one-line :class:`InputError`.
 
     ``first_event`` is the index of a batch's first event, to report positions in the whole file.
