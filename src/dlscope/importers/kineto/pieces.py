@@ -50,10 +50,11 @@ MAX_MERGES = 8
 
 #: ``progress(bytes_read, events_decoded)``; bytes are of the file as stored (compressed when gzip).
 Progress = Callable[[int, int], None]
-#: the pieces this process decodes when a forked child decodes the rest: a little under half, as this process
-#: also joins the tables and takes the child's back (235 MB trace, CPU at an even split: this process 1.16-1.25 s,
-#: the child 1.03-1.13 s; bench/README.md, h22startup)
-PARENT_SHARE = 0.46
+#: the pieces this process decodes when a forked child decodes the rest: half, the measured best (this process
+#: also joins the tables and takes the child's back, about what the child spends pickling them). 235 MB trace,
+#: parse walls of 5 runs each on 2 cores: 0.46 0.91-1.03 s, 0.48 0.93-0.95 s, 0.50 0.87-0.92 s, 0.52 0.88-0.94 s
+#: (bench/README.md, h25speed)
+PARENT_SHARE = 0.5
 Result = tuple[Trace, Tables, int]
 
 
