@@ -1,8 +1,11 @@
 """The typed events: what a Kineto trace holds that some table needs, decoded by msgspec in C.
 
-Unknown keys are skipped while decoding, and the structs are not tracked by the GC. Every decoder reads a
-JSON float in an untyped field (``ts``, ``dur``, the header's values) as its text, so times convert to exact
-ns per column (:mod:`..exact_ns`) and never pass through a float64. Decoding failures become one-line
+Unknown keys are skipped while decoding, and the structs are not tracked by the GC. Events are typed by their
+phase (``ph``, a tagged union): complete and instant events get their fields, every other phase (flows,
+metadata: a third of a training trace's events) only an empty struct; a piece holding an event without a
+phase of the format is decoded by the lenient decoder, which types every event as an :class:`Event`. Every
+decoder reads a JSON float in an untyped field (``ts``, ``dur``, the header's values) as its text, so times
+convert to exact ns per column (:mod:`..exact_ns`) and never pass through a float64. Decoding failures become one-line
 :class:`~dlscope.errors.InputError` s naming the file, and where they can, the event.
 """
 
