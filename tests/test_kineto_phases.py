@@ -154,15 +154,23 @@ def _many_events(n: int) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_only_the_pieces_holding_an_unknown_phase_fall_back(tmp_path, monkeypatch, processes):
+READINGS = {"one process": Reading(processes=1, piece_bytes=4096, fallback=False),
+            "two processes": Reading(processes=2, piece_bytes=4096, fallback=False),
+            "streamed": Reading(method="streamed", piece_bytes=4096, block_bytes=8192, fallback=False),
+            "ijson": Reading(method="ijson")}
+
+
+@pytest.mark.parametrize("reading", list(READINGS))
+def test_only_the_pieces_holding_an_unknown_phase_fall_back(tmp_path, monkeypatch, reading):
     evs = _many_events(400)
     evs.insert(len(evs) // 3, {"ph": "Q", "name": "not a phase of the format"})
     path = _write(tmp_path / "t.json", evs)
     spy = _Spy(monkeypatch)
-    profile = load_kineto(path, reading=Reading(processes=processes, piece_bytes=4096, fallback=False))
-    if processes == 1:  # the spy counts this process's pieces only
+    profile = load_kineto(path, reading=READINGS[reading])
+    if reading in ("one process", "streamed"):  # (the spy counts this process's pieces only)
         assert spy.lenient == 1 and spy.fast > 10
+    if reading == "ijson":  # one batch of re-encoded events
+        assert (spy.fast, spy.lenient) == (0, 1)
     raw = raw_events(path)
     kernels = [e for e in raw if e.cat == "kernel"]
     assert profile.kernels["start"].tolist() == [e.start for e in kernels]
