@@ -4,8 +4,9 @@ PRODUCT.md: the op that launched a call is the innermost op *enclosing* the call
 (op start <= t < op end); an op that has already ended launches nothing. Intervals are sorted once per
 thread by (start, longest first, input order); the interval enclosing a time t is then the nearest one at or
 before t's sorted place whose end lies after t, and the parent of an interval is the nearest earlier one
-still open at its start. Both are "rightmost position <= p whose end > x" questions, answered for all
-queries at once by a max segment tree over the sorted ends (log n vectorized steps, no per-event loop).
+still open at its start. Both are "rightmost position <= p whose end > x" questions: the enclosing interval
+is answered for all queries at once by a max segment tree over the sorted ends (log n vectorized steps, no
+per-event loop), the parent by jumping along earlier intervals' own answers (about the depth in steps).
 A zero-length interval encloses nothing; it owns a time only when it sits exactly there and no interval of
 positive length encloses it.
 """
@@ -92,10 +93,7 @@ class Nesting:
         thread_keys, thread_lo, thread_of = np.unique(keys[order], return_index=True, return_inverse=True)
         s_sorted, e_sorted = starts[order], ends[order]
         tree = _RightmostAbove(e_sorted)
-        # parent: the nearest earlier interval of the thread still open at this one's start
-        pos = np.arange(n, dtype=np.int64)
-        cand = tree.query(pos - 1, s_sorted)
-        parent_sorted = np.where((cand >= 0) & (cand >= thread_lo[thread_of]), cand, -1)
+        parent_sorted = _nearest_open_before(s_sorted, e_sorted, thread_lo)
         parent = np.full(n, -1, dtype=np.int64)
         parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
         depth, root = _depth_and_root(parent)
@@ -163,6 +161,29 @@ def _last_at_or_before(sorted_starts: np.ndarray, lo: np.ndarray, hi: np.ndarray
         left = np.where(le, mid + 1, left)
         right = np.where(open_ & ~le, mid, right)
     return np.where(left > lo, left - 1, -1)
+
+
+def _nearest_open_before(starts: np.ndarray, ends: np.ndarray, thread_lo: np.ndarray) -> np.ndarray:
+    """Per sorted interval, the nearest earlier one of its thread still open at its start (``end > start``), or -1:
+    the parent.
+
+    Each interval's candidate starts as the interval just before it; a candidate closed at the interval's start
+    is replaced by the candidate's own candidate, all intervals at once, until it is open or none is left. No
+    answer is skipped: when interval i's candidate c is closed at i's start, the intervals c's own search passes
+    end by c's start, so by i's start too, and c's answer is at or after i's (open at i's start, i's answer is
+    open at c's earlier start). About the nesting depth in rounds (21 on the benchmark trace's 283k ops), against
+    log2(n) for each climb and descent of :class:`_RightmostAbove`: 0.04 -> 0.03 s CPU there."""
+    n = len(starts)
+    cand = np.arange(-1, n - 1, dtype=np.int64)
+    cand[thread_lo] = -1  # a thread's first interval has none before it
+    todo = np.flatnonzero(cand >= 0)
+    while len(todo):
+        c = cand[todo]
+        closed = ends[c] <= starts[todo]
+        todo = todo[closed]
+        cand[todo] = cand[c[closed]]  # read before written: every row jumps from the same round's candidates
+        todo = todo[cand[todo] >= 0]
+    return cand
 
 
 def _depth_and_root(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
