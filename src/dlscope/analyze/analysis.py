@@ -236,22 +236,24 @@ def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) ->
     cand = ranges[(ranges["device"] < 0) & (ranges["domain"] != "python_function")
                   & ~matches(ranges["name"], "profiler_step") & ~matches(ranges["name"], "step_like_range")]
     if not outside.any() or cand.empty:
-        return tree, api_op_row
+        return tree.drop_nestings(), api_op_row
     rng_keys, out_keys = thread_keys([cand, api[outside]])
     hit = Nesting.build(rng_keys, cand["start"].to_numpy(), cand["end"].to_numpy()).innermost_at(
         out_keys, api.loc[outside, "start"].to_numpy())
     rows = sorted_unique(hit[hit >= 0])
     if len(rows) == 0:
-        return tree, api_op_row
+        return tree.drop_nestings(), api_op_row
     promoted = cand.iloc[rows]
     new_ops = make_table("ops", {c: promoted[c].to_numpy() for c in ("rank", "pid", "tid", "name", "start", "end")})
     new_ops["op_type"] = new_ops["name"]
     new_ops["range_domain"] = text_column(promoted["domain"].replace("", "annotation").to_numpy(dtype=object))
+    del tree, api_op_row, op_keys, api_keys  # the ops change: their tree is built again
     profile.ops = _after_own_rank(ops, new_ops).reset_index(drop=True)
     profile.ranges = ranges.drop(index=promoted.index)
     op_keys, api_keys = thread_keys([profile.ops, api])
     tree = OpTree.build(profile.ops, op_keys)
-    return tree, tree.launching_op(api_keys, api_starts)
+    api_op_row = tree.launching_op(api_keys, api_starts)
+    return tree.drop_nestings(), api_op_row
 
 
 def _after_own_rank(ops: pd.DataFrame, new_ops: pd.DataFrame) -> pd.DataFrame:
@@ -409,7 +411,7 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     anc, act = ancestor_rows(owner, parent)
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
     ends = np.concatenate([kernels["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
-    ops["gpu_idle"] = gpu_idle_per_owner(anc, starts[act], ends[act], n)
+    ops["gpu_idle"] = gpu_idle_per_owner(anc, starts, ends, n, act)
     kernel_pairs = act < len(k_op)  # the (ancestor, kernel) pairs: what the data types are voted from
     ops["data_type"] = _data_types(ops, tree, (anc[kernel_pairs], act[kernel_pairs]), k_op, k_dur)
 

@@ -81,8 +81,10 @@ class OpTree:
     depth: np.ndarray
     root: np.ndarray    # row of the outermost enclosing op (itself for roots)
     levels: list[np.ndarray]  # rows per depth, outermost first
-    _framework: tuple[np.ndarray, Nesting]
-    _ranges: tuple[np.ndarray, Nesting]
+    #: per kind (framework ops, ranges standing for ops): its rows and their nesting, which only
+    #: :meth:`launching_op` reads (~10 int64 per op: freed by :meth:`drop_nestings` once the calls are linked)
+    _framework: tuple[np.ndarray, Nesting] | None
+    _ranges: tuple[np.ndarray, Nesting] | None
 
     @classmethod
     def build(cls, ops: pd.DataFrame, keys: np.ndarray | None = None) -> OpTree:
@@ -108,6 +110,7 @@ class OpTree:
         """Row of the op that launched each call (framework ops first, then ranges standing for ops).
 
         ``call_keys``: the calls' thread keys, from the same :func:`thread_keys` call as the tree's ops'."""
+        assert self._framework is not None and self._ranges is not None, "launching_op after drop_nestings"
         starts = np.asarray(starts, dtype=np.int64)
         out = np.full(len(starts), -1, np.int64)
         for rows, nest in (self._framework, self._ranges):
@@ -117,6 +120,11 @@ class OpTree:
             hit = nest.innermost_at(call_keys[todo], starts[todo])
             out[todo] = take(rows, hit)
         return out
+
+    def drop_nestings(self) -> OpTree:
+        """Free what only :meth:`launching_op` reads; the parents, depths, roots and levels stay."""
+        self._framework = self._ranges = None
+        return self
 
 
 def link_launches(api_calls: pd.DataFrame, activities: dict[str, pd.DataFrame]) -> dict[str, np.ndarray]:
@@ -158,12 +166,22 @@ def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, 
         frame["root_op_id"] = take(root_ids, op_row)
 
 
-def gpu_idle_per_owner(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_owners: int) -> np.ndarray:
+def gpu_idle_per_owner(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_owners: int,
+                       rows: np.ndarray | None = None) -> np.ndarray:
     """DLProf's GPU idle of an op: from the start of its first GPU activity to the end of its last, the time
-    none of them runs (the span less the union)."""
+    none of them runs (the span less the union). ``rows``: the activities are ``starts[rows]``, ``ends[rows]``
+    (see :func:`union_per_group`)."""
     keep = owner >= 0
-    union, first, last = union_per_group(owner[keep], np.asarray(starts)[keep], np.asarray(ends)[keep], n_owners)
-    return last - first - union
+    if not keep.all():
+        owner = owner[keep]
+        if rows is None:
+            starts, ends = np.asarray(starts)[keep], np.asarray(ends)[keep]
+        else:
+            rows = rows[keep]
+    union, first, last = union_per_group(owner, starts, ends, n_owners, rows)
+    last -= first
+    last -= union
+    return last
 
 
 def ancestor_rows(owner: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
