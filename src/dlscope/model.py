@@ -144,6 +144,30 @@ MISSING_STR = ""
 MISSING = {I: MISSING_INT, F: np.nan, S: MISSING_STR}
 
 
+_INT32 = np.iinfo(np.int32)
+
+
+def narrow_ints(values: np.ndarray) -> np.ndarray:
+    """Row references, depths and iteration numbers the analysis adds (-1: none) as int32 when every value fits,
+    else as given (int64): half the bytes of each such column for as long as the import holds the tables.
+    Readers take them ``to_numpy(np.int64)`` before any arithmetic that could pass 2^31 (packed keys, sums);
+    times, durations and counts stay int64."""
+    values = np.asarray(values)
+    if values.dtype == np.int32 or values.dtype.kind not in "iu":
+        return values
+    if len(values) and (int(values.min()) < _INT32.min or int(values.max()) > _INT32.max):
+        return values
+    return values.astype(np.int32)
+
+
+def put_column(frame: pd.DataFrame, name: str, values: Any) -> None:
+    """``frame[name] = values`` without the copy pandas makes of a bare array (the new column is ``values``
+    itself: one array alive, not two, while the analysis adds its columns)."""
+    if isinstance(values, np.ndarray) and values.ndim == 1 and len(values) == len(frame):
+        values = pd.Series(values, index=frame.index, copy=False)
+    frame[name] = values
+
+
 def empty_table(name: str) -> pd.DataFrame:
     return make_table(name, {}, 0)
 

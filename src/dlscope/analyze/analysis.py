@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..model import ID_COLUMNS, TABLES, Profile, concat_tables, make_table, text_column
+from ..model import ID_COLUMNS, TABLES, Profile, concat_tables, make_table, narrow_ints, put_column, text_column
 from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, link_launches, take, thread_keys
 from .call_tree import TREE_COLUMNS, analyse_frames
 from .categories import matches
@@ -148,7 +148,10 @@ def _renumber(profile: Profile) -> None:
     """Make each id column equal its row number so ids index arrays directly."""
     for name, col in ID_COLUMNS.items():
         frame = profile.table(name).reset_index(drop=True)
-        frame[col] = np.arange(len(frame), dtype=np.int64)
+        ids = frame[col].to_numpy()
+        # an importer's ids are usually the row numbers already: kept, not a second column beside them
+        if not (len(ids) == 0 or (ids.dtype == np.int64 and ids[0] == 0 and (np.diff(ids) == 1).all())):
+            frame[col] = np.arange(len(frame), dtype=np.int64)
         setattr(profile, name, frame)
 
 
@@ -323,10 +326,11 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
 
     # an op belongs to the iteration its op node (root) starts in; GPU activity to its launching call's
     roots = tree.root
-    ops["iteration"] = _assign_by_rank(ops, "start", iterations)[roots] if len(ops) else np.zeros(0, np.int64)
+    put_column(ops, "iteration", narrow_ints(_assign_by_rank(ops, "start", iterations)[roots] if len(ops)
+                                             else np.zeros(0, np.int64)))
     for frame, time_col in ((ranges, "start"), (api_calls, "start"), (kernels, "launch_ts"),
                             (memops, "launch_ts"), (syncs, "launch_ts")):
-        frame["iteration"] = _assign_by_rank(frame, time_col, iterations)
+        put_column(frame, "iteration", narrow_ints(_assign_by_rank(frame, time_col, iterations)))
     iterations["end"] = _iteration_ends(iterations, ops, kernels, memops)
 
     kernels["uses_tc"] = classify_names(kernels["name"], kernel_uses_tc)
@@ -344,10 +348,10 @@ def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> None:
     level (an op node, the outermost op, or a nested op for drill-down); ``parent_node_id``: the node of the
     parent op (-1 for op nodes)."""
     is_node = pd.Series((tree.parent < 0).astype(np.int64))
-    ops["node_id"] = _group_numbers([ops[c] for c in ("rank", "name", "op_type", "direction", "scope",
-                                                      "input_shapes", "range_domain")] + [is_node])
-    node = ops["node_id"].to_numpy(np.int64)
-    ops["parent_node_id"] = take(node, tree.parent)
+    node = _group_numbers([ops[c] for c in ("rank", "name", "op_type", "direction", "scope",
+                                            "input_shapes", "range_domain")] + [is_node])
+    put_column(ops, "node_id", narrow_ints(node))
+    put_column(ops, "parent_node_id", narrow_ints(take(node, tree.parent)))
 
 
 def _group_numbers(columns: list[pd.Series]) -> np.ndarray:
@@ -399,11 +403,15 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     tc = kernels["uses_tc"].to_numpy(bool)
     ones = np.ones(len(k_op), dtype=np.int64)
     tc_op = np.where(tc, k_op, -1)
-    ops["kernel_count"] = _inclusive_exact(k_op, ones, n, parent, by_level)
-    ops["kernel_time"] = _inclusive_exact(k_op, k_dur, n, parent, by_level)
-    ops["gpu_time"] = ops["kernel_time"] + _inclusive_exact(m_op, memops["dur"].to_numpy(np.int64), n, parent, by_level)
-    ops["tc_kernel_count"] = _inclusive_exact(tc_op, ones, n, parent, by_level)
-    ops["tc_gpu_time"] = _inclusive_exact(tc_op, k_dur, n, parent, by_level)
+    put_column(ops, "kernel_count", _inclusive_exact(k_op, ones, n, parent, by_level))
+    kernel_time = _inclusive_exact(k_op, k_dur, n, parent, by_level)
+    put_column(ops, "kernel_time", kernel_time)
+    gpu_time = _inclusive_exact(m_op, memops["dur"].to_numpy(np.int64), n, parent, by_level)
+    gpu_time += kernel_time
+    put_column(ops, "gpu_time", gpu_time)
+    del kernel_time, gpu_time
+    put_column(ops, "tc_kernel_count", _inclusive_exact(tc_op, ones, n, parent, by_level))
+    put_column(ops, "tc_gpu_time", _inclusive_exact(tc_op, k_dur, n, parent, by_level))
     ops["using_tc"] = ops["tc_kernel_count"].to_numpy() > 0
     eligible = classify_names(ops["op_type"], op_type_tc_eligible) | classify_names(ops["name"], op_type_tc_eligible)
     ops["tc_eligible"] = inclusive_sum(eligible.astype(np.int64), parent, by_level) > 0
@@ -411,7 +419,7 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     anc, act = ancestor_rows(owner, parent)
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
     ends = np.concatenate([kernels["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
-    ops["gpu_idle"] = gpu_idle_per_owner(anc, starts, ends, n, act)
+    put_column(ops, "gpu_idle", gpu_idle_per_owner(anc, starts, ends, n, act))
     kernel_pairs = act < len(k_op)  # the (ancestor, kernel) pairs: what the data types are voted from
     ops["data_type"] = _data_types(ops, tree, (anc[kernel_pairs], act[kernel_pairs]), k_op, k_dur)
 

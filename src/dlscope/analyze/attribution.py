@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..model import words_column
+from ..model import narrow_ints, put_column, words_column
 from .intervals import union_per_group
 from .nesting import Nesting, inclusive_sum, inherit_flag, levels
 
@@ -142,28 +142,28 @@ def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, 
     launch_ts, op_id (the innermost launching op), root_op_id (that op's root: its op node instance).
     """
     op_ids = ops["op_id"].to_numpy()
-    ops["parent_id"] = take(op_ids, tree.parent)
-    ops["depth"] = tree.depth
-    ops["root_id"] = op_ids[tree.root] if len(ops) else np.zeros(0, np.int64)
+    put_column(ops, "parent_id", narrow_ints(take(op_ids, tree.parent)))
+    put_column(ops, "depth", narrow_ints(tree.depth))
+    put_column(ops, "root_id", narrow_ints(op_ids[tree.root] if len(ops) else np.zeros(0, np.int64)))
     bwd = inherit_flag((ops["direction"] == "bwd").to_numpy(), tree.parent, tree.levels)
     ops["direction"] = words_column(bwd.astype(np.int8), ["fwd", "bwd"])
 
-    api_calls["op_id"] = take(op_ids, api_op_row)
+    put_column(api_calls, "op_id", narrow_ints(take(op_ids, api_op_row)))
     self_api = np.zeros(len(ops), dtype=np.int64)
     has_op = api_op_row >= 0
     np.add.at(self_api, api_op_row[has_op], (api_calls["end"] - api_calls["start"]).to_numpy()[has_op])
-    ops["api_time"] = inclusive_sum(self_api, tree.parent, tree.levels)
+    put_column(ops, "api_time", inclusive_sum(self_api, tree.parent, tree.levels))
 
     api_ids = api_calls["api_id"].to_numpy()
     api_starts = api_calls["start"].to_numpy()
     root_ids = ops["root_id"].to_numpy()
     for name, frame in activities.items():
         rows = links[name]
-        frame["api_id"] = take(api_ids, rows)
-        frame["launch_ts"] = np.where(rows >= 0, take(api_starts, rows), frame["start"].to_numpy())
+        put_column(frame, "api_id", narrow_ints(take(api_ids, rows)))
+        put_column(frame, "launch_ts", np.where(rows >= 0, take(api_starts, rows), frame["start"].to_numpy()))
         op_row = take(api_op_row, rows)
-        frame["op_id"] = take(op_ids, op_row)
-        frame["root_op_id"] = take(root_ids, op_row)
+        put_column(frame, "op_id", narrow_ints(take(op_ids, op_row)))
+        put_column(frame, "root_op_id", narrow_ints(take(root_ids, op_row)))
 
 
 def gpu_idle_per_owner(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_owners: int,
