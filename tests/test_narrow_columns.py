@@ -76,7 +76,8 @@ def _iteration_at(windows, t: int) -> int:
     return windows[i][2] if i >= 0 and t < max(windows[i][1], windows[i][0]) else -1
 
 
-@pytest.mark.parametrize("name", ["hta_a100_nccl_rank0of2_3steps.json.gz", "hta_v100_ns_resolution_5steps.pt.trace.json.gz",
+@pytest.mark.parametrize("name", ["hta_a100_nccl_rank0of2_3steps.json.gz",
+                                  "hta_v100_ns_resolution_5steps.pt.trace.json.gz",
                                   "tbplugin_resnet50_v100_workers0.pt.trace.json.gz"])
 def test_narrowed_references_of_real_traces_equal_the_raw_json(name, import_db):
     """Each kernel's and memory operation's op node (``root_op_id``) and iteration (``iteration``, from its
