@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import pickle
 import tempfile
 import time
@@ -33,6 +34,8 @@ def main() -> None:
     ap.add_argument("trace", help="a trace file or a folder of one file per rank")
     ap.add_argument("--top", type=int, default=20, help="the allocation sites to list")
     ap.add_argument("--columns", type=int, default=15, help="the largest added columns to list")
+    ap.add_argument("--gc", action="store_true", help="the cyclic GC on (the import pauses it: garbage in cycles "
+                    "stays until the import ends, and counts here as it does there)")
     args = ap.parse_args()
     source = Path(args.trace)
     paths = sorted(str(p) for p in source.iterdir() if p.is_file()) if source.is_dir() else [str(source)]
@@ -43,8 +46,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         capture = Path(tmp) / "analyse.bin"
         cpu = time.process_time()
+        if not args.gc:
+            gc.disable()
         with memray.Tracker(capture):
             an = analyse(profile)
+        gc.enable()
         cpu = time.process_time() - cpu
         by_line: collections.Counter = collections.Counter()
         for record in memray.FileReader(capture).get_high_watermark_allocation_records(merge_threads=True):
