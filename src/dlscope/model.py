@@ -3,7 +3,8 @@
 A :class:`Profile` is a set of pandas DataFrames with fixed columns (``TABLES`` below). All times are
 integer nanoseconds on the trace's own clock. Missing integers are ``-1``, missing strings ``""`` and missing
 floats (the few figures a trace records as fractions) NaN, so the tables stay plain int64, float64 and
-categorical columns without masks.
+categorical columns without masks. The row references, depths and iteration numbers the analysis adds are int32
+where every value fits (:func:`narrow_ints`); the database holds the same integers either way.
 
 Text columns (names, kinds, shapes) are categorical: each distinct string is held once, and each row holds an
 integer code (a kernel name is ~240 bytes, repeated on every launch). Every frame that copies rows later copies
