@@ -356,7 +356,7 @@ def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> None:
     """``node_id``: the calls of an op with the same name, type, direction, scope and input shapes at the same
     level (an op node, the outermost op, or a nested op for drill-down); ``parent_node_id``: the node of the
     parent op (-1 for op nodes)."""
-    is_node = pd.Series((tree.parent < 0).astype(np.int64))
+    is_node = pd.Series((tree.parent < 0).astype(np.int8))
     node = _group_numbers([ops[c] for c in ("rank", "name", "op_type", "direction", "scope",
                                             "input_shapes", "range_domain")] + [is_node])
     put_column(ops, "node_id", narrow_ints(node))
@@ -368,17 +368,21 @@ def _group_numbers(columns: list[pd.Series]) -> np.ndarray:
     first appearance, from the columns' codes (a categorical's own, else factorized) folded into one int64
     key, compressed whenever the next fold could overflow."""
     key, size = np.zeros(len(columns[0]), dtype=np.int64), 1
-    for column in columns:
+    for column in columns:  # folded in place: no row-sized array beside the key but the column's codes
         if isinstance(column.dtype, pd.CategoricalDtype):
-            codes, n = column.cat.codes.to_numpy(np.int64) + 1, len(column.cat.categories) + 1
+            codes, n, shift = column.cat.codes.to_numpy(), len(column.cat.categories) + 1, 1
         else:
-            found, uniques = pd.factorize(column, use_na_sentinel=False)
-            codes, n = found.astype(np.int64), max(len(uniques), 1)
+            codes, uniques = pd.factorize(column, use_na_sentinel=False)
+            n, shift = max(len(uniques), 1), 0
         if size * n >= 1 << 62:
             key, uniques = pd.factorize(key)
             size = max(len(uniques), 1)
-        key, size = key * n + codes, size * n
-    return pd.factorize(key)[0].astype(np.int64)
+        key *= n
+        key += codes
+        if shift:
+            key += shift
+        size *= n
+    return pd.factorize(key)[0].astype(np.int64, copy=False)
 
 
 def _assign_by_rank(frame: pd.DataFrame, time_col: str, iterations: pd.DataFrame) -> np.ndarray:
