@@ -164,8 +164,8 @@ def narrow_ints(values: np.ndarray) -> np.ndarray:
 def put_column(frame: pd.DataFrame, name: str, values: Any) -> None:
     """``frame[name] = values`` without the copy pandas makes of a bare array (the new column is ``values``
     itself: one array alive, not two, while the analysis adds its columns)."""
-    if isinstance(values, np.ndarray) and values.ndim == 1 and len(values) == len(frame):
-        values = pd.Series(values, index=frame.index, copy=False)
+    if isinstance(values, np.ndarray) and values.ndim == 1 and len(values) == len(frame) and values.flags.writeable:
+        values = pd.Series(values, index=frame.index, copy=False)  # (a read-only view is copied: pandas writes)
     frame[name] = values
 
 

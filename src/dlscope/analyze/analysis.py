@@ -316,6 +316,7 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
         frame["dur"] = (frame["end"] - frame["start"]).clip(lower=0)
     ops["op_type"] = op_types(ops)
     attribute(ops, api_calls, {"kernels": kernels, "memops": memops, "syncs": syncs}, tree, api_op_row, links)
+    del links, api_op_row  # in the columns now
 
     ranges["category"] = np.select(
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),
@@ -345,7 +346,8 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     kernels["uses_tc"] = classify_names(kernels["name"], kernel_uses_tc)
     waves = kernel_waves(kernels, profile.gpus)
     for col in WAVE_COLUMNS:
-        kernels[col] = waves[col].to_numpy()
+        kernels[col] = waves.pop(col)  # the Series itself (same index): shared, not copied
+    del waves
     _op_metrics(ops, kernels, memops, tree)
     python_tree = analyse_frames(ops, profile.python_frames)
     _op_nodes(ops, tree)

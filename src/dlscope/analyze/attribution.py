@@ -92,18 +92,24 @@ class OpTree:
         if keys is None:
             (keys,) = thread_keys([ops])
         n = len(ops)
-        parent = np.full(n, -1, np.int64)
-        depth = np.zeros(n, np.int64)
-        root = np.arange(n, dtype=np.int64)
-        is_range = ops["range_domain"].to_numpy(dtype=object) != ""
+        is_range = (ops["range_domain"] != "").to_numpy(dtype=bool)
         starts, ends = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
         parts = []
         for rows in (np.flatnonzero(~is_range), np.flatnonzero(is_range)):
-            nest = Nesting.build(keys[rows], starts[rows], ends[rows])
-            parent[rows] = take(rows, nest.parent)
-            depth[rows] = nest.depth
-            root[rows] = rows[nest.root] if len(rows) else rows
-            parts.append((rows, nest))
+            parts.append((rows, Nesting.build(keys[rows], starts[rows], ends[rows])))
+        whole = [nest for rows, nest in parts if len(rows) == n and n]
+        if whole:  # one kind of op only (rows = 0..n-1): its nesting's arrays are the tree's
+            parent, depth, root = whole[0].parent, whole[0].depth, whole[0].root
+        else:
+            parent = np.full(n, -1, np.int64)
+            depth = np.zeros(n, np.int64)
+            root = np.arange(n, dtype=np.int64)
+            for rows, nest in parts:
+                parent[rows] = take(rows, nest.parent)
+                depth[rows] = nest.depth
+                root[rows] = rows[nest.root] if len(rows) else rows
+                # the tree holds them now; the nesting keeps what launching_op reads
+                nest.parent = nest.depth = nest.root = np.zeros(0, np.int64)
         return cls(parent, depth, root, levels(depth), parts[0], parts[1])
 
     def launching_op(self, call_keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -143,8 +149,13 @@ def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, 
     """
     op_ids = ops["op_id"].to_numpy()
     put_column(ops, "parent_id", narrow_ints(take(op_ids, tree.parent)))
-    put_column(ops, "depth", narrow_ints(tree.depth))
-    put_column(ops, "root_id", narrow_ints(op_ids[tree.root] if len(ops) else np.zeros(0, np.int64)))
+    # the tree's depths and roots are these columns from here on (op ids are row numbers: a root's id is its row)
+    tree.depth = narrow_ints(tree.depth)
+    put_column(ops, "depth", tree.depth)
+    root_ids = narrow_ints(op_ids[tree.root] if len(ops) else np.zeros(0, np.int64))
+    put_column(ops, "root_id", root_ids)
+    if np.array_equal(root_ids, tree.root):
+        tree.root = root_ids
     bwd = inherit_flag((ops["direction"] == "bwd").to_numpy(), tree.parent, tree.levels)
     ops["direction"] = words_column(bwd.astype(np.int8), ["fwd", "bwd"])
 
@@ -156,7 +167,6 @@ def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, 
 
     api_ids = api_calls["api_id"].to_numpy()
     api_starts = api_calls["start"].to_numpy()
-    root_ids = ops["root_id"].to_numpy()
     for name, frame in activities.items():
         rows = links[name]
         put_column(frame, "api_id", narrow_ints(take(api_ids, rows)))
