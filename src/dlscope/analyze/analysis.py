@@ -333,6 +333,9 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     skip_ranges = (pd.MultiIndex.from_frame(ranges[["rank", "name"]]).isin(step_keys)
                    | (ranges["category"] == "step").to_numpy())
     ops["scope"] = text_column(_scopes(ops, ranges, skip_ranges, tree))
+    # numbered now, while few columns are added (its hash table is the high-water of a job of small ranks);
+    # the columns go in last, where they always were
+    node = _op_nodes(ops, tree)
 
     # an op belongs to the iteration its op node (root) starts in; GPU activity to its launching call's
     roots = tree.root
@@ -350,19 +353,22 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     del waves
     _op_metrics(ops, kernels, memops, tree)
     python_tree = analyse_frames(ops, profile.python_frames)
-    _op_nodes(ops, tree)
+    _put_op_nodes(ops, tree, node)
     return Analysed(profile, iterations, methods, key_node, candidates, python_tree)
 
 
-def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> None:
-    """``node_id``: the calls of an op with the same name, type, direction, scope and input shapes at the same
-    level (an op node, the outermost op, or a nested op for drill-down); ``parent_node_id``: the node of the
-    parent op (-1 for op nodes)."""
+def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> np.ndarray:
+    """``node_id`` of each op: the calls of an op with the same name, type, direction, scope and input shapes at
+    the same level (an op node, the outermost op, or a nested op for drill-down)."""
     is_node = pd.Series((tree.parent < 0).astype(np.int8))
-    node = _group_numbers([ops[c] for c in ("rank", "name", "op_type", "direction", "scope",
-                                            "input_shapes", "range_domain")] + [is_node])
-    put_column(ops, "node_id", narrow_ints(node))
-    put_column(ops, "parent_node_id", narrow_ints(take(node, tree.parent)))
+    return narrow_ints(_group_numbers([ops[c] for c in ("rank", "name", "op_type", "direction", "scope",
+                                                        "input_shapes", "range_domain")] + [is_node]))
+
+
+def _put_op_nodes(ops: pd.DataFrame, tree: OpTree, node: np.ndarray) -> None:
+    """``node_id`` and ``parent_node_id`` (the node of the parent op, -1 for op nodes)."""
+    put_column(ops, "node_id", node)
+    put_column(ops, "parent_node_id", take(node, tree.parent))
 
 
 def _group_numbers(columns: list[pd.Series]) -> np.ndarray:
@@ -384,6 +390,7 @@ def _group_numbers(columns: list[pd.Series]) -> np.ndarray:
         if shift:
             key += shift
         size *= n
+        del codes
     return pd.factorize(key)[0].astype(np.int64, copy=False)
 
 
@@ -444,15 +451,18 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
     ends = np.concatenate([kernels["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
     put_column(ops, "gpu_idle", gpu_idle_per_owner(anc, starts, ends, n, act))
+    del owner, starts, ends
     kernel_pairs = act < len(k_op)  # the (ancestor, kernel) pairs: what the data types are voted from
-    ops["data_type"] = _data_types(ops, tree, (anc[kernel_pairs], act[kernel_pairs]), k_op, k_dur)
+    pairs = (anc[kernel_pairs], act[kernel_pairs])
+    del anc, act, kernel_pairs
+    ops["data_type"] = _data_types(ops, tree, pairs, k_op, k_dur)
 
 
 def _launchers_data_types(out: np.ndarray, words: list[str], pairs: tuple[np.ndarray, np.ndarray],
                           k_op: np.ndarray, k_dur: np.ndarray) -> np.ndarray:
-    """``out`` (a dtype code per op) with every op that launched kernels beneath it from ops of a floating type
-    given the code of the floating type carrying most of that kernel time, by the launching ops' own data types
-    (ties: the first by name). Integer launchers (index, embedding offsets) do not vote. ``pairs``: every
+    """``out`` (a dtype code per op; changed in place) with every op that launched kernels beneath it from ops of
+    a floating type given the code of the floating type carrying most of that kernel time, by the launching ops'
+    own data types (ties: the first by name). Integer launchers (index, embedding offsets) do not vote. ``pairs``: every
     (ancestor-or-self of a kernel's launching op, kernel) pair, as ``attribution.ancestor_rows`` gives them."""
     floating = np.asarray([w.startswith(("float", "bfloat")) for w in words], dtype=bool)  # float8_* too
     anc, kernel = pairs
@@ -469,7 +479,6 @@ def _launchers_data_types(out: np.ndarray, words: list[str], pairs: tuple[np.nda
     alphabetical = np.argsort(np.argsort(np.asarray(distinct, dtype=str)))
     order = np.lexsort((alphabetical[word], -time, op))           # per op: most time, ties by name
     first = order[np.r_[True, op[order][1:] != op[order][:-1]]]
-    out = out.copy()
     out[op[first]] = code_of_word[word[first]]
     return out
 

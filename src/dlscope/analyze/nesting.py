@@ -87,8 +87,8 @@ class Nesting:
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)
         n = len(starts)
-        rows = np.arange(n, dtype=np.int64)
-        order = np.lexsort((rows, -ends, starts, keys)) if n else rows
+        # lexsort is stable: equal (thread, start, end) keep their row order without a row key
+        order = np.lexsort((-ends, starts, keys)) if n else np.zeros(0, np.int64)
         # the keys in sorted order are already grouped: each thread's first position where the key changes
         sorted_keys = keys[order]
         new = np.empty(n, dtype=bool)
@@ -103,8 +103,7 @@ class Nesting:
         s_sorted, e_sorted = starts[order], ends[order]
         tree = _RightmostAbove(e_sorted)
         # parent: the nearest earlier interval of the thread still open at this one's start
-        pos = np.arange(n, dtype=np.int64)
-        cand = tree.query(pos - 1, s_sorted)
+        cand = tree.query(np.arange(-1, n - 1, dtype=np.int64), s_sorted)  # at or before the position before
         parent_sorted = np.where((cand >= 0) & (cand >= thread_lo[thread_of]), cand, -1)
         parent = np.full(n, -1, dtype=np.int64)
         parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
