@@ -3,7 +3,8 @@
 A :class:`Profile` is a set of pandas DataFrames with fixed columns (``TABLES`` below). All times are
 integer nanoseconds on the trace's own clock. Missing integers are ``-1``, missing strings ``""`` and missing
 floats (the few figures a trace records as fractions) NaN, so the tables stay plain int64, float64 and
-categorical columns without masks.
+categorical columns without masks. The row references, depths and iteration numbers the analysis adds are int32
+where every value fits (:func:`narrow_ints`); the database holds the same integers either way.
 
 Text columns (names, kinds, shapes) are categorical: each distinct string is held once, and each row holds an
 integer code (a kernel name is ~240 bytes, repeated on every launch). Every frame that copies rows later copies
@@ -142,6 +143,30 @@ REFERENCES = {
 MISSING_INT = -1
 MISSING_STR = ""
 MISSING = {I: MISSING_INT, F: np.nan, S: MISSING_STR}
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def narrow_ints(values: np.ndarray) -> np.ndarray:
+    """Row references, depths and iteration numbers the analysis adds (-1: none) as int32 when every value fits,
+    else as given (int64): half the bytes of each such column for as long as the import holds the tables.
+    Readers take them ``to_numpy(np.int64)`` before any arithmetic that could pass 2^31 (packed keys, sums);
+    times, durations and counts stay int64."""
+    values = np.asarray(values)
+    if values.dtype == np.int32 or values.dtype.kind not in "iu":
+        return values
+    if len(values) and (int(values.min()) < _INT32.min or int(values.max()) > _INT32.max):
+        return values
+    return values.astype(np.int32)
+
+
+def put_column(frame: pd.DataFrame, name: str, values: Any) -> None:
+    """``frame[name] = values`` without the copy pandas makes of a bare array (the new column is ``values``
+    itself: one array alive, not two, while the analysis adds its columns)."""
+    if isinstance(values, np.ndarray) and values.ndim == 1 and len(values) == len(frame) and values.flags.writeable:
+        values = pd.Series(values, index=frame.index, copy=False)  # (a read-only view is copied: pandas writes)
+    frame[name] = values
 
 
 def empty_table(name: str) -> pd.DataFrame:

@@ -11,8 +11,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..model import ID_COLUMNS, TABLES, Profile, concat_tables, make_table, text_column
-from .attribution import OpTree, ancestor_rows, attribute, gpu_idle_per_owner, link_launches, take, thread_keys
+from ..model import ID_COLUMNS, TABLES, Profile, concat_tables, make_table, narrow_ints, put_column, text_column
+from .attribution import (
+    OpTree,
+    ancestor_rows,
+    attribute,
+    gpu_idle_per_owner,
+    link_launches,
+    pack_keys,
+    take,
+    thread_keys,
+)
 from .call_tree import TREE_COLUMNS, analyse_frames
 from .categories import matches
 from .dtypes import numpy_name
@@ -148,7 +157,10 @@ def _renumber(profile: Profile) -> None:
     """Make each id column equal its row number so ids index arrays directly."""
     for name, col in ID_COLUMNS.items():
         frame = profile.table(name).reset_index(drop=True)
-        frame[col] = np.arange(len(frame), dtype=np.int64)
+        ids = frame[col].to_numpy()
+        # an importer's ids are usually the row numbers already: kept, not a second column beside them
+        if not (len(ids) == 0 or (ids.dtype == np.int64 and ids[0] == 0 and (np.diff(ids) == 1).all())):
+            frame[col] = np.arange(len(frame), dtype=np.int64)
         setattr(profile, name, frame)
 
 
@@ -236,22 +248,24 @@ def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) ->
     cand = ranges[(ranges["device"] < 0) & (ranges["domain"] != "python_function")
                   & ~matches(ranges["name"], "profiler_step") & ~matches(ranges["name"], "step_like_range")]
     if not outside.any() or cand.empty:
-        return tree, api_op_row
+        return tree.drop_nestings(), api_op_row
     rng_keys, out_keys = thread_keys([cand, api[outside]])
     hit = Nesting.build(rng_keys, cand["start"].to_numpy(), cand["end"].to_numpy()).innermost_at(
         out_keys, api.loc[outside, "start"].to_numpy())
     rows = sorted_unique(hit[hit >= 0])
     if len(rows) == 0:
-        return tree, api_op_row
+        return tree.drop_nestings(), api_op_row
     promoted = cand.iloc[rows]
     new_ops = make_table("ops", {c: promoted[c].to_numpy() for c in ("rank", "pid", "tid", "name", "start", "end")})
     new_ops["op_type"] = new_ops["name"]
     new_ops["range_domain"] = text_column(promoted["domain"].replace("", "annotation").to_numpy(dtype=object))
+    del tree, api_op_row, op_keys, api_keys  # the ops change: their tree is built again
     profile.ops = _after_own_rank(ops, new_ops).reset_index(drop=True)
     profile.ranges = ranges.drop(index=promoted.index)
     op_keys, api_keys = thread_keys([profile.ops, api])
     tree = OpTree.build(profile.ops, op_keys)
-    return tree, tree.launching_op(api_keys, api_starts)
+    api_op_row = tree.launching_op(api_keys, api_starts)
+    return tree.drop_nestings(), api_op_row
 
 
 def _after_own_rank(ops: pd.DataFrame, new_ops: pd.DataFrame) -> pd.DataFrame:
@@ -302,6 +316,7 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
         frame["dur"] = (frame["end"] - frame["start"]).clip(lower=0)
     ops["op_type"] = op_types(ops)
     attribute(ops, api_calls, {"kernels": kernels, "memops": memops, "syncs": syncs}, tree, api_op_row, links)
+    del links, api_op_row  # in the columns now
 
     ranges["category"] = np.select(
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),
@@ -318,34 +333,42 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     skip_ranges = (pd.MultiIndex.from_frame(ranges[["rank", "name"]]).isin(step_keys)
                    | (ranges["category"] == "step").to_numpy())
     ops["scope"] = text_column(_scopes(ops, ranges, skip_ranges, tree))
+    # numbered now, while few columns are added (its hash table is the high-water of a job of small ranks);
+    # the columns go in last, where they always were
+    node = _op_nodes(ops, tree)
 
     # an op belongs to the iteration its op node (root) starts in; GPU activity to its launching call's
     roots = tree.root
-    ops["iteration"] = _assign_by_rank(ops, "start", iterations)[roots] if len(ops) else np.zeros(0, np.int64)
+    put_column(ops, "iteration", narrow_ints(_assign_by_rank(ops, "start", iterations)[roots] if len(ops)
+                                             else np.zeros(0, np.int64)))
     for frame, time_col in ((ranges, "start"), (api_calls, "start"), (kernels, "launch_ts"),
                             (memops, "launch_ts"), (syncs, "launch_ts")):
-        frame["iteration"] = _assign_by_rank(frame, time_col, iterations)
+        put_column(frame, "iteration", narrow_ints(_assign_by_rank(frame, time_col, iterations)))
     iterations["end"] = _iteration_ends(iterations, ops, kernels, memops)
 
     kernels["uses_tc"] = classify_names(kernels["name"], kernel_uses_tc)
     waves = kernel_waves(kernels, profile.gpus)
     for col in WAVE_COLUMNS:
-        kernels[col] = waves[col].to_numpy()
+        kernels[col] = waves.pop(col)  # the Series itself (same index): shared, not copied
+    del waves
     _op_metrics(ops, kernels, memops, tree)
     python_tree = analyse_frames(ops, profile.python_frames)
-    _op_nodes(ops, tree)
+    _put_op_nodes(ops, tree, node)
     return Analysed(profile, iterations, methods, key_node, candidates, python_tree)
 
 
-def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> None:
-    """``node_id``: the calls of an op with the same name, type, direction, scope and input shapes at the same
-    level (an op node, the outermost op, or a nested op for drill-down); ``parent_node_id``: the node of the
-    parent op (-1 for op nodes)."""
-    is_node = pd.Series((tree.parent < 0).astype(np.int64))
-    ops["node_id"] = _group_numbers([ops[c] for c in ("rank", "name", "op_type", "direction", "scope",
-                                                      "input_shapes", "range_domain")] + [is_node])
-    node = ops["node_id"].to_numpy(np.int64)
-    ops["parent_node_id"] = take(node, tree.parent)
+def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> np.ndarray:
+    """``node_id`` of each op: the calls of an op with the same name, type, direction, scope and input shapes at
+    the same level (an op node, the outermost op, or a nested op for drill-down)."""
+    is_node = pd.Series((tree.parent < 0).astype(np.int8))
+    return narrow_ints(_group_numbers([ops[c] for c in ("rank", "name", "op_type", "direction", "scope",
+                                                        "input_shapes", "range_domain")] + [is_node]))
+
+
+def _put_op_nodes(ops: pd.DataFrame, tree: OpTree, node: np.ndarray) -> None:
+    """``node_id`` and ``parent_node_id`` (the node of the parent op, -1 for op nodes)."""
+    put_column(ops, "node_id", node)
+    put_column(ops, "parent_node_id", take(node, tree.parent))
 
 
 def _group_numbers(columns: list[pd.Series]) -> np.ndarray:
@@ -353,17 +376,22 @@ def _group_numbers(columns: list[pd.Series]) -> np.ndarray:
     first appearance, from the columns' codes (a categorical's own, else factorized) folded into one int64
     key, compressed whenever the next fold could overflow."""
     key, size = np.zeros(len(columns[0]), dtype=np.int64), 1
-    for column in columns:
+    for column in columns:  # folded in place: no row-sized array beside the key but the column's codes
         if isinstance(column.dtype, pd.CategoricalDtype):
-            codes, n = column.cat.codes.to_numpy(np.int64) + 1, len(column.cat.categories) + 1
+            codes, n, shift = column.cat.codes.to_numpy(), len(column.cat.categories) + 1, 1
         else:
-            found, uniques = pd.factorize(column, use_na_sentinel=False)
-            codes, n = found.astype(np.int64), max(len(uniques), 1)
+            codes, uniques = pd.factorize(column, use_na_sentinel=False)
+            n, shift = max(len(uniques), 1), 0
         if size * n >= 1 << 62:
             key, uniques = pd.factorize(key)
             size = max(len(uniques), 1)
-        key, size = key * n + codes, size * n
-    return pd.factorize(key)[0].astype(np.int64)
+        key *= n
+        key += codes
+        if shift:
+            key += shift
+        size *= n
+        del codes
+    return pd.factorize(key)[0].astype(np.int64, copy=False)
 
 
 def _assign_by_rank(frame: pd.DataFrame, time_col: str, iterations: pd.DataFrame) -> np.ndarray:
@@ -373,13 +401,22 @@ def _assign_by_rank(frame: pd.DataFrame, time_col: str, iterations: pd.DataFrame
 def _iteration_ends(iterations: pd.DataFrame, ops: pd.DataFrame, kernels: pd.DataFrame,
                     memops: pd.DataFrame) -> np.ndarray:
     """End of each iteration's own activity: the later of its CPU end, its ops' ends and the end of the GPU
-    activity it launched."""
-    frames = [ops[["rank", "iteration", "end"]], kernels[["rank", "iteration", "end"]],
-              memops[["rank", "iteration", "end"]]]
-    act = pd.concat(frames)
-    last = act[act["iteration"] >= 0].groupby(["rank", "iteration"])["end"].max()
-    keyed = pd.MultiIndex.from_frame(iterations[["rank", "iteration"]])
-    act_end = last.reindex(keyed, fill_value=-1).to_numpy(np.int64)  # no NaN: ns epochs exceed float precision
+    activity it launched. Each table's rows are looked up among the iterations where they lie (a table of
+    all three side by side cost ~10 int64 per op and kernel)."""
+    its = [iterations["rank"].to_numpy(np.int64), iterations["iteration"].to_numpy(np.int64)]
+    act_end = np.full(len(iterations), -1, np.int64)  # no NaN: ns epochs exceed float precision
+    for frame in (ops, kernels, memops):
+        number = frame["iteration"].to_numpy()
+        mine = np.flatnonzero(number >= 0)
+        if len(mine) == 0 or len(iterations) == 0:
+            continue
+        it_key, key = pack_keys([[its[0], frame["rank"].to_numpy()[mine]], [its[1], number[mine]]])
+        distinct, of_iteration = np.unique(it_key, return_inverse=True)
+        at = np.minimum(np.searchsorted(distinct, key), len(distinct) - 1)
+        known = distinct[at] == key
+        reached = np.full(len(distinct), -1, np.int64)
+        np.maximum.at(reached, at[known], frame["end"].to_numpy(np.int64)[mine[known]])
+        np.maximum(act_end, reached[of_iteration], out=act_end)
     return np.maximum(iterations["cpu_end"].to_numpy(np.int64), act_end)
 
 
@@ -397,11 +434,15 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     tc = kernels["uses_tc"].to_numpy(bool)
     ones = np.ones(len(k_op), dtype=np.int64)
     tc_op = np.where(tc, k_op, -1)
-    ops["kernel_count"] = _inclusive_exact(k_op, ones, n, parent, by_level)
-    ops["kernel_time"] = _inclusive_exact(k_op, k_dur, n, parent, by_level)
-    ops["gpu_time"] = ops["kernel_time"] + _inclusive_exact(m_op, memops["dur"].to_numpy(np.int64), n, parent, by_level)
-    ops["tc_kernel_count"] = _inclusive_exact(tc_op, ones, n, parent, by_level)
-    ops["tc_gpu_time"] = _inclusive_exact(tc_op, k_dur, n, parent, by_level)
+    put_column(ops, "kernel_count", _inclusive_exact(k_op, ones, n, parent, by_level))
+    kernel_time = _inclusive_exact(k_op, k_dur, n, parent, by_level)
+    put_column(ops, "kernel_time", kernel_time)
+    gpu_time = _inclusive_exact(m_op, memops["dur"].to_numpy(np.int64), n, parent, by_level)
+    gpu_time += kernel_time
+    put_column(ops, "gpu_time", gpu_time)
+    del kernel_time, gpu_time
+    put_column(ops, "tc_kernel_count", _inclusive_exact(tc_op, ones, n, parent, by_level))
+    put_column(ops, "tc_gpu_time", _inclusive_exact(tc_op, k_dur, n, parent, by_level))
     ops["using_tc"] = ops["tc_kernel_count"].to_numpy() > 0
     eligible = classify_names(ops["op_type"], op_type_tc_eligible) | classify_names(ops["name"], op_type_tc_eligible)
     ops["tc_eligible"] = inclusive_sum(eligible.astype(np.int64), parent, by_level) > 0
@@ -409,16 +450,19 @@ def _op_metrics(ops: pd.DataFrame, kernels: pd.DataFrame, memops: pd.DataFrame, 
     anc, act = ancestor_rows(owner, parent)
     starts = np.concatenate([kernels["start"].to_numpy(np.int64), memops["start"].to_numpy(np.int64)])
     ends = np.concatenate([kernels["end"].to_numpy(np.int64), memops["end"].to_numpy(np.int64)])
-    ops["gpu_idle"] = gpu_idle_per_owner(anc, starts[act], ends[act], n)
+    put_column(ops, "gpu_idle", gpu_idle_per_owner(anc, starts, ends, n, act))
+    del owner, starts, ends
     kernel_pairs = act < len(k_op)  # the (ancestor, kernel) pairs: what the data types are voted from
-    ops["data_type"] = _data_types(ops, tree, (anc[kernel_pairs], act[kernel_pairs]), k_op, k_dur)
+    pairs = (anc[kernel_pairs], act[kernel_pairs])
+    del anc, act, kernel_pairs
+    ops["data_type"] = _data_types(ops, tree, pairs, k_op, k_dur)
 
 
 def _launchers_data_types(out: np.ndarray, words: list[str], pairs: tuple[np.ndarray, np.ndarray],
                           k_op: np.ndarray, k_dur: np.ndarray) -> np.ndarray:
-    """``out`` (a dtype code per op) with every op that launched kernels beneath it from ops of a floating type
-    given the code of the floating type carrying most of that kernel time, by the launching ops' own data types
-    (ties: the first by name). Integer launchers (index, embedding offsets) do not vote. ``pairs``: every
+    """``out`` (a dtype code per op; changed in place) with every op that launched kernels beneath it from ops of
+    a floating type given the code of the floating type carrying most of that kernel time, by the launching ops'
+    own data types (ties: the first by name). Integer launchers (index, embedding offsets) do not vote. ``pairs``: every
     (ancestor-or-self of a kernel's launching op, kernel) pair, as ``attribution.ancestor_rows`` gives them."""
     floating = np.asarray([w.startswith(("float", "bfloat")) for w in words], dtype=bool)  # float8_* too
     anc, kernel = pairs
@@ -435,7 +479,6 @@ def _launchers_data_types(out: np.ndarray, words: list[str], pairs: tuple[np.nda
     alphabetical = np.argsort(np.argsort(np.asarray(distinct, dtype=str)))
     order = np.lexsort((alphabetical[word], -time, op))           # per op: most time, ties by name
     first = order[np.r_[True, op[order][1:] != op[order][:-1]]]
-    out = out.copy()
     out[op[first]] = code_of_word[word[first]]
     return out
 

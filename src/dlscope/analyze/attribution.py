@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..model import words_column
+from ..model import narrow_ints, put_column, words_column
 from .intervals import union_per_group
 from .nesting import Nesting, inclusive_sum, inherit_flag, levels
 
@@ -81,8 +81,10 @@ class OpTree:
     depth: np.ndarray
     root: np.ndarray    # row of the outermost enclosing op (itself for roots)
     levels: list[np.ndarray]  # rows per depth, outermost first
-    _framework: tuple[np.ndarray, Nesting]
-    _ranges: tuple[np.ndarray, Nesting]
+    #: per kind (framework ops, ranges standing for ops): its rows and their nesting, which only
+    #: :meth:`launching_op` reads (~10 int64 per op: freed by :meth:`drop_nestings` once the calls are linked)
+    _framework: tuple[np.ndarray, Nesting] | None
+    _ranges: tuple[np.ndarray, Nesting] | None
 
     @classmethod
     def build(cls, ops: pd.DataFrame, keys: np.ndarray | None = None) -> OpTree:
@@ -90,24 +92,31 @@ class OpTree:
         if keys is None:
             (keys,) = thread_keys([ops])
         n = len(ops)
-        parent = np.full(n, -1, np.int64)
-        depth = np.zeros(n, np.int64)
-        root = np.arange(n, dtype=np.int64)
-        is_range = ops["range_domain"].to_numpy(dtype=object) != ""
+        is_range = (ops["range_domain"] != "").to_numpy(dtype=bool)
         starts, ends = ops["start"].to_numpy(np.int64), ops["end"].to_numpy(np.int64)
         parts = []
         for rows in (np.flatnonzero(~is_range), np.flatnonzero(is_range)):
-            nest = Nesting.build(keys[rows], starts[rows], ends[rows])
-            parent[rows] = take(rows, nest.parent)
-            depth[rows] = nest.depth
-            root[rows] = rows[nest.root] if len(rows) else rows
-            parts.append((rows, nest))
+            parts.append((rows, Nesting.build(keys[rows], starts[rows], ends[rows])))
+        whole = [nest for rows, nest in parts if len(rows) == n and n]
+        if whole:  # one kind of op only (rows = 0..n-1): its nesting's arrays are the tree's
+            parent, depth, root = whole[0].parent, whole[0].depth, whole[0].root
+        else:
+            parent = np.full(n, -1, np.int64)
+            depth = np.zeros(n, np.int64)
+            root = np.arange(n, dtype=np.int64)
+            for rows, nest in parts:
+                parent[rows] = take(rows, nest.parent)
+                depth[rows] = nest.depth
+                root[rows] = rows[nest.root] if len(rows) else rows
+                # the tree holds them now; the nesting keeps what launching_op reads
+                nest.parent = nest.depth = nest.root = np.zeros(0, np.int64)
         return cls(parent, depth, root, levels(depth), parts[0], parts[1])
 
     def launching_op(self, call_keys: np.ndarray, starts: np.ndarray) -> np.ndarray:
         """Row of the op that launched each call (framework ops first, then ranges standing for ops).
 
         ``call_keys``: the calls' thread keys, from the same :func:`thread_keys` call as the tree's ops'."""
+        assert self._framework is not None and self._ranges is not None, "launching_op after drop_nestings"
         starts = np.asarray(starts, dtype=np.int64)
         out = np.full(len(starts), -1, np.int64)
         for rows, nest in (self._framework, self._ranges):
@@ -117,6 +126,11 @@ class OpTree:
             hit = nest.innermost_at(call_keys[todo], starts[todo])
             out[todo] = take(rows, hit)
         return out
+
+    def drop_nestings(self) -> OpTree:
+        """Free what only :meth:`launching_op` reads; the parents, depths, roots and levels stay."""
+        self._framework = self._ranges = None
+        return self
 
 
 def link_launches(api_calls: pd.DataFrame, activities: dict[str, pd.DataFrame]) -> dict[str, np.ndarray]:
@@ -134,36 +148,50 @@ def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, 
     launch_ts, op_id (the innermost launching op), root_op_id (that op's root: its op node instance).
     """
     op_ids = ops["op_id"].to_numpy()
-    ops["parent_id"] = take(op_ids, tree.parent)
-    ops["depth"] = tree.depth
-    ops["root_id"] = op_ids[tree.root] if len(ops) else np.zeros(0, np.int64)
+    put_column(ops, "parent_id", narrow_ints(take(op_ids, tree.parent)))
+    # the tree's depths and roots are these columns from here on (op ids are row numbers: a root's id is its row)
+    tree.depth = narrow_ints(tree.depth)
+    put_column(ops, "depth", tree.depth)
+    root_ids = narrow_ints(op_ids[tree.root] if len(ops) else np.zeros(0, np.int64))
+    put_column(ops, "root_id", root_ids)
+    if np.array_equal(root_ids, tree.root):
+        tree.root = root_ids
     bwd = inherit_flag((ops["direction"] == "bwd").to_numpy(), tree.parent, tree.levels)
     ops["direction"] = words_column(bwd.astype(np.int8), ["fwd", "bwd"])
 
-    api_calls["op_id"] = take(op_ids, api_op_row)
+    put_column(api_calls, "op_id", narrow_ints(take(op_ids, api_op_row)))
     self_api = np.zeros(len(ops), dtype=np.int64)
     has_op = api_op_row >= 0
     np.add.at(self_api, api_op_row[has_op], (api_calls["end"] - api_calls["start"]).to_numpy()[has_op])
-    ops["api_time"] = inclusive_sum(self_api, tree.parent, tree.levels)
+    put_column(ops, "api_time", inclusive_sum(self_api, tree.parent, tree.levels))
 
     api_ids = api_calls["api_id"].to_numpy()
     api_starts = api_calls["start"].to_numpy()
-    root_ids = ops["root_id"].to_numpy()
     for name, frame in activities.items():
         rows = links[name]
-        frame["api_id"] = take(api_ids, rows)
-        frame["launch_ts"] = np.where(rows >= 0, take(api_starts, rows), frame["start"].to_numpy())
+        put_column(frame, "api_id", narrow_ints(take(api_ids, rows)))
+        put_column(frame, "launch_ts", np.where(rows >= 0, take(api_starts, rows), frame["start"].to_numpy()))
         op_row = take(api_op_row, rows)
-        frame["op_id"] = take(op_ids, op_row)
-        frame["root_op_id"] = take(root_ids, op_row)
+        put_column(frame, "op_id", narrow_ints(take(op_ids, op_row)))
+        put_column(frame, "root_op_id", narrow_ints(take(root_ids, op_row)))
 
 
-def gpu_idle_per_owner(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_owners: int) -> np.ndarray:
+def gpu_idle_per_owner(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, n_owners: int,
+                       rows: np.ndarray | None = None) -> np.ndarray:
     """DLProf's GPU idle of an op: from the start of its first GPU activity to the end of its last, the time
-    none of them runs (the span less the union)."""
+    none of them runs (the span less the union). ``rows``: the activities are ``starts[rows]``, ``ends[rows]``
+    (see :func:`union_per_group`)."""
     keep = owner >= 0
-    union, first, last = union_per_group(owner[keep], np.asarray(starts)[keep], np.asarray(ends)[keep], n_owners)
-    return last - first - union
+    if not keep.all():
+        owner = owner[keep]
+        if rows is None:
+            starts, ends = np.asarray(starts)[keep], np.asarray(ends)[keep]
+        else:
+            rows = rows[keep]
+    union, first, last = union_per_group(owner, starts, ends, n_owners, rows)
+    last -= first
+    last -= union
+    return last
 
 
 def ancestor_rows(owner: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

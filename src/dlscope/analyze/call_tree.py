@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..importers.python_frames import is_user_file, where
 from ..model import PYTHON_TREE_COLUMNS as TREE_COLUMNS
-from ..model import string_column, text_column
+from ..model import narrow_ints, put_column, string_column, text_column
 from .attribution import take, thread_keys
 from .nesting import Nesting, _depth_and_root, levels
 
@@ -146,7 +146,7 @@ def analyse_frames(ops: pd.DataFrame, frames: pd.DataFrame) -> pd.DataFrame:
     frames["depth"] = depth
     frames["node_id"] = node
     hit = op_frames(ops, frames)
-    ops["frame_id"] = hit
+    put_column(ops, "frame_id", narrow_ints(hit))
     if len(frames) and (hit >= 0).any():
         places = take(user_places(frames, parent, depth), hit, missing="")
         mine = ops["stack"].to_numpy(dtype=object)

@@ -63,29 +63,57 @@ def coverage(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
 
 
 def union_per_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                    n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    n_groups: int, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per group 0..n_groups-1: the length of the union of its intervals, its first start and its last end
     (0, 0, 0 for a group without intervals). Each interval adds the part of it past the group's running
-    reach, so overlaps count once; exact int64 throughout."""
+    reach, so overlaps count once; exact int64 throughout. ``rows``: the intervals are ``starts[rows]``,
+    ``ends[rows]`` (each row once per group it is in: not copied out beside the sorted ones)."""
     union = np.zeros(n_groups, dtype=np.int64)
     first = np.zeros(n_groups, dtype=np.int64)
     last = np.zeros(n_groups, dtype=np.int64)
     if len(group) == 0:
         return union, first, last
-    order = np.lexsort((starts, group))
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    order = np.lexsort((starts if rows is None else starts[rows], group))
     g = np.asarray(group, dtype=np.int64)[order]
-    s = np.asarray(starts, dtype=np.int64)[order]
-    e = np.maximum(np.asarray(ends, dtype=np.int64)[order], s)
-    new = np.ones(len(g), dtype=bool)
-    new[1:] = g[1:] != g[:-1]
-    run = np.cumsum(new) - 1
-    reach = pd.Series(e).groupby(run, sort=False).cummax().to_numpy(np.int64)
-    prev = np.empty_like(reach)
-    prev[0] = s[0]
-    prev[1:] = reach[:-1]
-    prev = np.where(new, s, prev)
+    at = order if rows is None else np.asarray(rows)[order]
+    del order
+    s, e = starts[at], ends[at]
+    del at
+    np.maximum(e, s, out=e)
+    new = np.empty(len(g), dtype=bool)
+    new[0] = True
+    np.not_equal(g[1:], g[:-1], out=new[1:])
     heads = np.flatnonzero(new)  # each group's rows are one run: sums and maxima per run, not per row
-    union[g[heads]] = np.add.reduceat(np.maximum(e - np.maximum(s, prev), 0), heads)
+    reach = _running_max_per_run(e, g, new)  # e itself, in place
+    del new
+    past = np.empty_like(reach)  # the reach before each interval (its own start at a group's head) ...
+    past[1:] = reach[:-1]
+    past[heads] = s[heads]
+    np.maximum(past, s, out=past)
+    np.subtract(reach, past, out=past)  # ... and what the interval adds past it
+    np.maximum(past, 0, out=past)
+    union[g[heads]] = np.add.reduceat(past, heads)
     first[g[heads]] = s[heads]
-    last[g[heads]] = np.maximum.reduceat(e, heads)
+    last[g[heads]] = reach[np.append(heads[1:] - 1, len(g) - 1)]  # the reach at a run's end: its last end
     return union, first, last
+
+
+def _running_max_per_run(values: np.ndarray, group: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The running maximum of ``values`` (modified in place) restarting at each run of ``group`` (sorted):
+    each run lifted above the runs before it, one ``maximum.accumulate``, when that fits in int64; else a
+    group-by."""
+    lo, span = int(values.min()), int(values.max()) - int(values.min()) + 1
+    g_lo, g_span = int(group[0]), int(group[-1]) - int(group[0]) + 1
+    if g_span * span >= 1 << 62:
+        run = np.cumsum(new) - 1
+        values[:] = pd.Series(values).groupby(run, sort=False).cummax().to_numpy(np.int64)
+        return values
+    values -= lo  # 0 .. span - 1
+    lift = group - g_lo
+    lift *= span
+    values += lift
+    np.maximum.accumulate(values, out=values)
+    values -= lift
+    values += lo
+    return values

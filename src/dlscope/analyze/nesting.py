@@ -88,16 +88,26 @@ class Nesting:
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)
         n = len(starts)
-        rows = np.arange(n, dtype=np.int64)
-        order = np.lexsort((rows, -ends, starts, keys)) if n else rows
-        thread_keys, thread_lo, thread_of = np.unique(keys[order], return_index=True, return_inverse=True)
+        # lexsort is stable: equal (thread, start, end) keep their row order without a row key
+        order = np.lexsort((-ends, starts, keys)) if n else np.zeros(0, np.int64)
+        # the keys in sorted order are already grouped: each thread's first position where the key changes
+        sorted_keys = keys[order]
+        new = np.empty(n, dtype=bool)
+        new[:1] = True
+        np.not_equal(sorted_keys[1:], sorted_keys[:-1], out=new[1:])
+        thread_lo = np.flatnonzero(new)
+        thread_keys = sorted_keys[thread_lo]
+        del sorted_keys
+        thread_of = np.cumsum(new, dtype=np.int64)
+        thread_of -= 1
+        del new
         s_sorted, e_sorted = starts[order], ends[order]
         tree = _RightmostAbove(e_sorted)
         parent_sorted = _nearest_open_before(s_sorted, e_sorted, thread_lo)
         parent = np.full(n, -1, dtype=np.int64)
         parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
         depth, root = _depth_and_root(parent)
-        return cls(order, thread_of.astype(np.int64), thread_lo.astype(np.int64), thread_keys, s_sorted, e_sorted,
+        return cls(order, thread_of, thread_lo.astype(np.int64, copy=False), thread_keys, s_sorted, e_sorted,
                    depth, parent, root, tree)
 
     def innermost_at(self, keys: np.ndarray, times: np.ndarray) -> np.ndarray:

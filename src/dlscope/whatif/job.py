@@ -65,7 +65,8 @@ def _clean(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
             out[col] = "" if col in _TEXT else np.full(len(frame), -1, np.int64)
         elif col in _TEXT:
             out[col] = filled_text(frame[col])
-        elif frame[col].dtype == np.int64:  # the analysed tables' own column, read in place: a write would raise
+        elif frame[col].dtype in (np.int64, np.int32):  # the analysed tables' own column (int32: a reference
+            # the analysis narrowed, model.narrow_ints), read in place: a write would raise
             view = frame[col].to_numpy().view()
             view.flags.writeable = False
             out[col] = view
