@@ -279,7 +279,10 @@ class Inbox:
 
 def _pickled(ok: bool, value: Any) -> bytes:
     try:
-        return pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+        if not ok:  # an exception that pickles but cannot be rebuilt (ADBC's: a keyword-only argument) as text too
+            pickle.loads(payload)
+        return payload
     except Exception as e:  # noqa: BLE001 - an unpicklable result or exception still comes back as text
         what = value if not ok else e
         return pickle.dumps((False, ChildFailed(" ".join(f"{type(what).__name__}: {what}".split()))))
