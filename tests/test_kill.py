@@ -45,9 +45,13 @@ def descendants(pid: int) -> set[int]:
 
 
 IMPORT = """
+import os
 import sys
+import dlscope.pipeline.build as build
 from dlscope.importers.kineto import Reading
 from dlscope.pipeline import build_database
+if os.environ.get("FORKED_WRITER"):  # the ranks made to outweigh the rows: the writer forked, not a thread
+    build.BESIDE_SECONDS_PER_ROW = 0.0
 # two processes for the parse (the forked decoder), whatever the machine: the moment to kill is when it runs
 build_database(sys.argv[1:-1], sys.argv[-1], progress=False, force=True,
                reading=Reading(processes=2, piece_bytes=2**20), workers=int(__import__('os').environ['WORKERS']))
@@ -63,8 +67,8 @@ def big_trace(tmp_path_factory) -> Path:
     return path
 
 
-def _start(args: list[str], tmp: Path, workers: int = 1) -> subprocess.Popen:
-    env = {**os.environ, "TMPDIR": str(tmp), "WORKERS": str(workers)}
+def _start(args: list[str], tmp: Path, workers: int = 1, forked_writer: bool = False) -> subprocess.Popen:
+    env = {**os.environ, "TMPDIR": str(tmp), "WORKERS": str(workers), "FORKED_WRITER": "1" if forked_writer else ""}
     return subprocess.Popen([sys.executable, "-c", IMPORT, *args], env=env, stderr=subprocess.PIPE, text=True)
 
 
@@ -73,7 +77,8 @@ def _temp_db(out: Path) -> list[Path]:
 
 
 def _watch(proc: subprocess.Popen, out: Path, moment: str, deadline: float = 120) -> tuple[set[int], str]:
-    """Poll until ``moment`` ("parse", "analysis", "write") and return the helpers seen and the moment hit."""
+    """Poll until ``moment`` ("parse", "analysis", "write": the writer thread's, "forked write") and return the
+    helpers seen and the moment hit."""
     seen: set[int] = set()
     decoder_seen = False
     end = time.monotonic() + deadline
@@ -87,20 +92,22 @@ def _watch(proc: subprocess.Popen, out: Path, moment: str, deadline: float = 120
             decoder_seen = True
         if moment == "analysis" and decoder_seen and not kids and not writing:
             return seen, "analysis"
-        if moment == "write" and writing and kids:
+        if moment == "write" and writing:
             return seen, "write"
+        if moment == "forked write" and writing and kids:
+            return seen, "forked write"
         time.sleep(0.005)
     return seen, "missed"
 
 
-@pytest.mark.parametrize("moment", ["parse", "analysis", "write"])
+@pytest.mark.parametrize("moment", ["parse", "analysis", "write", "forked write"])
 def test_kill_9_during_an_import_leaves_no_process_and_no_file_the_next_run_keeps(big_trace, tmp_path, moment):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     out = tmp_path / "out" / "run.sqlite"
     out.parent.mkdir()
     for _attempt in range(3):  # the analysis is short: a fast machine may slip past it; try again
-        proc = _start([str(big_trace), str(out)], tmp)
+        proc = _start([str(big_trace), str(out)], tmp, forked_writer=moment == "forked write")
         helpers, hit = _watch(proc, out, moment)
         proc.kill()
         proc.wait()

@@ -279,7 +279,10 @@ class Inbox:
 
 def _pickled(ok: bool, value: Any) -> bytes:
     try:
-        return pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+        if not ok:  # an exception that pickles but cannot be rebuilt (ADBC's: a keyword-only argument) as text too
+            pickle.loads(payload)
+        return payload
     except Exception as e:  # noqa: BLE001 - an unpicklable result or exception still comes back as text
         what = value if not ok else e
         return pickle.dumps((False, ChildFailed(" ".join(f"{type(what).__name__}: {what}".split()))))
@@ -305,6 +308,7 @@ class ThreadCall(threading.Thread):
     def __init__(self, fn: Callable[..., Any], *args: Any):
         super().__init__(name="dlscope-background", daemon=True)
         self.fn, self.args = fn, args
+        self.given_up = threading.Event()  # set by kill(): the work ends at its next check (stop_if_given_up)
         self.value: Any = None
         self.error: BaseException | None = None
         self.saved_interval = sys.getswitchinterval()
@@ -327,16 +331,31 @@ class ThreadCall(threading.Thread):
         return self.value
 
     def kill(self) -> None:
-        """A thread cannot be killed: wait for it (its result is dropped)."""
+        """A thread cannot be killed: it is told to stop at its next :func:`stop_if_given_up` and waited for
+        (its result is dropped)."""
+        self.given_up.set()
         try:
             self.result()
         except BaseException:  # noqa: BLE001 - the caller is already failing
             pass
 
 
-def in_background(fn: Callable[..., Any], *args: Any) -> ForkedCall | ThreadCall:
-    """``fn(*args)`` beside the caller: a forked child where dlscope may fork, else a thread."""
-    return ForkedCall(fn, *args) if can_fork() else ThreadCall(fn, *args)
+class GivenUp(Exception):
+    """Raised in a background thread whose caller gave up on it (:meth:`ThreadCall.kill`)."""
+
+
+def stop_if_given_up() -> None:
+    """In work that may run on a :class:`ThreadCall`: end it (:class:`GivenUp`) if its caller gave up on it, so a
+    failing caller waits for one step, not the whole work. Elsewhere (a forked child is killed) nothing."""
+    thread = threading.current_thread()
+    if isinstance(thread, ThreadCall) and thread.given_up.is_set():
+        raise GivenUp("the caller gave up on this work")
+
+
+def in_background(fn: Callable[..., Any], *args: Any, fork: bool = True) -> ForkedCall | ThreadCall:
+    """``fn(*args)`` beside the caller: a forked child where dlscope may fork and ``fork`` asks for one, else a
+    thread (which shares this process's pages: nothing counted twice, but its Python steps take the GIL)."""
+    return ForkedCall(fn, *args) if fork and can_fork() else ThreadCall(fn, *args)
 
 
 class FirstComer:

@@ -140,7 +140,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             # the timeline arrays: built by the writer after its indexes, or here first if this process is idle
             timelines = FirstComer(lambda: timeline_arrays(an)) if an is not None else None
             if an is not None:
-                db.write_raw(_raw_tables(an), timelines=timelines)
+                db.write_raw(_raw_tables(an), timelines=timelines, fork=_replay_beside_pays(an))
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
@@ -178,6 +178,10 @@ BESIDE_SECONDS_PER_ROW = 0.28e-6
 
 
 def _replay_beside_pays(an: Analysed) -> bool:
+    """Also whether the raw tables' writer is a forked child rather than a thread: where the rows outweigh the
+    ranks, the importing process rewrites (the rules, the replay) pages a forked writer keeps a copy of for most
+    of its run (~45 MiB of the benchmark trace's peak), while the writer's work is ADBC's, run without the GIL;
+    where the ranks outweigh the rows, the per-rank Python work would hold the GIL the writer's steps wait for."""
     rows = sum(len(an.profile.table(name)) for name in an.RAW)
     return len(an.ranks) * BESIDE_SECONDS_PER_RANK >= rows * BESIDE_SECONDS_PER_ROW
 

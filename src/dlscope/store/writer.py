@@ -30,6 +30,7 @@ from ..processes import (
     owned_name,
     release_free_memory,
     remove_dead,
+    stop_if_given_up,
 )
 from ..version import __version__
 from .schema import DDL, INDEXES, PAGE_SIZE, RAW_TABLES, SCHEMA_VERSION, SEARCH_DDL, SEARCH_INDEXES
@@ -103,6 +104,7 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
                 ingest.add(name, frame)
             if indexes:  # right after the rows, on the same connection
                 ingest.execute_script(INDEXES + (SEARCH_INDEXES if "search_key" in columns_of["kernels"] else ""))
+    stop_if_given_up()
     # the ranks' timeline arrays here unless the caller, its own work done, has already taken them
     build_timelines = timelines is not None and timelines.take()
     if build_timelines and (tables or indexes):  # the ingest's page cache and sorter memory back to the system
@@ -318,15 +320,16 @@ class NewDatabase:
         self.send_filled: Callable[[], None] | None = None  # sends it the replay's column (ingest_agg_tables)
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
-                  timelines: FirstComer | None = None) -> None:
+                  timelines: FirstComer | None = None, fork: bool = True) -> None:
         """Write raw tables in the background (:func:`dlscope.processes.in_background`: a forked child
         that reads the tables copy-on-write, or a thread where this process must not fork): the ``first``
         part creates the file, the ``last`` builds the indexes (a whole import is one part; a job imported
         rank by rank, one part per rank and a last one). A part waits for the one before: one writer at a
         time. ``timelines``: the timeline arrays, built there too unless this process takes them first
-        (``write_raw_file``)."""
+        (``write_raw_file``). ``fork=False``: a thread even where a child could be forked (it shares the pages
+        the importing process goes on to rewrite, which a forked child would keep a second copy of)."""
         self._wait_raw()
-        self.raw_writer = in_background(write_raw_file, self.path, tables, first, last, timelines)
+        self.raw_writer = in_background(write_raw_file, self.path, tables, first, last, timelines, fork=fork)
 
     def _wait_raw(self) -> None:
         writer, self.raw_writer = self.raw_writer, None
@@ -538,7 +541,15 @@ def _arrow_batches(frame: pd.DataFrame, columns: list[str]) -> pa.RecordBatchRea
     categoricals' codes are taken as they are (no copy), so the writer holds no copy of a table; each column's
     type is inferred from all its rows (one all-missing object column: a null column, read as NULL)."""
     table = pa.Table.from_pandas(frame[columns], preserve_index=False)
-    return pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=INGEST_ROWS))
+    batches = table.to_batches(max_chunksize=INGEST_ROWS)
+    return pa.RecordBatchReader.from_batches(table.schema, _unless_given_up(batches))
+
+
+def _unless_given_up(batches: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The batches, one at a time, until the caller of a writer thread gives up (a forked writer is killed)."""
+    for batch in batches:
+        stop_if_given_up()
+        yield batch
 
 
 #: The ingest's SQLite page cache, KiB; it also bounds each index build's in-memory sort (a larger sort spills
@@ -588,6 +599,7 @@ class _ArrowIngest:
         """Run ``;``-separated statements without parameters (the schema's CREATE INDEX lists)."""
         for statement in script.split(";"):
             if statement.strip():
+                stop_if_given_up()
                 self._execute(statement)
 
     def add(self, name: str, frame: pd.DataFrame) -> None:
@@ -599,7 +611,11 @@ class _ArrowIngest:
         if frame.empty:
             return
         columns = [c for c in self.columns_of[name] if c in frame.columns]
-        self.cursor.adbc_ingest(name, _arrow_batches(frame, columns), mode="append")
+        try:
+            self.cursor.adbc_ingest(name, _arrow_batches(frame, columns), mode="append")
+        except Exception:
+            stop_if_given_up()  # the batches ended because the caller gave up: say so, not ADBC's wrapping of it
+            raise
 
     def __exit__(self, kind, value, tb) -> None:
         try:

@@ -101,7 +101,6 @@ class Graph:
     chain: np.ndarray          # chain of each vertex
     first: np.ndarray          # first vertex of its chain
     kind: np.ndarray           # vertex kind (OP_START ...)
-    ref: np.ndarray            # row in its table: op_id, api_id, activity row, range_id, iteration row
     rank: np.ndarray
     wc: np.ndarray             # weight of the chain edge into each vertex (0 for the first of a chain)
     cat: np.ndarray            # category of the chain edge into each vertex
@@ -582,7 +581,7 @@ class _Builder:
         if nbar:
             cat[ncpu + 2 * nact:] = CAT["communication"]
 
-        self.t, self.first, self.act, self.kind, self.ref = t, first, act, kind, ref
+        self.t, self.first, self.act, self.kind = t, first, act, kind
         self.ncpu, self.rank = ncpu, rank
         edges = [self._launch_edges(), self._sync_edges(wc), self._handoff_edges(pts, wc)]
         del pts, kind_cpu, ref_cpu  # the CPU points are in the vertex arrays now
@@ -601,7 +600,7 @@ class _Builder:
                                          rx[order])
         src, dst = _narrowed(src), _narrowed(dst)
         owner, xo = _narrowed(owner), _narrowed(xo)
-        return Graph(t=t, chain=chain, first=first, kind=kind, ref=ref, rank=rank, wc=wc, cat=cat, owner=owner,
+        return Graph(t=t, chain=chain, first=first, kind=kind, rank=rank, wc=wc, cat=cat, owner=owner,
                      act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, xoff=xoff, rc=self.rc, rx=rx,
                      n_cpu=ncpu, t0=t0,
                      offsets=self.offsets, activities=act, chains=chains, iterations=its, blocking=self.blocking,
