@@ -152,26 +152,43 @@ def _ran_at(path: Path) -> dict[int, str]:
 
 def _check_data_types(trace: Path, db: Path) -> list[tuple]:
     """Every op node call whose kernels ran at a floating type is in the database with the raw JSON's type (a
-    node is the calls of one op with the same inputs, typed as its first call: checked where every call of the
-    node launched such kernels and all ran at one type; an autograd wrapper records no inputs, so its node also
-    holds calls that launched nothing). Returns (start, name, data type, input dtypes) of those calls."""
+    node's data type is part of its key, so the type stored once per node is true of each of its calls, also
+    where calls of the same op with the same shapes ran at different types). Returns (start, name, data type,
+    input dtypes) of those calls."""
     by_event = {e.index: e for e in events(trace)}
     expected = {(by_event[i].start, by_event[i].name): dtype for i, dtype in _ran_at(trace).items()}
     with closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT start, name, node_id, data_type, input_dtypes FROM ops "
                             "WHERE parent_node_id = -1 AND kernel_count > 0").fetchall()
         rows = [row for row in rows if (row[0], row[1]) in expected]
-        calls = dict(conn.execute("SELECT node_id, count(*) FROM ops WHERE parent_node_id = -1 GROUP BY node_id"))
     assert len(rows) == len(expected) > 0
-    per_node: dict[int, list] = defaultdict(list)
-    for start, name, node, _, _ in rows:
-        per_node[node].append(expected[(start, name)])
-    node_type = {node: dtype for _, _, node, dtype, _ in rows}
-    whole = {node: dtypes[0] for node, dtypes in per_node.items() if len(dtypes) == calls[node]
-             and len(set(dtypes)) == 1}
-    assert whole
-    assert {node: node_type[node] for node in whole} == whole
+    assert {(start, name): dtype for start, name, _, dtype, _ in rows} == expected
     return [(start, name, dtype, dtypes) for start, name, _, dtype, dtypes in rows]
+
+
+def test_calls_of_one_op_at_two_data_types_are_two_op_nodes(tmp_path):
+    """In the autocast transformer ``aten::to`` is called with the same (scalar) shapes from FP32 and from FP64,
+    and ``ToCopyBackward0`` (no inputs recorded) casts FP16→FP32 in some calls and back in others: each type is
+    a node of its own, whose stored type is that of every call (by the raw JSON), never the first call's."""
+    trace = H200 / "lm_amp_eager_w0.pt.trace.json.gz"
+    db = build_database([trace], tmp_path / "lm.sqlite", progress=False)
+    expected = {(e.start, e.name): e for e in events(trace)}
+    with closing(sqlite3.connect(db)) as conn:
+        nodes = conn.execute("SELECT n.node_id, n.name, n.input_shapes, n.data_type, n.input_dtypes FROM op_nodes n "
+                             "WHERE n.parent_node_id = -1").fetchall()
+        calls = conn.execute("SELECT node_id, start, name FROM ops WHERE parent_node_id = -1").fetchall()
+    by_node = {node: (name, shapes, dtype, dtypes) for node, name, shapes, dtype, dtypes in nodes}
+    raw_types: dict[int, set] = defaultdict(set)
+    for node, start, name in calls:                 # each call's input types from the raw JSON
+        raw_types[node].add(json.dumps(expected[(start, name)].args.get("Input type") or []))
+    assert all(len(types) == 1 for types in raw_types.values())
+    same_op = defaultdict(set)                      # (name, shapes) -> the data types of its nodes
+    for name, shapes, dtype, _ in by_node.values():
+        same_op[(name, shapes)].add(dtype)
+    split = {key: dtypes for key, dtypes in same_op.items() if len(dtypes) > 1}
+    assert any(name == "aten::to" for name, _ in split)
+    assert any(name.endswith("ToCopyBackward0") and dtypes >= {"float16", "float32"}
+               for (name, _), dtypes in split.items())
 
 
 def test_an_autocast_linear_runs_at_fp16_in_its_data_type_roofline_and_mfu(tmp_path):

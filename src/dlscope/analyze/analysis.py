@@ -353,16 +353,36 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     del waves
     _op_metrics(ops, kernels, memops, tree)
     python_tree = analyse_frames(ops, profile.python_frames)
-    _put_op_nodes(ops, tree, node)
+    _put_op_nodes(ops, tree, _nodes_by_data_type(node, ops["data_type"]))
     return Analysed(profile, iterations, methods, key_node, candidates, python_tree)
 
 
 def _op_nodes(ops: pd.DataFrame, tree: OpTree) -> np.ndarray:
-    """``node_id`` of each op: the calls of an op with the same name, type, direction, scope and input shapes at
-    the same level (an op node, the outermost op, or a nested op for drill-down)."""
+    """``node_id`` of each op: the calls of an op with the same name, type, direction, scope, input shapes and
+    input types at the same level (an op node, the outermost op, or a nested op for drill-down); split by data
+    type once that is known (:func:`_nodes_by_data_type`)."""
     is_node = pd.Series((tree.parent < 0).astype(np.int8))
     return narrow_ints(_group_numbers([ops[c] for c in ("rank", "name", "op_type", "direction", "scope",
-                                                        "input_shapes", "range_domain")] + [is_node]))
+                                                        "input_shapes", "input_dtypes", "range_domain")]
+                                      + [is_node]))
+
+
+def _nodes_by_data_type(node: np.ndarray, data_type: pd.Series) -> np.ndarray:
+    """``node`` with the calls of a node that ran at different data types (known after the metrics: an autograd
+    wrapper records no inputs and casts one way and the other) made nodes of their own, so the types a node
+    stores are true of every call; numbered in order of first appearance as one key of all the columns would
+    be. Unchanged (no row-sized key made) where every node has one data type, as almost always."""
+    if len(node) == 0:
+        return node
+    codes = data_type.cat.codes.to_numpy() if isinstance(data_type.dtype, pd.CategoricalDtype) else \
+        pd.factorize(data_type, use_na_sentinel=False)[0]
+    count = int(node.max()) + 1
+    low, high = np.full(count, np.iinfo(np.int64).max), np.full(count, np.iinfo(np.int64).min)
+    np.minimum.at(low, node, codes)
+    np.maximum.at(high, node, codes)
+    if (low == high).all():
+        return node
+    return narrow_ints(_group_numbers([pd.Series(node), data_type.reset_index(drop=True)]))
 
 
 def _put_op_nodes(ops: pd.DataFrame, tree: OpTree, node: np.ndarray) -> None:
