@@ -80,10 +80,14 @@ def fork_pays(cores_needed: int = 2) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _libc() -> Any:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
+    """The C library: glibc's soname first (``find_library`` runs ``ldconfig`` in a subprocess, ~6 ms on the way
+    to an import's first fork), else whatever ``find_library`` names."""
+    for name in ("libc.so.6", None):
+        try:
+            return ctypes.CDLL(name or ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        except OSError:
+            continue
+    return None
 
 
 def is_child() -> bool:

@@ -26,7 +26,6 @@ from ..processes import (
     ForkedCall,
     ThreadCall,
     can_fork,
-    in_background,
     owned_name,
     release_free_memory,
     remove_dead,
@@ -312,6 +311,10 @@ class NewDatabase:
         self.path, self.label = path, label
         self.conn: sqlite3.Connection | None = None
         self.raw_writer: ForkedCall | ThreadCall | None = None
+        # the aggregation writer forked before the raw writer ended (:meth:`write_agg_tables_beside`): it starts
+        # once ``raw_ended`` reads its end (the raw writer, which holds the only writing end, has exited)
+        self.queued_writer: ForkedCall | None = None
+        self.raw_ended = -1
         self.written = False  # the raw tables (or an empty database) in the file, no background writer
         self.agg_writer = False  # the background writer is ingest_agg_tables: its result goes to agg_written
         self.agg_written: tuple[list[int], dict[str, int | None]] = ([], {})
@@ -319,19 +322,50 @@ class NewDatabase:
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
                   timelines: FirstComer | None = None) -> None:
-        """Write raw tables in the background (:func:`dlscope.processes.in_background`: a forked child
-        that reads the tables copy-on-write, or a thread where this process must not fork): the ``first``
+        """Write raw tables in the background (a forked child that reads the tables copy-on-write, its end
+        readable at ``raw_ended``, or a thread where this process must not fork): the ``first``
         part creates the file, the ``last`` builds the indexes (a whole import is one part; a job imported
         rank by rank, one part per rank and a last one). A part waits for the one before: one writer at a
         time. ``timelines``: the timeline arrays, built there too unless this process takes them first
         (``write_raw_file``)."""
         self._wait_raw()
-        self.raw_writer = in_background(write_raw_file, self.path, tables, first, last, timelines)
+        if not can_fork():
+            self.raw_writer = ThreadCall(write_raw_file, self.path, tables, first, last, timelines)
+            return
+        read, write = os.pipe()  # its writing end lives in the forked writer only: closed when it exits
+        try:
+            self.raw_writer = ForkedCall(write_raw_file, self.path, tables, first, last, timelines)
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        self.raw_ended = read
+
+    def _close_raw_ended(self) -> None:
+        if self.raw_ended >= 0:
+            os.close(self.raw_ended)
+            self.raw_ended = -1
 
     def _wait_raw(self) -> None:
         writer, self.raw_writer = self.raw_writer, None
+        queued, self.queued_writer = self.queued_writer, None
         if writer is None:
             return
+        try:
+            if queued is not None:  # the raw writer's end first (the aggregation writer waits for it there)
+                try:
+                    writer.result()
+                except BaseException:
+                    queued.kill()
+                    raise
+                writer = queued
+        except (DlscopeError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - one line naming the database
+            raise _write_failed(self.label, _one_line(e)) from e
+        finally:
+            self._close_raw_ended()
         send, self.send_filled = self.send_filled, None
         try:
             if send is not None:  # the aggregation writer waits for the replay's column
@@ -351,8 +385,11 @@ class NewDatabase:
     def abandon(self) -> None:
         """Stop the background writer now (the caller is failing): a forked one is killed, not awaited."""
         writer, self.raw_writer = self.raw_writer, None
-        if writer is not None:
-            writer.kill()
+        queued, self.queued_writer = self.queued_writer, None
+        for call in (queued, writer):
+            if call is not None:
+                call.kill()
+        self._close_raw_ended()
 
     def _wait_written(self) -> None:
         """The raw tables and indexes written (an empty database made when none were)."""
@@ -361,6 +398,23 @@ class NewDatabase:
         elif not self.written:
             write_raw_file(self.path, {})
         self.written = True
+
+    def write_agg_tables_beside(self, aggs: list, tables
+                                ) -> Callable[[], tuple[list[int], dict[str, int | None]]] | None:
+        """:meth:`write_agg_tables` started before the raw writer has ended, so the importing process does not
+        wait for it: a forked writer that waits itself for the raw writer's exit (the end of ``raw_ended``), then
+        ingests (:func:`ingest_agg_tables`), while the importing process goes on (the expert rules: the job's
+        ingest then runs on the core the raw writer leaves, not at the import's end). None where it does not
+        start: too few rows to pay (``BESIDE_AGG_ROWS``), no forked raw writer running, no fork allowed."""
+        if (self.conn is not None or not aggs or self.raw_ended < 0 or self.queued_writer is not None
+                or not isinstance(self.raw_writer, ForkedCall) or not can_fork()):
+            return None
+        tables = list(tables)
+        if sum(len(getattr(agg, AGG_TABLES[t])) for agg in aggs for t in tables) < BESIDE_AGG_ROWS:
+            return None
+        forked = ForkedCall(_after_raw_writer, self.raw_ended, self.path, aggs, tables, inbox=True)
+        self.queued_writer = forked
+        return self._agg_writer_started(aggs, tables, forked.send)
 
     def write_agg_tables(self, aggs: list, tables) -> Callable[[], tuple[list[int], dict[str, int | None]]]:
         """:func:`write_agg_tables` of the aggregations to be, before :meth:`connect`: through ADBC (Arrow in,
@@ -385,7 +439,12 @@ class NewDatabase:
         else:
             sent = _Sent()
             self.raw_writer, send = ThreadCall(ingest_agg_tables, sent, self.path, aggs, tables), sent.send
+        return self._agg_writer_started(aggs, tables, send)
 
+    def _agg_writer_started(self, aggs: list, tables: list[str], send: Callable
+                            ) -> Callable[[], tuple[list[int], dict[str, int | None]]]:
+        """The background aggregation writer's replay column sent when the database is next waited for; returns
+        what waits for its agg_ids and rowids."""
         def send_filled() -> None:
             try:
                 columns = replay_columns(aggs, tables)
@@ -680,6 +739,18 @@ def replay_columns(aggs: list, tables) -> dict[str, list[pd.arrays.IntegerArray 
     (NA: none), as :func:`ingest_agg_tables` waits for them."""
     return {table: [None if (column := getattr(agg, AGG_TABLES[table]).get("critical_path_ns")) is None
                     else pd.array(column, dtype="Int64") for agg in aggs] for table in tables if table in REPLAY_FILLED}
+
+
+def _after_raw_writer(filled: Callable[[], dict[str, list] | None], raw_ended: int, path: str, aggs: list,
+                      tables: list[str]) -> tuple[list[int], dict[str, int | None]]:
+    """In the aggregation writer forked before the raw writer ended: :func:`ingest_agg_tables` once the raw
+    writer has exited (``raw_ended`` reads its end of file: the raw writer held the pipe's only writing end); the
+    one writer of the file at a time. A raw writer that failed is reported by the importing process, which then
+    kills this one."""
+    while os.read(raw_ended, 1):
+        pass
+    os.close(raw_ended)
+    return ingest_agg_tables(filled, path, aggs, tables)
 
 
 def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path: str, aggs: list,
