@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..analyze.aggregation import resolve_range
 from ..analyze.analysis import Analysed, analyse
-from ..analyze.timeline import matrices_from_frames, stored_arrays
+from ..analyze.timeline import matrices_by_rank, stored_arrays
 from ..distributed import write_distributed
 from ..distributed.figures import collective_rows as job_collective_rows
 from ..distributed.figures import job_figures, rank_figures, rank_parts, world_sizes
@@ -223,8 +223,8 @@ def build_cprofile_database(paths: list[Path], db_path: Path, *, force: bool = F
 def timeline_arrays(an: Analysed, ranks: list[int] | None = None) -> dict[int, dict[str, bytes]]:
     """Each rank's Timeline arrays (``analyze.timeline``) from the tables written as the raw tables, for the
     viewer to read a rank in milliseconds."""
-    tables = _raw_tables(an)
-    return {rank: stored_arrays(*matrices_from_frames(tables, rank)) for rank in (an.ranks if ranks is None else ranks)}
+    matrices = matrices_by_rank(_raw_tables(an), an.ranks if ranks is None else ranks)
+    return {rank: stored_arrays(*of_rank) for rank, of_rank in matrices.items()}
 
 
 def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, aggs: list, findings: list,
