@@ -54,6 +54,7 @@ def test_a_writer_started_while_the_raw_writer_runs_waits_for_its_end_then_write
         _partly_replayed(aggs)
         ids, written = pending()
         assert ids == [1, 2] and written["agg_ops"] is None and written["agg_kernels"] is None
+        assert writer.NAMES_INDEXED in written  # the names of its tables indexed there
         writer.write_aggregations(db.connect(), aggs, ids, written)
     assert began.read_text() == "after the raw writer"
     with sqlite3.connect(tmp_path / "out" / "a.sqlite") as conn:
@@ -120,10 +121,11 @@ def test_a_failure_with_a_writer_waiting_beside_the_rules_leaves_no_file_and_no_
 
 
 def _rows(path) -> dict[str, list[tuple]]:
-    """Every row of the aggregation tables, the aggregations (but the second each was written) and the findings."""
+    """Every row of the aggregation tables, the aggregations (but the second each was written), the findings and the
+    names indexed for search."""
     with sqlite3.connect(path) as conn:
         rows = {}
-        for table in (*writer.AGG_TABLES, "aggregations", "findings"):
+        for table in (*writer.AGG_TABLES, "aggregations", "findings", "search_names"):
             columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")') if r[1] != "created_at"]
             rows[table] = conn.execute(f'SELECT {", ".join(columns)} FROM "{table}" ORDER BY rowid').fetchall()
         return rows
@@ -131,8 +133,9 @@ def _rows(path) -> dict[str, list[tuple]]:
 
 def test_a_job_whose_aggregation_tables_go_in_beside_the_rules_stores_the_rows_sqlite3_stores(tmp_path, monkeypatch):
     """A real 8-rank job: with the writer beside the rules (it ran: its pid noted), every aggregation table, the
-    aggregations and the findings hold the rows of an import whose aggregation tables sqlite3 inserts after the
-    replay (the path with no background aggregation writer)."""
+    aggregations, the findings and the searched names (which that writer indexes) hold the rows of an import whose
+    aggregation tables sqlite3 inserts after the replay (the path with no background aggregation writer); a search
+    of the trigram index finds the same names."""
     job = data_file("kineto", "param_dlrm_8rank_v100")
     monkeypatch.setattr(writer, "BESIDE_AGG_ROWS", 0)
     ran, after_raw = tmp_path / "ran", writer._after_raw_writer
@@ -152,3 +155,11 @@ def test_a_job_whose_aggregation_tables_go_in_beside_the_rules_stores_the_rows_s
     assert sum(len(a[t]) for t in writer.AGG_TABLES) > 1_000 and len(a["aggregations"]) == 8
     for table in a:
         assert a[table] == b[table], table
+    assert any(r[1].startswith("agg_") for r in a["search_names"])
+    found = []
+    for db in (beside, plain):
+        with sqlite3.connect(db) as conn:
+            found.append(conn.execute("SELECT n.source, n.name FROM search_names_trigram t JOIN search_names n "
+                                      "ON n.name_id = t.rowid WHERE t.folded MATCH 'embedding' ORDER BY 1, 2"
+                                      ).fetchall())
+    assert found[0] == found[1] and any(source.startswith("agg_") for source, _ in found[0])

@@ -709,6 +709,8 @@ def _integer_ns(row: dict) -> dict:
 BEFORE_REPLAY = ("agg_gpus", "agg_iterations", "agg_op_types", "agg_op_kernels", "agg_groups", "agg_ops",
                  "agg_kernels")
 REPLAY_FILLED = ("agg_ops", "agg_kernels")
+#: in what :func:`ingest_agg_tables` returns: the aggregation tables' names are indexed for search already
+NAMES_INDEXED = "search_names"
 
 
 def new_agg_ids(conn: sqlite3.Connection | _ArrowIngest, count: int) -> list[int]:
@@ -761,7 +763,9 @@ def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path:
     (:func:`replay_columns`; None: the importing process failed), by one UPDATE each (:func:`_fill_path`), their
     critical_path_ns indexes built after it (``filled`` None: left to :func:`_fill_critical_path`, their
     rowids returned). A table's indexes are dropped before its rows and built again after
-    them, as the SQL the schema wrote (one sort instead of an index insert per row)."""
+    them, as the SQL the schema wrote (one sort instead of an index insert per row). A background writer
+    (``filled`` given) also indexes the tables' names for search (``AGG_NAMES``) while it waits for the replay:
+    ``NAMES_INDEXED`` in what it returns tells :func:`write_aggregations` it is done."""
     with _ArrowIngest(path, {}) as ingest:
         ids = new_agg_ids(ingest, len(aggs))
         before: dict[str, int | None] = {}
@@ -773,25 +777,33 @@ def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path:
                 before[table] = at
                 if table in REPLAY_FILLED:
                     waiting[table] = at, deferred
-
-        def execute(sql: str, parameters: tuple = ()) -> None:
-            ingest.cursor.execute(sql, parameters or None)
-            ingest.cursor.fetchall()
         if filled is None:
             for _, deferred in waiting.values():
-                for sql in deferred:
-                    execute(sql)
+                ingest.execute_script(";".join(deferred))
             return ids, before
+    # the rest through sqlite3 (the search tables' trigram index is its SQLite's, as the importing process's),
+    # once ADBC's SQLite has closed the file: the names while the replay ends, then its column
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA journal_mode=OFF")  # as the ingest: the file is renamed into place only when complete
+        conn.execute("PRAGMA synchronous=OFF")
+        if set(tables) >= {t.split(".")[0] for t in AGG_NAMES}:
+            index_names(conn, AGG_NAMES)
+            conn.commit()
+            before[NAMES_INDEXED] = None
         columns = filled() if waiting else {}
         if columns is None:
             raise EOFError("the replay's figures never came")
         for table, (at, deferred) in waiting.items():
             payload = _path_json(columns[table], [len(getattr(agg, AGG_TABLES[table])) for agg in aggs])
             if payload is not None:
-                _fill_path(execute, table, at, payload)
+                _fill_path(conn.execute, table, at, payload)
             for sql in deferred:
-                execute(sql)
+                conn.execute(sql)
             before[table] = None
+        conn.commit()
+    finally:
+        conn.close()
     return ids, before
 
 
@@ -907,5 +919,6 @@ def write_aggregations(conn: sqlite3.Connection, aggs: list, ids: list[int] | No
                                                      for agg_id, agg in zip(ids, aggs)]))
     _fill_critical_path(conn, aggs, written)
     write_agg_tables(conn, aggs, ids, [t for t in AGG_TABLES if t not in written])
-    index_names(conn, AGG_NAMES)
+    if NAMES_INDEXED not in written:
+        index_names(conn, AGG_NAMES)
     return ids
