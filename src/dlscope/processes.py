@@ -282,8 +282,13 @@ class Inbox:
 
 
 def _pickled(ok: bool, value: Any) -> bytes:
+    """The call's outcome for the parent; an exception the parent could not rebuild (pickled, but its class wants
+    keyword-only arguments, as ADBC's errors: "database or disk is full" read as a TypeError) comes back as text."""
     try:
-        return pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
+        if not ok:
+            pickle.loads(payload)
+        return payload
     except Exception as e:  # noqa: BLE001 - an unpicklable result or exception still comes back as text
         what = value if not ok else e
         return pickle.dumps((False, ChildFailed(" ".join(f"{type(what).__name__}: {what}".split()))))
