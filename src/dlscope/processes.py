@@ -80,10 +80,14 @@ def fork_pays(cores_needed: int = 2) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _libc() -> Any:
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
+    """The C library: glibc's soname first (``find_library`` runs ``ldconfig`` in a subprocess, ~6 ms on the way
+    to an import's first fork), else whatever ``find_library`` names."""
+    for name in ("libc.so.6", None):
+        try:
+            return ctypes.CDLL(name or ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        except OSError:
+            continue
+    return None
 
 
 def is_child() -> bool:
@@ -278,9 +282,11 @@ class Inbox:
 
 
 def _pickled(ok: bool, value: Any) -> bytes:
+    """The call's outcome for the parent; an exception the parent could not rebuild (pickled, but its class wants
+    keyword-only arguments, as ADBC's errors: "database or disk is full" read as a TypeError) comes back as text."""
     try:
         payload = pickle.dumps((ok, value), protocol=pickle.HIGHEST_PROTOCOL)
-        if not ok:  # an exception that pickles but cannot be rebuilt (ADBC's: a keyword-only argument) as text too
+        if not ok:
             pickle.loads(payload)
         return payload
     except Exception as e:  # noqa: BLE001 - an unpicklable result or exception still comes back as text
@@ -350,12 +356,6 @@ def stop_if_given_up() -> None:
     thread = threading.current_thread()
     if isinstance(thread, ThreadCall) and thread.given_up.is_set():
         raise GivenUp("the caller gave up on this work")
-
-
-def in_background(fn: Callable[..., Any], *args: Any, fork: bool = True) -> ForkedCall | ThreadCall:
-    """``fn(*args)`` beside the caller: a forked child where dlscope may fork and ``fork`` asks for one, else a
-    thread (which shares this process's pages: nothing counted twice, but its Python steps take the GIL)."""
-    return ForkedCall(fn, *args) if fork and can_fork() else ThreadCall(fn, *args)
 
 
 class FirstComer:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..analyze.aggregation import resolve_range
 from ..analyze.analysis import Analysed, analyse
-from ..analyze.timeline import matrices_from_frames, stored_arrays
+from ..analyze.timeline import matrices_by_rank, stored_arrays
 from ..distributed import write_distributed
 from ..distributed.figures import collective_rows as job_collective_rows
 from ..distributed.figures import job_figures, rank_figures, rank_parts, world_sizes
@@ -141,18 +141,27 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             timelines = FirstComer(lambda: timeline_arrays(an)) if an is not None else None
             if an is not None:
                 db.write_raw(_raw_tables(an), timelines=timelines, fork=_replay_beside_pays(an))
-            # while the raw tables and indexes are written in the background: aggregations, rules, ranks
-            per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers) if an else []
+            # while the raw tables and indexes are written in the background: aggregations, rules, ranks; a job's
+            # many aggregation rows go in beside the rules, by a writer that starts once the raw writer ends
+            # (on the core it leaves; not under a memory budget, estimated for one analysis at a time)
+            beside: list = []
+
+            def aggregated(made: list) -> None:
+                beside.append(db.write_agg_tables_beside(made, writer.BEFORE_REPLAY))
+            per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers,
+                                       aggregated=None if budget else aggregated) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
             if critical_path and hasattr(annotate_here, "send"):  # a replay beside prices them while we write
                 annotate_here.send(aggs, findings)
-            figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
             # the writer still busy (it has not begun the timeline arrays): they are built here once the replay
-            # is in, on a core otherwise idle while the writer ends, and the aggregation tables written after it;
-            # else the aggregation tables go in while the replay ends. (Under a memory budget the arrays stay
-            # with the writer: the import is estimated for one analysis at a time.)
+            # is in, on a core otherwise idle while the writer ends, and the aggregation tables written after it
+            # (unless a writer beside the rules has them); else the aggregation tables go in while the per-rank
+            # figures are made and the replay ends (the figures only read ``aggs``). (Under a memory budget the
+            # arrays stay with the writer: the import is estimated for one analysis at a time.)
             here = timelines is not None and not budget and timelines.take()
-            written = None if here else db.write_agg_tables(aggs, writer.BEFORE_REPLAY)
+            written = next((w for w in beside if w is not None), None) or (
+                None if here else db.write_agg_tables(aggs, writer.BEFORE_REPLAY))
+            figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
             if an is not None and critical_path:
                 step("replaying the critical path")
                 annotate_here(aggs, findings)
@@ -218,8 +227,8 @@ def build_cprofile_database(paths: list[Path], db_path: Path, *, force: bool = F
 def timeline_arrays(an: Analysed, ranks: list[int] | None = None) -> dict[int, dict[str, bytes]]:
     """Each rank's Timeline arrays (``analyze.timeline``) from the tables written as the raw tables, for the
     viewer to read a rank in milliseconds."""
-    tables = _raw_tables(an)
-    return {rank: stored_arrays(*matrices_from_frames(tables, rank)) for rank in (an.ranks if ranks is None else ranks)}
+    matrices = matrices_by_rank(_raw_tables(an), an.ranks if ranks is None else ranks)
+    return {rank: stored_arrays(*of_rank) for rank, of_rank in matrices.items()}
 
 
 def _write_results(conn, sources: list[dict], name: str, meta: dict, ncu: list, aggs: list, findings: list,

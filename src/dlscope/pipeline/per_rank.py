@@ -10,6 +10,7 @@ over workers forked after the analysis, which read it copy-on-write; only each r
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from ..analyze.aggregation import Aggregation, JobAggregation
 from ..analyze.analysis import Analysed
@@ -29,11 +30,14 @@ _FORKED: tuple | None = None  # what the forked workers read (inherited, not pic
 
 
 def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None, rules_config=None,
-                    workers: int | None = None, ranks: list[int] | None = None) -> list[tuple[Aggregation, list[dict]]]:
+                    workers: int | None = None, ranks: list[int] | None = None,
+                    aggregated: Callable[[list[Aggregation]], None] | None = None
+                    ) -> list[tuple[Aggregation, list[dict]]]:
     """(aggregation, findings) of every rank of ``an`` (or of ``ranks``), in rank order.
 
     ``workers``: processes to use (default: the machine's cores when the ranks' estimated work is at least
-    ``MIN_PARALLEL_SECONDS``, else 1).
+    ``MIN_PARALLEL_SECONDS``, else 1). ``aggregated``: called with every rank's aggregation before the rules
+    run, where they run here (the import starts writing the aggregation tables then; the rules only read them).
     """
     ranks = an.ranks if ranks is None else ranks
     rows = sum(len(an.profile.table(name)) for name in an.RAW)
@@ -44,7 +48,10 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
     job.add_node_columns(flops.node_columns())  # every rank's op nodes with their FLOPs and MFU, in one pass
     frames = RuleFrames({name: an.profile.table(name) for name in an.RAW}, job.bounds()).make_all()
     if n <= 1:
-        return [_rank_results(an, job, flops, frames, rank, rules_config) for rank in ranks]
+        aggs = [_rank_aggregation(job, flops, rank) for rank in ranks]
+        if aggregated is not None:
+            aggregated(aggs)
+        return [(agg, evaluate(an.rank_tables(rank), agg, rules_config, frames)) for rank, agg in zip(ranks, aggs)]
     an.rank_tables(ranks[0])  # split the tables by rank once, before forking, so every worker inherits it
     release_free_memory()
     global _FORKED
@@ -74,8 +81,13 @@ def _forked_rank(rank: int) -> tuple[Aggregation, list[dict]]:
     return _rank_results(an, job, flops, frames, rank, rules_config)
 
 
-def _rank_results(an: Analysed, job: JobAggregation, flops: JobMFU, frames: RuleFrames, rank: int,
-                  rules_config) -> tuple[Aggregation, list[dict]]:
+def _rank_aggregation(job: JobAggregation, flops: JobMFU, rank: int) -> Aggregation:
     agg = job.aggregate(rank)
     agg.row, agg.ops = flops.add(rank, agg.row, agg.ops)
+    return agg
+
+
+def _rank_results(an: Analysed, job: JobAggregation, flops: JobMFU, frames: RuleFrames, rank: int,
+                  rules_config) -> tuple[Aggregation, list[dict]]:
+    agg = _rank_aggregation(job, flops, rank)
     return agg, evaluate(an.rank_tables(rank), agg, rules_config, frames)

@@ -26,7 +26,6 @@ from ..processes import (
     ForkedCall,
     ThreadCall,
     can_fork,
-    in_background,
     owned_name,
     release_free_memory,
     remove_dead,
@@ -314,6 +313,10 @@ class NewDatabase:
         self.path, self.label = path, label
         self.conn: sqlite3.Connection | None = None
         self.raw_writer: ForkedCall | ThreadCall | None = None
+        # the aggregation writer forked before the raw writer ended (:meth:`write_agg_tables_beside`): it starts
+        # once ``raw_ended`` reads its end (the raw writer, which holds the only writing end, has exited)
+        self.queued_writer: ForkedCall | None = None
+        self.raw_ended = -1
         self.written = False  # the raw tables (or an empty database) in the file, no background writer
         self.agg_writer = False  # the background writer is ingest_agg_tables: its result goes to agg_written
         self.agg_written: tuple[list[int], dict[str, int | None]] = ([], {})
@@ -321,20 +324,51 @@ class NewDatabase:
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
                   timelines: FirstComer | None = None, fork: bool = True) -> None:
-        """Write raw tables in the background (:func:`dlscope.processes.in_background`: a forked child
-        that reads the tables copy-on-write, or a thread where this process must not fork): the ``first``
+        """Write raw tables in the background (a forked child that reads the tables copy-on-write, its end
+        readable at ``raw_ended``, or a thread where this process must not fork): the ``first``
         part creates the file, the ``last`` builds the indexes (a whole import is one part; a job imported
         rank by rank, one part per rank and a last one). A part waits for the one before: one writer at a
         time. ``timelines``: the timeline arrays, built there too unless this process takes them first
         (``write_raw_file``). ``fork=False``: a thread even where a child could be forked (it shares the pages
         the importing process goes on to rewrite, which a forked child would keep a second copy of)."""
         self._wait_raw()
-        self.raw_writer = in_background(write_raw_file, self.path, tables, first, last, timelines, fork=fork)
+        if not fork or not can_fork():
+            self.raw_writer = ThreadCall(write_raw_file, self.path, tables, first, last, timelines)
+            return
+        read, write = os.pipe()  # its writing end lives in the forked writer only: closed when it exits
+        try:
+            self.raw_writer = ForkedCall(write_raw_file, self.path, tables, first, last, timelines)
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        self.raw_ended = read
+
+    def _close_raw_ended(self) -> None:
+        if self.raw_ended >= 0:
+            os.close(self.raw_ended)
+            self.raw_ended = -1
 
     def _wait_raw(self) -> None:
         writer, self.raw_writer = self.raw_writer, None
+        queued, self.queued_writer = self.queued_writer, None
         if writer is None:
             return
+        try:
+            if queued is not None:  # the raw writer's end first (the aggregation writer waits for it there)
+                try:
+                    writer.result()
+                except BaseException:
+                    queued.kill()
+                    raise
+                writer = queued
+        except (DlscopeError, KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - one line naming the database
+            raise _write_failed(self.label, _one_line(e)) from e
+        finally:
+            self._close_raw_ended()
         send, self.send_filled = self.send_filled, None
         try:
             if send is not None:  # the aggregation writer waits for the replay's column
@@ -354,8 +388,11 @@ class NewDatabase:
     def abandon(self) -> None:
         """Stop the background writer now (the caller is failing): a forked one is killed, not awaited."""
         writer, self.raw_writer = self.raw_writer, None
-        if writer is not None:
-            writer.kill()
+        queued, self.queued_writer = self.queued_writer, None
+        for call in (queued, writer):
+            if call is not None:
+                call.kill()
+        self._close_raw_ended()
 
     def _wait_written(self) -> None:
         """The raw tables and indexes written (an empty database made when none were)."""
@@ -364,6 +401,23 @@ class NewDatabase:
         elif not self.written:
             write_raw_file(self.path, {})
         self.written = True
+
+    def write_agg_tables_beside(self, aggs: list, tables
+                                ) -> Callable[[], tuple[list[int], dict[str, int | None]]] | None:
+        """:meth:`write_agg_tables` started before the raw writer has ended, so the importing process does not
+        wait for it: a forked writer that waits itself for the raw writer's exit (the end of ``raw_ended``), then
+        ingests (:func:`ingest_agg_tables`), while the importing process goes on (the expert rules: the job's
+        ingest then runs on the core the raw writer leaves, not at the import's end). None where it does not
+        start: too few rows to pay (``BESIDE_AGG_ROWS``), no forked raw writer running, no fork allowed."""
+        if (self.conn is not None or not aggs or self.raw_ended < 0 or self.queued_writer is not None
+                or not isinstance(self.raw_writer, ForkedCall) or not can_fork()):
+            return None
+        tables = list(tables)
+        if sum(len(getattr(agg, AGG_TABLES[t])) for agg in aggs for t in tables) < BESIDE_AGG_ROWS:
+            return None
+        forked = ForkedCall(_after_raw_writer, self.raw_ended, self.path, aggs, tables, inbox=True)
+        self.queued_writer = forked
+        return self._agg_writer_started(aggs, tables, forked.send)
 
     def write_agg_tables(self, aggs: list, tables) -> Callable[[], tuple[list[int], dict[str, int | None]]]:
         """:func:`write_agg_tables` of the aggregations to be, before :meth:`connect`: through ADBC (Arrow in,
@@ -388,7 +442,12 @@ class NewDatabase:
         else:
             sent = _Sent()
             self.raw_writer, send = ThreadCall(ingest_agg_tables, sent, self.path, aggs, tables), sent.send
+        return self._agg_writer_started(aggs, tables, send)
 
+    def _agg_writer_started(self, aggs: list, tables: list[str], send: Callable
+                            ) -> Callable[[], tuple[list[int], dict[str, int | None]]]:
+        """The background aggregation writer's replay column sent when the database is next waited for; returns
+        what waits for its agg_ids and rowids."""
         def send_filled() -> None:
             try:
                 columns = replay_columns(aggs, tables)
@@ -666,6 +725,8 @@ def _integer_ns(row: dict) -> dict:
 BEFORE_REPLAY = ("agg_gpus", "agg_iterations", "agg_op_types", "agg_op_kernels", "agg_groups", "agg_ops",
                  "agg_kernels")
 REPLAY_FILLED = ("agg_ops", "agg_kernels")
+#: in what :func:`ingest_agg_tables` returns: the aggregation tables' names are indexed for search already
+NAMES_INDEXED = "search_names"
 
 
 def new_agg_ids(conn: sqlite3.Connection | _ArrowIngest, count: int) -> list[int]:
@@ -698,6 +759,20 @@ def replay_columns(aggs: list, tables) -> dict[str, list[pd.arrays.IntegerArray 
                     else pd.array(column, dtype="Int64") for agg in aggs] for table in tables if table in REPLAY_FILLED}
 
 
+def _after_raw_writer(filled: Callable[[], dict[str, list] | None], raw_ended: int, path: str, aggs: list,
+                      tables: list[str]) -> tuple[list[int], dict[str, int | None]]:
+    """In the aggregation writer forked before the raw writer ended: :func:`ingest_agg_tables` once the raw
+    writer has exited (``raw_ended`` reads its end of file: the raw writer held the pipe's only writing end); the
+    one writer of the file at a time. A raw writer that failed is reported by the importing process, which then
+    kills this one. ADBC's module is loaded while it waits (~25 ms less after the raw writer's end)."""
+    import adbc_driver_sqlite.dbapi  # noqa: F401
+
+    while os.read(raw_ended, 1):
+        pass
+    os.close(raw_ended)
+    return ingest_agg_tables(filled, path, aggs, tables)
+
+
 def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path: str, aggs: list,
                       tables: list[str]) -> tuple[list[int], dict[str, int | None]]:
     """:func:`write_agg_tables` through ADBC into a file no sqlite3 connection has open (``_ArrowIngest``); the
@@ -706,7 +781,9 @@ def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path:
     (:func:`replay_columns`; None: the importing process failed), by one UPDATE each (:func:`_fill_path`), their
     critical_path_ns indexes built after it (``filled`` None: left to :func:`_fill_critical_path`, their
     rowids returned). A table's indexes are dropped before its rows and built again after
-    them, as the SQL the schema wrote (one sort instead of an index insert per row)."""
+    them, as the SQL the schema wrote (one sort instead of an index insert per row). A background writer
+    (``filled`` given) also indexes the tables' names for search (``AGG_NAMES``) while it waits for the replay:
+    ``NAMES_INDEXED`` in what it returns tells :func:`write_aggregations` it is done."""
     with _ArrowIngest(path, {}) as ingest:
         ids = new_agg_ids(ingest, len(aggs))
         before: dict[str, int | None] = {}
@@ -718,25 +795,33 @@ def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path:
                 before[table] = at
                 if table in REPLAY_FILLED:
                     waiting[table] = at, deferred
-
-        def execute(sql: str, parameters: tuple = ()) -> None:
-            ingest.cursor.execute(sql, parameters or None)
-            ingest.cursor.fetchall()
         if filled is None:
             for _, deferred in waiting.values():
-                for sql in deferred:
-                    execute(sql)
+                ingest.execute_script(";".join(deferred))
             return ids, before
+    # the rest through sqlite3 (the search tables' trigram index is its SQLite's, as the importing process's),
+    # once ADBC's SQLite has closed the file: the names while the replay ends, then its column
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA journal_mode=OFF")  # as the ingest: the file is renamed into place only when complete
+        conn.execute("PRAGMA synchronous=OFF")
+        if set(tables) >= {t.split(".")[0] for t in AGG_NAMES}:
+            index_names(conn, AGG_NAMES)
+            conn.commit()
+            before[NAMES_INDEXED] = None
         columns = filled() if waiting else {}
         if columns is None:
             raise EOFError("the replay's figures never came")
         for table, (at, deferred) in waiting.items():
             payload = _path_json(columns[table], [len(getattr(agg, AGG_TABLES[table])) for agg in aggs])
             if payload is not None:
-                _fill_path(execute, table, at, payload)
+                _fill_path(conn.execute, table, at, payload)
             for sql in deferred:
-                execute(sql)
+                conn.execute(sql)
             before[table] = None
+        conn.commit()
+    finally:
+        conn.close()
     return ids, before
 
 
@@ -852,5 +937,6 @@ def write_aggregations(conn: sqlite3.Connection, aggs: list, ids: list[int] | No
                                                      for agg_id, agg in zip(ids, aggs)]))
     _fill_critical_path(conn, aggs, written)
     write_agg_tables(conn, aggs, ids, [t for t in AGG_TABLES if t not in written])
-    index_names(conn, AGG_NAMES)
+    if NAMES_INDEXED not in written:
+        index_names(conn, AGG_NAMES)
     return ids
