@@ -13,14 +13,12 @@ Run it once per tree (before, after) on the same trace.
 from __future__ import annotations
 
 import argparse
-import collections
 import gc
 import pickle
 import tempfile
-import time
 from pathlib import Path
 
-import memray
+from measure import high_water_by_line
 
 from dlscope.analyze.analysis import analyse
 from dlscope.model import TABLES
@@ -44,19 +42,10 @@ def main() -> None:
     before = {t: set(profile.table(t).columns) for t in TABLES}
     tables = sum(int(profile.table(t).memory_usage(deep=True, index=False).sum()) for t in TABLES)
     with tempfile.TemporaryDirectory() as tmp:
-        capture = Path(tmp) / "analyse.bin"
-        cpu = time.process_time()
         if not args.gc:
             gc.disable()
-        with memray.Tracker(capture):
-            an = analyse(profile)
+        an, by_line, cpu = high_water_by_line(lambda: analyse(profile), Path(tmp) / "analyse.bin")
         gc.enable()
-        cpu = time.process_time() - cpu
-        by_line: collections.Counter = collections.Counter()
-        for record in memray.FileReader(capture).get_high_watermark_allocation_records(merge_threads=True):
-            line = next((f"{file.split('dlscope/')[-1]}:{lineno} {fn}" for fn, file, lineno
-                         in record.stack_trace() if "dlscope" in file), "(outside dlscope)")
-            by_line[line] += record.size
     peak = sum(by_line.values())
     added = []
     for t in TABLES:

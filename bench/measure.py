@@ -11,9 +11,11 @@ without sampling and memory from separate sampled runs.
 
 from __future__ import annotations
 
+import collections
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -49,3 +51,20 @@ def measured(cmd: list[str], sample_memory: bool = False, env: dict | None = Non
     wall, user, system, rss_kb = stderr.strip().splitlines()[-1].split()
     return {"wall_s": float(wall), "cpu_s": float(user) + float(system), "peak_rss_mib": int(rss_kb) / 1024,
             "peak_pss_tree_mib": peak_pss / 2**20 if sample_memory else None}
+
+
+def high_water_by_line(call, capture: Path) -> tuple[Any, collections.Counter[str], float]:
+    """``call()`` under memray (measuring only): its result, the bytes live at its high-water mark per dlscope
+    line that allocated them (``(outside dlscope)`` for the rest), and its CPU seconds (memray's included)."""
+    import memray
+
+    cpu = time.process_time()
+    with memray.Tracker(capture):
+        result = call()
+    cpu = time.process_time() - cpu
+    by_line: collections.Counter[str] = collections.Counter()
+    for record in memray.FileReader(capture).get_high_watermark_allocation_records(merge_threads=True):
+        line = next((f"{file.split('dlscope/')[-1]}:{lineno} {fn}" for fn, file, lineno
+                     in record.stack_trace() if "dlscope" in file), "(outside dlscope)")
+        by_line[line] += record.size
+    return result, by_line, cpu

@@ -12,10 +12,11 @@ Run it once per tree (before, after) on the same database.
 from __future__ import annotations
 
 import argparse
-import collections
 import tempfile
 import time
 from pathlib import Path
+
+from measure import high_water_by_line
 
 from dlscope.store import reader
 from dlscope.whatif import stored
@@ -51,19 +52,8 @@ def main() -> None:
         r = replay()
         cpu = time.process_time() - cpu
     else:
-        import memray
-
         with tempfile.TemporaryDirectory() as tmp:
-            capture = Path(tmp) / "replay.bin"
-            cpu = time.process_time()
-            with memray.Tracker(capture):
-                r = replay()
-            cpu = time.process_time() - cpu
-            by_line: collections.Counter = collections.Counter()
-            for record in memray.FileReader(capture).get_high_watermark_allocation_records(merge_threads=True):
-                line = next((f"{file.split('dlscope/')[-1]}:{lineno} {fn}" for fn, file, lineno
-                             in record.stack_trace() if "dlscope" in file), "(outside dlscope)")
-                by_line[line] += record.size
+            r, by_line, cpu = high_water_by_line(replay, Path(tmp) / "replay.bin")
         print(f"live at the replay's high-water mark: {sum(by_line.values()) / MiB:,.1f} MiB")
         for line, size in by_line.most_common(args.top):
             print(f"  {size / MiB:8.1f}  {line}")
