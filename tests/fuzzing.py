@@ -243,7 +243,8 @@ def _kineto(data: bytes) -> Expect:
     else:
         raise _Bad("not a trace")
     # a trace smaller than a piece is decoded at once: by phase when every phase is the format's, else as a whole
-    by_phase = all(isinstance(e, dict) and e.get("ph") in CHROME_PHASES for e in events)
+    by_phase = all(isinstance(e, dict) and isinstance(e.get("ph"), str) and e["ph"] in CHROME_PHASES
+                   for e in events)
     for e in events:
         _check_types(e, by_phase)
     rank, world = _identity(header)

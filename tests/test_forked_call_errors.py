@@ -17,9 +17,15 @@ def _disk_full(*_args):
 
 
 def test_an_exception_the_parent_cannot_rebuild_comes_back_as_its_text():
-    with pytest.raises(ChildFailed) as failed:
+    """As its one-line text; or as itself where tblib's pickling support is installed (Dask's ``distributed``
+    installs it when imported, as in a test process that imported it before), which rebuilds any exception."""
+    with pytest.raises(Exception) as failed:  # noqa: PT011 - which of the two is checked below
         ForkedCall(_disk_full).result()
-    assert str(failed.value) == "OperationalError: database or disk is full"
+    if isinstance(failed.value, ChildFailed):
+        assert str(failed.value) == "OperationalError: database or disk is full"
+    else:
+        assert type(failed.value) is adbc_driver_manager.OperationalError
+        assert str(failed.value).startswith("database or disk is full")
 
 
 def test_an_exception_the_parent_can_rebuild_comes_back_as_itself():

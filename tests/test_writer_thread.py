@@ -1,7 +1,6 @@
 """The raw tables' writer on a thread where an import's rows outweigh its ranks (no forked copy of the pages the
 importing process rewrites), forked where the ranks outweigh the rows; a writer thread its caller gives up on
-stops at its next step instead of writing on; a forked writer's error that cannot be unpickled still says what
-went wrong."""
+stops at its next step instead of writing on."""
 
 from __future__ import annotations
 
@@ -112,24 +111,3 @@ def test_stop_if_given_up_does_nothing_outside_a_background_thread():
     thread.start()
     thread.join()
     assert seen == [None]
-
-
-class _KeywordOnly(Exception):
-    """Like ADBC's errors: pickled with its message only, so it cannot be rebuilt from the pickle."""
-
-    def __init__(self, message: str, *, status_code: int):
-        super().__init__(message)
-        self.status_code = status_code
-
-
-def _fails_as_adbc_does() -> None:
-    raise _KeywordOnly("database or disk is full", status_code=13)
-
-
-def test_a_forked_callers_error_that_cannot_be_rebuilt_comes_back_with_its_message():
-    """A forked writer's ADBC error (disk full, say) reaches the caller with its own words, not the unpickling's
-    TypeError."""
-    from dlscope.processes import ChildFailed, ForkedCall
-
-    with pytest.raises(ChildFailed, match="_KeywordOnly: database or disk is full"):
-        ForkedCall(_fails_as_adbc_does).result()
