@@ -157,7 +157,9 @@ class ForkedCall:
 
     ``inbox``: the child can also be sent one value after it started (work it begins before the caller has
     all of its input): ``fn(inbox, *args)`` is called; ``inbox()`` waits for what :meth:`send` sends,
-    ``inbox.ready()`` says whether it has come (:class:`Inbox`).
+    ``inbox.ready()`` says whether it has come (:class:`Inbox`). Or a value in parts, as the caller makes
+    them (``send(part, last=False)`` then a last ``send``; the child takes them from ``inbox.parts()``), so
+    that the child starts on the first parts while the caller still makes the rest.
     """
 
     def __init__(self, fn: Callable[..., Any], *args: Any, inbox: bool = False):
@@ -202,19 +204,23 @@ class ForkedCall:
         except (OSError, ValueError):  # the pipe was closed by kill()
             pass
 
-    def send(self, value: Any) -> None:
-        """Send the child ``value`` (once; see ``inbox``). A child that is gone is not an error here: its
-        :meth:`result` says what became of it."""
+    def send(self, value: Any, last: bool = True) -> None:
+        """Send the child ``value`` (once; or a part of it, ``last=False``, before the last part; see ``inbox``).
+        A child that is gone is not an error here: its :meth:`result` says what became of it."""
         if self.inbox < 0:
             raise RuntimeError("this child has no inbox, or was sent its value already")
+        payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        # its length and whether more follows first: a process forked later may hold a copy of this end, so
+        # no end of file
+        data = memoryview(len(payload).to_bytes(8, "little") + (b"\x00" if last else b"\x01") + payload)
         try:
-            with os.fdopen(self.inbox, "wb") as pipe:
-                self.inbox = -1
-                payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-                # its length first: a process forked later may hold a copy of this end, so no end of file
-                pipe.write(len(payload).to_bytes(8, "little") + payload)
+            while data:
+                data = data[os.write(self.inbox, data):]
         except BrokenPipeError:
-            pass
+            data = data[:0]
+            last = True  # the child is gone: nothing more to send
+        if last:
+            self._close_inbox()
 
     def _close_inbox(self) -> None:
         if self.inbox >= 0:
@@ -260,25 +266,50 @@ class ForkedCall:
 
 
 class Inbox:
-    """In a child with an inbox: the one value its parent sends (see :class:`ForkedCall`)."""
+    """In a child with an inbox: the one value its parent sends, or its parts (see :class:`ForkedCall`)."""
 
     def __init__(self, fd: int):
         self.fd = fd
 
     def ready(self) -> bool:
-        """Whether the value (or the end of the pipe: the parent sent none) is there to read, without waiting."""
+        """Whether the value (or its next part, or the end of the pipe: the parent sent none) is there to read,
+        without waiting."""
         import select
 
         return bool(select.select([self.fd], [], [], 0)[0])
 
     def __call__(self) -> Any:
-        """The value, waited for (EOFError: the parent sent none)."""
-        with os.fdopen(self.fd, "rb") as pipe:
-            size = pipe.read(8)
-            payload = pipe.read(int.from_bytes(size, "little")) if len(size) == 8 else b""
-        if len(size) < 8 or len(payload) < int.from_bytes(size, "little"):
-            raise EOFError("the parent sent nothing")
-        return pickle.loads(payload)
+        """The value, waited for (EOFError: the parent sent none, or only parts of it)."""
+        parts = list(self.parts())
+        if len(parts) != 1:
+            raise EOFError("the parent sent its value in parts")
+        return parts[0]
+
+    def parts(self) -> Iterator[Any]:
+        """The parts of the value, each as soon as it has come, up to the last (EOFError: the parent stopped
+        before it)."""
+        came = False
+        try:
+            while True:
+                head = self._read(9, "the parent stopped sending" if came else "the parent sent nothing")
+                came = True
+                yield pickle.loads(self._read(int.from_bytes(head[:8], "little"), "the parent stopped sending"))
+                if head[8] == 0:
+                    return
+        finally:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
+
+    def _read(self, size: int, none_then: str) -> bytes:
+        chunks, left = [], size
+        while left:
+            chunk = os.read(self.fd, min(left, 2**20))
+            if not chunk:
+                raise EOFError(none_then if left == size else "the parent stopped sending")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
 
 
 def _pickled(ok: bool, value: Any) -> bytes:

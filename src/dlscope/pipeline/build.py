@@ -148,8 +148,10 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
 
             def aggregated(made: list) -> None:
                 beside.append(db.write_agg_tables_beside(made, writer.BEFORE_REPLAY))
+            # (a replay beside prices each group of ranks' findings as their rules end)
+            evaluated = getattr(annotate_here, "add", None) if critical_path else None
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers,
-                                       aggregated=None if budget else aggregated) if an else []
+                                       aggregated=None if budget else aggregated, evaluated=evaluated) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
             if critical_path and hasattr(annotate_here, "send"):  # a replay beside prices them while we write
                 annotate_here.send(aggs, findings)

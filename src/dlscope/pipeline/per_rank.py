@@ -31,13 +31,16 @@ _FORKED: tuple | None = None  # what the forked workers read (inherited, not pic
 
 def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None, rules_config=None,
                     workers: int | None = None, ranks: list[int] | None = None,
-                    aggregated: Callable[[list[Aggregation]], None] | None = None
+                    aggregated: Callable[[list[Aggregation]], None] | None = None,
+                    evaluated: Callable[[Aggregation, list[dict]], None] | None = None
                     ) -> list[tuple[Aggregation, list[dict]]]:
     """(aggregation, findings) of every rank of ``an`` (or of ``ranks``), in rank order.
 
     ``workers``: processes to use (default: the machine's cores when the ranks' estimated work is at least
     ``MIN_PARALLEL_SECONDS``, else 1). ``aggregated``: called with every rank's aggregation before the rules
     run, where they run here (the import starts writing the aggregation tables then; the rules only read them).
+    ``evaluated``: called with each rank's aggregation and findings as soon as its rules are done, in rank
+    order, where they run here (the import's replay child prices them beside the next ranks' rules).
     """
     ranks = an.ranks if ranks is None else ranks
     rows = sum(len(an.profile.table(name)) for name in an.RAW)
@@ -51,7 +54,12 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
         aggs = [_rank_aggregation(job, flops, rank) for rank in ranks]
         if aggregated is not None:
             aggregated(aggs)
-        return [(agg, evaluate(an.rank_tables(rank), agg, rules_config, frames)) for rank, agg in zip(ranks, aggs)]
+        results = []
+        for rank, agg in zip(ranks, aggs):
+            results.append((agg, evaluate(an.rank_tables(rank), agg, rules_config, frames)))
+            if evaluated is not None:
+                evaluated(*results[-1])
+        return results
     an.rank_tables(ranks[0])  # split the tables by rank once, before forking, so every worker inherits it
     release_free_memory()
     global _FORKED

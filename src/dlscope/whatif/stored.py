@@ -61,15 +61,26 @@ def annotated_beside(job_of: Callable[[], Job], hints: list[tuple[int, int, int]
 
 
 class _AnnotateBeside:
-    """``annotate(aggs, findings)`` of :func:`annotated_beside`; :meth:`send` hands the child the findings as
-    soon as they are known, so that it prices them while the caller still writes its tables."""
+    """``annotate(aggs, findings)`` of :func:`annotated_beside`; :meth:`add` hands the child each rank's findings
+    (in groups of ``GROUP_RANKS``) as soon as its rules are done, so that it prices them beside the rules of the
+    next ranks, and :meth:`send` the rest once all are known, while the caller still writes its tables."""
 
     def __init__(self, call: ForkedCall):
         self.call, self.sent = call, False
+        self.added = 0  # the leading aggregations already sent
+        self.group: list[tuple] = []
+
+    def add(self, agg, found: list[dict]) -> None:
+        """One more aggregation (in the order of the ``aggs`` given to :meth:`send`) and its findings."""
+        self.group.append(request(agg, found))
+        if len(self.group) >= GROUP_RANKS:
+            self.call.send(self.group, last=False)
+            self.added += len(self.group)
+            self.group = []
 
     def send(self, aggs: list, findings: list[list[dict]]) -> None:
         if not self.sent:
-            self.call.send([request(agg, found) for agg, found in zip(aggs, findings)])
+            self.call.send([request(agg, found) for agg, found in zip(aggs[self.added:], findings[self.added:])])
             self.sent = True
 
     def __call__(self, aggs: list, findings: list[list[dict]]) -> None:
@@ -87,7 +98,12 @@ def _replay_in_child(inbox: Inbox, job_of: Callable[[], Job], hints: list[tuple[
     replay = Replay(job_of)
     replay.walk_ahead(hints)  # before the aggregations exist: their windows are known from the iterations
     replay.plan_ahead(inbox.ready)  # while they are not there yet
-    return replay.figures(inbox())
+    return [fig for part in inbox.parts() for fig in replay.figures(part)]
+
+
+#: the ranks whose findings go to the replay child together (each part costs a pickle and a pipe write; the
+#: last part's pricing is what the import waits for after its last rule)
+GROUP_RANKS = 8
 
 
 def request(agg, found: list[dict]) -> tuple:
