@@ -41,12 +41,12 @@ def test_a_child_takes_each_part_before_the_parent_sends_the_last():
     with tempfile.TemporaryDirectory() as folder:
         flag = Path(folder) / "first came"
         call = ForkedCall(_parts_as_they_come, str(flag), inbox=True)
-        call.send([1, 2], last=False)
+        call.send_part([1, 2])
         deadline = time.monotonic() + 30
         while not flag.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert flag.exists()
-        call.send({"b": 3}, last=False)
+        call.send_part({"b": 3})
         call.send("end")
         assert call.result() == [[1, 2], {"b": 3}, "end"]
         with pytest.raises(RuntimeError, match="sent its value already"):
@@ -59,7 +59,7 @@ def _all_parts(inbox):
 
 def test_a_child_whose_parent_stops_before_the_last_part_ends_with_an_error_instead_of_waiting():
     call = ForkedCall(_all_parts, inbox=True)
-    call.send(list(range(100_000)), last=False)  # more than a pipe holds at once
+    call.send_part(list(range(100_000)))  # more than a pipe holds at once
     with pytest.raises(EOFError, match="stopped sending"):
         call.result()
 
@@ -70,7 +70,7 @@ def _one_value(inbox):
 
 def test_a_child_waiting_for_one_value_is_not_given_a_part_of_it():
     call = ForkedCall(_one_value, inbox=True)
-    call.send(1, last=False)
+    call.send_part(1)
     call.send(2)
     with pytest.raises(EOFError, match="in parts"):
         call.result()

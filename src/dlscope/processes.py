@@ -158,7 +158,7 @@ class ForkedCall:
     ``inbox``: the child can also be sent one value after it started (work it begins before the caller has
     all of its input): ``fn(inbox, *args)`` is called; ``inbox()`` waits for what :meth:`send` sends,
     ``inbox.ready()`` says whether it has come (:class:`Inbox`). Or a value in parts, as the caller makes
-    them (``send(part, last=False)`` then a last ``send``; the child takes them from ``inbox.parts()``), so
+    them (:meth:`send_part`, then the last part by :meth:`send`; the child takes them from ``inbox.parts()``), so
     that the child starts on the first parts while the caller still makes the rest.
     """
 
@@ -204,9 +204,16 @@ class ForkedCall:
         except (OSError, ValueError):  # the pipe was closed by kill()
             pass
 
-    def send(self, value: Any, last: bool = True) -> None:
-        """Send the child ``value`` (once; or a part of it, ``last=False``, before the last part; see ``inbox``).
-        A child that is gone is not an error here: its :meth:`result` says what became of it."""
+    def send(self, value: Any) -> None:
+        """Send the child ``value`` (once; or the last part of it, see ``inbox``). A child that is gone is not an
+        error here: its :meth:`result` says what became of it."""
+        self._send(value, True)
+
+    def send_part(self, value: Any) -> None:
+        """Send the child a part of its value, before the last (:meth:`send`)."""
+        self._send(value, False)
+
+    def _send(self, value: Any, last: bool) -> None:
         if self.inbox < 0:
             raise RuntimeError("this child has no inbox, or was sent its value already")
         payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
@@ -217,7 +224,6 @@ class ForkedCall:
             while data:
                 data = data[os.write(self.inbox, data):]
         except BrokenPipeError:
-            data = data[:0]
             last = True  # the child is gone: nothing more to send
         if last:
             self._close_inbox()

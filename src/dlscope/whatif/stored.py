@@ -74,7 +74,7 @@ class _AnnotateBeside:
         """One more aggregation (in the order of the ``aggs`` given to :meth:`send`) and its findings."""
         self.group.append(request(agg, found))
         if len(self.group) >= GROUP_RANKS:
-            self.call.send(self.group, last=False)
+            self.call.send_part(self.group)
             self.added += len(self.group)
             self.group = []
 
