@@ -288,18 +288,14 @@ def _path_sums(g: Graph, shared: _Shared, parts: list[dict[str, np.ndarray]]) ->
 
 def apply(aggs: list, findings: list[list[dict]], figures: list[Figures]) -> None:
     """Add each aggregation's figures (or its note) to it and its findings."""
+    kernel_path = iter(_kernel_path_ns([(agg, fig) for agg, fig in zip(aggs, figures) if fig.note is None]))
     for agg, found, fig in zip(aggs, findings, figures):
         if fig.note is not None:
             _not_replayed(agg, found, fig.note)
             continue
         agg.ops = agg.ops.assign(critical_path_ns=_lookup(agg.ops["node_id"].to_numpy(np.int64), fig.nodes,
                                                           fig.node_ns) if not agg.ops.empty else np.zeros(0, np.int64))
-        kernel_at = np.asarray(pd.Index(fig.kernel_names).get_indexer(agg.kernels["kernel_name"]), np.int64) \
-            if not agg.kernels.empty else np.zeros(0, np.int64)
-        on_path = kernel_at >= 0  # (a kernel name never on the path is in no kernel row of the walk)
-        kernel_ns = np.zeros(len(kernel_at), np.int64)
-        kernel_ns[on_path] = fig.kernel_ns[kernel_at[on_path]]
-        agg.kernels = agg.kernels.assign(critical_path_ns=kernel_ns)
+        agg.kernels = agg.kernels.assign(critical_path_ns=next(kernel_path))
         categories = np.asarray(CATEGORIES, object)
         agg.critical_path = pd.DataFrame({"rank": np.floor_divide(fig.cells, len(CATEGORIES)),
                                           "category": categories[np.mod(fig.cells, len(CATEGORIES))],
@@ -308,6 +304,28 @@ def apply(aggs: list, findings: list[list[dict]], figures: list[Figures]) -> Non
             f["simulated_saving_ns"] = saving
         agg.row["findings_combined_saving_ns"] = fig.combined
         agg.row["critical_path_note"] = None
+
+
+def _kernel_path_ns(replayed: list[tuple]) -> list[np.ndarray]:
+    """Each (aggregation, figures)'s kernel rows' time on its path, by kernel name (0: never on it; a name never
+    on the path is in no kernel row of the walk): every aggregation's names matched at once (one factorization
+    of all names, then (aggregation, name) keys looked up), not one index made and searched per rank."""
+    rows = [agg.kernels["kernel_name"].to_numpy(object) if not agg.kernels.empty else np.zeros(0, object)
+            for agg, _ in replayed]
+    on_path = [np.asarray(fig.kernel_names, object) for _, fig in replayed]
+    if not replayed:
+        return []
+    codes, names = pd.factorize(np.concatenate([*rows, *on_path]), use_na_sentinel=False)
+    span = max(len(names), 1)
+
+    def keys(arrays: list[np.ndarray], codes: np.ndarray) -> np.ndarray:  # (aggregation, name) as one integer
+        return np.repeat(np.arange(len(arrays), dtype=np.int64), [len(a) for a in arrays]) * span + codes
+
+    n_rows = sum(len(r) for r in rows)
+    path_keys, path_ns = _sums(keys(on_path, codes[n_rows:].astype(np.int64)),
+                               np.concatenate([np.asarray(fig.kernel_ns, np.int64) for _, fig in replayed]))
+    found = _lookup(keys(rows, codes[:n_rows].astype(np.int64)), path_keys, path_ns)
+    return np.split(found, np.cumsum([len(r) for r in rows])[:-1])
 
 
 def op_nodes(g: Graph, op_id: np.ndarray, pos: np.ndarray | None = None) -> np.ndarray:
