@@ -1,6 +1,7 @@
 """The replay child prices the findings in groups of ranks as their rules end (ForkedCall's value in parts,
 aggregate_ranks' ``evaluated`` hook): the stored rows equal those of the one-send path's (the replay in the importing
-process), and an import failing after some groups were sent leaves no file and no child."""
+process), an import failing after some groups were sent leaves no file and no child, and each aggregation's kernel
+rows get their own path's time (all aggregations matched at once)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
+import pandas as pd
 import pytest
 from conftest import data_file
 from test_processes import wait_gone
@@ -160,3 +164,31 @@ def test_an_import_failing_after_some_groups_were_priced_leaves_no_file_and_no_c
     assert child != os.getpid() and groups == ["2", "2"]
     assert wait_gone([child]) == [] and _children() <= before
     assert list(out.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------ apply's kernel rows
+
+
+def _agg(kernel_names: list) -> SimpleNamespace:
+    return SimpleNamespace(ops=pd.DataFrame({"node_id": pd.Series([], dtype="int64")}),
+                           kernels=pd.DataFrame({"kernel_name": pd.array(kernel_names, dtype="string[pyarrow]")}),
+                           critical_path=None, row={})
+
+
+def test_each_aggregations_kernel_rows_get_the_time_its_own_path_spent_in_their_name():
+    """Hand-made: the same name has different times in two ranks' paths; a name on one rank's path only is 0 in the
+    other; a missing name and a name never on any path are 0; a rank without a critical path (a note) and one
+    without kernel rows sit between them and shift nothing."""
+    aggs = [_agg(["gemm", "relu", "copy", None]), _agg(["relu"]), _agg([]), _agg(["copy", "gemm", "add"])]
+    figures = [stored.Figures(kernel_names=np.asarray(["relu", "gemm"], object), kernel_ns=np.asarray([7, 100])),
+               stored.Figures(note="no path here"),
+               stored.Figures(kernel_names=np.asarray(["relu"], object), kernel_ns=np.asarray([5])),
+               stored.Figures(kernel_names=np.asarray(["gemm", "copy", "relu"], object),
+                              kernel_ns=np.asarray([300, 40, 9]))]
+    stored.apply(aggs, [[], [], [], []], figures)
+    assert aggs[0].kernels["critical_path_ns"].tolist() == [100, 7, 0, 0]
+    assert aggs[1].kernels["critical_path_ns"].tolist() == [None]
+    assert aggs[1].row["critical_path_note"] == "no path here"
+    assert len(aggs[2].kernels) == 0
+    assert aggs[3].kernels["critical_path_ns"].tolist() == [40, 300, 0]
+    assert aggs[3].kernels["critical_path_ns"].dtype == np.int64
