@@ -172,6 +172,11 @@ def fitting(largest: int) -> np.dtype:
     return np.dtype(np.int32 if int(largest) < 2 ** 31 - 1 else np.int64)
 
 
+def _small(largest: int) -> np.dtype:
+    """int16 for small numbers (ranks: -1 up to ``largest``) when they fit, else as :func:`fitting`."""
+    return np.dtype(np.int16) if int(largest) < 2 ** 15 - 1 else fitting(largest)
+
+
 def _narrowed(values: np.ndarray) -> np.ndarray:
     """``values`` (indexes or ids, >= -1) as int32 when they fit."""
     return values.astype(fitting(int(values.max()) if len(values) else 0), copy=False)
@@ -200,7 +205,7 @@ def op_flags(ops: pd.DataFrame, own: np.ndarray) -> np.ndarray:
 def positions(ids: np.ndarray) -> np.ndarray:
     """An array indexed by id giving the row holding it (-1 where no row does); ids are unique, >= -1."""
     ids = np.asarray(ids, np.int64)
-    out = np.full(int(ids.max()) + 2 if len(ids) else 1, -1, np.int64)
+    out = np.full(int(ids.max()) + 2 if len(ids) else 1, -1, fitting(len(ids)))  # (rows: int32 where they fit)
     ok = ids >= 0
     out[ids[ok]] = np.flatnonzero(ok)
     out[-1] = -1  # id -1 looks up "none"
@@ -504,11 +509,11 @@ class _Builder:
         # indexes and ids as int32 where they fit (times stay int64): a few arrays per vertex, kept by the replay
         index = fitting(n)
         ref = np.full(n, -1, fitting(max(int(pts["ref"].max()) if ncpu else 0, nact, nbar)))
-        rank = np.empty(n, fitting(max(self.job.ranks, default=0)))
+        rank = np.empty(n, _small(max(self.job.ranks, default=0)))
         chain = np.empty(n, index)
         actv = np.full(n, -1, index)
         # CPU
-        t[:ncpu] = pts["time"]
+        t[:ncpu] = pts.pop("time")  # (the times are the vertex times now: not kept twice)
         kind[:ncpu] = pts["kind"]
         ref[:ncpu] = pts["ref"]
         rank[:ncpu] = pts.pop("rank")  # (the other columns are read again below)
@@ -538,6 +543,7 @@ class _Builder:
             chain[b] = n_cpu_chains + n_gpu_chains + np.arange(nbar)
         t0 = int(t.min()) if n else 0
         t -= t0
+        pts["other"] -= t0  # (in place) on the vertex times' relative clock, as the handoffs read them
         first = np.r_[True, chain[1:] != chain[:-1]] if n else np.zeros(0, bool)
 
         chains = pd.concat([self.cpu_chains.assign(device=-1, stream=-1, is_gpu=False),
@@ -555,7 +561,7 @@ class _Builder:
             at = np.flatnonzero(kind_cpu == k_)
             arr[ref_cpu[at]] = at
         self.api_start_v, self.api_end_v = api_start_v, api_end_v
-        op_end_v = np.full(int(job.ops["op_id"].max()) + 2 if len(job.ops) else 1, -1, np.int64)
+        op_end_v = np.full(int(job.ops["op_id"].max()) + 2 if len(job.ops) else 1, -1, index)
         at = np.flatnonzero(kind_cpu == OP_END)
         op_end_v[ref_cpu[at]] = at
         its = self.its
@@ -849,13 +855,13 @@ class _Builder:
         t = self.t[:ncpu]
         chain, kind = pts["chain"], pts["kind"]
         busy = np.isin(kind, [OP_START, API_START])
-        ends = pts["other"]  # a start point's own end (aligned, absolute)
+        ends = pts["other"]  # a start point's own end (aligned, relative: as ``t``)
         if not busy.any():
             return empty
         big = np.int64(t.max() + 1)
         # busy intervals of each thread (ops and API calls), merged, on a per-chain axis
         bs = chain[busy] * big + t[busy]
-        be = bs + (ends[busy] - pts["time"][busy])
+        be = bs + (ends[busy] - t[busy])
         ms, me = merge(bs, be)
         mc = ms // big
         gap_before = np.r_[np.iinfo(np.int64).max, ms[1:] - me[:-1]]
@@ -1024,11 +1030,11 @@ class _Builder:
         low = np.iinfo(np.int64).min // 2
         # one array per vertex made at a time, reused in place: the chain term, then the latest input, then the
         # residual (this is the graph build's peak)
-        resid = np.full(len(t), low, np.int64)
+        # (the chain term added in place over shifted views: no index or temporary array per vertex)
+        resid = np.empty(len(t), np.int64)
+        np.add(t[:-1], wc[1:], out=resid[1:])
         notfirst = ~self.first
-        inner = np.flatnonzero(notfirst)
-        resid[inner] = t[inner - 1] + wc[inner]
-        del inner
+        resid[self.first] = low
         cross_term = np.full(len(t), low, np.int64)
         vals = t[src] + w
         if len(dst):

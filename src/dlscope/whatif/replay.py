@@ -174,7 +174,10 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
     run = np.cumsum(wc, out=wc)
     del wc
     off = run
-    off -= run[heads][hid]                    # offset of a vertex after its segment's head
+    head_run = run[heads]
+    for a in range(0, len(off), GATHER):      # offset of a vertex after its segment's head (a slice at a time)
+        off[a:a + GATHER] -= head_run[hid[a:a + GATHER]]
+    del head_run
     step = np.zeros(len(heads), np.int64)
     step[cont] = off[heads[cont] - 1] + head_wc
     e_off = off[lay.e_src] + w.wx[lay.e_on]
@@ -212,11 +215,19 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
             H[hs] = new
         else:
             raise RuntimeError(f"the replay did not settle in {max_rounds} sweeps (a dependency cycle?)")
-    t = H[hid]
-    unreached = t <= NONE
-    t += off
-    t[unreached] = NONE
+    # each vertex's time is its head's plus its offset, made in place in ``off`` (solve's own array: the
+    # weights' scratch, or the copy above) a slice at a time: no second array per vertex at a replay's peak
+    t = off
+    for a in range(0, len(t), GATHER):
+        h = H[hid[a:a + GATHER]]
+        part = t[a:a + GATHER]
+        part += h
+        part[h <= NONE] = NONE
     return Result(t, rounds, None if scratch else w)
+
+
+#: vertices whose times are gathered from their heads at once (bounds the replay's temporary arrays)
+GATHER = 1 << 16
 
 
 def unchanged(g: Graph) -> Result:
@@ -245,9 +256,9 @@ def unchanged(g: Graph) -> Result:
 
 @dataclass
 class Binding:
-    """For each vertex, the edge that set its time in a replay: the chain edge, a cross edge, or none."""
+    """For each vertex, the edge that set its time in a replay: the chain edge (the run of chain-bound vertices
+    it ends), a cross edge, or none."""
 
-    by_chain: np.ndarray    # the chain edge is binding
     edge: np.ndarray        # index of the binding cross edge (-1: none)
     run_start: np.ndarray   # first vertex of the run of chain-bound vertices ending at each vertex
 
@@ -277,7 +288,7 @@ def binding(g: Graph, r: Result) -> Binding:
     run_start = np.arange(n, dtype=index)
     run_start[by_chain] = -1
     np.maximum.accumulate(run_start, out=run_start)
-    return Binding(by_chain, edge, run_start)
+    return Binding(edge, run_start)
 
 
 @dataclass
