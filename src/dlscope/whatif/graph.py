@@ -431,12 +431,13 @@ class _Builder:
         item_codes, uniques = row_codes(np.vstack(threads))
         item_at = np.cumsum([0] + [len(x) for x in threads])
         codes = np.concatenate([item_codes[item_at[i]:item_at[i + 1]] for i in parts.pop("thread")])
-        pts = {c: np.concatenate(v) for c, v in parts.items()}
+        # each column joined, its pieces let go at once (``add`` holds ``parts``: emptied, not deleted)
+        pts = {c: np.concatenate(parts.pop(c)) for c in list(parts)}
         # same instant: ends of earlier items (inner first), marks, starts (outer first), ends of empty items
         kind, time, other = pts["kind"], pts["time"], pts["other"]
         is_start = np.isin(kind, [OP_START, API_START, RANGE_START])
         is_mark = np.isin(kind, [IT_START, IT_END])
-        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(time == other, 3, 0)))
+        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(time == other, 3, 0))).astype(np.int8)
         pts["chain"] = codes
         idx = _lexsort_pairs(codes, time, order, -other)
         pts = {c: v[idx] for c, v in pts.items()}

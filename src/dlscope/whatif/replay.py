@@ -36,7 +36,7 @@ class Weights:
     @classmethod
     def shared(cls, g: Graph) -> Weights:
         """The measured weights as read-only views of the graph's (no copy: for a replay that changes none)."""
-        return cls(_read_only(g.wc), _read_only(g.wx), _read_only(np.zeros(g.n, bool)), _read_only(g.xoff))
+        return cls(_read_only(g.wc), _read_only(g.wx), np.broadcast_to(np.False_, g.n), _read_only(g.xoff))
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -184,7 +184,8 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
     e_seg, joined, seg = lay.e_seg, lay.joined, lay.seg
     # each local run's offsets from its first head, in block order
     local = np.cumsum(np.where(joined, step[order], 0))
-    C_all = local - local[np.flatnonzero(~joined)][seg - 1]
+    C_all = local  # (in place: the right side is gathered before it is subtracted)
+    C_all -= local[np.flatnonzero(~joined)][seg - 1]
     step_o = step[order]
     carry_o = cont[order] & ~joined
     base = lay.base
@@ -259,8 +260,14 @@ class Binding:
     """For each vertex, the edge that set its time in a replay: the chain edge (the run of chain-bound vertices
     it ends), a cross edge, or none."""
 
-    edge: np.ndarray        # index of the binding cross edge (-1: none)
+    cross_v: np.ndarray     # the vertices a cross edge binds, sorted (few: one array per vertex fewer)
+    cross_e: np.ndarray     # ... that edge
     run_start: np.ndarray   # first vertex of the run of chain-bound vertices ending at each vertex
+
+    def edge(self, v: int) -> int:
+        """The cross edge that binds vertex ``v`` (-1: none)."""
+        at = int(np.searchsorted(self.cross_v, v))
+        return int(self.cross_e[at]) if at < len(self.cross_v) and self.cross_v[at] == v else -1
 
 
 def binding(g: Graph, r: Result) -> Binding:
@@ -276,19 +283,17 @@ def binding(g: Graph, r: Result) -> Binding:
     by_chain &= ~seg_start
     on = ~w.off
     tight = on & (t[g.src] > NONE) & (t[g.src] + w.wx == t[g.dst])
-    edge = np.full(n, -1, index)
-    e = np.flatnonzero(tight)
+    e = np.flatnonzero(tight).astype(index)
     # edges are sorted by dst: the first tight one of each vertex
-    if len(e):
-        d = g.dst[e]
-        firsts = np.r_[True, d[1:] != d[:-1]]
-        edge[d[firsts]] = e[firsts]
+    d = g.dst[e]
+    firsts = np.r_[True, d[1:] != d[:-1]] if len(e) else np.zeros(0, bool)
+    cross_v, cross_e = d[firsts], e[firsts]
     # a cross edge explains a vertex better than its own chain (a wait, not work): prefer it
-    by_chain &= edge < 0
+    by_chain[cross_v] = False
     run_start = np.arange(n, dtype=index)
     run_start[by_chain] = -1
     np.maximum.accumulate(run_start, out=run_start)
-    return Binding(edge, run_start)
+    return Binding(cross_v, cross_e, run_start)
 
 
 @dataclass
@@ -316,7 +321,7 @@ def critical_path(g: Graph, r: Result, b: Binding, end_v: int, lo: int) -> Path:
         runs.append((j, v))
         if t[j] <= lo:
             break
-        e = int(b.edge[j])
+        e = b.edge(j)
         if e < 0:  # a source (or an unreached vertex) inside the window
             untracked = int(t[j]) - lo
             break
