@@ -98,8 +98,7 @@ class Graph:
     aligned clock (each rank's clock shifted by ``offsets[rank]`` so collectives end together)."""
 
     t: np.ndarray              # measured vertex times (int64, relative)
-    chain: np.ndarray          # chain of each vertex
-    first: np.ndarray          # first vertex of its chain
+    first: np.ndarray          # first vertex of its chain (chains are numbered in vertex order: see ``chain``)
     kind: np.ndarray           # vertex kind (OP_START ...)
     rank: np.ndarray
     wc: np.ndarray             # weight of the chain edge into each vertex (0 for the first of a chain)
@@ -154,6 +153,14 @@ class Graph:
     @property
     def n(self) -> int:
         return len(self.t)
+
+    @property
+    def chain(self) -> np.ndarray:
+        """Chain of each vertex: derived from ``first`` when a scenario asks (every chain has vertices, numbered
+        in vertex order), not kept beside it (an array per vertex fewer at the replay's peak)."""
+        chain = np.cumsum(self.first, dtype=fitting(self.n))
+        chain -= 1
+        return chain
 
     def vertex_time(self, absolute_ns: np.ndarray, rank: np.ndarray) -> np.ndarray:
         """Absolute trace times of ``rank`` on this graph's relative, aligned clock."""
@@ -546,6 +553,7 @@ class _Builder:
         t -= t0
         pts["other"] -= t0  # (in place) on the vertex times' relative clock, as the handoffs read them
         first = np.r_[True, chain[1:] != chain[:-1]] if n else np.zeros(0, bool)
+        del chain  # (the graph derives it from ``first``; the CPU points' view holds it until they are let go)
 
         chains = pd.concat([self.cpu_chains.assign(device=-1, stream=-1, is_gpu=False),
                             self.gpu_chains.assign(pid=-1, tid=-1, is_gpu=True),
@@ -607,7 +615,7 @@ class _Builder:
                                          rx[order])
         src, dst = _narrowed(src), _narrowed(dst)
         owner, xo = _narrowed(owner), _narrowed(xo)
-        return Graph(t=t, chain=chain, first=first, kind=kind, rank=rank, wc=wc, cat=cat, owner=owner,
+        return Graph(t=t, first=first, kind=kind, rank=rank, wc=wc, cat=cat, owner=owner,
                      act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, xoff=xoff, rc=self.rc, rx=rx,
                      n_cpu=ncpu, t0=t0,
                      offsets=self.offsets, activities=act, chains=chains, iterations=its, blocking=self.blocking,
@@ -856,13 +864,13 @@ class _Builder:
         t = self.t[:ncpu]
         chain, kind = pts["chain"], pts["kind"]
         busy = np.isin(kind, [OP_START, API_START])
-        ends = pts["other"]  # a start point's own end (aligned, relative: as ``t``)
         if not busy.any():
             return empty
         big = np.int64(t.max() + 1)
         # busy intervals of each thread (ops and API calls), merged, on a per-chain axis
         bs = chain[busy] * big + t[busy]
-        be = bs + (ends[busy] - t[busy])
+        # a start point's own end (relative, as ``t``): read here last, let go before the merge
+        be = bs + (pts.pop("other")[busy] - t[busy])
         ms, me = merge(bs, be)
         mc = ms // big
         gap_before = np.r_[np.iinfo(np.int64).max, ms[1:] - me[:-1]]
