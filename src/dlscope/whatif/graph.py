@@ -1042,16 +1042,21 @@ class _Builder:
         # (the chain term added in place over shifted views: no index or temporary array per vertex)
         resid = np.empty(len(t), np.int64)
         np.add(t[:-1], wc[1:], out=resid[1:])
-        notfirst = ~self.first
         resid[self.first] = low
-        cross_term = np.full(len(t), low, np.int64)
+        # the latest cross input of each vertex that has one (few: kept per destination, not per vertex)
         vals = t[src] + w
-        if len(dst):
-            np.maximum.at(cross_term, dst, vals)
-        has_input = notfirst | (cross_term > low)
+        by_dst = np.argsort(dst, kind="stable")
+        d = dst[by_dst]
+        starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]]) if len(d) else np.zeros(0, np.int64)
+        cross_at = d[starts]
+        cross_term = np.maximum.reduceat(vals[by_dst], starts) if len(d) else np.zeros(0, np.int64)
+        del by_dst, d, starts
+        has_input = ~self.first
+        has_input[cross_at[cross_term > low]] = True
         # binding: the chain edge on ties (the thread or stream itself), else the first cross edge at the max
-        chain_binds = has_input & (resid >= cross_term)
-        np.maximum(resid, cross_term, out=resid)
+        chain_binds = has_input.copy()
+        chain_binds[cross_at] &= resid[cross_at] >= cross_term
+        resid[cross_at] = np.maximum(resid[cross_at], cross_term)
         np.subtract(t, resid, out=resid)
         resid[~has_input] = 0
         if (resid < 0).any():
@@ -1063,7 +1068,7 @@ class _Builder:
         wc[binds] += self.rc.values  # the caller's own array (made by the build)
         cross_v = np.flatnonzero(has_input & ~chain_binds & (resid > 0))
         if len(cross_v):
-            at_max = vals == cross_term[dst]
+            at_max = vals == cross_term[np.searchsorted(cross_at, dst)]  # (every destination has its latest)
             e_idx = np.flatnonzero(at_max)
             e_dst = dst[e_idx]
             order = np.lexsort((e_idx, e_dst))
