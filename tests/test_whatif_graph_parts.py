@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import data_file, requires_shared
 
-from dlscope.whatif.graph import _Builder, row_codes
+from dlscope.whatif.graph import _Builder, _small, row_codes
 
 
 @pytest.mark.parametrize("scale", [1, 10**15])
@@ -131,3 +131,11 @@ def test_the_activities_name_codes_are_pandas_factorize_of_their_names(tmp_path)
     code, distinct = Graph.name_codes(missing)
     want_code, want = pd.factorize(act["name"])
     assert np.array_equal(code, want_code) and list(distinct) == list(want)
+
+
+def test_ranks_are_int16_while_they_fit_then_wider():
+    """Each vertex's rank (-1 up to the job's largest) is kept as int16 when it fits, else as an index type."""
+    for largest, dtype in ((0, np.int16), (2 ** 15 - 2, np.int16), (2 ** 15 - 1, np.int32), (2 ** 40, np.int64)):
+        kind = _small(largest)
+        assert kind == dtype, largest
+        assert np.array([-1, largest], kind).tolist() == [-1, largest]  # both ends held exactly

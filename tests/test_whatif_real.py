@@ -192,6 +192,65 @@ def test_the_vectorized_replay_equals_plain_longest_paths_under_random_weights(n
 
 
 @requires_shared
+@pytest.mark.parametrize("gather", [7, 16])
+def test_times_gathered_a_slice_at_a_time_are_the_longest_paths(gather, monkeypatch):
+    """The replay gathers each vertex's offset and time from its head a slice at a time (``GATHER`` vertices):
+    slices that split the graph anywhere (a prime size, a power of two) give the longest paths, in the
+    scratch replay too (its weights' array reused for the times)."""
+    from dlscope.analyze.analysis import analyse
+    from dlscope.pipeline.executors import load_profiles_parallel
+    from dlscope.pipeline.inputs import expand_inputs
+    from dlscope.whatif import replay
+    from dlscope.whatif.graph import build
+    from dlscope.whatif.job import from_analysed
+    from dlscope.whatif.replay import Weights, solve
+
+    path = DATA / "kineto/hta_event_sync_multistream_a100.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    g = build(from_analysed(analyse(load_profiles_parallel(expand_inputs([path]), 1, None, None,
+                                                           lambda *a, **k: None))))
+    monkeypatch.setattr(replay, "GATHER", gather)
+    assert g.n > 3 * gather  # several slices, the last one partial
+    rng = np.random.default_rng(23)
+    w = Weights.measured(g)
+    w.wc = np.rint(w.wc * rng.uniform(0, 2, g.n)).astype(np.int64)
+    w.off |= rng.random(len(w.off)) < 0.05
+    w.cut |= rng.random(g.n) < 0.01
+    want = _naive_longest_paths(g, w)
+    assert not np.array_equal(want, g.t)
+    assert np.array_equal(solve(g, w, start=g.t).t, want)
+    assert np.array_equal(solve(g, w, scratch=True).t, want)
+
+
+@requires_shared
+def test_each_vertex_chain_derived_from_the_chain_starts_is_its_thread_or_stream():
+    """The graph keeps only where chains start and derives each vertex's chain: it must name the vertex's own
+    rank, and for GPU activities their own device and stream (every chain has vertices, numbered in order)."""
+    from dlscope.analyze.analysis import analyse
+    from dlscope.pipeline.executors import load_profiles_parallel
+    from dlscope.pipeline.inputs import expand_inputs
+    from dlscope.whatif.graph import BARRIER, GPU_END, GPU_START, build
+    from dlscope.whatif.job import from_analysed
+
+    path = DATA / "kineto/param_dlrm_8rank_v100"
+    if not path.exists():
+        pytest.skip(f"{path} is absent")
+    g = build(from_analysed(analyse(load_profiles_parallel(expand_inputs([path]), 1, None, None,
+                                                           lambda *a, **k: None))))
+    chain = g.chain
+    chains = g.chains.set_index("chain")
+    assert sorted(set(chain.tolist())) == chains.index.tolist()
+    assert np.array_equal(chains["rank"].to_numpy(np.int64)[chain], g.rank)
+    assert np.array_equal(chains["is_gpu"].to_numpy(bool)[chain], np.isin(g.kind, [GPU_START, GPU_END, BARRIER]))
+    act = g.activities
+    for v in ("start_v", "end_v"):
+        at = chain[act[v].to_numpy(np.int64)]
+        for col in ("device", "stream"):
+            assert np.array_equal(chains[col].to_numpy(np.int64)[at], act[col].to_numpy(np.int64)), (v, col)
+
+
+@requires_shared
 def test_scenarios_replayed_from_the_unchanged_replay_are_the_longest_paths_of_their_weights():
     from dlscope.analyze.analysis import analyse
     from dlscope.pipeline.executors import load_profiles_parallel

@@ -98,8 +98,7 @@ class Graph:
     aligned clock (each rank's clock shifted by ``offsets[rank]`` so collectives end together)."""
 
     t: np.ndarray              # measured vertex times (int64, relative)
-    chain: np.ndarray          # chain of each vertex
-    first: np.ndarray          # first vertex of its chain
+    first: np.ndarray          # first vertex of its chain (chains are numbered in vertex order: see ``chain``)
     kind: np.ndarray           # vertex kind (OP_START ...)
     rank: np.ndarray
     wc: np.ndarray             # weight of the chain edge into each vertex (0 for the first of a chain)
@@ -155,6 +154,14 @@ class Graph:
     def n(self) -> int:
         return len(self.t)
 
+    @property
+    def chain(self) -> np.ndarray:
+        """Chain of each vertex: derived from ``first`` when a scenario asks (every chain has vertices, numbered
+        in vertex order), not kept beside it (an array per vertex fewer at the replay's peak)."""
+        chain = np.cumsum(self.first, dtype=fitting(self.n))
+        chain -= 1
+        return chain
+
     def vertex_time(self, absolute_ns: np.ndarray, rank: np.ndarray) -> np.ndarray:
         """Absolute trace times of ``rank`` on this graph's relative, aligned clock."""
         off = pd.Series(self.offsets).reindex(np.asarray(rank)).fillna(0).to_numpy(np.int64)
@@ -170,6 +177,11 @@ class Graph:
 def fitting(largest: int) -> np.dtype:
     """int32 for indexes and ids up to ``largest``, when they fit (half the memory of int64), else int64."""
     return np.dtype(np.int32 if int(largest) < 2 ** 31 - 1 else np.int64)
+
+
+def _small(largest: int) -> np.dtype:
+    """int16 for small numbers (ranks: -1 up to ``largest``) when they fit, else as :func:`fitting`."""
+    return np.dtype(np.int16) if int(largest) < 2 ** 15 - 1 else fitting(largest)
 
 
 def _narrowed(values: np.ndarray) -> np.ndarray:
@@ -200,7 +212,7 @@ def op_flags(ops: pd.DataFrame, own: np.ndarray) -> np.ndarray:
 def positions(ids: np.ndarray) -> np.ndarray:
     """An array indexed by id giving the row holding it (-1 where no row does); ids are unique, >= -1."""
     ids = np.asarray(ids, np.int64)
-    out = np.full(int(ids.max()) + 2 if len(ids) else 1, -1, np.int64)
+    out = np.full(int(ids.max()) + 2 if len(ids) else 1, -1, fitting(len(ids)))  # (rows: int32 where they fit)
     ok = ids >= 0
     out[ids[ok]] = np.flatnonzero(ok)
     out[-1] = -1  # id -1 looks up "none"
@@ -426,12 +438,13 @@ class _Builder:
         item_codes, uniques = row_codes(np.vstack(threads))
         item_at = np.cumsum([0] + [len(x) for x in threads])
         codes = np.concatenate([item_codes[item_at[i]:item_at[i + 1]] for i in parts.pop("thread")])
-        pts = {c: np.concatenate(v) for c, v in parts.items()}
+        # each column joined, its pieces let go at once (``add`` holds ``parts``: emptied, not deleted)
+        pts = {c: np.concatenate(parts.pop(c)) for c in list(parts)}
         # same instant: ends of earlier items (inner first), marks, starts (outer first), ends of empty items
         kind, time, other = pts["kind"], pts["time"], pts["other"]
         is_start = np.isin(kind, [OP_START, API_START, RANGE_START])
         is_mark = np.isin(kind, [IT_START, IT_END])
-        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(time == other, 3, 0)))
+        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(time == other, 3, 0))).astype(np.int8)
         pts["chain"] = codes
         idx = _lexsort_pairs(codes, time, order, -other)
         pts = {c: v[idx] for c, v in pts.items()}
@@ -504,11 +517,11 @@ class _Builder:
         # indexes and ids as int32 where they fit (times stay int64): a few arrays per vertex, kept by the replay
         index = fitting(n)
         ref = np.full(n, -1, fitting(max(int(pts["ref"].max()) if ncpu else 0, nact, nbar)))
-        rank = np.empty(n, fitting(max(self.job.ranks, default=0)))
+        rank = np.empty(n, _small(max(self.job.ranks, default=0)))
         chain = np.empty(n, index)
         actv = np.full(n, -1, index)
         # CPU
-        t[:ncpu] = pts["time"]
+        t[:ncpu] = pts.pop("time")  # (the times are the vertex times now: not kept twice)
         kind[:ncpu] = pts["kind"]
         ref[:ncpu] = pts["ref"]
         rank[:ncpu] = pts.pop("rank")  # (the other columns are read again below)
@@ -538,7 +551,9 @@ class _Builder:
             chain[b] = n_cpu_chains + n_gpu_chains + np.arange(nbar)
         t0 = int(t.min()) if n else 0
         t -= t0
+        pts["other"] -= t0  # (in place) on the vertex times' relative clock, as the handoffs read them
         first = np.r_[True, chain[1:] != chain[:-1]] if n else np.zeros(0, bool)
+        del chain  # (the graph derives it from ``first``; the CPU points' view holds it until they are let go)
 
         chains = pd.concat([self.cpu_chains.assign(device=-1, stream=-1, is_gpu=False),
                             self.gpu_chains.assign(pid=-1, tid=-1, is_gpu=True),
@@ -555,7 +570,7 @@ class _Builder:
             at = np.flatnonzero(kind_cpu == k_)
             arr[ref_cpu[at]] = at
         self.api_start_v, self.api_end_v = api_start_v, api_end_v
-        op_end_v = np.full(int(job.ops["op_id"].max()) + 2 if len(job.ops) else 1, -1, np.int64)
+        op_end_v = np.full(int(job.ops["op_id"].max()) + 2 if len(job.ops) else 1, -1, index)
         at = np.flatnonzero(kind_cpu == OP_END)
         op_end_v[ref_cpu[at]] = at
         its = self.its
@@ -600,7 +615,7 @@ class _Builder:
                                          rx[order])
         src, dst = _narrowed(src), _narrowed(dst)
         owner, xo = _narrowed(owner), _narrowed(xo)
-        return Graph(t=t, chain=chain, first=first, kind=kind, rank=rank, wc=wc, cat=cat, owner=owner,
+        return Graph(t=t, first=first, kind=kind, rank=rank, wc=wc, cat=cat, owner=owner,
                      act=actv, src=src, dst=dst, wx=w, xkind=xk, xowner=xo, xoff=xoff, rc=self.rc, rx=rx,
                      n_cpu=ncpu, t0=t0,
                      offsets=self.offsets, activities=act, chains=chains, iterations=its, blocking=self.blocking,
@@ -849,13 +864,13 @@ class _Builder:
         t = self.t[:ncpu]
         chain, kind = pts["chain"], pts["kind"]
         busy = np.isin(kind, [OP_START, API_START])
-        ends = pts["other"]  # a start point's own end (aligned, absolute)
         if not busy.any():
             return empty
         big = np.int64(t.max() + 1)
         # busy intervals of each thread (ops and API calls), merged, on a per-chain axis
         bs = chain[busy] * big + t[busy]
-        be = bs + (ends[busy] - pts["time"][busy])
+        # a start point's own end (relative, as ``t``): read here last, let go before the merge
+        be = bs + (pts.pop("other")[busy] - t[busy])
         ms, me = merge(bs, be)
         mc = ms // big
         gap_before = np.r_[np.iinfo(np.int64).max, ms[1:] - me[:-1]]
@@ -1024,19 +1039,24 @@ class _Builder:
         low = np.iinfo(np.int64).min // 2
         # one array per vertex made at a time, reused in place: the chain term, then the latest input, then the
         # residual (this is the graph build's peak)
-        resid = np.full(len(t), low, np.int64)
-        notfirst = ~self.first
-        inner = np.flatnonzero(notfirst)
-        resid[inner] = t[inner - 1] + wc[inner]
-        del inner
-        cross_term = np.full(len(t), low, np.int64)
+        # (the chain term added in place over shifted views: no index or temporary array per vertex)
+        resid = np.empty(len(t), np.int64)
+        np.add(t[:-1], wc[1:], out=resid[1:])
+        resid[self.first] = low
+        # the latest cross input of each vertex that has one (few: kept per destination, not per vertex)
         vals = t[src] + w
-        if len(dst):
-            np.maximum.at(cross_term, dst, vals)
-        has_input = notfirst | (cross_term > low)
+        by_dst = np.argsort(dst, kind="stable")
+        d = dst[by_dst]
+        starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]]) if len(d) else np.zeros(0, np.int64)
+        cross_at = d[starts]
+        cross_term = np.maximum.reduceat(vals[by_dst], starts) if len(d) else np.zeros(0, np.int64)
+        del by_dst, d, starts
+        has_input = ~self.first
+        has_input[cross_at[cross_term > low]] = True
         # binding: the chain edge on ties (the thread or stream itself), else the first cross edge at the max
-        chain_binds = has_input & (resid >= cross_term)
-        np.maximum(resid, cross_term, out=resid)
+        chain_binds = has_input.copy()
+        chain_binds[cross_at] &= resid[cross_at] >= cross_term
+        resid[cross_at] = np.maximum(resid[cross_at], cross_term)
         np.subtract(t, resid, out=resid)
         resid[~has_input] = 0
         if (resid < 0).any():
@@ -1048,7 +1068,7 @@ class _Builder:
         wc[binds] += self.rc.values  # the caller's own array (made by the build)
         cross_v = np.flatnonzero(has_input & ~chain_binds & (resid > 0))
         if len(cross_v):
-            at_max = vals == cross_term[dst]
+            at_max = vals == cross_term[np.searchsorted(cross_at, dst)]  # (every destination has its latest)
             e_idx = np.flatnonzero(at_max)
             e_dst = dst[e_idx]
             order = np.lexsort((e_idx, e_dst))

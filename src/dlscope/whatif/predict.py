@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DlscopeError
-from .graph import CATEGORIES, Graph
+from .graph import CATEGORIES, Graph, fitting
 from .replay import Binding, Path, Result, Weights, binding, critical_path, path_columns, solve
 from .scenarios import Scenario, for_rule, parse
 
@@ -90,7 +90,7 @@ def _rows_by(rank: np.ndarray, iteration: np.ndarray) -> dict[tuple[int, int], n
     """(rank, iteration) -> row positions, in row order."""
     if len(rank) == 0:
         return {}
-    order = np.lexsort((iteration, rank))
+    order = np.lexsort((iteration, rank)).astype(fitting(len(rank)))  # (kept: its slices are the rows)
     r, i = rank[order], iteration[order]
     cut = np.flatnonzero((r[1:] != r[:-1]) | (i[1:] != i[:-1])) + 1
     return {(int(r[a]), int(i[a])): order[a:b] for a, b in zip(np.r_[0, cut], np.r_[cut, len(order)])}

@@ -36,7 +36,7 @@ class Weights:
     @classmethod
     def shared(cls, g: Graph) -> Weights:
         """The measured weights as read-only views of the graph's (no copy: for a replay that changes none)."""
-        return cls(_read_only(g.wc), _read_only(g.wx), _read_only(np.zeros(g.n, bool)), _read_only(g.xoff))
+        return cls(_read_only(g.wc), _read_only(g.wx), np.broadcast_to(np.False_, g.n), _read_only(g.xoff))
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -174,14 +174,18 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
     run = np.cumsum(wc, out=wc)
     del wc
     off = run
-    off -= run[heads][hid]                    # offset of a vertex after its segment's head
+    head_run = run[heads]
+    for a in range(0, len(off), GATHER):      # offset of a vertex after its segment's head (a slice at a time)
+        off[a:a + GATHER] -= head_run[hid[a:a + GATHER]]
+    del head_run
     step = np.zeros(len(heads), np.int64)
     step[cont] = off[heads[cont] - 1] + head_wc
     e_off = off[lay.e_src] + w.wx[lay.e_on]
     e_seg, joined, seg = lay.e_seg, lay.joined, lay.seg
     # each local run's offsets from its first head, in block order
     local = np.cumsum(np.where(joined, step[order], 0))
-    C_all = local - local[np.flatnonzero(~joined)][seg - 1]
+    C_all = local  # (in place: the right side is gathered before it is subtracted)
+    C_all -= local[np.flatnonzero(~joined)][seg - 1]
     step_o = step[order]
     carry_o = cont[order] & ~joined
     base = lay.base
@@ -212,11 +216,19 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
             H[hs] = new
         else:
             raise RuntimeError(f"the replay did not settle in {max_rounds} sweeps (a dependency cycle?)")
-    t = H[hid]
-    unreached = t <= NONE
-    t += off
-    t[unreached] = NONE
+    # each vertex's time is its head's plus its offset, made in place in ``off`` (solve's own array: the
+    # weights' scratch, or the copy above) a slice at a time: no second array per vertex at a replay's peak
+    t = off
+    for a in range(0, len(t), GATHER):
+        h = H[hid[a:a + GATHER]]
+        part = t[a:a + GATHER]
+        part += h
+        part[h <= NONE] = NONE
     return Result(t, rounds, None if scratch else w)
+
+
+#: vertices whose times are gathered from their heads at once (bounds the replay's temporary arrays)
+GATHER = 1 << 16
 
 
 def unchanged(g: Graph) -> Result:
@@ -245,11 +257,17 @@ def unchanged(g: Graph) -> Result:
 
 @dataclass
 class Binding:
-    """For each vertex, the edge that set its time in a replay: the chain edge, a cross edge, or none."""
+    """For each vertex, the edge that set its time in a replay: the chain edge (the run of chain-bound vertices
+    it ends), a cross edge, or none."""
 
-    by_chain: np.ndarray    # the chain edge is binding
-    edge: np.ndarray        # index of the binding cross edge (-1: none)
+    cross_v: np.ndarray     # the vertices a cross edge binds, sorted (few: one array per vertex fewer)
+    cross_e: np.ndarray     # ... that edge
     run_start: np.ndarray   # first vertex of the run of chain-bound vertices ending at each vertex
+
+    def edge(self, v: int) -> int:
+        """The cross edge that binds vertex ``v`` (-1: none)."""
+        at = int(np.searchsorted(self.cross_v, v))
+        return int(self.cross_e[at]) if at < len(self.cross_v) and self.cross_v[at] == v else -1
 
 
 def binding(g: Graph, r: Result) -> Binding:
@@ -265,19 +283,17 @@ def binding(g: Graph, r: Result) -> Binding:
     by_chain &= ~seg_start
     on = ~w.off
     tight = on & (t[g.src] > NONE) & (t[g.src] + w.wx == t[g.dst])
-    edge = np.full(n, -1, index)
-    e = np.flatnonzero(tight)
+    e = np.flatnonzero(tight).astype(index)
     # edges are sorted by dst: the first tight one of each vertex
-    if len(e):
-        d = g.dst[e]
-        firsts = np.r_[True, d[1:] != d[:-1]]
-        edge[d[firsts]] = e[firsts]
+    d = g.dst[e]
+    firsts = np.r_[True, d[1:] != d[:-1]] if len(e) else np.zeros(0, bool)
+    cross_v, cross_e = d[firsts], e[firsts]
     # a cross edge explains a vertex better than its own chain (a wait, not work): prefer it
-    by_chain &= edge < 0
+    by_chain[cross_v] = False
     run_start = np.arange(n, dtype=index)
     run_start[by_chain] = -1
     np.maximum.accumulate(run_start, out=run_start)
-    return Binding(by_chain, edge, run_start)
+    return Binding(cross_v, cross_e, run_start)
 
 
 @dataclass
@@ -305,7 +321,7 @@ def critical_path(g: Graph, r: Result, b: Binding, end_v: int, lo: int) -> Path:
         runs.append((j, v))
         if t[j] <= lo:
             break
-        e = int(b.edge[j])
+        e = b.edge(j)
         if e < 0:  # a source (or an unreached vertex) inside the window
             untracked = int(t[j]) - lo
             break
