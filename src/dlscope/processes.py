@@ -82,12 +82,15 @@ def fork_pays(cores_needed: int = 2) -> bool:
 def _libc() -> Any:
     """The C library: glibc's soname first (``find_library`` runs ``ldconfig`` in a subprocess, ~6 ms on the way
     to an import's first fork), else whatever ``find_library`` names."""
-    for name in ("libc.so.6", None):
-        try:
-            return ctypes.CDLL(name or ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        except OSError:
-            continue
-    return None
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        pass
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name, use_errno=True) if name else None
+    except OSError:
+        return None
 
 
 def is_child() -> bool:

@@ -303,6 +303,11 @@ def _write_failed(label: str, problem: str) -> DlscopeError:
 BESIDE_AGG_ROWS = 20_000
 
 
+def _agg_rows(aggs: list, tables: list[str]) -> int:
+    """The rows of the named aggregation tables of ``aggs`` (against ``BESIDE_AGG_ROWS``)."""
+    return sum(len(getattr(agg, AGG_TABLES[table])) for agg in aggs for table in tables)
+
+
 class NewDatabase:
     """A database being written: the raw tables and indexes in the background, the rest on ``connect()``.
 
@@ -413,7 +418,7 @@ class NewDatabase:
                 or not isinstance(self.raw_writer, ForkedCall) or not can_fork()):
             return None
         tables = list(tables)
-        if sum(len(getattr(agg, AGG_TABLES[t])) for agg in aggs for t in tables) < BESIDE_AGG_ROWS:
+        if _agg_rows(aggs, tables) < BESIDE_AGG_ROWS:
             return None
         forked = ForkedCall(_after_raw_writer, self.raw_ended, self.path, aggs, tables, inbox=True)
         self.queued_writer = forked
@@ -433,7 +438,7 @@ class NewDatabase:
             return lambda: done
         self._wait_written()
         tables = list(tables)
-        if sum(len(getattr(agg, AGG_TABLES[t])) for agg in aggs for t in tables) < BESIDE_AGG_ROWS:
+        if _agg_rows(aggs, tables) < BESIDE_AGG_ROWS:
             done = ingest_agg_tables(None, self.path, aggs, tables)  # here: the replay's column filled after it
             return lambda: done
         if can_fork():
