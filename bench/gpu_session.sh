@@ -24,10 +24,13 @@ mkdir -p "$OUT" "$WORK"
 LOG="$WORK/session.log"
 : > "$LOG"
 
-pack() {  # three archives, each well under the 16 MiB a returned file may have: logs and counters, databases, traces
-    (cd "$WORK" && tar czf "$OUT/session.tgz" --exclude='*.sqlite' --exclude='*.pt.trace.json*' . &&
-        find . -name '*.sqlite' | tar czf "$OUT/databases.tgz" -T - &&
-        find . -name '*.pt.trace.json*' | tar czf "$OUT/traces.tgz" -T -)
+pack() {  # logs and counters in one archive; databases and traces 4 to an archive, each well under the 16 MiB a
+    # returned file may have (a 10-iteration LM trace is ~1 MB compressed)
+    rm -f "$OUT"/*.tgz "$WORK"/.pack_*
+    (shopt -s nullglob; cd "$WORK" && tar czf "$OUT/session.tgz" --exclude='*.sqlite' --exclude='*.pt.trace.json*' . &&
+        find . -name '*.sqlite' | sort | split -l 4 - .pack_databases_ &&
+        find . -name '*.pt.trace.json*' | sort | split -l 4 - .pack_traces_ &&
+        for list in .pack_*; do tar czf "$OUT/${list#.pack_}.tgz" -T "$list"; done; rm -f .pack_*)
 }
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit (cut to the budget left), log status and wall
@@ -108,5 +111,23 @@ fi
 
 # 5. FMA / no-FMA FP32 and FP64, CUDA-core FP16 / BF16: torch.compile'd chains (Triton), a few compiles.
 step characterize_elementwise 180 "$PY" -m dlscope characterize -o "$WORK/gpu_full.json"
+
+# 6. What-if pairs on a GPU-bound step (ONLY='^(env|pair_.*)$'): the transformer LM at 64 sequences of 256 tokens,
+# 10 captured iterations, each variant run twice so the run-to-run spread is measured beside the prediction error
+# (docs/whatif.md, "GPU pairs"). Not in a full session: it is the second session's job.
+if [ -n "$ONLY" ]; then
+    for run in 1 2; do
+        for variant in fp32_eager_w0 amp_eager_w0 fp32_graphs_w0 amp_graphs_w0 fp32_eager_w4 amp_eager_w4; do
+            IFS=_ read -r precision mode workers <<< "$variant"
+            flags=(--model transformer --workers "${workers#w}")
+            [ "$precision" = amp ] && flags+=(--amp)
+            [ "$mode" = graphs ] && flags+=(--cuda-graphs)
+            step "pair_lm_${variant}_r$run" 60 "$PY" -m dlscope profile -o "$WORK/lm_${variant}_r$run.sqlite" --force \
+                --keep-trace --steps 10 --profile-name "lm_${variant}_r$run" --batch-size 64 --sample-unit sequences \
+                -- "$PY" bench/gpu_train_step.py --steps 20 --batch-size 64 "${flags[@]}"
+        done
+    done
+fi
+
 echo "done: $(grep -c 'rc=0' "$LOG") of $(wc -l < "$LOG") steps succeeded" | tee -a "$LOG"
 pack
