@@ -28,6 +28,7 @@ from .graph import (
     BYPASS,
     COLLECTIVE,
     GPU_START,
+    GRAPH_LAUNCH,
     SYNC,
     Graph,
     op_flags,
@@ -312,7 +313,9 @@ def _math_kernel() -> tuple[re.Pattern, re.Pattern]:
 def amp_candidates(g: Graph) -> pd.DataFrame:
     """GEMM / convolution / attention kernels of Tensor-Core-eligible ops computing in FP32 (on CUDA cores,
     or as TF32): rows of ``g.activities`` with ``on_tc``. Precision: the launching op's (or an enclosing
-    op's) input dtype, else the kernel's name."""
+    op's) input dtype, else the kernel's name. A kernel replayed from a CUDA graph was launched by the graph's
+    launch call, so the op around it is the replay (``Graphed``), not the GEMM that captured it: such math
+    kernels are judged by their own names alone (precision included)."""
     job, act = g.job, g.activities
     ops = job.ops
     is_k = (act["table"] == "kernel").to_numpy(bool)
@@ -345,7 +348,12 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     kid = act["id"].to_numpy(np.int64)[k_rows]
     krow_k = np.where(kid < len(kernel_row) - 1, kernel_row[np.minimum(kid, len(kernel_row) - 1)], -1)
     uses_tc = np.where(krow_k >= 0, job.kernels["uses_tc"].to_numpy()[np.maximum(krow_k, 0)], 0) > 0
-    elig = has & (eligible[np.maximum(krow, 0)] if len(ops) else False)
+    api = job.api_calls
+    graph_calls = api["api_id"].to_numpy(np.int64)[api["name"].str.contains(GRAPH_LAUNCH, regex=True).to_numpy(bool)]
+    kapi = np.where(krow_k >= 0, job.kernels["api_id"].fillna(-1).to_numpy(np.int64)[np.maximum(krow_k, 0)], -1)
+    replayed = np.isin(kapi, graph_calls) if len(graph_calls) else np.zeros(len(k_rows), bool)
+    kprec = np.where(replayed & (by_name != ""), by_name, kprec)
+    elig = (has & (eligible[np.maximum(krow, 0)] if len(ops) else False)) | replayed
     sel = elig & is_math & np.isin(kprec, ["fp32", "tf32"])
     out = act.iloc[k_rows[sel]].copy()
     out["on_tc"] = uses_tc[sel] | (kprec[sel] == "tf32")

@@ -13,6 +13,13 @@ consecutive steady iterations (at least 2).
 
 The saving is how much the warm-up and the slow outliers add to the aggregated time beyond the median:
 what the suggested range removes from every per-iteration figure, and what fixing a recurring stall saves.
+
+GPU behind the CPU: an iteration's window runs from its CPU start to the next one's (docs/metrics.md), so where
+the GPU is the bottleneck and the CPU queues work ahead, the windows time the CPU's pace and the last window
+holds every earlier iteration's unfinished GPU work (an H200 capture: nine 8 ms windows, then a 372 ms one,
+for iterations that each took 44 ms of GPU time). When the iterations' GPU work ends, on the median, later than
+``tolerance`` of a window after their windows, each iteration is timed on the GPU instead: from the end of the
+previous iteration's GPU work to the end of its own (the first from its window's start).
 """
 
 from __future__ import annotations
@@ -47,6 +54,34 @@ def _listed(numbers, durations, med: float) -> str:
                      for i, x in zip(numbers, durations))
 
 
+def gpu_ends(ctx, numbers: np.ndarray) -> np.ndarray:
+    """The end of each iteration's last kernel or memory operation (attributed by launching call), -1 where it
+    launched none."""
+    ends = np.full(len(numbers), -1, np.int64)
+    for table in (ctx.kernels, ctx.memops):
+        if len(table):
+            at = np.searchsorted(numbers, table["iteration"].to_numpy(np.int64))
+            ok = (at < len(numbers)) & (numbers[np.minimum(at, len(numbers) - 1)] == table["iteration"].to_numpy())
+            np.maximum.at(ends, at[ok], table["end"].to_numpy(np.int64)[ok])
+    return ends
+
+
+def gpu_timed(ctx, numbers: np.ndarray, tolerance: float) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """(durations, starts, median lag) of the iterations timed on the GPU where the GPU ran behind the CPU (see
+    the module's docstring), else None."""
+    if len(numbers) < 2:
+        return None
+    ends = gpu_ends(ctx, numbers)
+    if (ends < 0).any() or (np.diff(ends) <= 0).any():
+        return None
+    start, end = ctx.iteration_col("start").astype(np.int64), ctx.iteration_col("end").astype(np.int64)
+    lag = float(np.median(ends[:-1] - end[:-1]))
+    if lag <= tolerance * float(np.median(end[:-1] - start[:-1])):
+        return None
+    starts = np.concatenate([start[:1], ends[:-1]])
+    return (ends - starts).astype(np.float64), starts, int(lag)
+
+
 @rule("iteration_variance")
 def iteration_variance(ctx, cfg):
     if ctx.whole_profile or len(ctx.iteration_col("iteration")) < 2:
@@ -55,11 +90,19 @@ def iteration_variance(ctx, cfg):
     d = its["duration_ns"].to_numpy(np.float64)
     numbers = its["iteration"].to_numpy(np.int64)
     tol = cfg["tolerance"]
+    ranges = np.column_stack([its["start"].to_numpy(np.int64), its["end"].to_numpy(np.int64)])
+    on_gpu = gpu_timed(ctx, numbers, tol)
+    if on_gpu is not None:
+        d, starts, lag = on_gpu
+        ranges = np.column_stack([starts, starts + d.astype(np.int64)])
     first_of_profile = int(ctx.aggregation.iterations["iteration"].to_numpy().min())
     rest_med = float(np.median(d[1:]))
     warmup = int(numbers[0]) == first_of_profile and rest_med > 0 and d[0] > (1 + tol) * rest_med
     rd, rn = (d[1:], numbers[1:]) if warmup else (d, numbers)
     saving, sentences, evidence = 0, [], {}
+    if on_gpu is not None:
+        evidence["timed_on_gpu"] = True
+        evidence["median_gpu_lag_ns"] = lag
     steady: tuple[int, int] | None = (int(rn[0]), int(rn[-1]))
     if warmup:
         saving += int(d[0] - rest_med)
@@ -97,6 +140,10 @@ def iteration_variance(ctx, cfg):
                   "synchronizations, garbage collection, checkpointing, recompilation) before trusting "
                   "per-iteration figures, and profile more steps with torch.profiler.schedule(wait=1, warmup=1, "
                   "active=N).")
+    if on_gpu is not None:
+        sentences.insert(0, f"the GPU ran behind the CPU (an iteration's GPU work ended {fmt_ns(float(lag))} after "
+                            "its CPU step on the median), so each iteration is timed on the GPU, from the end of the "
+                            "previous iteration's GPU work to the end of its own")
     return Finding(
         "iteration_variance",
         f"The aggregated iteration range {int(numbers[0])} to {int(numbers[-1])} is not steady: "
@@ -104,6 +151,6 @@ def iteration_variance(ctx, cfg):
         f"{advice} See {ctx.link('iteration_variance')}",
         saving,
         {"iterations": [int(i) for i in numbers[flagged]],
-         "time_ranges": [[int(s), int(e)] for s, e in zip(its["start"][flagged], its["end"][flagged])],
+         "time_ranges": ranges[flagged].tolist(),
          "steady_iter_start": None if steady is None else steady[0],
          "steady_iter_stop": None if steady is None else steady[1], **evidence})
