@@ -102,18 +102,28 @@ def test_the_h200_cuda_graph_capture_is_steady_on_the_gpu(tmp_path):
     assert "iteration_variance" not in findings(db)
 
 
-@pytest.mark.slow
-def test_amp_what_if_sees_the_gemms_a_cuda_graph_replays(tmp_path):
-    """Every FP32 GEMM and attention kernel of the capture was replayed by cudaGraphLaunch (the model's forward and
-    backward are graphed); the raw JSON names them (sm80_xmma_gemm_f32…, cutlass_80_simt_sgemm…,
-    fmha_cutlass…_f32…) and says which launch call ran each."""
+def _replayed_gemms():
+    """The FP32 GEMM and attention kernels of the capture, by their names in the raw JSON (sm80_xmma_gemm_f32…,
+    cutlass_80_simt_sgemm…, fmha_cutlass…_f32…), each checked to be run by a cudaGraphLaunch (the model's forward
+    and backward are graphed)."""
     evs = events(LM_GRAPHS)
     api = {e.args.get("correlation"): e.name for e in evs if e.cat in LAUNCH_CATS}
-    kernels = [e for e in evs if e.cat in KERNEL_CATS]
-    gemms = [k for k in kernels if "gemm_f32" in k.name or "simt_sgemm" in k.name
-             or ("fmha_cutlass" in k.name and "_f32" in k.name)]
+    gemms = [k for k in evs if k.cat in KERNEL_CATS and ("gemm_f32" in k.name or "simt_sgemm" in k.name
+                                                         or ("fmha_cutlass" in k.name and "_f32" in k.name))]
     assert gemms and all(api[k.args["correlation"]] == "cudaGraphLaunch" for k in gemms)
+    return gemms
+
+
+@pytest.mark.slow
+def test_amp_what_if_and_advice_see_the_gemms_a_cuda_graph_replays(tmp_path):
+    gemms = _replayed_gemms()
     db = build_database([LM_GRAPHS], tmp_path / "lm.sqlite", progress=False)
     got = next(s for s in whatif(db, ["amp"])["scenarios"] if s["name"] == "amp")
     assert got["changed"].startswith(f"{len(gemms)} kernels ")
     assert got["saving_ns"] > 0
+    advice = findings(db)["amp_not_enabled"]
+    ev = advice["evidence"]
+    assert ev["eligible_fp32_kernel_time_ns"] + ev["eligible_tf32_kernel_time_ns"] == sum(k.end - k.start
+                                                                                           for k in gemms)
+    assert ev["replayed_from_cuda_graphs_ns"] == sum(k.end - k.start for k in gemms)
+    assert "replayed from CUDA graphs" in advice["problem"]

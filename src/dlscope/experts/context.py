@@ -18,7 +18,7 @@ from functools import cache, cached_property
 import numpy as np
 import pandas as pd
 
-from ..analyze.categories import matches
+from ..analyze.categories import graph_launch_ids, matches
 from ..analyze.dtypes import precision
 from ..analyze.tensor_core import MatrixUnits, classify_names, matrix_units
 from ..store.schema import DDL
@@ -255,15 +255,20 @@ class RuleFrames:
             root = np.full(len(k), -1, dtype=np.int64)
             prec[found] = ops["precision"].to_numpy(object)[pos[found]]
             root[found] = ops["eligible_root"].to_numpy(np.int64)[pos[found]]
+            by_name = kernel_precisions(k["name"]) if len(k) else np.zeros(0, dtype=object)
+            # a GEMM replayed from a CUDA graph hangs under the replay (`Graphed`): its own name says what it is
+            replayed = found & (by_name != "") & (root < 0) & np.isin(k["api_id"].fillna(-1).to_numpy(np.int64),
+                                                                       graph_launch_ids(self.tables["api_calls"]))
+            root[replayed] = k["op_id"].to_numpy(np.int64)[replayed]
+            prec[replayed] = ""
             node = np.full(len(k), -1, dtype=np.int64)
             rpos = ops.index.get_indexer(root)
             node[rpos >= 0] = ops["node_id"].to_numpy(np.int64)[rpos[rpos >= 0]]
-            by_name = kernel_precisions(k["name"]) if len(k) else np.zeros(0, dtype=object)
             from_op = prec != ""
             source = np.where(from_op, "op", np.where(by_name != "", "name", "")).astype(object)
             prec = np.where(from_op, prec, by_name).astype(object)
             self._made[key] = (k.assign(precision=prec, precision_source=source, eligible_root=root,
-                                        root_node=node), lo, hi)
+                                        root_node=node, replayed=replayed), lo, hi)
         return self._slice(key, rank, lambda: None)
 
     def ops_named(self, kind: str, rank: int) -> np.ndarray:

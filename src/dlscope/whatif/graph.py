@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..analyze.categories import matches
+from ..analyze.categories import graph_launch_ids, matches
 from ..analyze.intervals import merge
 from ..distributed.figures import collective_type, is_nccl_kernel
 from .job import Job
@@ -55,8 +55,6 @@ SYNC_CALL = re.compile(r"^(cuda|cu|hip)(Device|Stream|Event|Ctx|Thread)Synchroni
 SYNC_COPY = re.compile(r"^(cuda|hip)Mem(cpy|set)([23]D)?(ToSymbol|FromSymbol|Peer)?(_v\d+)?$|"
                        r"^cuMemcpy([HD]to[HD]|Peer)?(_v\d+)?$|^cuMemsetD(8|16|32)(_v\d+)?$")
 
-#: calls that launch a whole CUDA graph
-GRAPH_LAUNCH = r"^(?:cuda|cu|hip)GraphLaunch"
 #: a thread idle this long before resuming (or after stopping) may be waiting for another thread
 HANDOFF_MIN_GAP_NS = 100_000
 #: ...when the other thread stopped (or resumed) at most this long before
@@ -688,12 +686,10 @@ class _Builder:
         has = (api_id >= 0) & (api_id < len(self.api_start_v))
         srcv = np.full(len(act), -1, np.int64)
         srcv[has] = self.api_start_v[api_id[has]]
-        api = self.job.api_calls
-        graph_call = api["name"].str.contains(GRAPH_LAUNCH, regex=True).to_numpy(bool) if len(api) else \
-            np.zeros(0, bool)
+        graph_calls = graph_launch_ids(self.job.api_calls)
         orphan = np.flatnonzero(srcv < 0)
-        if graph_call.any() and len(orphan):
-            gv = self.api_start_v[api.loc[graph_call, "api_id"].to_numpy(np.int64)]
+        if len(graph_calls) and len(orphan):
+            gv = self.api_start_v[graph_calls]
             gv = gv[gv >= 0]
             ranks = self.rank[gv]
             big = np.int64(t.max() + 1)

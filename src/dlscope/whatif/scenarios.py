@@ -17,7 +17,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
-from ..analyze.categories import matches
+from ..analyze.categories import graph_launch_ids, matches
 from ..analyze.dtypes import precision as dtype_precision
 from ..analyze.intervals import merge, sorted_unique
 from ..errors import DlscopeError
@@ -28,7 +28,6 @@ from .graph import (
     BYPASS,
     COLLECTIVE,
     GPU_START,
-    GRAPH_LAUNCH,
     SYNC,
     Graph,
     op_flags,
@@ -348,8 +347,7 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     kid = act["id"].to_numpy(np.int64)[k_rows]
     krow_k = np.where(kid < len(kernel_row) - 1, kernel_row[np.minimum(kid, len(kernel_row) - 1)], -1)
     uses_tc = np.where(krow_k >= 0, job.kernels["uses_tc"].to_numpy()[np.maximum(krow_k, 0)], 0) > 0
-    api = job.api_calls
-    graph_calls = api["api_id"].to_numpy(np.int64)[api["name"].str.contains(GRAPH_LAUNCH, regex=True).to_numpy(bool)]
+    graph_calls = graph_launch_ids(job.api_calls)
     kapi = np.where(krow_k >= 0, job.kernels["api_id"].fillna(-1).to_numpy(np.int64)[np.maximum(krow_k, 0)], -1)
     replayed = np.isin(kapi, graph_calls) if len(graph_calls) else np.zeros(len(k_rows), bool)
     kprec = np.where(replayed & (by_name != ""), by_name, kprec)

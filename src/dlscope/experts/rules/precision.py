@@ -78,7 +78,7 @@ AMP_ADVICE = {
 
 #: what the precision rules read of the kernels
 _COLUMNS = ["name", "start", "end", "dur", "iteration", "uses_tc", "precision", "precision_source", "eligible_root",
-            "root_node"]
+            "root_node", "replayed"]
 
 
 def _kernels(ctx, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -123,8 +123,13 @@ def amp_not_enabled(ctx, cfg):
         as_what = ctx.ceilings.matrix_precision("fp32").upper() if ctx.ceilings is not None else "TF32"
         parts.append(f"{fmt_ns(tf32_time)} as {as_what} on {units} already, where BF16/FP16 would give "
                      f"{_tf32_gain(ctx)}")
-    how = (", precision read from the kernel names as the trace has no input dtypes" if by_name == single_time else
-           f", the precision of {fmt_ns(by_name)} read from the kernel names" if by_name else "")
+    replayed = int(single["dur"][single["replayed"]].sum())   # judged by name too, for another reason
+    no_dtypes = by_name - replayed
+    how = (", precision read from the kernel names as the trace has no input dtypes" if no_dtypes == single_time else
+           f", the precision of {fmt_ns(no_dtypes)} read from the kernel names" if no_dtypes else "")
+    if replayed:
+        how += (f", {'all' if replayed == single_time else fmt_ns(replayed)} replayed from CUDA graphs and judged by "
+                "the kernels' names (the ops that captured them are not in the trace)")
     none_or_few = "none are" if half_time == 0 else "almost none are"
     n_ops = len(distinct(single["root_node"]))
     return Finding(
@@ -139,6 +144,7 @@ def amp_not_enabled(ctx, cfg):
          "time_ranges": longest_ranges(single["start"], single["end"], n),
          "eligible_fp32_kernel_time_ns": fp32_time, "eligible_tf32_kernel_time_ns": tf32_time,
          "eligible_half_kernel_time_ns": half_time, "precision_from_kernel_names_ns": by_name,
+         "replayed_from_cuda_graphs_ns": replayed,
          "run_kind": ctx.run_kind,
          "saving_basis": _basis(ctx) + (f"; TF32 kernels: the FP16/TF32 peak ratio, {cfg['tf32_to_half_peak_ratio']:g}×"
                                         if tf32_time and not _known_tf32(ctx) else "")})
