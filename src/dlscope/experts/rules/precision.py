@@ -144,8 +144,7 @@ def amp_not_enabled(ctx, cfg):
          "time_ranges": longest_ranges(single["start"], single["end"], n),
          "eligible_fp32_kernel_time_ns": fp32_time, "eligible_tf32_kernel_time_ns": tf32_time,
          "eligible_half_kernel_time_ns": half_time, "precision_from_kernel_names_ns": by_name,
-         "replayed_from_cuda_graphs_ns": replayed,
-         "run_kind": ctx.run_kind,
+         "run_kind": ctx.run_kind, **({"replayed_from_cuda_graphs_ns": replayed} if replayed else {}),
          "saving_basis": _basis(ctx) + (f"; TF32 kernels: the FP16/TF32 peak ratio, {cfg['tf32_to_half_peak_ratio']:g}×"
                                         if tf32_time and not _known_tf32(ctx) else "")})
 
