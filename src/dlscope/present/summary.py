@@ -15,6 +15,7 @@ from ..distributed import summary_ranks
 from ..distributed.job import collective_calls, describe_gpus, job_section, physical_gpus, rank_agg_id, run_aggregations
 from ..format import fmt_bytes, fmt_ns, fmt_pct
 from ..nanoseconds import round_ns
+from ..roofline.quadrants import min_modelled_share
 from ..store import reader
 from ..system import stored_facts
 from .memory import memory_section
@@ -334,9 +335,18 @@ def _render_roofline(console, roofline: dict | None, escape, counters_only: bool
                   f"{fmt_ns(roofline['math_bound_gpu_time_ns'])} math-bound")
     util = roofline.get("utilization")
     if util:
-        console.print(escape(f"  Run: {util['compute_utilization_pct']:.1f}% compute, "
-                             f"{util['memory_utilization_pct']:.1f}% memory bandwidth ({util['quadrant_label']})"
-                             + (f"; {util['advice'][0]}" if util.get("advice") else "")))
+        modelled, total = roofline.get("modelled_gpu_time_ns"), roofline.get("op_gpu_time_ns")
+        share = modelled / total if util.get("basis") == "ops" and modelled is not None and total else None
+        figures = (f"{util['compute_utilization_pct']:.1f}% compute, {util['memory_utilization_pct']:.1f}% memory "
+                   "bandwidth")
+        if share is not None and share < min_modelled_share():
+            console.print(escape(f"  Run (modelled op nodes, {fmt_pct(share)} of op GPU time): {figures}; too little "
+                                 "of the GPU time is modelled to judge the run (the rest ran under op nodes without "
+                                 "a cost model: autograd backward nodes, CUDA graph replays, custom kernels)"))
+        else:
+            where = f" (modelled op nodes, {fmt_pct(share)} of op GPU time)" if share is not None else ""
+            console.print(escape(f"  Run{where}: {figures} ({util['quadrant_label']})"
+                                 + (f"; {util['advice'][0]}" if util.get("advice") else "")))
     for op in roofline.get("furthest_below", [])[:3]:
         pct = op.get("pct_of_ceiling")
         console.print(escape(f"  {op['op_name']}: {fmt_pct(pct / 100 if pct is not None else None)} of its "

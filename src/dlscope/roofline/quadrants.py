@@ -27,6 +27,11 @@ def high_utilization() -> float:
     return float(_advice()["high_utilization"])
 
 
+def min_modelled_share() -> float:
+    """Below this share of the op GPU time, the modelled ops are too few to judge the run's quadrant."""
+    return float(_advice()["min_modelled_share"])
+
+
 def quadrant(compute: float | None, memory: float | None) -> str | None:
     """The seed 002 quadrant of a (compute, memory) utilization pair, each a fraction; None when unknown."""
     if compute is None or memory is None:
