@@ -21,7 +21,7 @@ from ..errors import DlscopeError
 from ..experts import write_findings
 from ..importers import sniff
 from ..model import ID_COLUMNS, MISSING, TABLES, Profile
-from ..processes import FirstComer, fork_pays, release_free_memory
+from ..processes import FirstComer, fork_pays
 from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
 from ..system import job_facts
@@ -167,7 +167,6 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                 beside.append(db.write_agg_tables_beside(made, writer.BEFORE_REPLAY))
             # (a replay beside prices each group of ranks' findings as their rules end)
             evaluated = getattr(annotate_here, "add", None) if critical_path else None
-            release_free_memory()  # the analysis's free pages back before the rules' frames (and the writer's ingest)
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers,
                                        aggregated=None if budget else aggregated, evaluated=evaluated) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
