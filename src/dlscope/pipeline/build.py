@@ -58,6 +58,23 @@ def _gc_paused() -> Iterator[None]:
 
 
 @contextmanager
+def arrow_from_malloc() -> Iterator[None]:
+    """Arrow's buffers from the C library's malloc (pyarrow's system pool) while an import runs, its default pool
+    (mimalloc) again after. The import's Arrow buffers are few and short-lived (strings converted, batches
+    ingested: at most ~9 MiB at once on the benchmark trace), but mimalloc kept ~27 MiB resident for them in its
+    own region, out of reach of the pages malloc reuses for the tables and the replay: the import's peak 15 MiB
+    higher at the same CPU (bench/README.md, "h27mem"). Buffers made before keep the pool they came from."""
+    import pyarrow as pa
+
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(before)
+
+
+@contextmanager
 def _progress(enabled: bool) -> Iterator:
     """A Rich progress bar on stderr (silent when disabled or not a terminal)."""
     if not enabled:
@@ -123,7 +140,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                                        name=profile_name or _default_name(paths), extra_meta=extra_meta,
                                        key_node=key_node, iter_start=iter_start, iter_stop=iter_stop,
                                        rules_config=rules_config, reading=reading, critical_path=critical_path)
-    with _progress(progress) as step, _gc_paused():
+    with _progress(progress) as step, _gc_paused(), arrow_from_malloc():
         ncu = [(p, read_ncu_csv(p)) for p in counters]
         an, windows = None, []
         if traces:
@@ -259,7 +276,7 @@ def _build_rank_by_rank(traces: list[Path], who: list, counters: list[Path], db_
     offsets, iterations, methods, candidates, sources = IdOffsets(), [], {}, {}, []
     per_rank, parts, collective_rows = [], [], []
     timelines: dict[int, dict[str, bytes]] = {}
-    with _progress(progress) as step, _gc_paused(), writer.atomic_database(db_path, force) as db:
+    with _progress(progress) as step, _gc_paused(), arrow_from_malloc(), writer.atomic_database(db_path, force) as db:
         ncu = [(p, read_ncu_csv(p)) for p in counters]
         sizes = [file_size(p) for p in traces]
         step(f"reading {len(traces)} file(s), one rank at a time", advance=0, total=sum(sizes) + 1)

@@ -52,6 +52,9 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
     frames = RuleFrames({name: an.profile.table(name) for name in an.RAW}, job.bounds()).make_all()
     if n <= 1:
         aggs = [_rank_aggregation(job, flops, rank) for rank in ranks]
+        # the job's tables made for the aggregations (op nodes, kernel summaries, windows: ~10 MiB of the
+        # benchmark trace) let go before the rules' frames and transients come beside them
+        del job, flops
         if aggregated is not None:
             aggregated(aggs)
         results = []

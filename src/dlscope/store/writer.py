@@ -632,28 +632,48 @@ class _ArrowIngest:
     ADBC links its own copy of SQLite; two SQLite libraries must never have one file open at the same
     time in one process (their POSIX locks and WAL maps do not know of each other), so this runs while
     no sqlite3 connection to the file is open.
+
+    ADBC's low-level statements, not its DB-API module: that one imports ``pyarrow.dataset`` and with it Arrow's
+    file systems (S3, GCS, Azure, HDFS), Parquet, ORC and Substrait, ~7 MiB of pages in every process that writes,
+    none of which an ingest uses.
     """
 
     def __init__(self, path: str, columns_of: dict[str, list[str]]):
         self.path, self.columns_of = path, columns_of
 
     def __enter__(self) -> _ArrowIngest:
-        from adbc_driver_sqlite import dbapi
+        import adbc_driver_manager
+        import adbc_driver_sqlite
 
-        self.adbc = dbapi.connect(self.path, autocommit=True)  # pragmas must be set outside a transaction
-        self.cursor = self.adbc.cursor()
-        for statement in ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", f"PRAGMA cache_size=-{INGEST_CACHE_KIB}",
-                          "BEGIN"):  # no journal, no fsync: the file is renamed into place only when complete
-            self._execute(statement)
+        self.db = adbc_driver_sqlite.connect(self.path)
+        try:
+            self.conn = adbc_driver_manager.AdbcConnection(self.db)  # in autocommit: pragmas outside a transaction
+        except BaseException:
+            self.db.close()
+            raise
+        try:
+            for statement in ("PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF",
+                              f"PRAGMA cache_size=-{INGEST_CACHE_KIB}", "BEGIN"):
+                self._execute(statement)  # no journal, no fsync: the file is renamed into place only when complete
+        except BaseException:
+            self._close()
+            raise
         return self
 
+    def _statement(self):
+        from adbc_driver_manager import AdbcStatement
+
+        return AdbcStatement(self.conn)
+
     def _execute(self, statement: str) -> None:
-        self.cursor.execute(statement)
-        self.cursor.fetchall()
+        self.rows(statement)
 
     def rows(self, query: str) -> list[tuple]:
-        self.cursor.execute(query)
-        return self.cursor.fetchall()
+        with self._statement() as stmt:
+            stmt.set_sql_query(query)
+            stream, _ = stmt.execute_query()
+            table = pa.RecordBatchReader.from_stream(stream).read_all()
+        return list(zip(*(column.to_pylist() for column in table.columns)))
 
     def value(self, query: str):
         """The one value a query gives."""
@@ -674,20 +694,31 @@ class _ArrowIngest:
             return
         if frame.empty:
             return
+        import adbc_driver_manager as adbc
+
         columns = [c for c in self.columns_of[name] if c in frame.columns]
         try:
-            self.cursor.adbc_ingest(name, _arrow_batches(frame, columns), mode="append")
+            with self._statement() as stmt:
+                stmt.set_options(**{adbc.INGEST_OPTION_TARGET_TABLE: name,
+                                    adbc.INGEST_OPTION_MODE: adbc.INGEST_OPTION_MODE_APPEND})
+                stmt.bind_stream(_arrow_batches(frame, columns))
+                stmt.execute_update()
         except Exception:
             stop_if_given_up()  # the batches ended because the caller gave up: say so, not ADBC's wrapping of it
             raise
+
+    def _close(self) -> None:
+        try:
+            self.conn.close()
+        finally:
+            self.db.close()
 
     def __exit__(self, kind, value, tb) -> None:
         try:
             if kind is None:
                 self._execute("COMMIT")
         finally:
-            self.cursor.close()
-            self.adbc.close()
+            self._close()
 
 
 def add_aggregation_columns(conn: sqlite3.Connection) -> None:
@@ -770,7 +801,8 @@ def _after_raw_writer(filled: Callable[[], dict[str, list] | None], raw_ended: i
     writer has exited (``raw_ended`` reads its end of file: the raw writer held the pipe's only writing end); the
     one writer of the file at a time. A raw writer that failed is reported by the importing process, which then
     kills this one. ADBC's module is loaded while it waits (~25 ms less after the raw writer's end)."""
-    import adbc_driver_sqlite.dbapi  # noqa: F401
+    import adbc_driver_manager  # noqa: F401
+    import adbc_driver_sqlite  # noqa: F401
 
     while os.read(raw_ended, 1):
         pass
