@@ -399,6 +399,11 @@ class NewDatabase:
                 call.kill()
         self._close_raw_ended()
 
+    def wait_written(self) -> None:
+        """Wait for the raw tables, indexes (and timeline arrays, where the writer builds them) to be written:
+        under a memory budget the import runs one stage at a time, not the writer beside the rules."""
+        self._wait_written()
+
     def _wait_written(self) -> None:
         """The raw tables and indexes written (an empty database made when none were)."""
         if self.raw_writer is not None:
