@@ -114,12 +114,15 @@ def gpu_memory_near_capacity(ctx, cfg):
     if not len(ctx.col("memory", "device")) or not len(ctx.col("gpus", "device")):
         return None  # (the columns answer without making the rank's frames)
     mem, gpus = ctx.memory, ctx.gpus
-    if _largest_share(ctx, mem[mem["device"] >= 0], gpus) < cfg["min_used_share"]:
+    on_gpu = mem["device"].to_numpy() >= 0
+    if not on_gpu.all():  # (else the samples as they are: a copy of every one was 0.17x a trace's tables)
+        mem = mem[on_gpu]
+    if _largest_share(ctx, mem, gpus) < cfg["min_used_share"]:
         return None
     every = ctx.ops_all  # its columns shared, not copied out of its blocks (10 MiB on 283k ops)
     ops = pd.DataFrame({c: np.full(len(every), ctx.rank, np.int64) if c == "rank" else every[c].array
                         for c in ("op_id", "name", "rank", "pid", "tid", "start", "end")}, copy=False)
-    peaks = memory_peaks(mem[mem["device"] >= 0], ctx.iterations, ops, gpus)["devices"]
+    peaks = memory_peaks(mem, ctx.iterations, ops, gpus)["devices"]
     rows = []
     for d in peaks:
         used = max(d["peak_allocated_bytes"], d["peak_reserved_bytes"] or -1)
