@@ -166,7 +166,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             # arrays stay with the writer: the import is estimated for one analysis at a time.)
             here = timelines is not None and not budget and timelines.take()
             written = next((w for w in beside if w is not None), None) or (
-                None if here else db.write_agg_tables(aggs, writer.BEFORE_REPLAY))
+                None if here else db.write_agg_tables(aggs, writer.BEFORE_REPLAY, beside=not budget))
             figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
             sources = an.profile.meta.get("sources", [an.profile.meta]) if an else []
             facts = {"iteration_methods": an.iteration_methods if an else {},
