@@ -22,7 +22,7 @@ from ..errors import DlscopeError
 from ..experts import write_findings
 from ..importers import sniff
 from ..model import ID_COLUMNS, MISSING, TABLES, Profile
-from ..processes import FirstComer, fork_pays
+from ..processes import FirstComer, fork_pays, release_free_memory
 from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
 from ..system import job_facts
@@ -145,6 +145,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                 if budget:  # one stage at a time: the writer's ingest beside the rules' frames would add
                     # ~0.7x the tables to the import's peak (bench/README.md, "h27big")
                     db.wait_written()
+                    release_free_memory()  # what the writer's Arrow pool and thread arena keep, for the rules
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks; a job's
             # many aggregation rows go in beside the rules, by a writer that starts once the raw writer ends
             # (on the core it leaves; not under a memory budget, estimated for one analysis at a time)
@@ -178,6 +179,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                     an = timelines = None
                     del profile
                     gc.collect()
+                    release_free_memory()
                     annotate(lambda: job, aggs, findings)
                     del job
                 else:
