@@ -30,8 +30,8 @@ def parse_size(text: str | int | None) -> int | None:
 #: page cache. Under a budget the stages run one at a time (the raw writer ends before the rules; the replay's
 #: columns are copied out and the analysed tables let go before its graph is built), so the peak is the largest
 #: stage, not a sum. Measured (bench/memory_stages.py and /usr/bin/time's peak RSS; bench/README.md, "h27big"):
-#: 400 MiB + 3.53x the tables on the 13M-event trace (peak RSS 2,881 MiB, the rules' stage), 2.9x on the
-#: 4.3M-event one, under 400 MiB on the 1.08M-event one; 4 keeps ~13% above the largest.
+#: 400 MiB + 3.46-3.53x the tables on the 13M-event trace (peak RSS 2,822-2,881 MiB, the rules' stage), 2.9x on
+#: the 4.3M-event one, under 400 MiB on the 1.08M-event one; 4 keeps ~13% above the largest.
 ANALYSIS_PEAK_FACTOR = 4.0
 ANALYSIS_FIXED_BYTES = 400 * 2**20
 
