@@ -149,7 +149,7 @@ def test_a_job_whose_aggregation_tables_go_in_beside_the_rules_stores_the_rows_s
     beside = build_database([job], tmp_path / "beside.sqlite", progress=False)
     assert [int(p.name) for p in ran.iterdir()] != [] and os.getpid() not in [int(p.name) for p in ran.iterdir()]
     monkeypatch.setattr(writer.NewDatabase, "write_agg_tables_beside", lambda *_: None)
-    monkeypatch.setattr(writer.NewDatabase, "write_agg_tables", lambda *_: None)  # sqlite3, after the replay
+    monkeypatch.setattr(writer.NewDatabase, "write_agg_tables", lambda *_, **__: None)  # sqlite3, after the replay
     plain = build_database([job], tmp_path / "plain.sqlite", progress=False)
     a, b = _rows(beside), _rows(plain)
     assert sum(len(a[t]) for t in writer.AGG_TABLES) > 1_000 and len(a["aggregations"]) == 8

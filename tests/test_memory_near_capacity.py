@@ -113,3 +113,26 @@ def test_only_a_finding_that_says_why_it_has_no_saving_is_kept_without_one():
     assert (d["est_saving_ns"], d["est_saving_pct"], d["not_priced"], d["severity"]) == (None, None, "a risk", "low")
     d = finding(7, "ignored: it has a saving").to_dict(100, thresholds, 5)
     assert (d["est_saving_ns"], d["est_saving_pct"], d["not_priced"]) == (7, 7.0, None)
+
+
+def test_host_allocations_between_the_gpu_samples_change_nothing(tmp_path):
+    """CPU allocator samples (device -1, larger than the GPU's peak) interleaved with the GPU ones: the rule
+    reads the GPU samples by position, not from a filtered copy; the finding is the one hand-computed above."""
+    path = near_capacity_trace(tmp_path, PEAK, malloc=False)
+    trace = json.loads(path.read_text())
+    for n in range(3):
+        for ts, delta, total in ((1000 * n + 160, 100 * GIB, 100 * GIB), (1000 * n + 420, -100 * GIB, 0)):
+            trace["traceEvents"].append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]",
+                                         "pid": PID, "tid": TID, "ts": ts,
+                                         "args": {"Device Type": 0, "Device Id": -1, "Addr": 7, "Bytes": delta,
+                                                  "Total Allocated": total, "Total Reserved": total}})
+    path.write_text(json.dumps(trace))
+    db = tmp_path / "host.sqlite"
+    assert main(["import", str(path), "-o", str(db), "-q"]) == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM memory WHERE device < 0").fetchone() == (6,)
+    (f,) = near(summary_dict(db))
+    ev = f["evidence"]
+    assert (ev["headroom_bytes"], ev["peak_bytes"], ev["capacity_bytes"]) == (HEADROOM, PEAK, CAPACITY)
+    assert (ev["peak_op"], ev["peak_op_node"]) == ("aten::mm", "aten::linear")
+    assert ev["iterations"] == [0] and "95.0%" in f["problem"]

@@ -171,3 +171,39 @@ def test_real_profiles_sum_the_same_path_in_pieces_as_whole(parts, import_db, mo
     finally:
         conn.close()
     assert [int(w.cell_ns.sum()) for w in pieces] == walls
+
+
+@requires_shared
+@pytest.mark.slow
+def test_a_window_path_walked_in_pieces_holds_at_most_the_piece_size_and_adds_up_to_the_window(import_db):
+    """The walk yields its chain edges at most 97 at a time (the import never holds a window's whole path: on a
+    one-window trace that is about one entry per vertex), then its cross edges; the pieces are the one-piece
+    path cut in order, and their times add up to the window's replayed span t[end] - start exactly."""
+    from dlscope.whatif.predict import windows
+    from dlscope.whatif.replay import binding, critical_path_pieces
+
+    db = import_db(data_file("kineto", "hta_v100_rank1of2_5steps.json.gz"))
+    conn = sqlite3.connect(db)
+    try:
+        job = from_database(conn)
+        (rank,), = conn.execute("SELECT rank FROM aggregations").fetchall()
+    finally:
+        conn.close()
+    replay = stored.Replay(lambda: job)
+    g, base = replay.g, replay.base
+    assert g is not None and base is not None
+    b = binding(g, base)
+    win = windows(g, rank)
+    starts, last_end = win.bounds(base.t)
+    ends = np.r_[win.start_v[1:], last_end]
+    assert len(ends) == 5
+    for lo, end_v in zip(starts, ends):
+        whole, = critical_path_pieces(g, base, b, int(end_v), int(lo), None)
+        pieces = list(critical_path_pieces(g, base, b, int(end_v), int(lo), 97))
+        *chain, cross = pieces
+        assert len(chain) > 1 and all(0 < len(p.chain_v) <= 97 and not len(p.cross_e) for p in chain)
+        assert not len(cross.chain_v) and np.array_equal(cross.cross_e, whole.cross_e)
+        assert np.array_equal(np.concatenate([p.chain_v for p in chain]), whole.chain_v)
+        assert np.array_equal(np.concatenate([p.chain_ns for p in chain]), whole.chain_ns)
+        total = sum(int(p.chain_ns.sum()) + int(p.cross_ns.sum()) + p.untracked_ns for p in pieces)
+        assert total == int(base.t[end_v]) - int(lo) > 0

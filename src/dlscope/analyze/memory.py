@@ -170,13 +170,19 @@ def _first_max(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
     return at_peak[np.searchsorted(at_peak, firsts)]
 
 
-def _series(memory: pd.DataFrame) -> dict[str, np.ndarray]:
+def _series(memory: pd.DataFrame, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """:func:`allocator_series` as arrays (device, ts, allocated, reserved, totals, bytes_delta, addr, and
-    ``row``: the sample's row in ``memory``), the samples sorted by device and time, ties in the frame's order."""
+    ``row``: the sample's row in ``memory``), the samples sorted by device and time, ties in the frame's order.
+    ``rows``: only these rows of ``memory`` (increasing positions), without a filtered copy of the frame."""
     cols = {c: memory[c].to_numpy(np.int64) for c in
             ("device", "ts", "bytes_delta", "total_allocated", "total_reserved", "addr")}
-    order = np.lexsort((cols["ts"], cols["device"]))
-    s = {c: v[order] for c, v in cols.items()}
+    if rows is None:
+        order = np.lexsort((cols["ts"], cols["device"]))
+    else:
+        order = rows[np.lexsort((cols["ts"][rows], cols["device"][rows]))]
+    # samples already in that order (one device, by time: the rules' frame) are read in place, not copied
+    whole = len(order) == len(memory) and bool((order[1:] > order[:-1]).all())
+    s = dict(cols) if whole else {c: v[order] for c, v in cols.items()}
     s["row"] = order
     firsts = _first_of_groups([s["device"]])
     sizes = np.diff(np.append(firsts, len(order)))
@@ -203,12 +209,14 @@ def _iteration_peaks(s: dict[str, np.ndarray], iterations: pd.DataFrame) -> dict
             "reserved_row": rows[_first_max(s["reserved"][rows], firsts)]}
 
 
-def device_peaks(memory: pd.DataFrame, iterations: pd.DataFrame) -> dict[int, tuple[int, int]]:
+def device_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, kept: np.ndarray | None = None
+                 ) -> dict[int, tuple[int, int]]:
     """Per device, the largest allocated and reserved bytes (-1: unknown) of the profiled iterations' peaks: the
-    figures :func:`memory_peaks` reports, without locating the ops at them (a rule's cheap screen)."""
-    if memory.empty:
+    figures :func:`memory_peaks` reports, without locating the ops at them (a rule's cheap screen). ``kept``: as
+    for :func:`memory_peaks`."""
+    if memory.empty or (kept is not None and not len(kept)):
         return {}
-    s = _series(memory)
+    s = _series(memory, kept)
     peaks = _iteration_peaks(s, iterations)
     out = {}
     for device in np.unique(peaks["device"]):
@@ -232,7 +240,8 @@ def _live_at(s: dict[str, np.ndarray], row: int) -> np.ndarray:
 
 def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFrame | OpCalls,
                  gpus: pd.DataFrame | None = None,
-                 threads: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None) -> dict:
+                 threads: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
+                 kept: np.ndarray | None = None) -> dict:
     """What the summary and the rules say about memory, for one rank: per device the peak allocated and reserved
     bytes over ``iterations`` (the profiled ones), the iteration and op at each peak, the allocations live at the
     allocated peak, the GPU's capacity, and the peak of every iteration. The op at a peak is the innermost one;
@@ -240,11 +249,12 @@ def memory_peaks(memory: pd.DataFrame, iterations: pd.DataFrame, ops: pd.DataFra
     ts, bytes_delta, total_allocated, total_reserved, pid, tid, addr), ties in time in the table's order;
     ``ops``: the rank's op calls (a frame of op_id, name, rank, pid, tid, start and end, or :class:`OpCalls`).
     ``threads``: for a reader that left pid and tid out of ``memory`` (a dozen samples need them), the (pid, tid)
-    of rows of ``memory``."""
-    if memory.empty:
+    of rows of ``memory``. ``kept``: only these rows of ``memory`` (increasing positions; a rule's GPU samples),
+    read without a filtered copy of the frame."""
+    if memory.empty or (kept is not None and not len(kept)):
         return {"devices": []}
     calls = ops if isinstance(ops, OpCalls) else OpCalls.of_frame(ops)
-    s = _series(memory)
+    s = _series(memory, kept)
     peaks = _iteration_peaks(s, iterations)
     capacity = {} if gpus is None else {int(d): int(b) for d, b in zip(gpus["device"], gpus["memory_bytes"]) if b > 0}
     devices = []

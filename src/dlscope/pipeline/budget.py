@@ -27,14 +27,12 @@ def parse_size(text: str | int | None) -> int | None:
 
 #: The import after the parse (analysis, aggregations, rules, the critical path's replay, the database writer)
 #: peaks at about this many times the imported tables' size, plus a fixed part for the libraries and SQLite's
-#: page cache. Measured (bench/memory_stages.py, peak summed PSS of all processes; bench/README.md, "h22mem"):
-#: 400 MiB + 7.05-7.65x the tables on the 4.3M-event trace and 7.85x on the 13M-event trace, the importing process
-#: alone in the critical path's replay (5.8x the tables on its own); where the forked writer still runs then, its
-#: own memory (the ingest's page cache, then the Timeline one track at a time: 1.7-2.5x the tables in PSS, half
-#: of it shared) adds to it: about 9x on the first, 9.8x on the second at worst (10.9x before the writer's cuts),
-#: so 10 stays. The tables hold each distinct string once (text columns are categorical), so what grows with
-#: them is mostly the analysis' own columns and the critical path's graph.
-ANALYSIS_PEAK_FACTOR = 10.0
+#: page cache. Under a budget the stages run one at a time (the raw writer ends before the rules; the replay's
+#: columns are copied out and the analysed tables let go before its graph is built), so the peak is the largest
+#: stage, not a sum. Measured (bench/memory_stages.py and /usr/bin/time's peak RSS; bench/README.md, "h27big"):
+#: 400 MiB + 3.46-3.53x the tables on the 13M-event trace (peak RSS 2,822-2,881 MiB, the rules' stage), 2.9x on
+#: the 4.3M-event one, under 400 MiB on the 1.08M-event one; 4 keeps ~13% above the largest.
+ANALYSIS_PEAK_FACTOR = 4.0
 ANALYSIS_FIXED_BYTES = 400 * 2**20
 
 

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +22,7 @@ from ..errors import DlscopeError
 from ..experts import write_findings
 from ..importers import sniff
 from ..model import ID_COLUMNS, MISSING, TABLES, Profile
-from ..processes import FirstComer, fork_pays
+from ..processes import FirstComer, fork_pays, release_free_memory
 from ..roofline.ncu import read_ncu_csv, write_ncu_kernels
 from ..store import reader, writer
 from ..system import job_facts
@@ -153,11 +154,15 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                 windows.append((rank, int(its.min()), int(its.max())))
         step("writing database")
         with writer.atomic_database(db_path, force) as db, \
-                _replay(an if critical_path else None, windows, beside=not budget) as annotate_here:
+                _replay(an if critical_path and not budget else None, windows, beside=True) as annotate_here:
             # the timeline arrays: built by the writer after its indexes, or here first if this process is idle
-            timelines = FirstComer(lambda: timeline_arrays(an)) if an is not None else None
+            timelines = FirstComer(partial(timeline_arrays, an)) if an is not None else None
             if an is not None:
                 db.write_raw(_raw_tables(an), timelines=timelines, fork=_replay_beside_pays(an))
+                if budget:  # one stage at a time: the writer's ingest beside the rules' frames would add
+                    # ~0.7x the tables to the import's peak (bench/README.md, "h27big")
+                    db.wait_written()
+                    release_free_memory()  # what the writer's Arrow pool and thread arena keep, for the rules
             # while the raw tables and indexes are written in the background: aggregations, rules, ranks; a job's
             # many aggregation rows go in beside the rules, by a writer that starts once the raw writer ends
             # (on the core it leaves; not under a memory budget, estimated for one analysis at a time)
@@ -179,19 +184,28 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             # arrays stay with the writer: the import is estimated for one analysis at a time.)
             here = timelines is not None and not budget and timelines.take()
             written = next((w for w in beside if w is not None), None) or (
-                None if here else db.write_agg_tables(aggs, writer.BEFORE_REPLAY))
+                None if here else db.write_agg_tables(aggs, writer.BEFORE_REPLAY, beside=not budget))
             figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
+            sources = an.profile.meta.get("sources", [an.profile.meta]) if an else []
+            facts = {"iteration_methods": an.iteration_methods if an else {},
+                     "key_node_candidates": an.key_node_candidates if an else {}}
             if an is not None and critical_path:
                 step("replaying the critical path")
-                annotate_here(aggs, findings)
+                if budget:  # one stage at a time: the replay's columns copied out, the analysed tables let go
+                    job = from_analysed(an, copy=True)
+                    an = timelines = None
+                    del profile
+                    gc.collect()
+                    release_free_memory()
+                    annotate(lambda: job, aggs, findings)
+                    del job
+                else:
+                    annotate_here(aggs, findings)
             elif an is not None:
                 skip(aggs, findings, NO_CRITICAL_PATH)
             built_here = timelines.work() if here and timelines is not None else {}
-            _write_results(db.connect(), an.profile.meta.get("sources", [an.profile.meta]) if an else [],
-                           profile_name or _default_name(paths),
-                           {**(extra_meta or {}), "key_node": key_node or "",
-                            "iteration_methods": an.iteration_methods if an else {},
-                            "key_node_candidates": an.key_node_candidates if an else {}},
+            _write_results(db.connect(), sources, profile_name or _default_name(paths),
+                           {**(extra_meta or {}), "key_node": key_node or "", **facts},
                            ncu, aggs, findings, figures, built_here, written)
     return db_path
 

@@ -49,20 +49,23 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
     flops = JobMFU(an.profile.table("ops"), {r: (b[0], b[1]) for r, b in job.bounds().items()},
                    {r: an.rank_tables(r)["gpus"] for r in ranks}, job.tables.nodes)
     job.add_node_columns(flops.node_columns())  # every rank's op nodes with their FLOPs and MFU, in one pass
-    frames = RuleFrames({name: an.profile.table(name) for name in an.RAW}, job.bounds()).make_all()
+    bounds = job.bounds()
     if n <= 1:
         aggs = [_rank_aggregation(job, flops, rank) for rank in ranks]
-        # the job's tables made for the aggregations (op nodes, kernel summaries, windows: ~10 MiB of the
-        # benchmark trace) let go before the rules' frames and transients come beside them
+        # the job-wide tables made for the aggregations (op nodes, kernel summaries, windows, row maps: ~10 MiB of
+        # the benchmark trace, ~0.2x the imported tables of a big one) let go before the rules' frames are made:
+        # the rules read the aggregations, not them
         del job, flops
         if aggregated is not None:
             aggregated(aggs)
+        frames = RuleFrames({name: an.profile.table(name) for name in an.RAW}, bounds).make_all()
         results = []
         for rank, agg in zip(ranks, aggs):
             results.append((agg, evaluate(an.rank_tables(rank), agg, rules_config, frames)))
             if evaluated is not None:
                 evaluated(*results[-1])
         return results
+    frames = RuleFrames({name: an.profile.table(name) for name in an.RAW}, bounds).make_all()
     an.rank_tables(ranks[0])  # split the tables by rank once, before forking, so every worker inherits it
     release_free_memory()
     global _FORKED

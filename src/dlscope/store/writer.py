@@ -399,6 +399,11 @@ class NewDatabase:
                 call.kill()
         self._close_raw_ended()
 
+    def wait_written(self) -> None:
+        """Wait for the raw tables, indexes (and timeline arrays, where the writer builds them) to be written:
+        under a memory budget the import runs one stage at a time, not the writer beside the rules."""
+        self._wait_written()
+
     def _wait_written(self) -> None:
         """The raw tables and indexes written (an empty database made when none were)."""
         if self.raw_writer is not None:
@@ -424,13 +429,16 @@ class NewDatabase:
         self.queued_writer = forked
         return self._agg_writer_started(aggs, tables, forked.send)
 
-    def write_agg_tables(self, aggs: list, tables) -> Callable[[], tuple[list[int], dict[str, int | None]]]:
+    def write_agg_tables(self, aggs: list, tables, beside: bool = True
+                         ) -> Callable[[], tuple[list[int], dict[str, int | None]]]:
         """:func:`write_agg_tables` of the aggregations to be, before :meth:`connect`: through ADBC (Arrow in,
         no per-row Python) once the raw tables are written, in the background as they are
         (:func:`ingest_agg_tables`), while the importing process takes in the replay's figures (~0.25 s of inserts
         were the 64-rank job's tail); the tables the replay fills wait there for its column, sent when the
         database is next waited for (``aggs`` are then replayed or skipped). Returns what gives the agg_ids and the
-        tables' rowids before them (None: written with the replay's column), waiting for the writer."""
+        tables' rowids before them (None: written with the replay's column), waiting for the writer. ``beside``
+        False: written here, now (under a memory budget: a forked writer alive during the replay would keep the
+        pages of the tables the importing process lets go before it)."""
         if self.conn is not None or not aggs:
             conn = self.connect()
             ids = new_agg_ids(conn, len(aggs))
@@ -438,7 +446,7 @@ class NewDatabase:
             return lambda: done
         self._wait_written()
         tables = list(tables)
-        if _agg_rows(aggs, tables) < BESIDE_AGG_ROWS:
+        if not beside or _agg_rows(aggs, tables) < BESIDE_AGG_ROWS:
             done = ingest_agg_tables(None, self.path, aggs, tables)  # here: the replay's column filled after it
             return lambda: done
         if can_fork():

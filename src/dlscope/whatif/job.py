@@ -75,12 +75,16 @@ def _clean(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame(out, index=pd.RangeIndex(len(frame)), copy=False)
 
 
-def from_analysed(an) -> Job:
-    """The job of an :class:`~dlscope.analyze.analysis.Analysed` profile (as the import has it)."""
+def from_analysed(an, copy: bool = False) -> Job:
+    """The job of an :class:`~dlscope.analyze.analysis.Analysed` profile (as the import has it). ``copy``: its
+    columns copied out, so that the analysed tables can be let go before the replay (a view of a column keeps
+    the table's whole block of columns alive)."""
     p = an.profile
     sources = p.meta.get("sources", [p.meta])
     frames = {name: _clean(getattr(p, name) if name != "iterations" else an.iterations, cols)
               for name, cols in COLUMNS.items()}
+    if copy:
+        frames = {name: frame.copy(deep=True) for name, frame in frames.items()}
     return Job(**frames, world_sizes=world_sizes_of(sources), iteration_methods=dict(an.iteration_methods))
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..errors import DlscopeError
 from .graph import CATEGORIES, Graph, fitting
-from .replay import Binding, Path, Result, Weights, binding, critical_path, path_columns, solve
+from .replay import Binding, Result, Weights, binding, critical_path_pieces, path_columns, solve
 from .scenarios import Scenario, for_rule, parse
 
 GENERAL_ASSUMPTIONS = [
@@ -161,21 +161,10 @@ def path_parts(g: Graph, win: Windows, result: Result, bound: Binding | None = N
     starts, last_end = win.bounds(t)
     ends = np.r_[win.start_v[1:], last_end]
     for it, lo, end_v in zip(win.iterations, starts, ends):
-        for piece in _pieces(critical_path(g, result, b, int(end_v), int(lo)), size):
+        for piece in critical_path_pieces(g, result, b, int(end_v), int(lo), size):
             cols = path_columns(g, piece)
             cols["iteration"] = np.full(len(cols["ns"]), int(it), np.int64)
             yield cols
-
-
-def _pieces(path: Path, size: int | None) -> Iterator[Path]:
-    """The path cut into pieces of at most ``size`` chain edges (its cross edges and untracked time last)."""
-    if size is None or len(path.chain_v) <= size:
-        yield path
-        return
-    none = np.zeros(0, np.int64)
-    for at in range(0, len(path.chain_v), size):
-        yield Path(path.chain_v[at:at + size], path.chain_ns[at:at + size], none, none, 0)
-    yield Path(none, none, path.cross_e, path.cross_ns, path.untracked_ns)
 
 
 def summarize_path(g: Graph, path: pd.DataFrame, wall: int, top: int = 10) -> list[dict]:

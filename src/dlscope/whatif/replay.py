@@ -10,7 +10,8 @@ about the number of host-GPU round trips, not the number of events.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -311,6 +312,16 @@ class Path:
 def critical_path(g: Graph, r: Result, b: Binding, end_v: int, lo: int) -> Path:
     """Walk back from ``end_v`` along binding edges to time ``lo``; the parts inside [lo, t[end_v]] add up to
     t[end_v] - lo exactly."""
+    pieces = list(critical_path_pieces(g, r, b, end_v, lo, None))
+    return pieces[0] if len(pieces) == 1 else Path(np.concatenate([p.chain_v for p in pieces]),
+                                                  np.concatenate([p.chain_ns for p in pieces]),
+                                                  pieces[-1].cross_e, pieces[-1].cross_ns, pieces[-1].untracked_ns)
+
+
+def critical_path_pieces(g: Graph, r: Result, b: Binding, end_v: int, lo: int, size: int | None) -> Iterator[Path]:
+    """:func:`critical_path` in pieces of at most ``size`` chain edges, then one of its cross edges and untracked
+    time (``size`` None: one piece): the walk keeps only its runs' bounds, so a window whose path crosses most of
+    a large trace's vertices never holds one entry per vertex of it at once (four int64 arrays per edge)."""
     t = r.t
     hi = int(t[end_v])
     runs, crosses = [], []
@@ -329,13 +340,40 @@ def critical_path(g: Graph, r: Result, b: Binding, end_v: int, lo: int) -> Path:
         v = int(g.src[e])
         if t[v] <= lo:
             break
-    chain_v = np.concatenate([np.arange(j + 1, v_ + 1) for j, v_ in runs]) if runs else np.zeros(0, np.int64)
-    cs = np.maximum(t[chain_v - 1], lo) if len(chain_v) else chain_v
-    ce = np.minimum(t[chain_v], hi) if len(chain_v) else chain_v
     cross_e = np.asarray(crosses, np.int64)
     xs = np.maximum(t[g.src[cross_e]], lo)
     xe = np.minimum(t[g.dst[cross_e]], hi)
-    return Path(chain_v, np.maximum(ce - cs, 0), cross_e, np.maximum(xe - xs, 0), untracked)
+    cross = Path(_NONE, _NONE, cross_e, np.maximum(xe - xs, 0), untracked)
+    if size is None:  # one piece: the chain edges with the cross edges
+        chain_v = np.concatenate([np.arange(j + 1, v_ + 1) for j, v_ in runs]) if runs else _NONE
+        yield replace(cross, chain_v=chain_v, chain_ns=_chain_ns(t, chain_v, lo, hi))
+        return
+    # the runs' chain edges, in the walk's order, cut into pieces of at most ``size``
+    piece: list[np.ndarray] = []
+    held = 0
+    for j, v_ in runs:
+        for first in range(j + 1, v_ + 1, size):
+            part = np.arange(first, min(first + size, v_ + 1))
+            if held + len(part) > size and piece:
+                chain_v = np.concatenate(piece)
+                yield Path(chain_v, _chain_ns(t, chain_v, lo, hi), _NONE, _NONE, 0)
+                piece, held = [], 0
+            piece.append(part)
+            held += len(part)
+    if held:
+        chain_v = np.concatenate(piece)
+        yield Path(chain_v, _chain_ns(t, chain_v, lo, hi), _NONE, _NONE, 0)
+    yield cross
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+def _chain_ns(t: np.ndarray, chain_v: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Each chain edge's time inside [lo, hi] (edge v: from vertex v - 1 to v)."""
+    if not len(chain_v):
+        return chain_v
+    return np.maximum(np.minimum(t[chain_v], hi) - np.maximum(t[chain_v - 1], lo), 0)
 
 
 def path_columns(g: Graph, path: Path) -> dict[str, np.ndarray]:
