@@ -44,7 +44,7 @@ FORKED_HALF_MIN_BYTES = 32 * 2**20
 
 #: the child's share of the job's bytes when it starts as the command does: it reads while this process loads
 #: its modules (~0.3 s of CPU after the fork), so it takes more than half (bench/README.md, h27job)
-CHILD_SHARE = 0.65
+CHILD_SHARE = 0.72
 
 
 @dataclass
