@@ -3,9 +3,9 @@
 `dlscope import` spends its first ~0.4 s loading numpy, pyarrow, pandas and the analysis on one core. A job whose
 later half a forked child reads anyway (:func:`.executors._in_two_halves`: 32 to 64 MiB of JSON, no ``--workers``,
 ``--scheduler`` or ``--max-memory``) has that child forked here instead, as the command starts (:func:`started`,
-before ``dlscope.pipeline.build`` is imported): it reads its files meanwhile, without pandas (a job file comes back
-as numpy and Arrow columns, :class:`dlscope.model.TableColumns`), so it takes the larger share of the bytes
-(:data:`CHILD_SHARE`). The import takes the child (:func:`take`) where it reads the files the child was given,
+once the Kineto importer is loaded, before pandas and ``dlscope.pipeline.build``): it reads its files meanwhile,
+without pandas (a job file comes back as numpy and Arrow columns, :class:`dlscope.model.TableColumns`), so it
+takes the larger share of the bytes (:data:`CHILD_SHARE`). The import takes the child (:func:`take`) where it reads the files the child was given,
 else the child is killed; an import that fails first kills it too. The join is the serial one either way.
 
 This module loads no numpy, pyarrow or pandas: only the standard library and dlscope's light modules.
@@ -43,7 +43,7 @@ PARALLEL_MIN_BYTES = 64 * 2**20
 FORKED_HALF_MIN_BYTES = 32 * 2**20
 
 #: the child's share of the job's bytes when it starts as the command does: it reads while this process loads
-#: its modules (~0.3 s of CPU after the fork), so it takes more than half (bench/README.md, h27job)
+#: pandas and the pipeline (~0.25-0.3 s of CPU after the fork), so it takes more than half (bench/README.md, h27job)
 CHILD_SHARE = 0.72
 
 
@@ -67,6 +67,9 @@ def started(args: Iterable[str | Path], *, workers: int | None, scheduler: str |
     if workers is None and scheduler is None and max_memory is None and "pandas" not in sys.modules:
         paths = _files_if_it_pays(args)
     if paths is not None:
+        # what both processes read with (numpy, pyarrow, msgspec, the Kineto importer: ~0.15 s), loaded once
+        from ..importers import kineto, validate  # noqa: F401
+
         sizes = [os.path.getsize(p) for p in paths]
         first_later = later_start(sizes, 1 - CHILD_SHARE)
         _STARTED.append(_Started(paths, reading, first_later, ForkedCall(_read, paths[first_later:], reading)))
