@@ -5,10 +5,12 @@ later half a forked child reads anyway (:func:`.executors._in_two_halves`: 32 to
 ``--scheduler`` or ``--max-memory``) has that child forked here instead, as the command starts (:func:`started`,
 once the Kineto importer is loaded, before pandas and ``dlscope.pipeline.build``): it reads its files meanwhile,
 without pandas (a job file comes back as numpy and Arrow columns, :class:`dlscope.model.TableColumns`), so it
-takes the larger share of the bytes (:data:`CHILD_SHARE`). The import takes the child (:func:`take`) where it reads the files the child was given,
-else the child is killed; an import that fails first kills it too. The join is the serial one either way.
+takes the larger share of the bytes (:data:`CHILD_SHARE`). The import takes the child (:func:`take`) where it
+reads the files the child was given, else the child is killed; an import that fails first kills it too. The join
+is the serial one either way.
 
-This module loads no numpy, pyarrow or pandas: only the standard library and dlscope's light modules.
+Deciding loads no numpy, pyarrow or pandas (only the standard library and dlscope's light modules), so a command
+that forks no child pays nothing here.
 """
 
 from __future__ import annotations
