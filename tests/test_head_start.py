@@ -152,3 +152,32 @@ def test_a_file_that_needs_pandas_loads_it_in_the_child_and_reads_as_its_raw_jso
     assert (before, after) == ("False", "True")
     assert int(rows) == len(raw) and Counter(names) == Counter(e["name"] for e in raw)
     assert int(kernels_alone) == int(kernels_then) == sum(_raw_kernels(plain).values())
+
+
+def test_the_cut_gives_the_first_process_its_share_of_the_bytes_rounded_up_to_a_whole_file():
+    """Hand-computed: four files of 10 bytes weigh 11 each (44); a 28% share is 12.32, reached within the second
+    file, so the child reads the last two; one file each side at the extremes."""
+    from dlscope.pipeline.head_start import later_start
+
+    assert later_start([10, 10, 10, 10], 0.28) == 2
+    assert later_start([10, 10, 10, 10], 0.5) == 2
+    assert later_start([10, 10, 10, 10], 0.51) == 3
+    assert later_start([100, 1, 1], 0.0) == 1 and later_start([1, 1, 100], 1.0) == 2
+
+
+def test_a_child_started_for_other_files_is_killed_not_taken(tmp_path):
+    """take() with files other than the child's (counters among them, say): None, and the child is gone."""
+    from dlscope.pipeline import head_start
+    from dlscope.processes import ForkedCall
+
+    child = ForkedCall(__import__("time").sleep, 60)
+    pid = child.pid
+    head_start._STARTED.append(head_start._Started([tmp_path / "a", tmp_path / "b"], None, 1, child))
+    assert head_start.take([tmp_path / "a", tmp_path / "c"], None) is None
+    assert not head_start._STARTED
+    try:
+        os.waitpid(pid, os.WNOHANG)
+        alive = True
+    except ChildProcessError:  # reaped: killed and waited for
+        alive = False
+    assert not alive
