@@ -46,7 +46,7 @@ FORKED_HALF_MIN_BYTES = 32 * 2**20
 
 #: the child's share of the job's bytes when it starts as the command does: it reads while this process loads
 #: pandas and the pipeline (~0.25-0.3 s of CPU after the fork), so it takes more than half (bench/README.md, h27job)
-CHILD_SHARE = 0.72
+CHILD_SHARE = 0.66
 
 
 @dataclass
