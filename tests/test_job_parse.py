@@ -17,6 +17,7 @@ import pytest
 from conftest import data_file
 
 from dlscope.model import ID_COLUMNS, TABLES, S, text_column
+from dlscope.pipeline import head_start
 from dlscope.pipeline.executors import (
     _SegmentWriter,
     file_groups,
@@ -283,9 +284,9 @@ def test_the_default_workers_follow_the_json_bytes_not_the_compressed_bytes(monk
     json_bytes = sum(len(gzip.decompress(p.read_bytes())) for p in paths)
     assert json_bytes > 10 * sum(p.stat().st_size for p in paths)  # far more than the gzip files' sizes
     monkeypatch.setattr(os, "cpu_count", lambda: 7)
-    monkeypatch.setattr(executors, "PARALLEL_MIN_BYTES", json_bytes)
+    monkeypatch.setattr(head_start, "PARALLEL_MIN_BYTES", json_bytes)
     assert executors._default_workers(paths) == 7
-    monkeypatch.setattr(executors, "PARALLEL_MIN_BYTES", json_bytes + 1)
+    monkeypatch.setattr(head_start, "PARALLEL_MIN_BYTES", json_bytes + 1)
     assert executors._default_workers(paths) == 1
 
 
@@ -304,7 +305,7 @@ def _forked_halves(monkeypatch, least: int = 0) -> list:
     from dlscope.pipeline import executors
 
     spy: list = []
-    monkeypatch.setattr(executors, "FORKED_HALF_MIN_BYTES", least)
+    monkeypatch.setattr(head_start, "FORKED_HALF_MIN_BYTES", least)
     monkeypatch.setattr(executors, "ForkedCall", _Spied(spy, executors.ForkedCall))
     return spy
 

@@ -80,19 +80,23 @@ def import_command(traces, output, profile_name, iter_start, iter_stop, key_node
                    max_python_frames, quiet) -> None:
     """Import PyTorch/Kineto traces, Nsight Systems SQLite exports or nsys NVTX CSVs (files or folders;
     one file per rank) and Nsight Compute CSVs into a profile database."""
-    from .pipeline import build_database
+    from .pipeline.head_start import started
 
     reading = None
     if max_python_frames is not None:
         from .importers.kineto import Reading
 
         reading = Reading(max_python_frames=max_python_frames)
-    build_database(traces, output, profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop,
-                   key_node=key_node, force=force, progress=not quiet, rules_config=rules_config,
-                   workers=workers, scheduler=scheduler, max_memory=max_memory,
-                   critical_path=not no_critical_path, reading=reading,
-                   extra_meta={"throughput": {"batch_size": batch_size, "samples_per_step": samples_per_step,
-                                              "unit": sample_unit}})
+    # a mid-sized job's later files are read by a child forked now, while this process loads the pipeline
+    with started(traces, workers=workers, scheduler=scheduler, max_memory=max_memory, reading=reading):
+        from .pipeline import build_database
+
+        build_database(traces, output, profile_name=profile_name, iter_start=iter_start, iter_stop=iter_stop,
+                       key_node=key_node, force=force, progress=not quiet, rules_config=rules_config,
+                       workers=workers, scheduler=scheduler, max_memory=max_memory,
+                       critical_path=not no_critical_path, reading=reading,
+                       extra_meta={"throughput": {"batch_size": batch_size, "samples_per_step": samples_per_step,
+                                                  "unit": sample_unit}})
     if not quiet:
         from .present.summary import render_summary, summary_dict  # not loaded at all by an import with -q
 

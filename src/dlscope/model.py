@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:  # pandas loads where a frame is first made: a job's forked parse never needs it (TableColumns)
+    import pandas as pd
 
 I = "int64"  # noqa: E741 - one-letter dtype names keep the table specs below readable
 F = "float64"
@@ -164,6 +167,8 @@ def narrow_ints(values: np.ndarray) -> np.ndarray:
 def put_column(frame: pd.DataFrame, name: str, values: Any) -> None:
     """``frame[name] = values`` without the copy pandas makes of a bare array (the new column is ``values``
     itself: one array alive, not two, while the analysis adds its columns)."""
+    import pandas as pd
+
     if isinstance(values, np.ndarray) and values.ndim == 1 and len(values) == len(frame) and values.flags.writeable:
         values = pd.Series(values, index=frame.index, copy=False)  # (a read-only view is copied: pandas writes)
     frame[name] = values
@@ -173,8 +178,12 @@ def empty_table(name: str) -> pd.DataFrame:
     return make_table(name, {}, 0)
 
 
-#: pandas' default dtype for a column of Python strings: ``str`` (Arrow-backed) in pandas 3, object before
-_STRING_DTYPE = pd.Series(np.array([""], dtype=object)).dtype
+@lru_cache(maxsize=1)
+def _string_dtype() -> Any:
+    """pandas' default dtype for a column of Python strings: ``str`` (Arrow-backed) in pandas 3, object before."""
+    import pandas as pd
+
+    return pd.Series(np.array([""], dtype=object)).dtype
 
 
 def string_column(values: Any, n: int | None = None) -> Any:
@@ -184,21 +193,25 @@ def string_column(values: Any, n: int | None = None) -> Any:
     string); building the Arrow array directly costs a third of that. Under pandas 2 this is the object
     array itself. Values that are not all strings (or missing) keep pandas' own conversion.
     """
-    if _STRING_DTYPE == np.dtype(object) or (isinstance(values, np.ndarray) and values.dtype != object):
+    import pandas as pd
+
+    if _string_dtype() == np.dtype(object) or (isinstance(values, np.ndarray) and values.dtype != object):
         return _object_array(values, n)
     if isinstance(values, (pd.Series, pd.Index)):
         values = values.to_numpy(dtype=object)
     try:
-        return pd.array(pa.array(values, type=pa.large_string(), from_pandas=True), dtype=_STRING_DTYPE)
+        return pd.array(pa.array(values, type=pa.large_string(), from_pandas=True), dtype=_string_dtype())
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return _object_array(values, n)
 
 
 def words_column(codes: np.ndarray, words: list[str]) -> Any:
     """``string_column(words[codes])`` without a string object per row: Arrow takes the words by code."""
-    if _STRING_DTYPE == np.dtype(object):
+    import pandas as pd
+
+    if _string_dtype() == np.dtype(object):
         return string_column(np.asarray(words, dtype=object)[codes])
-    return pd.array(pa.array(words, type=pa.large_string()).take(pa.array(codes)), dtype=_STRING_DTYPE)
+    return pd.array(pa.array(words, type=pa.large_string()).take(pa.array(codes)), dtype=_string_dtype())
 
 
 def text_column(values: Any, n: int | None = None) -> pd.Categorical:
@@ -207,6 +220,8 @@ def text_column(values: Any, n: int | None = None) -> pd.Categorical:
 
     The missing value "" is always a category, so a frame that gains missing rows (a left merge, a reindex)
     can ``fillna("")`` them as it would a column of strings."""
+    import pandas as pd
+
     if isinstance(values, pd.Categorical) or isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
         return _sorted_categories(pd.Categorical(values))
     if isinstance(values, (pd.Series, pd.Index)):
@@ -236,6 +251,8 @@ def text_column(values: Any, n: int | None = None) -> pd.Categorical:
 def _text_index(words: pa.Array) -> pd.Index:
     """Categories as Python strings: a column turned into an object array (``np.asarray``, ``to_numpy``) then
     points at these, 8 bytes a row, instead of making a string object per row."""
+    import pandas as pd
+
     return pd.Index(words.to_numpy(zero_copy_only=False), dtype=object)
 
 
@@ -247,6 +264,8 @@ def filled_text(column: Any) -> pd.Categorical:
 def _sorted_categories(column: pd.Categorical) -> pd.Categorical:
     """Categories as Python strings in sorted order, "" among them, so that codes order rows as their
     strings do."""
+    import pandas as pd
+
     words = list(column.categories)
     if MISSING_STR not in words:
         words.append(MISSING_STR)
@@ -270,6 +289,8 @@ def value_counts(column: pd.Series, sort: bool = True) -> pd.Series:
     """How many rows hold each value of a column, as pandas counts strings: only the values present, in
     order of first appearance (with ``sort``, most frequent first, ties in that order). pandas counts a
     categorical's unused categories too and orders ties by category."""
+    import pandas as pd
+
     codes, uniques = pd.factorize(column, sort=False)
     counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
     order = np.argsort(-counts, kind="stable") if sort else np.arange(len(uniques))
@@ -280,6 +301,8 @@ def value_counts(column: pd.Series, sort: bool = True) -> pd.Series:
 def concat_tables(name: str, frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Rows of several frames of table ``name``, its text columns still categorical (pandas would make a
     text column whose categories differ between the frames plain strings)."""
+    import pandas as pd
+
     frame = pd.concat(frames, ignore_index=True) if frames else empty_table(name)
     for col, dtype in TABLES[name].items():
         if dtype == S and len(frames) > 1 and not isinstance(frame[col].dtype, pd.CategoricalDtype):
@@ -300,6 +323,8 @@ def make_table(name: str, columns: Mapping[str, Any], n: int | None = None) -> p
     ``columns`` maps column names to sequences/arrays of equal length; unknown names are an error so a
     typo in an importer fails loudly instead of silently dropping data.
     """
+    import pandas as pd
+
     spec = TABLES[name]
     unknown = set(columns) - set(spec)
     if unknown:

@@ -11,11 +11,13 @@ import gzip
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..errors import reading as os_errors_as_input_errors
-from ..model import Profile, TableColumns
+
+if TYPE_CHECKING:  # (a job's files are sized and sniffed before numpy loads: pipeline.head_start)
+    from ..model import Profile, TableColumns
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -16,7 +16,6 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 _FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<function>.*)$", re.S)
 #: the object address in a built-in's name ("<built-in method view of Tensor object at 0x7f...>"): it differs per
@@ -45,6 +44,8 @@ def parse_name(name: str) -> tuple[str, int, str]:
 
 def parse_names(names: Any) -> tuple[list[str], np.ndarray, list[str]]:
     """File, line and function columns of a column of frame names (each distinct name parsed once)."""
+    import pandas as pd  # (loaded only for traces with Python frames: a job's forked parse may not need it)
+
     codes, uniques = pd.factorize(pd.Series(names, dtype=object), sort=False)
     parsed = [parse_name(str(n)) for n in uniques]
     files = np.array([p[0] for p in parsed] or [""], dtype=object)

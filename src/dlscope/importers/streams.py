@@ -65,3 +65,33 @@ def release() -> None:
             os.unlink(copy)
         except OSError:
             pass
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+MAX_GZIP_RATIO = 100  # JSON traces compress 10-20x; a larger size in the gzip trailer is not trusted
+LEAST_GZIP_RATIO = 5  # below any Kineto trace seen (they compress 10-20x)
+ESTIMATED_GZIP_RATIO = 15  # when the gzip trailer cannot tell the size (multi-GB files wrap at 4 GiB)
+
+
+def estimated_json_size(path: Path, least: bool = False) -> int:
+    """The JSON text's size: the file size, or for gzip the trailer's size when it is plausible, else a
+    typical ratio times the file size.
+
+    ``least``: a lower bound instead. The trailer holds the size modulo 4 GiB (of the last member), never
+    more than the text, so a plausible trailer bounds it from below even when it may have wrapped.
+    """
+    try:
+        size = os.path.getsize(source(path))
+        with open(source(path), "rb") as f:
+            if f.read(2) != GZIP_MAGIC:
+                return size
+            f.seek(-4, os.SEEK_END)
+            trailer = int.from_bytes(f.read(4), "little")
+    except OSError:
+        return 0  # the import itself reports the problem
+    plausible = size <= trailer <= MAX_GZIP_RATIO * size
+    if plausible and size < 2**32 // MAX_GZIP_RATIO:
+        return trailer
+    if least:
+        return max(trailer if plausible else 0, LEAST_GZIP_RATIO * size)
+    return ESTIMATED_GZIP_RATIO * size

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from ..errors import InputError
 from ..model import MISSING_INT, Profile, TableColumns
+
+if TYPE_CHECKING:  # a job's forked parse validates its files' columns without loading pandas
+    import pandas as pd
 
 #: tables of events with a start and an end
 TIMED_TABLES = ("ops", "ranges", "api_calls", "kernels", "memops", "syncs")
@@ -116,8 +118,7 @@ def _any_huge_step_word(names: Any) -> bool:
     chunks = names.chunks if isinstance(names, pa.ChunkedArray) else [names]
     if not all(isinstance(c, pa.DictionaryArray) for c in chunks):
         return True
-    words = {w for c in chunks for w in c.dictionary.to_pylist()}
-    return bool(_huge_step_numbers(pd.Series(list(words), dtype=object)).any()) if words else False
+    return any(_huge_step(str(w)) for w in {w for c in chunks for w in c.dictionary.to_pylist()} if w is not None)
 
 
 def describe(dropped: dict[str, dict[str, int]]) -> str:
@@ -182,12 +183,19 @@ def _span_problem(timed: dict[str, tuple[Any, Any]], memory_ts: Any) -> str | No
 
 def _huge_step_numbers(names: pd.Series) -> np.ndarray:
     """ProfilerStep#N ranges whose N no int64 iteration number can hold (tested once per distinct name)."""
+    import pandas as pd
+
     codes, distinct = pd.factorize(names)
     huge = np.zeros(len(distinct) + 1, dtype=bool)  # the last: code -1 (a missing name)
     for i, name in enumerate(distinct):
-        m = _STEP.match(str(name))
-        huge[i] = m is not None and len(m.group(1)) >= 19 and int(m.group(1)) > _INT64_MAX
+        huge[i] = _huge_step(str(name))
     return huge[codes]
+
+
+def _huge_step(name: str) -> bool:
+    """Whether ``name`` is a ProfilerStep#N whose N no int64 can hold."""
+    m = _STEP.match(name)
+    return m is not None and len(m.group(1)) >= 19 and int(m.group(1)) > _INT64_MAX
 
 
 _ID_COLUMNS = {"ops": "op_id", "ranges": "range_id", "api_calls": "api_id", "kernels": "kernel_id",

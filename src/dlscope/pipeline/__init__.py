@@ -1,8 +1,24 @@
 """The flow end to end: inputs and rank identity (``inputs``), the memory budget (``budget``), how files are
-read (``executors``: serial, worker processes, Dask), one rank at a time (``rank_by_rank``), per-rank
-aggregation and rules (``per_rank``), and the import and re-aggregation that run them (``build``). The CLI,
-the capture and the viewer call ``build_database`` and ``aggregate``."""
+read (``executors``: serial, worker processes, Dask; ``head_start``: a job's later files read while the import's
+modules load), one rank at a time (``rank_by_rank``), per-rank aggregation and rules (``per_rank``), and the
+import and re-aggregation that run them (``build``). The CLI, the capture and the viewer call ``build_database``
+and ``aggregate``.
 
-from .build import aggregate, build_database, profile_from_database
+The names load on first use (PEP 562), so that ``head_start`` is reached without pandas and the analysis."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .build import aggregate, build_database, profile_from_database
 
 __all__ = ["aggregate", "build_database", "profile_from_database"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import build
+
+        return getattr(build, name)
+    raise AttributeError(f"module 'dlscope.pipeline' has no attribute {name!r}")

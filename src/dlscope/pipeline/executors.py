@@ -42,6 +42,7 @@ from ..processes import (
     stop_pool,
     worker_pool,
 )
+from . import head_start
 from .budget import check_analysis_fits, most_json_bytes, parse_size
 from .inputs import Identity, identities
 
@@ -280,7 +281,7 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
                            max_memory: int | str | None = None, step: Step = _noop, reading=None) -> Profile:
     """Import every file of a job and merge them into one profile, one rank per file.
 
-    ``workers``: local worker processes (default: the machine's cores for jobs of ``PARALLEL_MIN_BYTES`` of
+    ``workers``: local worker processes (default: the machine's cores for jobs of ``head_start.PARALLEL_MIN_BYTES`` of
     JSON or more, else 1; 1 imports in this process).
     ``scheduler``: a Dask scheduler address (``tcp://host:8786``); the files must be readable there.
     ``max_memory``: the budget shared by the concurrent imports; a file whose in-memory import would
@@ -309,42 +310,33 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
     return profile
 
 
-#: below this much JSON text in all (a gzip file's trailer says how much it inflates to; another file counts its
-#: own size), worker processes cost more than the parallel import saves. Measured with bench/job_parse.py on jobs
-#: of 8 to 64 files cut from bench/out/job64 and the DLRM 8-rank job (bench/README.md, h21jobparse): up to the
-#: 51.5 MiB of job64, 2 workers spend 1.3x (job64) to 2.6x (8 files) the serial CPU and never won on the wall
-#: clock (a shared 2-core machine); the serial parse is about 1 s per 50 MiB of JSON, so below this little is
-#: left to win.
-PARALLEL_MIN_BYTES = 64 * 2**20
-
-
 def _default_workers(paths: Sequence[Path]) -> int:
     """The machine's cores when the job's JSON is large enough to pay for worker processes, else 1."""
     from ..importers.kineto.text import estimated_json_size
 
-    return (os.cpu_count() or 1) if sum(estimated_json_size(p) for p in paths) >= PARALLEL_MIN_BYTES else 1
-
-
-#: from this much JSON in all (and two files), a job too small for worker processes has its later half read by
-#: one forked child (:func:`_in_two_halves`) beside this process: measured on bench/out/job64 (51.5 MiB) and
-#: jobs cut from it in bench/README.md (h22startup)
-FORKED_HALF_MIN_BYTES = 32 * 2**20
+    json_bytes = sum(estimated_json_size(p) for p in paths)
+    return (os.cpu_count() or 1) if json_bytes >= head_start.PARALLEL_MIN_BYTES else 1
 
 
 def _later_half_pays(paths: Sequence[Path]) -> bool:
     from ..importers.kineto.text import estimated_json_size
 
     return (len(paths) >= 2 and fork_pays() and
-            sum(estimated_json_size(p) for p in paths) >= FORKED_HALF_MIN_BYTES)
+            sum(estimated_json_size(p) for p in paths) >= head_start.FORKED_HALF_MIN_BYTES)
 
 
 def _in_two_halves(paths, sizes, step, reading) -> list[Profile | TableColumns]:
     """The serial import of a job's files (:func:`_serial`), its later half (by bytes) read meanwhile by a
     forked child (:class:`dlscope.processes.ForkedCall`: no pool, no Arrow files; the files' column arrays come
     back pickled) and joined after this process's own half, so the result is the serial one. A bad file of the
-    first half fails here first, as in the serial import; the child's first bad file otherwise."""
-    half = _later_half_start(sizes)
-    child = ForkedCall(_serial, paths[half:], sizes[half:], None, _noop, reading)
+    first half fails here first, as in the serial import; the child's first bad file otherwise. A child forked as
+    the command started for these files (:mod:`.head_start`) is taken instead of a new one."""
+    started = head_start.take(paths, reading)  # forked as the command started, with a larger share
+    if started is not None:
+        half, child = started
+    else:
+        half = _later_half_start(sizes)
+        child = ForkedCall(_serial, paths[half:], sizes[half:], None, _noop, reading)
     try:
         first = _serial(paths[:half], sizes[:half], None, step, reading)
         try:

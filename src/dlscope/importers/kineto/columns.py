@@ -13,11 +13,10 @@ import re
 from collections import Counter, defaultdict
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from ...model import ID_COLUMNS, MISSING_STR, TABLES, Profile, S, TableColumns, make_table
@@ -25,6 +24,9 @@ from ...system import cuda_version, known
 from ..exact_ns import TimeOutOfRange, checked_end, us_to_ns
 from ..python_frames import MAX_FRAMES, bounded, innermost_user_frame, parse_names
 from .events import Args, Event, Trace
+
+if TYPE_CHECKING:  # a job's forked parse reads its files without loading pandas (bench/README.md, h27job)
+    import pandas as pd
 
 OP_CATS = ("cpu_op", "Operator")
 KERNEL_CATS = ("kernel", "Kernel")
@@ -306,6 +308,8 @@ def _legacy_stacks(stacks: list[Any]) -> np.ndarray | pa.DictionaryArray:
     so each distinct one is read once."""
     if stacks.count(MISSING_STR) == len(stacks):  # no stacks recorded (torch > 1.10): one compare a row, in C
         return _constant(MISSING_STR, len(stacks))
+    import pandas as pd
+
     codes, uniques = pd.factorize(pd.Series(stacks, dtype=object), use_na_sentinel=False)
     places = np.array([innermost_user_frame(s) if isinstance(s, str) and s else "" for s in uniques] or [""],
                       dtype=object)
@@ -328,6 +332,8 @@ def _python_frame_columns(evs: list[Event]) -> dict[str, Any]:
 def kept_parent_ids(columns: dict[str, Any], keep: np.ndarray) -> np.ndarray:
     """Each frame's Python parent id, skipping dropped frames: the id of its nearest kept ancestor (by the
     trace's ids; frames without ids are nested by time later, which needs no help)."""
+    import pandas as pd
+
     pid, own, parent = (np.asarray(columns[c], dtype=np.int64) for c in ("pid", "python_id", "python_parent_id"))
     index = pd.MultiIndex.from_arrays([pid, own])
     up = np.where(parent >= 0, index.get_indexer(pd.MultiIndex.from_arrays([pid, parent])), -1)
@@ -656,8 +662,9 @@ def _json_strings(values: list[msgspec.Raw]) -> pa.DictionaryArray:
                                                                         pa.py_buffer(data)]).dictionary_encode()
     compact = [msgspec.json.encode(msgspec.json.decode(t[:-1])).decode() if t not in (b"\0", b"null\0") else ""
                for t in raws.dictionary.to_pylist()]
-    codes, words = pd.factorize(np.array(compact, dtype=object))  # two texts may compact to one
-    return _from_codes(np.asarray(codes, dtype=np.int32)[raws.indices.to_numpy()], list(words))
+    index: dict[str, int] = {}  # two texts may compact to one: each compact text's code, by first appearance
+    codes = np.array([index.setdefault(text, len(index)) for text in compact], dtype=np.int32)
+    return _from_codes(codes[raws.indices.to_numpy()], list(index))
 
 
 def _constant(word: str, n: int) -> pa.DictionaryArray:

@@ -23,13 +23,16 @@ from typing import Any
 
 from ... import processes
 from ...errors import InputError, reading
-from ..streams import source
+from ..streams import (  # noqa: F401 - the sizes' names are this module's too
+    ESTIMATED_GZIP_RATIO,
+    LEAST_GZIP_RATIO,
+    MAX_GZIP_RATIO,
+    estimated_json_size,
+    source,
+)
 
 GZIP_MAGIC = b"\x1f\x8b"
 UTF8_BOM = b"\xef\xbb\xbf"
-MAX_GZIP_RATIO = 100  # JSON traces compress 10-20x; a larger size in the gzip trailer is not trusted
-LEAST_GZIP_RATIO = 5  # below any Kineto trace seen (they compress 10-20x)
-ESTIMATED_GZIP_RATIO = 15  # when the gzip trailer cannot tell the size (multi-GB files wrap at 4 GiB)
 STREAM_TAIL_BYTES = 65_536  # the bytes after ``traceEvents`` (traceName, baseTimeNanoseconds) fit in this
 _READ_BYTES = 2**20  # compressed bytes read at a time
 _INFLATE_STEP = 16 * 2**20  # decompressed bytes produced at a time, each counted against the limit
@@ -73,30 +76,6 @@ def _count(total: int) -> None:
 LOST_MESSAGE = "changed while it was read (it was truncated or rewritten in place); import a copy no program writes to"
 #: exit status of a forked helper that lost its mapped file (its parent reports it)
 LOST_EXIT = 2
-
-
-def estimated_json_size(path: Path, least: bool = False) -> int:
-    """The JSON text's size: the file size, or for gzip the trailer's size when it is plausible, else a
-    typical ratio times the file size.
-
-    ``least``: a lower bound instead. The trailer holds the size modulo 4 GiB (of the last member), never
-    more than the text, so a plausible trailer bounds it from below even when it may have wrapped.
-    """
-    try:
-        size = os.path.getsize(source(path))
-        with open(source(path), "rb") as f:
-            if f.read(2) != GZIP_MAGIC:
-                return size
-            f.seek(-4, os.SEEK_END)
-            trailer = int.from_bytes(f.read(4), "little")
-    except OSError:
-        return 0  # the import itself reports the problem
-    plausible = size <= trailer <= MAX_GZIP_RATIO * size
-    if plausible and size < 2**32 // MAX_GZIP_RATIO:
-        return trailer
-    if least:
-        return max(trailer if plausible else 0, LEAST_GZIP_RATIO * size)
-    return ESTIMATED_GZIP_RATIO * size
 
 
 @contextmanager

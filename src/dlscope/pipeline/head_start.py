@@ -1,0 +1,159 @@
+"""A mid-sized job's later files read by a child forked before the import's heavy modules load.
+
+`dlscope import` spends its first ~0.4 s loading numpy, pyarrow, pandas and the analysis on one core. A job whose
+later half a forked child reads anyway (:func:`.executors._in_two_halves`: 32 to 64 MiB of JSON, no ``--workers``,
+``--scheduler`` or ``--max-memory``) has that child forked here instead, as the command starts (:func:`started`,
+once the Kineto importer is loaded, before pandas and ``dlscope.pipeline.build``): it reads its files meanwhile,
+without pandas (a job file comes back as numpy and Arrow columns, :class:`dlscope.model.TableColumns`), so it
+takes the larger share of the bytes (:data:`CHILD_SHARE`). The import takes the child (:func:`take`) where it
+reads the files the child was given, else the child is killed; an import that fails first kills it too. The join
+is the serial one either way.
+
+Deciding loads no numpy, pyarrow or pandas (only the standard library and dlscope's light modules), so a command
+that forks no child pays nothing here.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import stat
+import sys
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+from ..errors import DlscopeError
+from ..importers.streams import estimated_json_size
+from ..processes import ForkedCall, fork_pays
+
+#: below this much JSON text in all (a gzip file's trailer says how much it inflates to; another file counts its
+#: own size), worker processes cost more than the parallel import saves. Measured with bench/job_parse.py on jobs
+#: of 8 to 64 files cut from bench/out/job64 and the DLRM 8-rank job (bench/README.md, h21jobparse): up to the
+#: 51.5 MiB of job64, 2 workers spend 1.3x (job64) to 2.6x (8 files) the serial CPU and never won on the wall
+#: clock (a shared 2-core machine); the serial parse is about 1 s per 50 MiB of JSON, so below this little is
+#: left to win.
+PARALLEL_MIN_BYTES = 64 * 2**20
+
+#: from this much JSON in all (and two files), a job too small for worker processes has its later half read by
+#: one forked child (:func:`.executors._in_two_halves`) beside this process: measured on bench/out/job64
+#: (51.5 MiB) and jobs cut from it in bench/README.md (h22startup)
+FORKED_HALF_MIN_BYTES = 32 * 2**20
+
+#: the child's share of the job's bytes when it starts as the command does: it reads while this process loads
+#: pandas and the pipeline (~0.25-0.3 s of CPU after the fork), so it takes more than half (bench/README.md, h27job)
+CHILD_SHARE = 0.66
+
+
+@dataclass
+class _Started:
+    paths: list[Path]
+    reading: Any
+    first_later: int  # the first file the child reads
+    child: ForkedCall
+
+
+_STARTED: list[_Started] = []
+
+
+@contextmanager
+def started(args: Iterable[str | Path], *, workers: int | None, scheduler: str | None, max_memory: Any,
+            reading: Any = None) -> Iterator[None]:
+    """Fork the child reading the later files of the job ``args`` names where the import would fork one
+    (:func:`_files_if_it_pays`); kill it on the way out unless the import took it."""
+    paths = None
+    if workers is None and scheduler is None and max_memory is None and "pandas" not in sys.modules:
+        paths = _files_if_it_pays(args)
+    if paths is not None:
+        # what both processes read with (numpy, pyarrow, msgspec, the Kineto importer: ~0.15 s), loaded once
+        from ..importers import kineto, validate  # noqa: F401
+
+        sizes = [os.path.getsize(p) for p in paths]
+        first_later = later_start(sizes, 1 - CHILD_SHARE)
+        _STARTED.append(_Started(paths, reading, first_later, ForkedCall(_read, paths[first_later:], reading)))
+    try:
+        yield
+    finally:
+        while _STARTED:
+            _STARTED.pop().child.kill()
+
+
+def take(paths: Sequence[Path], reading: Any) -> tuple[int, ForkedCall] | None:
+    """The started child and the first file it reads, where it reads the later files of ``paths`` with this
+    ``reading``; else None (a child started for other files is killed)."""
+    if not _STARTED:
+        return None
+    one = _STARTED.pop()
+    if one.paths == [Path(p) for p in paths] and one.reading is reading:
+        return one.first_later, one.child
+    one.child.kill()
+    return None
+
+
+def later_start(sizes: Sequence[int], first_share: float) -> int:
+    """The first file after ``first_share`` of the bytes (each file counted one byte more), at least one file on
+    either side (the same cut as :func:`.executors._later_half_start` at one half)."""
+    weights = list(accumulate(float(s) + 1.0 for s in sizes))
+    return min(max(bisect_left(weights, weights[-1] * first_share) + 1, 1), len(sizes) - 1)
+
+
+def _files_if_it_pays(args: Iterable[str | Path]) -> list[Path] | None:
+    """The job's files where the import would read its later half in a forked child: two or more regular
+    trace files (folders expanded) of 32 to 64 MiB of JSON in all, two cores. None otherwise, or where the
+    arguments are anything else (a pipe, a missing file: the import reports it as it would)."""
+    if not fork_pays():
+        return None
+    from .inputs import expand_inputs
+
+    try:
+        paths = expand_inputs(args)
+        if len(paths) < 2 or not all(stat.S_ISREG(os.stat(p).st_mode) for p in paths):
+            return None
+    except (DlscopeError, OSError):
+        return None
+    json_bytes = sum(estimated_json_size(p) for p in paths)
+    return paths if FORKED_HALF_MIN_BYTES <= json_bytes < PARALLEL_MIN_BYTES else None
+
+
+def _read(paths: list[Path], reading: Any) -> list:
+    """The child: each file as :func:`.executors._serial` imports it. pyarrow is told pandas is absent (it
+    converts lists and numpy arrays the same way without it), so the child never loads it, unless dlscope's
+    own code needs it for a file (a trace with Python frames, one validation changes): then pandas loads and
+    that file is read again."""
+    gc.disable()
+    hidden = _NoPandas() if "pandas" not in sys.modules else None
+    if hidden is not None:
+        sys.meta_path.insert(0, hidden)
+    try:
+        from ..importers import load_for_job
+
+        files = []
+        for path in paths:
+            try:
+                files.append(load_for_job(str(path), reading=reading))
+            except ImportError as e:
+                if hidden is None or (e.name or "").split(".")[0] != "pandas":
+                    raise
+                sys.meta_path.remove(hidden)
+                hidden = None
+                import pyarrow.lib
+
+                pyarrow.lib._pandas_api.pd  # noqa: B018 - pyarrow's shim loads pandas and sees it from now on
+                files.append(load_for_job(str(path), reading=reading))
+        return files
+    finally:
+        if hidden is not None:
+            sys.meta_path.remove(hidden)
+
+
+class _NoPandas:
+    """An import finder that says pandas is not installed (pyarrow then works without it)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.split(".")[0] == "pandas":
+            raise ModuleNotFoundError(f"No module named {name!r} (not loaded in this child)", name=name)
+        return None
