@@ -9,22 +9,10 @@ pandas nor pyarrow.
 
 from __future__ import annotations
 
-from typing import Any
-
+from .lazy import lazy_names
 from .version import __version__
 
 __all__ = ["open", "profile", "range", "step", "trace_handler", "__version__"]
 
-_CAPTURE = ("profile", "range", "step", "trace_handler")
-
-
-def __getattr__(name: str) -> Any:
-    if name == "open":
-        from .api import open as open_database
-
-        return open_database
-    if name in _CAPTURE:
-        from .capture import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module 'dlscope' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, {"open": ".api", **{name: ".capture.api" for name in
+                                                       ("profile", "range", "step", "trace_handler")}})

@@ -5,7 +5,9 @@ The names load on first use (PEP 562): the import's inputs (``tables``) are read
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_names
 
 if TYPE_CHECKING:
     from .figures import rank_figures
@@ -13,14 +15,5 @@ if TYPE_CHECKING:
 
 __all__ = ["DISTRIBUTED_DDL", "rank_figures", "summary_ranks", "write_distributed"]
 
-
-def __getattr__(name: str) -> Any:
-    if name == "rank_figures":
-        from .figures import rank_figures
-
-        return rank_figures
-    if name in __all__:
-        from . import store
-
-        return getattr(store, name)
-    raise AttributeError(f"module 'dlscope.distributed' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, {"rank_figures": ".figures", "DISTRIBUTED_DDL": ".store",
+                                    "summary_ranks": ".store", "write_distributed": ".store"})

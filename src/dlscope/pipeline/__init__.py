@@ -8,17 +8,13 @@ The names load on first use (PEP 562), so that ``head_start`` is reached without
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_names
 
 if TYPE_CHECKING:
     from .build import aggregate, build_database, profile_from_database
 
 __all__ = ["aggregate", "build_database", "profile_from_database"]
 
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from . import build
-
-        return getattr(build, name)
-    raise AttributeError(f"module 'dlscope.pipeline' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, dict.fromkeys(__all__, ".build"))
