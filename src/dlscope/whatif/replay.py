@@ -309,19 +309,12 @@ class Path:
     untracked_ns: int       # time before the first event the path reaches (a source inside the window)
 
 
-def critical_path(g: Graph, r: Result, b: Binding, end_v: int, lo: int) -> Path:
-    """Walk back from ``end_v`` along binding edges to time ``lo``; the parts inside [lo, t[end_v]] add up to
-    t[end_v] - lo exactly."""
-    pieces = list(critical_path_pieces(g, r, b, end_v, lo, None))
-    return pieces[0] if len(pieces) == 1 else Path(np.concatenate([p.chain_v for p in pieces]),
-                                                  np.concatenate([p.chain_ns for p in pieces]),
-                                                  pieces[-1].cross_e, pieces[-1].cross_ns, pieces[-1].untracked_ns)
-
-
 def critical_path_pieces(g: Graph, r: Result, b: Binding, end_v: int, lo: int, size: int | None) -> Iterator[Path]:
-    """:func:`critical_path` in pieces of at most ``size`` chain edges, then one of its cross edges and untracked
-    time (``size`` None: one piece): the walk keeps only its runs' bounds, so a window whose path crosses most of
-    a large trace's vertices never holds one entry per vertex of it at once (four int64 arrays per edge)."""
+    """The critical path: walked back from ``end_v`` along binding edges to time ``lo`` (its parts inside
+    [lo, t[end_v]] add up to t[end_v] - lo exactly), in pieces of at most ``size`` chain edges, then one of its
+    cross edges and untracked time (``size`` None: one piece): the walk keeps only its runs' bounds, so a window
+    whose path crosses most of a large trace's vertices never holds one entry per vertex of it at once (four int64
+    arrays per edge)."""
     t = r.t
     hi = int(t[end_v])
     runs, crosses = [], []
