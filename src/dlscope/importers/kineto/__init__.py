@@ -46,7 +46,7 @@ from .text import (
     text_limit,
 )
 
-__all__ = ["IN_MEMORY_PEAK_FACTOR", "PARALLEL_MIN_BYTES", "Reading", "estimated_json_size",
+__all__ = ["IN_MEMORY_PEAK_FACTOR", "SPLIT_MIN_BYTES", "Reading", "estimated_json_size",
            "kineto_columns", "load_kineto", "read_identity", "should_stream"]
 
 #: The in-memory reader holds the JSON text plus one piece of objects at a time: at most about this many
@@ -54,7 +54,7 @@ __all__ = ["IN_MEMORY_PEAK_FACTOR", "PARALLEL_MIN_BYTES", "Reading", "estimated_
 #: estimate does not fit the budget are streamed.
 IN_MEMORY_PEAK_FACTOR = 3
 #: a file with at least this much JSON is decoded by two processes (this one and a forked child)
-PARALLEL_MIN_BYTES = 64 * 2**20
+SPLIT_MIN_BYTES = 64 * 2**20
 PIECE_BYTES = 4 * 2**20
 STREAM_BLOCK_BYTES = 8 * 2**20
 
@@ -68,7 +68,7 @@ class Reading:
 
     ``method``: "auto" (in memory unless the budget says stream), "in_memory" (pieces of the text in
     memory), "streamed" (pieces cut while the file is read in blocks) or "ijson" (event by event).
-    ``processes``: in-memory pieces decoded by 1 or 2 processes; None: 2 for files of ``PARALLEL_MIN_BYTES``
+    ``processes``: in-memory pieces decoded by 1 or 2 processes; None: 2 for files of ``SPLIT_MIN_BYTES``
     of JSON or more, where dlscope may fork and two cores exist. ``piece_bytes`` / ``block_bytes``: the
     size of a piece and of a streamed block. ``fallback``: read a file the pieces cannot cut with ijson
     (off in tests that prove the pieces handled a file on their own). ``max_python_frames``: the most Python
@@ -133,7 +133,7 @@ def _read(path: Path, max_memory: int | None, progress: Progress | None, reading
         limit = (max_memory if max_memory is not None else _physical_memory()) // IN_MEMORY_PEAK_FACTOR
         try:
             with json_text(path, limit) as text:
-                wanted = reading.processes or (2 if len(text) >= PARALLEL_MIN_BYTES else 1)
+                wanted = reading.processes or (2 if len(text) >= SPLIT_MIN_BYTES else 1)
                 return pieces.in_memory(path, text, reading.piece_bytes,
                                         wanted if processes.fork_pays() else 1, progress)
         except TooLarge:  # more text than the estimate said (a gzip bomb, a lying trailer): bounded instead
