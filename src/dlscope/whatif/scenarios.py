@@ -349,8 +349,9 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     uses_tc = np.where(krow_k >= 0, job.kernels["uses_tc"].to_numpy()[np.maximum(krow_k, 0)], 0) > 0
     graph_calls = graph_launch_ids(job.api_calls)
     kapi = np.where(krow_k >= 0, job.kernels["api_id"].fillna(-1).to_numpy(np.int64)[np.maximum(krow_k, 0)], -1)
-    replayed = np.isin(kapi, graph_calls) if len(graph_calls) else np.zeros(len(k_rows), bool)
-    kprec = np.where(replayed & (by_name != ""), by_name, kprec)
+    # as the rules judge them (experts.context kernel_facts): a replayed kernel whose name gives its precision
+    replayed = (np.isin(kapi, graph_calls) & (by_name != "")) if len(graph_calls) else np.zeros(len(k_rows), bool)
+    kprec = np.where(replayed, by_name, kprec)
     elig = (has & (eligible[np.maximum(krow, 0)] if len(ops) else False)) | replayed
     sel = elig & is_math & np.isin(kprec, ["fp32", "tf32"])
     out = act.iloc[k_rows[sel]].copy()
