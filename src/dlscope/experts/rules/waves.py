@@ -40,7 +40,8 @@ def tail_effect(ctx, cfg):
     saving = int(tail[costly].sum())
     if not costly.any() or ctx.pct(saving) < cfg["min_pct"]:
         return None
-    hit = ctx.frames.rows_of("kernels", ctx.rank, costly).assign(tail=tail[costly], slots=slots[costly], blocks=blocks[costly])
+    hit = ctx.frames.rows_of("kernels", ctx.rank, costly)  # the costly rows only, not the whole frame
+    hit = hit.assign(tail=tail[costly], slots=slots[costly], blocks=blocks[costly])
     n = ctx.config["evidence"]["max_items"]
     launches = (hit.groupby(_CONFIG, sort=False)
                 .agg(calls=("tail", "size"), tail_ns=("tail", "sum"), gpu_time_ns=("dur", "sum"),
