@@ -133,6 +133,7 @@ class RuleFrames:
         self._ops_rank = np.zeros(0, dtype=np.int64)
         self._first_calls: tuple[pd.Index, dict[str, np.ndarray]] | None = None
         self._columns: dict[tuple[str, str], np.ndarray] = {}
+        self._texts: dict[tuple[str, str], np.ndarray] = {}
         self._name_uniques: dict[str, np.ndarray] = {}
         self._isin: dict[tuple, np.ndarray] = {}
         self._configs: dict[str | None, dict] = {}
@@ -284,7 +285,8 @@ class RuleFrames:
             order = np.argsort(rank, kind="stable")
             kind = np.concatenate([np.full(len(k), "kernel", dtype=object), m["kind"].to_numpy(object)])
             both = pd.DataFrame({c: np.concatenate([k[c].to_numpy(), m[c].to_numpy()])[order]
-                                 for c in ("device", "start", "end")} | {"kind": kind[order]}, copy=False)
+                                 for c in ("device", "start", "end")} | {"kind": pd.Series(kind[order], dtype=object)},
+                                copy=False)
             rank = rank[order]
             self._made["gpu_activity"] = (both, np.searchsorted(rank, self.ranks, "left"),
                                           np.searchsorted(rank, self.ranks, "right"))
@@ -402,10 +404,8 @@ class RuleFrames:
         if memo not in self._matches:
             if made not in self._made and len(self.ranks):
                 self._make(key, int(self.ranks[0]))
-            names = self._made[made][0]["name"]
-            same = next((found[0] for (m, _), found in self._matches.items() if m == made), None)
-            # the names as objects once per frame, whatever the pattern (2.2 MiB per pattern on 283k ops)
-            self._matches[memo] = (names.to_numpy(object) if same is None else same, names_matching(names, pattern))
+            # the names as objects once per frame, whatever the pattern, shared with :meth:`column`'s
+            self._matches[memo] = (self._objects(made, "name"), names_matching(self._made[made][0]["name"], pattern))
         _, lo, hi = self._made[made]
         i = int(np.searchsorted(self.ranks, rank))
         return self._matches[memo][1][lo[i]:hi[i]]
@@ -445,8 +445,12 @@ class RuleFrames:
         if values is None:
             if made not in self._made and len(self.ranks):
                 self._make_frame(key, int(self.ranks[0]))
-            values = np.asarray(self._made[made][0][column].to_numpy()).view()
-            values.flags.writeable = False
+            series = self._made[made][0][column]
+            if isinstance(series.dtype, (pd.CategoricalDtype, pd.StringDtype)) or series.dtype == object:
+                values = self._objects(made, column)
+            else:
+                values = np.asarray(series.to_numpy()).view()
+                values.flags.writeable = False
             self._columns[memo] = values
         _, lo, hi = self._made[made]
         i = self._position[rank]
@@ -466,6 +470,28 @@ class RuleFrames:
         _, lo, hi = self._made[made]
         i = self._position[rank]
         return mask[lo[i]:hi[i]]
+
+    def _objects(self, made: str, column: str) -> np.ndarray:
+        """A text column of the job-wide frame ``made`` as a read-only object array, made once for frames of
+        the same rows (the kernels and their facts; the ops and those in iterations, when they are all): each
+        distinct text one object (``to_numpy`` of a pandas ``str`` column makes one per row)."""
+        same = made
+        if made == "kernel facts":
+            same = "in kernels"
+        elif made == "ops in iterations" and self._made[made][0] is self._made["ops_all"][0]:
+            same = "ops_all"
+        values = self._texts.get((same, column))
+        if values is None:
+            series = self._made[made][0][column]
+            if isinstance(series.dtype, pd.StringDtype):
+                codes, uniques = pd.factorize(series, sort=False)
+                known = np.asarray(uniques, dtype=object)
+                values = np.append(known, np.array([series.dtype.na_value], dtype=object))[codes]
+            else:
+                values = np.asarray(series.to_numpy(object))
+            values.flags.writeable = False
+            self._texts[(same, column)] = values
+        return values
 
     def _make_frame(self, key: str, rank: int) -> None:
         only, self._only_make = self._only_make, True
