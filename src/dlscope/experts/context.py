@@ -57,10 +57,19 @@ class _Cut:
         self.extra: dict[str, pd.Series] = {}
         self._gathered: dict[str, pd.Series] = {}
         self._whole: pd.DataFrame | None = None
+        self._columns: pd.Index | None = None
+        self._names: frozenset = frozenset()
 
     @property
     def columns(self) -> pd.Index:
-        return pd.Index([*self.source.columns, *(c for c in self.extra if c not in self.source.columns)])
+        if self._columns is None:  # made once: a rule asks for every rank (an Index costs ~0.3 ms to make and ask)
+            names = [*self.source.columns, *(c for c in self.extra if c not in self.source.columns)]
+            self._columns = pd.Index(names, dtype=object)
+            self._names = frozenset(names)
+        return self._columns
+
+    def has(self, column: str) -> bool:
+        return column in self.columns if self._columns is None else column in self._names
 
     def __len__(self) -> int:
         return len(self.source) if self.rows is None else len(self.rows)
@@ -86,6 +95,13 @@ class _Cut:
         cut = _Cut(self.source, self.rows, self.fix)
         cut._gathered = self._gathered  # the same rows: what one gathered, the other reads
         cut.extra = {**self.extra, **{c: pd.Series(v, name=c, copy=False) for c, v in columns.items()}}
+        cut._columns = None
+        return cut
+
+    def fixed(self, **functions) -> _Cut:
+        """The same rows with these columns read through ``functions`` (of their gathered values), made once."""
+        cut = self.assign()
+        cut.fix.update(functions)
         return cut
 
     def frame(self) -> pd.DataFrame:
@@ -94,14 +110,15 @@ class _Cut:
             self._whole = pd.DataFrame({c: self[c] for c in self.columns}, copy=False)
         return self._whole
 
-    def rows_frame(self, lo: int, hi: int, mask: np.ndarray) -> pd.DataFrame:
-        """Rows ``lo + flatnonzero(mask)`` of the whole frame, every column, indexed by their place in
-        ``[lo, hi)`` (what ``frame().iloc[lo:hi].reset_index(drop=True)[mask]`` is), gathered for these rows only."""
+    def rows_frame(self, lo: int, hi: int, mask: np.ndarray, columns: list[str] | None = None) -> pd.DataFrame:
+        """Rows ``lo + flatnonzero(mask)`` of the whole frame, indexed by their place in ``[lo, hi)`` (what
+        ``frame().iloc[lo:hi].reset_index(drop=True)[mask]`` is), gathered for these rows only; ``columns``:
+        only these (in the frame's order), else every column."""
         at = np.flatnonzero(mask)
         pos = lo + at
         rows = pos if self.rows is None else self.rows[pos]
         out = {}
-        for c in self.columns:
+        for c in self.columns if columns is None else [c for c in self.columns if c in columns]:
             if c in self.extra or c in self._gathered or c in self.fix:
                 out[c] = self[c].array.take(pos)
             else:
@@ -225,17 +242,19 @@ class RuleFrames:
         part = frame.iloc[lo[i]:hi[i]]
         return part if key == "ops_all" else part.reset_index(drop=True)
 
-    def rows_of(self, key: str, rank: int, mask: np.ndarray) -> pd.DataFrame:
-        """The rank's rows of its frame ``key`` (named as for :meth:`column`) where ``mask`` holds, every column,
-        indexed by their row in the rank's frame: what the frame's ``[mask]`` gives, without making the frame."""
+    def rows_of(self, key: str, rank: int, mask: np.ndarray, columns: list[str] | None = None) -> pd.DataFrame:
+        """The rank's rows of its frame ``key`` (named as for :meth:`column`) where ``mask`` holds, in ``columns``
+        (default: every column), indexed by their row in the rank's frame: what the frame's ``[mask]`` gives,
+        without making the frame."""
         made = self.COLUMNS[key]
         if made not in self._made and len(self.ranks):
             self._make_frame(key, int(self.ranks[0]))
         frame, lo, hi = self._made[made]
         i = self._position[rank]
         if isinstance(frame, _Cut):
-            return frame.rows_frame(int(lo[i]), int(hi[i]), mask)
-        return frame.iloc[lo[i]:hi[i]].reset_index(drop=True)[mask]
+            return frame.rows_frame(int(lo[i]), int(hi[i]), mask, columns)
+        part = frame.iloc[lo[i]:hi[i]].reset_index(drop=True)[mask]
+        return part if columns is None else part[[c for c in part.columns if c in columns]]
 
     def table(self, table: str, rank: int) -> pd.DataFrame:
         """The rank's rows of a raw table, in the database's columns, in table order."""
@@ -256,10 +275,7 @@ class RuleFrames:
             if table == "kernels":
                 cut, lo, hi = self._made[key]
                 if isinstance(cut, _Cut):
-                    cut = cut.assign()
-                    cut.fix["uses_tc"] = _uses_tc
-                    cut.extra.pop("uses_tc", None)
-                    self._made[key] = (cut, lo, hi)
+                    self._made[key] = (cut.fixed(uses_tc=_uses_tc), lo, hi)
                 else:
                     self._made[key] = (cut.assign(uses_tc=_uses_tc(cut["uses_tc"])), lo, hi)
         return self._slice(f"in {table}", rank, make)
@@ -433,7 +449,8 @@ class RuleFrames:
         made = self.COLUMNS[key]
         if made not in self._made and len(self.ranks):
             self._make_frame(key, int(self.ranks[0]))
-        return column in self._made[made][0].columns
+        frame = self._made[made][0]
+        return frame.has(column) if isinstance(frame, _Cut) else column in frame.columns
 
     def column(self, key: str, column: str, rank: int) -> np.ndarray:
         """The rank's values of one column of its frame ``key`` (a :class:`Context` frame named in
