@@ -128,7 +128,8 @@ class _Cut:
 
 class RuleFrames:
     """The frames the rules read, projected for every rank of a job at once: each raw table's rows in the
-    database's columns, kept to each rank's profiled iterations or window, ordered by (rank, start) once;
+    database's columns, kept to each rank's profiled iterations or window, ordered by (rank, start) once (as a
+    :class:`_Cut`: the row order, each column gathered when a rule first reads it);
     a rank's :class:`Context` gets slices (a job of many small ranks spent most of its rules' time in
     the same pandas calls repeated per rank). One rank is the same code with one entry in ``bounds``.
 
