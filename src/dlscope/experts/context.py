@@ -39,9 +39,97 @@ def _db_columns(table: str) -> tuple[str, ...]:
         conn.close()
 
 
+_NOTHING = pd.DataFrame()
+
+
+class _Cut:
+    """A table's kept rows in the rules' order whose columns are gathered one at a time, on first use, and kept:
+    the rules read a third of a kernel's columns, and a whole copy of a large trace's kernels and API calls
+    (every column) was most of the rules' high-water. It answers what the rules ask of a frame (``[column]``,
+    ``columns``, ``len``, ``assign``) with the values and dtypes a ``take`` of the frame would have; :meth:`frame`
+    makes the frame itself (from the gathered columns, not copied again) where a rule reads it whole.
+
+    ``rows``: the source's rows in order (None: all of them, as they are); ``fix``: per column, a function
+    applied once to its gathered values; ``extra``: columns already in this order (``assign``)."""
+
+    def __init__(self, source: pd.DataFrame, rows: np.ndarray | None, fix: dict | None = None):
+        self.source, self.rows, self.fix = source, rows, dict(fix or {})
+        self.extra: dict[str, pd.Series] = {}
+        self._gathered: dict[str, pd.Series] = {}
+        self._whole: pd.DataFrame | None = None
+        self._columns: pd.Index | None = None
+        self._names: frozenset = frozenset()
+
+    @property
+    def columns(self) -> pd.Index:
+        if self._columns is None:  # made once: a rule asks for every rank (an Index costs ~0.3 ms to make and ask)
+            names = [*self.source.columns, *(c for c in self.extra if c not in self.source.columns)]
+            self._columns = pd.Index(names, dtype=object)
+            self._names = frozenset(names)
+        return self._columns
+
+    def has(self, column: str) -> bool:
+        return column in self.columns if self._columns is None else column in self._names
+
+    def __len__(self) -> int:
+        return len(self.source) if self.rows is None else len(self.rows)
+
+    def __getitem__(self, column: str) -> pd.Series:
+        if column in self.extra:
+            return self.extra[column]
+        memo = f"{column} (fixed)" if column in self.fix else column  # the gathered columns are shared (assign)
+        values = self._gathered.get(memo)
+        if values is None:
+            whole = self.source[column]
+            if self.rows is None:
+                values = whole.reset_index(drop=True)
+            else:
+                values = pd.Series(whole.array.take(self.rows), name=column, copy=False)
+            if column in self.fix:
+                values = self.fix[column](values)
+            self._gathered[memo] = values
+        return values
+
+    def assign(self, **columns) -> _Cut:
+        """The same rows with ``columns`` (arrays in this order) added or replaced; gathered columns shared."""
+        cut = _Cut(self.source, self.rows, self.fix)
+        cut._gathered = self._gathered  # the same rows: what one gathered, the other reads
+        cut.extra = {**self.extra, **{c: pd.Series(v, name=c, copy=False) for c, v in columns.items()}}
+        cut._columns = None
+        return cut
+
+    def fixed(self, **functions) -> _Cut:
+        """The same rows with these columns read through ``functions`` (of their gathered values), made once."""
+        cut = self.assign()
+        cut.fix.update(functions)
+        return cut
+
+    def frame(self) -> pd.DataFrame:
+        """The whole frame, every column (a rule that reads the frame whole)."""
+        if self._whole is None:
+            self._whole = pd.DataFrame({c: self[c] for c in self.columns}, copy=False)
+        return self._whole
+
+    def rows_frame(self, lo: int, hi: int, mask: np.ndarray, columns: list[str] | None = None) -> pd.DataFrame:
+        """Rows ``lo + flatnonzero(mask)`` of the whole frame, indexed by their place in ``[lo, hi)`` (what
+        ``frame().iloc[lo:hi].reset_index(drop=True)[mask]`` is), gathered for these rows only; ``columns``:
+        only these (in the frame's order), else every column."""
+        at = np.flatnonzero(mask)
+        pos = lo + at
+        rows = pos if self.rows is None else self.rows[pos]
+        out = {}
+        for c in self.columns if columns is None else [c for c in self.columns if c in columns]:
+            if c in self.extra or c in self._gathered or c in self.fix:
+                out[c] = self[c].array.take(pos)
+            else:
+                out[c] = self.source[c].array.take(rows)
+        return pd.DataFrame(out, index=at, copy=False)
+
+
 class RuleFrames:
     """The frames the rules read, projected for every rank of a job at once: each raw table's rows in the
-    database's columns, kept to each rank's profiled iterations or window, ordered by (rank, start) once;
+    database's columns, kept to each rank's profiled iterations or window, ordered by (rank, start) once (as a
+    :class:`_Cut`: the row order, each column gathered when a rule first reads it);
     a rank's :class:`Context` gets slices (a job of many small ranks spent most of its rules' time in
     the same pandas calls repeated per rank). One rank is the same code with one entry in ``bounds``.
 
@@ -63,11 +151,13 @@ class RuleFrames:
         self._ops_rank = np.zeros(0, dtype=np.int64)
         self._first_calls: tuple[pd.Index, dict[str, np.ndarray]] | None = None
         self._columns: dict[tuple[str, str], np.ndarray] = {}
+        self._texts: dict[tuple[str, str], np.ndarray] = {}
         self._name_uniques: dict[str, np.ndarray] = {}
         self._isin: dict[tuple, np.ndarray] = {}
         self._configs: dict[str | None, dict] = {}
         self._ceilings: dict[tuple, object] = {}
         self._position = {int(r): i for i, r in enumerate(self.ranks)}
+        self._only_make = False  # while making job-wide frames: no rank's slice of them (see :meth:`_slice`)
 
     def rules_config(self, path) -> dict:
         """:func:`.config.load_config` of ``path``, read once for all the job's ranks (the rules only read it)."""
@@ -94,15 +184,10 @@ class RuleFrames:
         """Make the frames every rank reads now (before forking workers, which then share them)."""
         if len(self.ranks):
             rank = int(self.ranks[0])
-            for table in ("kernels", "memops", "api_calls"):
-                self.in_iterations(table, rank)
-            self.overlapping("ranges", rank, cpu_only=True)
-            self.gpu_activity(rank)
-            self.sorted_by("gpus", "device", rank)
-            self.sorted_by("memory", "ts", rank)
+            for key in ("kernels", "memops", "api_calls", "ranges", "gpu_activity", "gpus", "memory", "kernel_facts"):
+                self._make_frame(key, rank)  # made, not sliced: a rank's whole frame is made only if a rule reads it
             self.ops(rank)
             self.has_kernels(rank)
-            self.kernel_facts(rank)
             for kind in ("dataloader", "io"):
                 self.ops_named(kind, rank)
             self.first_calls()
@@ -117,26 +202,30 @@ class RuleFrames:
         i = np.minimum(np.searchsorted(self.ranks, rank), max(len(self.ranks) - 1, 0))
         return i, (self.ranks[i] == rank) if len(self.ranks) else np.zeros(len(rank), dtype=bool)
 
-    def _cut(self, key: str, frame: pd.DataFrame, keep: np.ndarray, by: str | None, table: str | None = None) -> None:
+    def _cut(self, key: str, frame: pd.DataFrame, keep: np.ndarray, by: str | None, table: str | None = None,
+             lazy: bool = True, fix: dict | None = None) -> None:
         """Store ``frame``'s kept rows ordered by rank, then ``by`` (stable: a rank's rows keep their
-        order), with each rank's [lo, hi) slice bounds. ``table``: ``frame`` is that raw table's projection,
-        so a cut of the same rows in the same order made before is shared, not copied again (a one-rank
+        order), with each rank's [lo, hi) slice bounds: as a :class:`_Cut` (its columns gathered on first use),
+        or, ``lazy=False``, as the frame taken. ``table``: ``frame`` is that raw table's projection,
+        so a cut of the same rows in the same order made before is shared, not made again (a one-rank
         trace's kernels in its iterations and overlapping its window are the same rows: 23 MiB on the 235 MB
-        benchmark trace)."""
+        benchmark trace when taken whole). ``fix``: per column, a function of its values (:class:`_Cut`)."""
         rows = np.flatnonzero(keep)
         rank = frame["rank"].to_numpy(np.int64)[rows]
         order = np.lexsort((rank,) if by is None else (frame[by].to_numpy()[rows], rank))
         rows = rows[order]
-        if len(rows) != len(frame) or (np.diff(rows) < 0).any():
-            same = self._taken.get((table, by)) if table is not None else None
-            if same is not None and np.array_equal(same[0], rows):
-                frame = same[1]
-            else:
-                frame = frame.take(rows)
-                if table is not None:
-                    self._taken[(table, by)] = (rows, frame)
+        same = self._taken.get((table, by)) if table is not None else None
+        if same is not None and np.array_equal(same[0], rows) and (lazy or not isinstance(same[1], _Cut)):
+            made = same[1]
+        elif lazy:
+            whole = len(rows) == len(frame) and not (np.diff(rows) < 0).any()
+            made = _Cut(frame, None if whole else rows, fix)
+        else:
+            made = frame.take(rows) if len(rows) != len(frame) or (np.diff(rows) < 0).any() else frame
+        if table is not None and same is None:
+            self._taken[(table, by)] = (rows, made)
         rank = rank[order]
-        self._made[key] = (frame, np.searchsorted(rank, self.ranks, "left"), np.searchsorted(rank, self.ranks, "right"))
+        self._made[key] = (made, np.searchsorted(rank, self.ranks, "left"), np.searchsorted(rank, self.ranks, "right"))
 
     def _projected(self, table: str) -> pd.DataFrame:
         frame = self.tables[table]
@@ -145,10 +234,28 @@ class RuleFrames:
     def _slice(self, key: str, rank: int, make) -> pd.DataFrame:
         if key not in self._made:
             make()
+        if self._only_make:
+            return _NOTHING  # (:meth:`_make_frame`: the job-wide frame is what was asked for)
         frame, lo, hi = self._made[key]
+        if isinstance(frame, _Cut):
+            frame = frame.frame()
         i = int(np.searchsorted(self.ranks, rank))
         part = frame.iloc[lo[i]:hi[i]]
         return part if key == "ops_all" else part.reset_index(drop=True)
+
+    def rows_of(self, key: str, rank: int, mask: np.ndarray, columns: list[str] | None = None) -> pd.DataFrame:
+        """The rank's rows of its frame ``key`` (named as for :meth:`column`) where ``mask`` holds, in ``columns``
+        (default: every column), indexed by their row in the rank's frame: what the frame's ``[mask]`` gives,
+        without making the frame."""
+        made = self.COLUMNS[key]
+        if made not in self._made and len(self.ranks):
+            self._make_frame(key, int(self.ranks[0]))
+        frame, lo, hi = self._made[made]
+        i = self._position[rank]
+        if isinstance(frame, _Cut):
+            return frame.rows_frame(int(lo[i]), int(hi[i]), mask, columns)
+        part = frame.iloc[lo[i]:hi[i]].reset_index(drop=True)[mask]
+        return part if columns is None else part[[c for c in part.columns if c in columns]]
 
     def table(self, table: str, rank: int) -> pd.DataFrame:
         """The rank's rows of a raw table, in the database's columns, in table order."""
@@ -168,7 +275,10 @@ class RuleFrames:
             self._cut(key, frame, keep, "start", table)
             if table == "kernels":
                 cut, lo, hi = self._made[key]
-                self._made[key] = (cut.assign(uses_tc=cut["uses_tc"].fillna(0).astype(bool)), lo, hi)
+                if isinstance(cut, _Cut):
+                    self._made[key] = (cut.fixed(uses_tc=_uses_tc), lo, hi)
+                else:
+                    self._made[key] = (cut.assign(uses_tc=_uses_tc(cut["uses_tc"])), lo, hi)
         return self._slice(f"in {table}", rank, make)
 
     def overlapping(self, table: str, rank: int, cpu_only: bool = False) -> pd.DataFrame:
@@ -187,12 +297,16 @@ class RuleFrames:
     def gpu_activity(self, rank: int) -> pd.DataFrame:
         """The rank's kernels then memops overlapping its window (device, start, end, kind)."""
         def make():
-            k = self.overlapping_all("kernels")[["rank", "device", "start", "end"]].assign(kind="kernel")
-            m = self.overlapping_all("memops")[["rank", "device", "start", "end", "kind"]]
-            both = pd.concat([k, m], ignore_index=True)
-            self._cut("gpu_activity", both, np.ones(len(both), dtype=bool), None)
-            frame, lo, hi = self._made["gpu_activity"]
-            self._made["gpu_activity"] = (frame.drop(columns="rank"), lo, hi)
+            k, m = self.overlapping_all("kernels"), self.overlapping_all("memops")
+            rank = np.concatenate([k["rank"].to_numpy(np.int64), m["rank"].to_numpy(np.int64)])
+            order = np.argsort(rank, kind="stable")
+            kind = np.concatenate([np.full(len(k), "kernel", dtype=object), m["kind"].to_numpy(object)])
+            both = pd.DataFrame({c: np.concatenate([k[c].to_numpy(), m[c].to_numpy()])[order]
+                                 for c in ("device", "start", "end")} | {"kind": pd.Series(kind[order], dtype=object)},
+                                copy=False)
+            rank = rank[order]
+            self._made["gpu_activity"] = (both, np.searchsorted(rank, self.ranks, "left"),
+                                          np.searchsorted(rank, self.ranks, "right"))
         return self._slice("gpu_activity", rank, make)
 
     def overlapping_all(self, table: str) -> pd.DataFrame:
@@ -213,7 +327,7 @@ class RuleFrames:
         def make():
             frame = self._projected("ops")[_OP_COLUMNS + ["rank"]]
             frame = frame.assign(**{c: frame[c].astype(np.int64) for c in ("tc_eligible", "using_tc")})
-            self._cut("ops_all", frame, self._of_row(frame)[1], "op_id")
+            self._cut("ops_all", frame, self._of_row(frame)[1], "op_id", lazy=False)
             ops = self._made["ops_all"][0].set_index("op_id", drop=False)
             _inherit(ops)
             self._ops_rank = ops["rank"].to_numpy(np.int64)
@@ -307,22 +421,25 @@ class RuleFrames:
         if memo not in self._matches:
             if made not in self._made and len(self.ranks):
                 self._make(key, int(self.ranks[0]))
-            names = self._made[made][0]["name"]
-            same = next((found[0] for (m, _), found in self._matches.items() if m == made), None)
-            # the names as objects once per frame, whatever the pattern (2.2 MiB per pattern on 283k ops)
-            self._matches[memo] = (names.to_numpy(object) if same is None else same, names_matching(names, pattern))
+            # the names as objects once per frame, whatever the pattern, shared with :meth:`column`'s
+            self._matches[memo] = (self._objects(made, "name"), names_matching(self._made[made][0]["name"], pattern))
         _, lo, hi = self._made[made]
         i = int(np.searchsorted(self.ranks, rank))
         return self._matches[memo][1][lo[i]:hi[i]]
 
     def _make(self, key: str, rank: int) -> None:
-        """Make the job-wide frame behind :class:`Context`'s frame ``key``."""
-        if key in ("ops", "ops_all"):
-            (self.ops if key == "ops" else self.ops_all)(rank)
-        elif key == "ranges":
-            self.overlapping("ranges", rank, cpu_only=True)
-        else:
-            self.in_iterations("kernels" if key == "kernel_facts" else key, rank)
+        """Make the job-wide frame behind :class:`Context`'s frame ``key`` (not a rank's slice of it: that would
+        make a :class:`_Cut` whole)."""
+        only, self._only_make = self._only_make, True
+        try:
+            if key in ("ops", "ops_all"):
+                (self.ops if key == "ops" else self.ops_all)(rank)
+            elif key == "ranges":
+                self.overlapping("ranges", rank, cpu_only=True)
+            else:
+                self.in_iterations("kernels" if key == "kernel_facts" else key, rank)
+        finally:
+            self._only_make = only
 
     #: the job-wide frame behind each :class:`Context` frame whose columns :meth:`column` reads
     COLUMNS = {**MADE, "kernel_facts": "kernel facts", "memops": "in memops", "gpu_activity": "gpu_activity",
@@ -333,7 +450,8 @@ class RuleFrames:
         made = self.COLUMNS[key]
         if made not in self._made and len(self.ranks):
             self._make_frame(key, int(self.ranks[0]))
-        return column in self._made[made][0].columns
+        frame = self._made[made][0]
+        return frame.has(column) if isinstance(frame, _Cut) else column in frame.columns
 
     def column(self, key: str, column: str, rank: int) -> np.ndarray:
         """The rank's values of one column of its frame ``key`` (a :class:`Context` frame named in
@@ -345,8 +463,12 @@ class RuleFrames:
         if values is None:
             if made not in self._made and len(self.ranks):
                 self._make_frame(key, int(self.ranks[0]))
-            values = np.asarray(self._made[made][0][column].to_numpy()).view()
-            values.flags.writeable = False
+            series = self._made[made][0][column]
+            if isinstance(series.dtype, (pd.CategoricalDtype, pd.StringDtype)) or series.dtype == object:
+                values = self._objects(made, column)
+            else:
+                values = np.asarray(series.to_numpy()).view()
+                values.flags.writeable = False
             self._columns[memo] = values
         _, lo, hi = self._made[made]
         i = self._position[rank]
@@ -367,19 +489,45 @@ class RuleFrames:
         i = self._position[rank]
         return mask[lo[i]:hi[i]]
 
+    def _objects(self, made: str, column: str) -> np.ndarray:
+        """A text column of the job-wide frame ``made`` as a read-only object array, made once for frames of
+        the same rows (the kernels and their facts; the ops and those in iterations, when they are all): each
+        distinct text one object (``to_numpy`` of a pandas ``str`` column makes one per row)."""
+        same = made
+        if made == "kernel facts":
+            same = "in kernels"
+        elif made == "ops in iterations" and self._made[made][0] is self._made["ops_all"][0]:
+            same = "ops_all"
+        values = self._texts.get((same, column))
+        if values is None:
+            series = self._made[made][0][column]
+            if isinstance(series.dtype, pd.StringDtype):
+                codes, uniques = pd.factorize(series, sort=False)
+                known = np.asarray(uniques, dtype=object)
+                values = np.append(known, np.array([series.dtype.na_value], dtype=object))[codes]
+            else:
+                values = np.asarray(series.to_numpy(object))
+            values.flags.writeable = False
+            self._texts[(same, column)] = values
+        return values
+
     def _make_frame(self, key: str, rank: int) -> None:
-        if key == "kernel_facts":
-            self.kernel_facts(rank)
-        elif key == "gpu_activity":
-            self.gpu_activity(rank)
-        elif key == "memops":
-            self.in_iterations("memops", rank)
-        elif key == "gpus":
-            self.sorted_by("gpus", "device", rank)
-        elif key == "memory":
-            self.sorted_by("memory", "ts", rank)
-        else:
-            self._make(key, rank)
+        only, self._only_make = self._only_make, True
+        try:
+            if key == "kernel_facts":
+                self.kernel_facts(rank)
+            elif key == "gpu_activity":
+                self.gpu_activity(rank)
+            elif key == "memops":
+                self.in_iterations("memops", rank)
+            elif key == "gpus":
+                self.sorted_by("gpus", "device", rank)
+            elif key == "memory":
+                self.sorted_by("memory", "ts", rank)
+            else:
+                self._make(key, rank)
+        finally:
+            self._only_make = only
 
     def first_matches(self, key: str, pattern: re.Pattern, rank: int, count: int) -> list[str]:
         """The first ``count`` distinct names of the rank's frame ``key`` that match ``pattern``."""
@@ -714,6 +862,11 @@ def names_matching(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
     """Boolean mask of names matching a regex, evaluated once per distinct name."""
     return classify_names(names.fillna(""), lambda n: pattern.search(n) is not None,
                           memo=_MATCHED.setdefault(pattern, {}))
+
+
+def _uses_tc(values: pd.Series) -> pd.Series:
+    """A kernel's ``uses_tc`` as the rules read it: unknown is no."""
+    return values.fillna(0).astype(bool)
 
 
 #: per compiled pattern, the names already matched (the rules compile the same few patterns for every rank)

@@ -175,6 +175,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers,
                                        aggregated=None if budget else aggregated, evaluated=evaluated) if an else []
             aggs, findings = [agg for agg, _ in per_rank], [found for _, found in per_rank]
+            if budget:  # the rules' frames, freed, handed back (not kept by malloc for the stages after)
+                release_free_memory()
             if critical_path and hasattr(annotate_here, "send"):  # a replay beside prices them while we write
                 annotate_here.send(aggs, findings)
             # the writer still busy (it has not begun the timeline arrays): they are built here once the replay

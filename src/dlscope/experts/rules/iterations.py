@@ -58,11 +58,12 @@ def gpu_ends(ctx, numbers: np.ndarray) -> np.ndarray:
     """The end of each iteration's last kernel or memory operation (attributed by launching call), -1 where it
     launched none."""
     ends = np.full(len(numbers), -1, np.int64)
-    for table in (ctx.kernels, ctx.memops):
-        if len(table):
-            at = np.searchsorted(numbers, table["iteration"].to_numpy(np.int64))
-            ok = (at < len(numbers)) & (numbers[np.minimum(at, len(numbers) - 1)] == table["iteration"].to_numpy())
-            np.maximum.at(ends, at[ok], table["end"].to_numpy(np.int64)[ok])
+    for table in ("kernels", "memops"):
+        iteration = ctx.col(table, "iteration")
+        if len(iteration):
+            at = np.searchsorted(numbers, iteration.astype(np.int64))
+            ok = (at < len(numbers)) & (numbers[np.minimum(at, len(numbers) - 1)] == iteration)
+            np.maximum.at(ends, at[ok], ctx.col(table, "end").astype(np.int64)[ok])
     return ends
 
 

@@ -17,6 +17,8 @@ from ..finding import Finding
 from ..registry import rule
 
 _CONFIG = ["name", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers", "shared_mem"]
+#: the other columns of the kernels tail_effect reads
+_READ = ["dur", "waves", "last_wave_fill", "device", "rank", "active_blocks_per_sm", "op_id", "iteration", "end"]
 
 
 @rule("tail_effect", gpu=True)
@@ -40,8 +42,9 @@ def tail_effect(ctx, cfg):
     saving = int(tail[costly].sum())
     if not costly.any() or ctx.pct(saving) < cfg["min_pct"]:
         return None
-    k = ctx.kernels
-    hit = k[costly].assign(tail=tail[costly], slots=slots[costly], blocks=blocks[costly])
+    # the costly rows only, in the columns read below, not the whole frame
+    hit = ctx.frames.rows_of("kernels", ctx.rank, costly, _CONFIG + _READ)
+    hit = hit.assign(tail=tail[costly], slots=slots[costly], blocks=blocks[costly])
     n = ctx.config["evidence"]["max_items"]
     launches = (hit.groupby(_CONFIG, sort=False)
                 .agg(calls=("tail", "size"), tail_ns=("tail", "sum"), gpu_time_ns=("dur", "sum"),
