@@ -1,8 +1,7 @@
 """The job's per-rank figures and collectives are made once, by whichever comes to them first: the aggregation writer
 beside the rules, once its tables are in (it would otherwise wait for the replay's column), or the importing process
 after its rules. Either way the database stores what an import without that writer stores, and the raw files'
-kernels and copies give every rank's figures. That writer also builds the timeline arrays while it waits for the raw
-writer, where that one has not taken them yet."""
+kernels and copies give every rank's figures."""
 
 from __future__ import annotations
 
@@ -15,15 +14,12 @@ from conftest import data_file
 from raw_kineto import KERNEL_CATS, MEMOP_CATS, events
 from test_job import DLRM, _union, dlrm_files, raw_doc
 from test_store_writer import _children
-from test_viewer_timeline_stored import assert_same
 
 from dlscope.distributed.figures import rank_figures
 from dlscope.errors import DlscopeError
 from dlscope.pipeline import build, build_database
 from dlscope.processes import FirstComer
 from dlscope.store import writer
-from dlscope.viewer.profile_db import ProfileDB
-from dlscope.viewer.timeline import load_rank, rank_from_rows, ranks
 
 
 def _figures_first(in_writer: bool, monkeypatch) -> None:
@@ -135,35 +131,3 @@ def test_figures_failing_in_the_aggregation_writer_leave_no_file_and_no_child(tm
     assert "no figures" in text
     assert list((tmp_path / "out").iterdir()) == []
     assert _children() <= before
-
-
-def test_the_aggregation_writer_builds_the_timeline_arrays_the_raw_writer_has_not_taken(tmp_path, monkeypatch):
-    """The raw writer held until the arrays are taken: the aggregation writer (neither it nor the importing process)
-    builds them once, while it waits, and the database stores the arrays the viewer builds from each rank's rows."""
-    log, raw_log = tmp_path / "arrays.txt", tmp_path / "raw.txt"
-    real_raw, real_arrays = writer.write_raw_file, build.timeline_arrays
-
-    def held_raw(path, tables, create=True, indexes=True, timelines=None):  # in the raw writer
-        raw_log.write_text(str(os.getpid()))
-        deadline = time.monotonic() + 60
-        while timelines is not None and not timelines._taken.value and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return real_raw(path, tables, create, indexes, timelines)
-
-    def arrays(*args, **kwargs):
-        with open(log, "a") as f:
-            f.write(f"{os.getpid()}\n")
-        return real_arrays(*args, **kwargs)
-
-    monkeypatch.setattr(writer, "BESIDE_AGG_ROWS", 0)
-    monkeypatch.setattr(writer, "write_raw_file", held_raw)
-    monkeypatch.setattr(build, "timeline_arrays", arrays)
-    db = build_database([data_file(*DLRM)], tmp_path / "beside.sqlite", progress=False)
-    built_by = log.read_text().split()
-    assert len(built_by) == 1 and built_by[0] not in (str(os.getpid()), raw_log.read_text())
-    pdb = ProfileDB(db)
-    assert ranks(pdb) == list(range(8))
-    for rank in ranks(pdb):
-        rows = rank_from_rows(pdb, rank)
-        assert sum(len(t.ids) for t in rows.tracks.values()) > 0
-        assert_same(load_rank(pdb, rank), rows)

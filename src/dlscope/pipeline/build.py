@@ -155,8 +155,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
         step("writing database")
         with writer.atomic_database(db_path, force) as db, \
                 _replay(an if critical_path and not budget else None, windows, beside=True) as annotate_here:
-            # the timeline arrays: built by the writer after its indexes, or by the aggregation writer beside the
-            # rules while it waits for that one's end, or here first if this process is idle
+            # the timeline arrays: built by the writer after its indexes, or here first if this process is idle
             timelines = FirstComer(partial(timeline_arrays, an)) if an is not None else None
             if an is not None:
                 db.write_raw(_raw_tables(an), timelines=timelines, fork=_replay_beside_pays(an))
@@ -175,7 +174,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             def aggregated(made: list) -> None:
                 assert an is not None  # (called by aggregate_ranks)
                 claim = FirstComer(partial(rank_figures, an, made))
-                started = db.write_agg_tables_beside(made, writer.BEFORE_REPLAY, claim, timelines)
+                started = db.write_agg_tables_beside(made, writer.BEFORE_REPLAY, claim)
                 if started is not None:
                     figures_claim.append(claim)
                 beside.append(started)

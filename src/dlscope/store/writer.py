@@ -419,8 +419,7 @@ class NewDatabase:
             write_raw_file(self.path, {})
         self.written = True
 
-    def write_agg_tables_beside(self, aggs: list, tables, meanwhile: FirstComer | None = None,
-                                timelines: FirstComer | None = None
+    def write_agg_tables_beside(self, aggs: list, tables, meanwhile: FirstComer | None = None
                                 ) -> Callable[[], tuple[list[int], dict[str, int | None]]] | None:
         """:meth:`write_agg_tables` started before the raw writer has ended, so the importing process does not
         wait for it: a forked writer that waits itself for the raw writer's exit (the end of ``raw_ended``), then
@@ -429,17 +428,14 @@ class NewDatabase:
         start: too few rows to pay (``BESIDE_AGG_ROWS``), no forked raw writer running, no fork allowed.
         ``meanwhile``: work the writer does once its tables are in, if it comes to it before the importing
         process does (it would otherwise sit idle until the replay's column comes); its value is then
-        :attr:`done_meanwhile` once the writer was waited for. ``timelines``: the timeline arrays (as
-        :meth:`write_raw` takes them), built while it waits for the raw writer where that one has not taken them
-        yet, and stored with its tables: the raw writer, whose end it waits for, ends sooner."""
+        :attr:`done_meanwhile` once the writer was waited for."""
         if (self.conn is not None or not aggs or self.raw_ended < 0 or self.queued_writer is not None
                 or not isinstance(self.raw_writer, ForkedCall) or not can_fork()):
             return None
         tables = list(tables)
         if _agg_rows(aggs, tables) < BESIDE_AGG_ROWS:
             return None
-        forked = ForkedCall(_after_raw_writer, self.raw_ended, self.path, aggs, tables, meanwhile, timelines,
-                            inbox=True)
+        forked = ForkedCall(_after_raw_writer, self.raw_ended, self.path, aggs, tables, meanwhile, inbox=True)
         self.queued_writer = forked
         self._beside_meanwhile = True
         return self._agg_writer_started(aggs, tables, forked.send)
@@ -837,19 +833,17 @@ def replay_columns(aggs: list, tables) -> dict[str, list[pd.arrays.IntegerArray 
 
 
 def _after_raw_writer(filled: Callable[[], dict[str, list] | None], raw_ended: int, path: str, aggs: list,
-                      tables: list[str], meanwhile: FirstComer | None = None,
-                      timelines: FirstComer | None = None) -> tuple[tuple[list[int], dict[str, int | None]], Any]:
+                      tables: list[str], meanwhile: FirstComer | None = None
+                      ) -> tuple[tuple[list[int], dict[str, int | None]], Any]:
     """In the aggregation writer forked before the raw writer ended: :func:`ingest_agg_tables` once the raw
     writer has exited (``raw_ended`` reads its end of file: the raw writer held the pipe's only writing end); the
     one writer of the file at a time. A raw writer that failed is reported by the importing process, which then
     kills this one. ADBC's module is loaded while it waits (~25 ms less after the raw writer's end). Also
     ``meanwhile``'s work once the tables are in, where the importing process (still in its rules) has not taken
-    it: returned beside what ``ingest_agg_tables`` returns (None where not done here). The ``timelines`` arrays,
-    where the raw writer has not taken them, built while it runs and stored with the tables."""
+    it: returned beside what ``ingest_agg_tables`` returns (None where not done here)."""
     import adbc_driver_manager  # noqa: F401
     import adbc_driver_sqlite  # noqa: F401
 
-    arrays = timelines.work() if timelines is not None and timelines.take() else None
     # each table's aggregations joined while the raw writer ends (~60 ms of the 64-rank job's ingest)
     joined = {table: _join([getattr(agg, AGG_TABLES[table]) for agg in aggs]) for table in tables}
     while os.read(raw_ended, 1):
@@ -860,14 +854,13 @@ def _after_raw_writer(filled: Callable[[], dict[str, list] | None], raw_ended: i
     def idle() -> None:
         if meanwhile is not None and meanwhile.take():
             done.append(meanwhile.work())
-    written = ingest_agg_tables(filled, path, aggs, tables, idle, joined, arrays)
+    written = ingest_agg_tables(filled, path, aggs, tables, idle, joined)
     return written, (done[0] if done else None)
 
 
 def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path: str, aggs: list,
                       tables: list[str], idle: Callable[[], None] | None = None,
-                      joined: dict[str, Joined | None] | None = None,
-                      timelines: dict[int, dict[str, bytes]] | None = None) -> tuple[list[int], dict[str, int | None]]:
+                      joined: dict[str, Joined | None] | None = None) -> tuple[list[int], dict[str, int | None]]:
     """:func:`write_agg_tables` through ADBC into a file no sqlite3 connection has open (``_ArrowIngest``); the
     agg_ids reserved and each table's rowid before its first row (None: its critical_path_ns filled here).
     The tables the replay fills (``REPLAY_FILLED``) get it once ``filled()`` gives it, the replay in
@@ -878,8 +871,7 @@ def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path:
     (``filled`` given) also indexes the tables' names for search (``AGG_NAMES``) while it waits for the replay:
     ``NAMES_INDEXED`` in what it returns tells :func:`write_aggregations` it is done. ``idle``: called once the
     rows are in, before the names and the wait for the replay (a background writer only). ``joined``: each table's
-    aggregations joined already (:func:`_join`); ``timelines``: the ranks' timeline arrays, stored with the names
-    (a background writer only)."""
+    aggregations joined already (:func:`_join`)."""
     with _ArrowIngest(path, {}) as ingest:
         ids = new_agg_ids(ingest, len(aggs))
         before: dict[str, int | None] = {}
@@ -907,9 +899,6 @@ def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path:
             index_names(conn, AGG_NAMES)
             conn.commit()
             before[NAMES_INDEXED] = None
-        if timelines is not None:
-            write_timeline_arrays(conn, timelines)
-            conn.commit()
         columns = filled() if waiting else {}
         if columns is None:
             raise EOFError("the replay's figures never came")
