@@ -167,17 +167,9 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             # many aggregation rows go in beside the rules, by a writer that starts once the raw writer ends
             # (on the core it leaves; not under a memory budget, estimated for one analysis at a time)
             beside: list = []
-            # the per-rank figures read only the aggregations: a writer beside the rules done with its tables
-            # before the rules end makes them there, else this process after the rules (whichever comes first)
-            figures_claim: list[FirstComer] = []
 
             def aggregated(made: list) -> None:
-                assert an is not None  # (called by aggregate_ranks)
-                claim = FirstComer(partial(rank_figures, an, made))
-                started = db.write_agg_tables_beside(made, writer.BEFORE_REPLAY, claim)
-                if started is not None:
-                    figures_claim.append(claim)
-                beside.append(started)
+                beside.append(db.write_agg_tables_beside(made, writer.BEFORE_REPLAY))
             # (a replay beside prices each group of ranks' findings as their rules end)
             evaluated = getattr(annotate_here, "add", None) if critical_path else None
             per_rank = aggregate_ranks(an, iter_start, iter_stop, rules_config, workers,
@@ -193,9 +185,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             here = timelines is not None and not budget and timelines.take()
             written = next((w for w in beside if w is not None), None) or (
                 None if here else db.write_agg_tables(aggs, writer.BEFORE_REPLAY, beside=not budget))
-            figures = None  # (the replay's figures are not read)
-            if an is not None and (not figures_claim or figures_claim[0].take()):
-                figures = rank_figures(an, aggs)
+            figures = rank_figures(an, aggs) if an is not None else None  # (the replay's figures are not read)
             sources = an.profile.meta.get("sources", [an.profile.meta]) if an else []
             facts = {"iteration_methods": an.iteration_methods if an else {},
                      "key_node_candidates": an.key_node_candidates if an else {}}
@@ -214,10 +204,6 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             elif an is not None:
                 skip(aggs, findings, NO_CRITICAL_PATH)
             built_here = timelines.work() if here and timelines is not None else {}
-            if figures_claim and figures is None:  # made by the aggregation writer: its value once it is waited for
-                assert written is not None
-                done = written()
-                figures, written = db.done_meanwhile, lambda: done
             _write_results(db.connect(), sources, profile_name or _default_name(paths),
                            {**(extra_meta or {}), "key_node": key_node or "", **facts},
                            ncu, aggs, findings, figures, built_here, written)

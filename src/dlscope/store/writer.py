@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -325,10 +325,6 @@ class NewDatabase:
         self.written = False  # the raw tables (or an empty database) in the file, no background writer
         self.agg_writer = False  # the background writer is ingest_agg_tables: its result goes to agg_written
         self.agg_written: tuple[list[int], dict[str, int | None]] = ([], {})
-        # the work the writer beside the rules did while it waited for the replay (:meth:`write_agg_tables_beside`,
-        # ``meanwhile``): its value, None where the importing process came to it first
-        self.done_meanwhile: Any = None
-        self._beside_meanwhile = False
         self.send_filled: Callable[[], None] | None = None  # sends it the replay's column (ingest_agg_tables)
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
@@ -388,9 +384,6 @@ class NewDatabase:
                     raise
             value = writer.result()
             if self.agg_writer:
-                if self._beside_meanwhile:
-                    value, self.done_meanwhile = value
-                    self._beside_meanwhile = False
                 self.agg_written, self.agg_writer = value, False
         except (DlscopeError, KeyboardInterrupt, SystemExit):
             raise
@@ -419,25 +412,21 @@ class NewDatabase:
             write_raw_file(self.path, {})
         self.written = True
 
-    def write_agg_tables_beside(self, aggs: list, tables, meanwhile: FirstComer | None = None
+    def write_agg_tables_beside(self, aggs: list, tables
                                 ) -> Callable[[], tuple[list[int], dict[str, int | None]]] | None:
         """:meth:`write_agg_tables` started before the raw writer has ended, so the importing process does not
         wait for it: a forked writer that waits itself for the raw writer's exit (the end of ``raw_ended``), then
         ingests (:func:`ingest_agg_tables`), while the importing process goes on (the expert rules: the job's
         ingest then runs on the core the raw writer leaves, not at the import's end). None where it does not
-        start: too few rows to pay (``BESIDE_AGG_ROWS``), no forked raw writer running, no fork allowed.
-        ``meanwhile``: work the writer does once its tables are in, if it comes to it before the importing
-        process does (it would otherwise sit idle until the replay's column comes); its value is then
-        :attr:`done_meanwhile` once the writer was waited for."""
+        start: too few rows to pay (``BESIDE_AGG_ROWS``), no forked raw writer running, no fork allowed."""
         if (self.conn is not None or not aggs or self.raw_ended < 0 or self.queued_writer is not None
                 or not isinstance(self.raw_writer, ForkedCall) or not can_fork()):
             return None
         tables = list(tables)
         if _agg_rows(aggs, tables) < BESIDE_AGG_ROWS:
             return None
-        forked = ForkedCall(_after_raw_writer, self.raw_ended, self.path, aggs, tables, meanwhile, inbox=True)
+        forked = ForkedCall(_after_raw_writer, self.raw_ended, self.path, aggs, tables, inbox=True)
         self.queued_writer = forked
-        self._beside_meanwhile = True
         return self._agg_writer_started(aggs, tables, forked.send)
 
     def write_agg_tables(self, aggs: list, tables, beside: bool = True
@@ -833,14 +822,11 @@ def replay_columns(aggs: list, tables) -> dict[str, list[pd.arrays.IntegerArray 
 
 
 def _after_raw_writer(filled: Callable[[], dict[str, list] | None], raw_ended: int, path: str, aggs: list,
-                      tables: list[str], meanwhile: FirstComer | None = None
-                      ) -> tuple[tuple[list[int], dict[str, int | None]], Any]:
+                      tables: list[str]) -> tuple[list[int], dict[str, int | None]]:
     """In the aggregation writer forked before the raw writer ended: :func:`ingest_agg_tables` once the raw
     writer has exited (``raw_ended`` reads its end of file: the raw writer held the pipe's only writing end); the
     one writer of the file at a time. A raw writer that failed is reported by the importing process, which then
-    kills this one. ADBC's module is loaded while it waits (~25 ms less after the raw writer's end). Also
-    ``meanwhile``'s work once the tables are in, where the importing process (still in its rules) has not taken
-    it: returned beside what ``ingest_agg_tables`` returns (None where not done here)."""
+    kills this one. ADBC's module is loaded while it waits (~25 ms less after the raw writer's end)."""
     import adbc_driver_manager  # noqa: F401
     import adbc_driver_sqlite  # noqa: F401
 
@@ -849,18 +835,12 @@ def _after_raw_writer(filled: Callable[[], dict[str, list] | None], raw_ended: i
     while os.read(raw_ended, 1):
         pass
     os.close(raw_ended)
-    done = []
-
-    def idle() -> None:
-        if meanwhile is not None and meanwhile.take():
-            done.append(meanwhile.work())
-    written = ingest_agg_tables(filled, path, aggs, tables, idle, joined)
-    return written, (done[0] if done else None)
+    return ingest_agg_tables(filled, path, aggs, tables, joined)
 
 
 def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path: str, aggs: list,
-                      tables: list[str], idle: Callable[[], None] | None = None,
-                      joined: dict[str, Joined | None] | None = None) -> tuple[list[int], dict[str, int | None]]:
+                      tables: list[str], joined: dict[str, Joined | None] | None = None
+                      ) -> tuple[list[int], dict[str, int | None]]:
     """:func:`write_agg_tables` through ADBC into a file no sqlite3 connection has open (``_ArrowIngest``); the
     agg_ids reserved and each table's rowid before its first row (None: its critical_path_ns filled here).
     The tables the replay fills (``REPLAY_FILLED``) get it once ``filled()`` gives it, the replay in
@@ -869,8 +849,7 @@ def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path:
     rowids returned). A table's indexes are dropped before its rows and built again after
     them, as the SQL the schema wrote (one sort instead of an index insert per row). A background writer
     (``filled`` given) also indexes the tables' names for search (``AGG_NAMES``) while it waits for the replay:
-    ``NAMES_INDEXED`` in what it returns tells :func:`write_aggregations` it is done. ``idle``: called once the
-    rows are in, before the names and the wait for the replay (a background writer only). ``joined``: each table's
+    ``NAMES_INDEXED`` in what it returns tells :func:`write_aggregations` it is done. ``joined``: each table's
     aggregations joined already (:func:`_join`)."""
     with _ArrowIngest(path, {}) as ingest:
         ids = new_agg_ids(ingest, len(aggs))
@@ -887,8 +866,6 @@ def ingest_agg_tables(filled: Callable[[], dict[str, list] | None] | None, path:
             for _, deferred in waiting.values():
                 ingest.execute_script(";".join(deferred))
             return ids, before
-    if idle is not None:
-        idle()
     # the rest through sqlite3 (the search tables' trigram index is its SQLite's, as the importing process's),
     # once ADBC's SQLite has closed the file: the names while the replay ends, then its column
     conn = sqlite3.connect(path)
