@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 def _profile_cmd() -> list[str]:
     from dlscope import cli
 
-    if "profile" in cli.cli.commands:
+    if "profile" in cli.cli.list_commands(None):
         return [sys.executable, "-m", "dlscope", "profile"]
     return [sys.executable, "-c", "from dlscope.capture.cli_profile import profile_command as c; "
             "c(prog_name='dlscope profile')"]

@@ -48,3 +48,17 @@ def test_check_is_the_function_even_after_its_module_is_imported():
                             "assert callable(c.check) and c.check is module.check, c.check\n"
                             "from dlscope.compare import check\nassert check is module.check")
     assert "dlscope.compare.check" in loaded
+
+
+def test_a_command_that_lives_with_its_stage_loads_only_when_named():
+    """``import dlscope.cli`` (every command's start) loads no stage's command module; naming one loads it and runs
+    it."""
+    stages = {"dlscope.capture.cli_profile", "dlscope.compare.cli_compare", "dlscope.viewer.cli_view",
+              "dlscope.whatif.cli_whatif", "dlscope.present.cli_export", "dlscope.roofline.cli_characterize"}
+    assert not _modules_after("import dlscope.cli") & stages
+    loaded = _modules_after("from dlscope.cli import main\n"
+                            "try:\n    main(['diff', '--help'])\nexcept SystemExit:\n    pass")
+    assert loaded & stages == {"dlscope.compare.cli_compare"}
+    usage = subprocess.run([sys.executable, "-m", "dlscope", "whatif", "--help"], capture_output=True, text=True,
+                           check=True).stdout
+    assert usage.startswith("Usage: dlscope whatif")
