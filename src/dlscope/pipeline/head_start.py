@@ -58,7 +58,7 @@ CHILD_SHARE = 0.66
 
 #: the child's share of one trace's pieces when it starts as the command does (:func:`_decode_later`), measured
 #: as :data:`CHILD_SHARE` was (bench/README.md, h28head)
-TRACE_CHILD_SHARE = 0.6
+TRACE_CHILD_SHARE = 0.58
 
 
 @dataclass
