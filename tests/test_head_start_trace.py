@@ -183,3 +183,15 @@ def test_a_started_child_whose_cuts_are_not_the_readers_fails_the_file_as_change
     with pytest.raises(InputError, match="changed while it was read"):
         kineto_columns(plain_trace, reading=Reading(processes=2))
     assert not pieces._STARTED
+
+
+def test_the_child_of_a_file_in_another_format_decodes_nothing(tmp_path):
+    """An nsys export or a TensorFlow trace is read by the parent alone: the started child returns None at once
+    (and the import kills it once the files are read)."""
+    from dlscope.pipeline import head_start
+
+    tf = tmp_path / "tf.trace.json"
+    with gzip.open(sorted(data_file("tf_trace").glob("*.trace.json.gz"))[0]) as f:
+        tf.write_bytes(f.read())
+    for path in (data_file("nsys_sqlite", "nvfuser_h200_nvtx_nsys2025.1.sqlite"), tf):
+        assert head_start._decode_later(path, 4096, 0.6, 2**40) is None  # small pieces: a Chrome trace cuts

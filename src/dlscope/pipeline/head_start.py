@@ -171,9 +171,13 @@ def _trace_if_it_pays(paths: list[Path], reading: Any) -> Path | None:
 
 def _decode_later(path: Path, piece_bytes: int, child_share: float, limit: int) -> Any:
     """The child of one trace: its later pieces (:func:`~dlscope.importers.kineto.pieces.later_pieces`), without
-    pandas (pyarrow's shim would load it on its first array, ~0.2 s of CPU), unless the pieces need it."""
+    pandas (pyarrow's shim would load it on its first array, ~0.2 s of CPU), unless the pieces need it. None for
+    a file of another format (a TensorFlow trace, an nsys export: the parent reads it alone)."""
+    from ..importers import sniff
     from ..importers.kineto import pieces
 
+    if sniff(path) != "kineto":
+        return None
     return _without_pandas(partial(pieces.later_pieces, path, piece_bytes, child_share, limit))
 
 

@@ -82,7 +82,8 @@ def cut_events(text: Text, piece_bytes: int) -> list[int] | None:
 
 def in_memory(path: Path, text: Text, piece_bytes: int, processes_wanted: int, progress: Progress | None
               ) -> Result:
-    """Tables of the text's pieces; with ``processes_wanted`` 2, the second half decoded by a forked child."""
+    """Tables of the text's pieces; with ``processes_wanted`` 2, the later pieces decoded by a forked child (the one
+    started with the command for this file, :func:`take_started`, else one forked here for the second half)."""
     cuts = cut_events(text, piece_bytes)
     if cuts is None:
         raise Unsplittable
