@@ -72,6 +72,8 @@ def main() -> None:
         patch_stages()
     else:  # the child forked first (its reading timed), then the pipeline imported and timed
         head_start._read = timed("head start: child reads", head_start._read)
+        if hasattr(head_start, "_decode_later"):  # one trace's later pieces, decoded by a child forked as it starts
+            head_start._decode_later = timed("head start: child decodes", head_start._decode_later)
         started = head_start.started
 
         @contextlib.contextmanager

@@ -71,6 +71,10 @@ GZIP_MAGIC = b"\x1f\x8b"
 MAX_GZIP_RATIO = 100  # JSON traces compress 10-20x; a larger size in the gzip trailer is not trusted
 LEAST_GZIP_RATIO = 5  # below any Kineto trace seen (they compress 10-20x)
 ESTIMATED_GZIP_RATIO = 15  # when the gzip trailer cannot tell the size (multi-GB files wrap at 4 GiB)
+#: a Kineto file with at least this much JSON is decoded by two processes (the importing one and a forked child;
+#: :mod:`.kineto.pieces`); here, not in the Kineto importer, so that `dlscope import` can decide to fork that
+#: child before it loads numpy and pyarrow (:mod:`dlscope.pipeline.head_start`)
+SPLIT_MIN_BYTES = 64 * 2**20
 
 
 def estimated_json_size(path: Path, least: bool = False) -> int:

@@ -305,6 +305,7 @@ def load_profiles_parallel(paths: Sequence[str | Path], workers: int | None = No
             profile = merge(_in_two_halves(files, sizes, step, reading), files)
         else:
             profile = merge(_serial(files, sizes, share, step, reading), files)
+    head_start.drop_untaken()  # a child started with the command for files read without it (not a Kineto trace)
     if budget:
         check_analysis_fits(profile, budget, files)
     return profile

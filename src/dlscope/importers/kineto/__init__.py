@@ -30,6 +30,7 @@ from typing import Any
 from ... import processes
 from ...errors import InputError
 from ...model import Profile, TableColumns
+from .. import streams
 from ..exact_ns import TimeOutOfRange
 from ..python_frames import MAX_FRAMES
 from . import pieces
@@ -46,15 +47,13 @@ from .text import (
     text_limit,
 )
 
-__all__ = ["IN_MEMORY_PEAK_FACTOR", "SPLIT_MIN_BYTES", "Reading", "estimated_json_size",
+__all__ = ["IN_MEMORY_PEAK_FACTOR", "Reading", "estimated_json_size", "in_memory_limit",
            "kineto_columns", "load_kineto", "read_identity", "should_stream"]
 
 #: The in-memory reader holds the JSON text plus one piece of objects at a time: at most about this many
 #: times the JSON's size at its peak (measured on the real traces; see bench/README.md). Files whose
 #: estimate does not fit the budget are streamed.
 IN_MEMORY_PEAK_FACTOR = 3
-#: a file with at least this much JSON is decoded by two processes (this one and a forked child)
-SPLIT_MIN_BYTES = 64 * 2**20
 PIECE_BYTES = 4 * 2**20
 STREAM_BLOCK_BYTES = 8 * 2**20
 
@@ -68,11 +67,11 @@ class Reading:
 
     ``method``: "auto" (in memory unless the budget says stream), "in_memory" (pieces of the text in
     memory), "streamed" (pieces cut while the file is read in blocks) or "ijson" (event by event).
-    ``processes``: in-memory pieces decoded by 1 or 2 processes; None: 2 for files of ``SPLIT_MIN_BYTES``
-    of JSON or more, where dlscope may fork and two cores exist. ``piece_bytes`` / ``block_bytes``: the
-    size of a piece and of a streamed block. ``fallback``: read a file the pieces cannot cut with ijson
-    (off in tests that prove the pieces handled a file on their own). ``max_python_frames``: the most Python
-    frames kept (the longest).
+    ``processes``: in-memory pieces decoded by 1 or 2 processes; None: 2 for files of
+    :data:`~dlscope.importers.streams.SPLIT_MIN_BYTES` of JSON or more, where dlscope may fork and two cores
+    exist. ``piece_bytes`` / ``block_bytes``: the size of a piece and of a streamed block. ``fallback``: read a
+    file the pieces cannot cut with ijson (off in tests that prove the pieces handled a file on their own).
+    ``max_python_frames``: the most Python frames kept (the longest).
     """
 
     method: str = "auto"
@@ -126,14 +125,21 @@ def kineto_columns(path: Path, *, max_memory: int | None = None, progress: Progr
 
 def _read(path: Path, max_memory: int | None, progress: Progress | None, reading: Reading
           ) -> tuple[Trace, Tables, int]:
+    try:
+        return _read_with(path, max_memory, progress, reading)
+    finally:  # a child started with the command for this file's later pieces that the reader did not take
+        pieces.drop_started()
+
+
+def _read_with(path: Path, max_memory: int | None, progress: Progress | None, reading: Reading
+               ) -> tuple[Trace, Tables, int]:
     method = reading.method
     if method == "auto":
         method = "streamed" if max_memory is not None and should_stream(path, max_memory) else "in_memory"
     if method == "in_memory":
-        limit = (max_memory if max_memory is not None else _physical_memory()) // IN_MEMORY_PEAK_FACTOR
         try:
-            with json_text(path, limit) as text:
-                wanted = reading.processes or (2 if len(text) >= SPLIT_MIN_BYTES else 1)
+            with json_text(path, in_memory_limit(max_memory)) as text:
+                wanted = reading.processes or (2 if len(text) >= streams.SPLIT_MIN_BYTES else 1)
                 return pieces.in_memory(path, text, reading.piece_bytes,
                                         wanted if processes.fork_pays() else 1, progress)
         except TooLarge:  # more text than the estimate said (a gzip bomb, a lying trailer): bounded instead
@@ -149,6 +155,11 @@ def _read(path: Path, max_memory: int | None, progress: Progress | None, reading
             return found
         method = _fallback(path, reading)
     return ijson_tables(path, progress)
+
+
+def in_memory_limit(max_memory: int | None) -> int:
+    """The most JSON text read into memory whole (more is streamed): a share of the budget, or of the machine."""
+    return (max_memory if max_memory is not None else _physical_memory()) // IN_MEMORY_PEAK_FACTOR
 
 
 def _fallback(path: Path, reading: Reading) -> str:

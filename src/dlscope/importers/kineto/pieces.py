@@ -12,7 +12,11 @@ byte early in a large file costs a few failed pieces, not a decode of the rest p
 
 In memory, a large file's second half is decoded meanwhile by a forked child
 (:class:`dlscope.processes.ForkedCall`) from its first guessed cut; its result is used only when this
-process's pieces prove that cut, else it is killed and this process decodes on. Streamed, the file is read
+process's pieces prove that cut, else it is killed and this process decodes on. `dlscope import` of one large
+plain trace forks that child as the command starts, before pandas and the pipeline load
+(:mod:`dlscope.pipeline.head_start`): it maps the file and cuts it itself (:func:`later_pieces`, the same cuts)
+and decodes a larger share; the reader takes it (:func:`in_memory`) where it was started for this file and these
+pieces, else it is killed (:func:`drop_started`). Streamed, the file is read
 in blocks and cut by the same rule as in memory, so the pieces, and the tables, are identical.
 """
 
@@ -22,6 +26,7 @@ import gc
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ... import processes
@@ -37,7 +42,7 @@ from .events import (
     Unsplittable,
     decode_piece,
 )
-from .text import LOST_EXIT, LOST_MESSAGE, UTF8_BOM, CountingReader, Text, release, stream_errors
+from .text import LOST_EXIT, LOST_MESSAGE, UTF8_BOM, CountingReader, Text, json_text, release, stream_errors
 
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 BETWEEN_OBJECTS = re.compile(rb"\}\s*,\s*\{")
@@ -77,7 +82,8 @@ def cut_events(text: Text, piece_bytes: int) -> list[int] | None:
 
 def in_memory(path: Path, text: Text, piece_bytes: int, processes_wanted: int, progress: Progress | None
               ) -> Result:
-    """Tables of the text's pieces; with ``processes_wanted`` 2, the second half decoded by a forked child."""
+    """Tables of the text's pieces; with ``processes_wanted`` 2, the later pieces decoded by a forked child (the one
+    started with the command for this file, :func:`take_started`, else one forked here for the second half)."""
     cuts = cut_events(text, piece_bytes)
     if cuts is None:
         raise Unsplittable
@@ -89,18 +95,24 @@ def in_memory(path: Path, text: Text, piece_bytes: int, processes_wanted: int, p
         def in_stored_bytes(done: int, events: int) -> None:
             report(stored * done // size, events)
         progress = in_stored_bytes
+    started = take_started(path, piece_bytes) if processes_wanted >= 2 and len(cuts) >= 4 else None
+    drop_started()
     if processes_wanted < 2 or len(cuts) < 4:
         tables, events, trailer, _ = _decode(text, cuts, 0, len(cuts), progress)
         return with_trailer(header, trailer), tables, events
-    half = round(len(cuts) * PARENT_SHARE)
-    child = processes.ForkedCall(_decode_later_half, text, cuts, half)
+    if started is not None:  # forked as the command started, mapping the file and cutting it itself
+        half = first_later(len(cuts), 1 - started.child_share)
+        child = started.child
+    else:
+        half = first_later(len(cuts), PARENT_SHARE)
+        child = processes.ForkedCall(_decode_later_half, text, cuts, half)
     try:
         tables, events, trailer, stopped = _decode(text, cuts, 0, half, progress)
         if stopped != half:  # a merge crossed the child's first cut: its guess was wrong, this process went on
             child.kill()
             return with_trailer(header, trailer), tables, events
         try:
-            later, more_events, trailer = child.result()
+            done = child.result()
         except processes.ChildFailed as e:
             if e.exit_code == LOST_EXIT:
                 raise InputError(path, LOST_MESSAGE) from None
@@ -108,8 +120,78 @@ def in_memory(path: Path, text: Text, piece_bytes: int, processes_wanted: int, p
     except BaseException:
         child.kill()
         raise
+    if started is not None:
+        if done is None or done[:2] != (cuts[half], len(cuts)):  # its map was cut elsewhere: not the same bytes
+            raise InputError(path, LOST_MESSAGE)
+        done = done[2:]
+    later, more_events, trailer = done
     tables.absorb(later)
     return with_trailer(header, trailer), tables, events + more_events
+
+
+def first_later(pieces: int, parent_share: float) -> int:
+    """The first of ``pieces`` that the child decodes: ``parent_share`` of them left to this process, at least
+    one on either side."""
+    return min(max(round(pieces * parent_share), 1), pieces - 1)
+
+
+@dataclass
+class Started:
+    """A child forked as the command started (:mod:`dlscope.pipeline.head_start`) that decodes the later
+    ``child_share`` of the pieces of the file ``file`` (its device, inode, size and modification time) names,
+    cut every ``piece_bytes`` (:func:`later_pieces`)."""
+
+    file: tuple[int, int, int, int]
+    piece_bytes: int
+    child_share: float
+    child: processes.ForkedCall
+    owner: int  # the process that forked it (a process forked later inherits this record, not the child)
+
+
+_STARTED: list[Started] = []
+
+
+def file_identity(path: Path) -> tuple[int, int, int, int]:
+    st = os.stat(source(path))
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def adopt_started(path: Path, piece_bytes: int, child_share: float, child: processes.ForkedCall) -> None:
+    """Record a child started for ``path``'s later pieces (:func:`later_pieces`) for the reader to take."""
+    _STARTED.append(Started(file_identity(path), piece_bytes, child_share, child, os.getpid()))
+
+
+def take_started(path: Path, piece_bytes: int) -> Started | None:
+    """The started child decoding this file (unchanged since) cut every ``piece_bytes``, else None."""
+    for i, one in enumerate(_STARTED):
+        if one.owner == os.getpid() and one.piece_bytes == piece_bytes and one.file == file_identity(path):
+            return _STARTED.pop(i)
+    return None
+
+
+def drop_started() -> None:
+    """Kill the started children no reader took (a process forked since only forgets them)."""
+    while _STARTED:
+        one = _STARTED.pop()
+        if one.owner == os.getpid():
+            one.child.kill()
+
+
+def later_pieces(path: Path, piece_bytes: int, child_share: float, limit: int
+                 ) -> tuple[int, int, dict, int, Trace | None] | None:
+    """In a child forked as the command started: the file's text mapped (at most ``limit`` bytes), cut as
+    :func:`in_memory` cuts it, and its later ``child_share`` of the pieces decoded. Returns where those
+    pieces start and how many pieces there are (the reader checks both against its own cuts), then what
+    :func:`_decode_later_half` returns; None when the file cannot be cut or is too short to split."""
+    gc.disable()
+    with json_text(path, limit) as text:
+        cuts = cut_events(text, piece_bytes)
+        if cuts is None or len(cuts) < 4:
+            return None
+        release(text, 0, len(text))
+        half = first_later(len(cuts), 1 - child_share)
+        tables, events, trailer, _ = _decode(text, cuts, half, len(cuts), None)
+        return cuts[half], len(cuts), tables.state(), events, trailer
 
 
 def _decode_later_half(text: Text, cuts: list[int], half: int) -> tuple[dict, int, Trace | None]:
