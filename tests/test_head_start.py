@@ -16,21 +16,17 @@ import sys
 from collections import Counter
 
 from conftest import data_file
+from spied_command import run_spied, spied_log
 
 DLRM = ("kineto", "param_dlrm_8rank_v100")
 
 # the command with the threshold lowered; the child records what it read and whether pandas was loaded in it,
 # the parent what it took; at the end, no child of this process may be left (os.wait: none to wait for)
-RUN = """
-import json, os, sys
+SPIES = """
 from dlscope.pipeline import head_start
 head_start.FORKED_HALF_MIN_BYTES = 0
-log = sys.argv.pop(1)
 read, take = head_start._read, head_start.take
 
-def logged(what):
-    with open(log, "a") as f:
-        f.write(json.dumps(what) + "\\n")
 
 def spied_read(paths, reading):
     files = read(paths, reading)
@@ -43,25 +39,12 @@ def spied_take(paths, reading):
     return got
 
 head_start._read, head_start.take = spied_read, spied_take
-from dlscope.cli import main
-code = main(sys.argv[1:])
-try:
-    os.wait()
-    left = True
-except ChildProcessError:
-    left = False
-logged({"children_left": left})
-sys.exit(code)
 """
 
 
 def _command(log, *args):
-    return subprocess.run([sys.executable, "-c", RUN, str(log), *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+    return run_spied(SPIES, log, *args)
 
-
-def _log(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def _raw_kernels(path) -> Counter:
@@ -78,7 +61,7 @@ def test_the_later_files_read_before_pandas_loads_give_each_rank_its_raw_kernels
     db, log = tmp_path / "job.sqlite", tmp_path / "log"
     done = _command(log, "import", folder, "-o", db, "-q")
     assert done.returncode == 0, done.stderr
-    entries = _log(log)
+    entries = spied_log(log)
     child, = [e for e in entries if "child" in e]
     taken, = [e for e in entries if "taken" in e]
     end = entries[-1]
@@ -110,8 +93,8 @@ def test_a_bad_later_file_fails_the_import_naming_it_and_leaves_no_file_or_proce
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and bad.name in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job", "log"]  # no database, no temporary file
-    assert _log(log)[-1] == {"children_left": False}
-    assert {"taken": True, "pandas": True} in _log(log)
+    assert spied_log(log)[-1] == {"children_left": False}
+    assert {"taken": True, "pandas": True} in spied_log(log)
 
 
 def test_an_import_that_fails_before_taking_the_child_kills_it(tmp_path):
@@ -121,8 +104,8 @@ def test_an_import_that_fails_before_taking_the_child_kills_it(tmp_path):
     log = tmp_path / "log"
     done = _command(log, "import", data_file(*DLRM), "-o", out, "-q")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert not any(r.get("taken") for r in _log(log))
-    assert _log(log)[-1] == {"children_left": False} and list(out.iterdir()) == []
+    assert not any(r.get("taken") for r in spied_log(log))
+    assert spied_log(log)[-1] == {"children_left": False} and list(out.iterdir()) == []
 
 
 def test_a_file_that_needs_pandas_loads_it_in_the_child_and_reads_as_its_raw_json(tmp_path):

@@ -13,8 +13,6 @@ import json
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,22 +20,18 @@ from pathlib import Path
 import pytest
 from conftest import data_file
 from raw_kineto import KERNEL_CATS, ns
+from spied_command import run_spied, spied_log
 
 V100 = ("kineto", "hta_v100_rank1of2_5steps.json.gz")
 
 # the command with the threshold lowered; the child records whether pandas was loaded in it and where its pieces
 # start, the parent whether it took the child; at the end no child of this process may be left (os.wait)
-RUN = """
-import json, os, sys
+SPIES = """
 from dlscope.importers import streams
 streams.SPLIT_MIN_BYTES = 0
 from dlscope.pipeline import head_start
-log = sys.argv.pop(1)
 decode = head_start._decode_later
 
-def logged(what):
-    with open(log, "a") as f:
-        f.write(json.dumps(what) + "\\n")
 
 def spied_decode(*args):
     try:
@@ -58,15 +52,6 @@ def spied_take(*args):
     return got
 
 pieces.take_started = spied_take
-from dlscope.cli import main
-code = main(sys.argv[1:])
-try:
-    os.wait()
-    left = True
-except ChildProcessError:
-    left = False
-logged({"children_left": left})
-sys.exit(code)
 """
 
 
@@ -80,12 +65,8 @@ def plain_trace(tmp_path_factory) -> Path:
 
 
 def _command(log, *args):
-    return subprocess.run([sys.executable, "-c", RUN, str(log), *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+    return run_spied(SPIES, log, *args)
 
-
-def _log(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def test_the_later_pieces_decoded_before_pandas_loads_give_the_raw_traces_kernels(plain_trace, tmp_path):
@@ -94,7 +75,7 @@ def test_the_later_pieces_decoded_before_pandas_loads_give_the_raw_traces_kernel
     db, log = tmp_path / "one.sqlite", tmp_path / "log"
     done = _command(log, "import", plain_trace, "-o", db, "-q")
     assert done.returncode == 0, done.stderr
-    entries = _log(log)
+    entries = spied_log(log)
     child, = [e for e in entries if "child_from" in e]
     taken, = [e for e in entries if "taken" in e]
     assert child["pandas"] is False and child["pid"] != os.getpid()
@@ -120,7 +101,7 @@ def test_a_bad_later_piece_fails_the_import_in_one_line_and_leaves_no_file_or_pr
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and str(bad) in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.json", "log"]  # no database, no temporary file
-    entries = _log(log)
+    entries = spied_log(log)
     assert {"taken": True, "pandas": True} in entries and entries[-1] == {"children_left": False}
     assert [e["child_failed"] for e in entries if "child_failed" in e] == ["Unsplittable"]
 
@@ -132,8 +113,8 @@ def test_an_import_refused_after_the_fork_kills_the_child(plain_trace, tmp_path)
     log = tmp_path / "log"
     done = _command(log, "import", plain_trace, "-o", out, "-q")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert not any("taken" in e for e in _log(log))
-    assert _log(log)[-1] == {"children_left": False} and list(out.iterdir()) == []
+    assert not any("taken" in e for e in spied_log(log))
+    assert spied_log(log)[-1] == {"children_left": False} and list(out.iterdir()) == []
 
 
 def test_a_gzip_trace_starts_no_child(tmp_path):
@@ -141,7 +122,7 @@ def test_a_gzip_trace_starts_no_child(tmp_path):
     log = tmp_path / "log"
     done = _command(log, "import", data_file(*V100), "-o", tmp_path / "gz.sqlite", "-q")
     assert done.returncode == 0, done.stderr
-    entries = _log(log)
+    entries = spied_log(log)
     assert not any("child_from" in e for e in entries)
     assert {"taken": False, "pandas": True} in entries and entries[-1] == {"children_left": False}
 
