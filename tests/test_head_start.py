@@ -45,7 +45,8 @@ def spied_take(paths, reading):
 def spied_handed_over(paths, reading):
     files = handed_over(paths, reading)
     logged({"handed_over": [type(f).__name__ for f in files],
-            "block_files": [len(f.metas) for f in files if type(f).__name__ == "FileBlock"]})
+            "block_files": [len(f.metas) for f in files if type(f).__name__ == "FileBlock"],
+            "pandas": "pandas" in sys.modules})
     return files
 
 head_start._read, head_start.take = spied_read, spied_take
@@ -97,7 +98,7 @@ def test_the_later_files_read_before_pandas_loads_give_each_rank_its_raw_kernels
     sizes = [p.stat().st_size for p in files]
     assert sum(sizes[len(files) - later:]) > sum(sizes) / 2 and later < len(files)  # the larger share
     handed, = [e for e in entries if "handed_over" in e]
-    assert handed == {"handed_over": ["FileBlock"], "block_files": [later]}  # one block of all its files
+    assert handed == {"handed_over": ["FileBlock"], "block_files": [later], "pandas": False}  # one block, no pandas
     assert taken == {"taken": True, "pandas": True} and end == {"children_left": False}
     conn = sqlite3.connect(db)
     for path in files:

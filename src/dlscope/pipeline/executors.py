@@ -331,14 +331,14 @@ def _in_two_halves(paths, sizes, step, reading) -> list[Profile | TableColumns]:
     forked child (:class:`dlscope.processes.ForkedCall`: no pool, no Arrow files; the files' column arrays come
     back pickled) and joined after this process's own half, so the result is the serial one. A bad file of the
     first half fails here first, as in the serial import; the child's first bad file otherwise. A child forked as
-    the command started for these files (:mod:`.head_start`) is taken instead of a new one (its files come back
-    as one :class:`~dlscope.model.FileBlock`, which :func:`merge` takes as the files themselves)."""
+    the command started for these files (:mod:`.head_start`) is taken instead of a new one. Either child hands
+    its files over as one :class:`~dlscope.model.FileBlock`, which :func:`merge` takes as the files themselves."""
     started = head_start.take(paths, reading)  # forked as the command started, with a larger share
     if started is not None:
         half, child = started
     else:
         half = _later_half_start(sizes)
-        child = ForkedCall(_serial, paths[half:], sizes[half:], None, _noop, reading)
+        child = ForkedCall(_serial_as_block, paths[half:], sizes[half:], None, _noop, reading)
     try:
         first = _serial(paths[:half], sizes[:half], None, step, reading)
         try:
@@ -354,6 +354,11 @@ def _in_two_halves(paths, sizes, step, reading) -> list[Profile | TableColumns]:
         raise
     FileProgress(step, len(paths) - half).finished({}, sum(sizes[half:]))
     return first + later
+
+
+def _serial_as_block(paths, sizes, budget, step, reading) -> list[Profile | TableColumns]:
+    """A forked child's files (:func:`_serial`), handed over as one block (:func:`.head_start.as_block`)."""
+    return head_start.as_block(_serial(paths, sizes, budget, step, reading))
 
 
 def _later_half_start(sizes: Sequence[int]) -> int:

@@ -205,11 +205,14 @@ def _without_pandas(read: Any) -> Any:
 
 
 def _handed_over(paths: list[Path], reading: Any) -> list:
-    """The child of a job: its files (:func:`_read`) as one block (:func:`dlscope.model.file_block`: one array
-    per table and column, pickled and unpickled in a few dozen buffers instead of one per file and column,
-    bench/README.md, h29hand); as they are where a file came back as a profile or a text column is not all
-    strings."""
-    files = _read(paths, reading)
+    """The child of a job: its files (:func:`_read`) as one block (:func:`as_block`)."""
+    return as_block(_read(paths, reading))
+
+
+def as_block(files: list) -> list:
+    """A forked child's files as one block (:func:`dlscope.model.file_block`: one array per table and column,
+    pickled and unpickled as a few dozen buffers instead of one per file and column, bench/README.md, h29hand);
+    as they are where a file came back as a profile or a text column is not all strings."""
     from ..model import TableColumns, file_block
 
     if len(files) < 2 or not all(isinstance(f, TableColumns) for f in files):
