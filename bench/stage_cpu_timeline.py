@@ -1,7 +1,8 @@
 """Each stage of an import with its start and end (seconds from process start) and its CPU seconds, per process
 (the forked writers and the replay child included): which process ends last, and what it was doing. Stages: the
 parse halves, the analysis, the per-rank stage, the replay's steps, the raw writer (its timeline arrays), the
-aggregation writer (ADBC opened, each table, the replay's column filled), the results.
+aggregation writer (ADBC opened, each table, the replay's column filled), the results; a forked child's hand-over
+(its block join, its pickle, the parent's unpickle).
 
     PYTHONPATH=TREE/src python bench/stage_cpu_timeline.py import TRACE -o X.sqlite --force -q
 """
@@ -67,7 +68,24 @@ def patch_stages() -> None:
     record("imports", T0, 0.0)
 
 
+def patch_hand_over() -> None:
+    """Time a forked child's hand-over: its block join (a tree with :func:`dlscope.model.file_block`), the
+    pickling of its result, and the parent's unpickling (each ForkedCall's: the head start's is the parent's
+    first); the pipe is the gap between the child's pickle and the parent's unpickle."""
+    import pickle
+    import types
+
+    from dlscope import model, processes
+
+    if hasattr(model, "file_block"):
+        model.file_block = timed("child: joins its block", model.file_block)
+    processes._pickled = timed("child: pickles its result", processes._pickled)
+    processes.pickle = types.SimpleNamespace(dumps=pickle.dumps, HIGHEST_PROTOCOL=pickle.HIGHEST_PROTOCOL,
+                                             loads=timed("unpickles a child's result", pickle.loads))
+
+
 def main() -> None:
+    patch_hand_over()
     if head_start is None:
         patch_stages()
     else:  # the child forked first (its reading timed), then the pipeline imported and timed

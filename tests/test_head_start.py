@@ -25,8 +25,7 @@ DLRM = ("kineto", "param_dlrm_8rank_v100")
 SPIES = """
 from dlscope.pipeline import head_start
 head_start.FORKED_HALF_MIN_BYTES = 0
-read, take = head_start._read, head_start.take
-
+read, take, handed_over = head_start._read, head_start.take, head_start._handed_over
 
 def spied_read(paths, reading):
     files = read(paths, reading)
@@ -38,13 +37,19 @@ def spied_take(paths, reading):
     logged({"taken": got is not None, "pandas": "pandas" in sys.modules})
     return got
 
-head_start._read, head_start.take = spied_read, spied_take
+def spied_handed_over(paths, reading):
+    files = handed_over(paths, reading)
+    logged({"handed_over": [type(f).__name__ for f in files],
+            "block_files": [len(f.metas) for f in files if type(f).__name__ == "FileBlock"],
+            "pandas": "pandas" in sys.modules})
+    return files
+
+head_start._read, head_start.take, head_start._handed_over = spied_read, spied_take, spied_handed_over
 """
 
 
 def _command(log, *args):
     return run_spied(SPIES, log, *args)
-
 
 
 def _raw_kernels(path) -> Counter:
@@ -55,7 +60,8 @@ def _raw_kernels(path) -> Counter:
 
 def test_the_later_files_read_before_pandas_loads_give_each_rank_its_raw_kernels(tmp_path):
     """The child is forked before pandas loads, never loads it, reads the later files (more than half of the
-    bytes); the import takes them, and every rank's kernels in the database are those of its raw trace."""
+    bytes) and hands them over as one block; the import takes them, and every rank's kernels in the database
+    are those of its raw trace."""
     folder = data_file(*DLRM)
     files = sorted(folder.iterdir(), key=lambda p: int(p.name.split(".")[0].removeprefix("worker")))
     db, log = tmp_path / "job.sqlite", tmp_path / "log"
@@ -70,6 +76,8 @@ def test_the_later_files_read_before_pandas_loads_give_each_rank_its_raw_kernels
     assert child["child"] == [str(p) for p in files[len(files) - later:]]
     sizes = [p.stat().st_size for p in files]
     assert sum(sizes[len(files) - later:]) > sum(sizes) / 2 and later < len(files)  # the larger share
+    handed, = [e for e in entries if "handed_over" in e]
+    assert handed == {"handed_over": ["FileBlock"], "block_files": [later], "pandas": False}  # one block, no pandas
     assert taken == {"taken": True, "pandas": True} and end == {"children_left": False}
     conn = sqlite3.connect(db)
     for path in files:

@@ -32,7 +32,6 @@ streams.SPLIT_MIN_BYTES = 0
 from dlscope.pipeline import head_start
 decode = head_start._decode_later
 
-
 def spied_decode(*args):
     try:
         done = decode(*args)

@@ -375,3 +375,38 @@ def test_a_forked_half_that_dies_names_its_first_file(monkeypatch):
     assert str(failed.value.path) == str(paths[first])
     assert failed.value.problem == (f"the process importing it or one of the {len(paths) - first - 1} files after "
                                     "it ended abruptly (out of memory, killed, or the file changed while it was read)")
+
+
+def _pickled_buffers(value) -> int:
+    """How many buffers pickle hands out of band for ``value`` (protocol 5): its arrays, counted by pickle."""
+    import pickle
+
+    buffers: list = []
+    pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    return len(buffers)
+
+
+@pytest.mark.parametrize("a_profile_first", [False, True])
+def test_later_files_handed_over_as_one_block_merge_as_pandas_joins_the_files(a_profile_first):
+    """The DLRM job's last 5 ranks joined into one block (as the head start's child hands them over): merged
+    after the first 3 (column by column, or frame by frame when the first came back as a profile), the job is
+    row for row pandas' join of the files imported one by one, each rank's meta its own; the block pickles
+    in a fraction of the files' buffers."""
+    from dlscope.importers import load_for_job
+    from dlscope.model import FileBlock, file_block
+    from dlscope.pipeline.executors import as_profile, merge
+
+    paths = expand_inputs([data_file(*DLRM)])
+    files = [load_for_job(p) for p in paths]
+    block = file_block(files[3:])
+    assert isinstance(block, FileBlock) and len(block.metas) == 5
+    assert block.file_rows["kernels"] == [f.rows["kernels"] for f in files[3:]]
+    assert _pickled_buffers(block) * 3 < _pickled_buffers(files[3:])
+    first = [as_profile(files[0]), *files[1:3]] if a_profile_first else files[:3]
+    profile = merge([*first, block], paths)
+    expected = _concat_of_files(paths)
+    _text_stays_categorical(profile)
+    for name in TABLES:
+        pd.testing.assert_frame_equal(_as_strings(profile.table(name)), expected[name], check_exact=True, obj=name)
+    assert [s["source_path"] for s in profile.meta["sources"]] == [str(p) for p in paths]
+    assert [s["rank"] for s in profile.meta["sources"]] == [_raw(p)["distributedInfo"]["rank"] for p in paths]

@@ -403,27 +403,62 @@ class TableColumns:
         return profile
 
 
+@dataclass
+class FileBlock(TableColumns):
+    """Consecutive files of a job joined column by column (:func:`file_block`): one array per table and column
+    (text: one dictionary array, its words the union of the files'), so that a forked child hands them over as a
+    few dozen buffers, not one per file and column. ``rows``: each table's rows in all; ``file_rows``: each
+    file's; ``metas``: each file's meta. A job joins it as it joins a file (:func:`joined_tables`)."""
+
+    file_rows: dict[str, list[int]] = field(default_factory=dict)
+    metas: list[dict[str, Any]] = field(default_factory=list)
+
+
+def file_block(files: list[TableColumns]) -> FileBlock | None:
+    """The files as one :class:`FileBlock`; None when a text column holds values that are not all strings (the
+    files are then handed over as they are). A column no file has stays missing (filled where it is joined)."""
+    columns = _joined_columns(files, block=True)
+    if columns is None:
+        return None
+    rows = {name: [f.rows.get(name, 0) for f in files] for name in TABLES}
+    return FileBlock(columns, {name: sum(n) for name, n in rows.items()}, file_rows=rows,
+                     metas=[f.meta for f in files])
+
+
 def joined_tables(files: list[TableColumns]) -> dict[str, pd.DataFrame] | None:
-    """The files' tables, each joined column by column in file order and made once, with the dtypes and
-    categories :func:`concat_tables` gives the files' own tables (text: the sorted union of their words, ""
-    among them); None when a text column holds values that are not all strings (joined frame by frame then)."""
-    tables = {}
+    """The files' tables (a :class:`FileBlock` among them counts as its files), each joined column by column in
+    file order and made once, with the dtypes and categories :func:`concat_tables` gives the files' own tables
+    (text: the sorted union of their words, "" among them); None when a text column holds values that are not
+    all strings (joined frame by frame then)."""
+    columns = _joined_columns(files, block=False)
+    if columns is None:
+        return None
+    return {name: make_table(name, columns[name], sum(f.rows.get(name, 0) for f in files)) for name in TABLES}
+
+
+def _joined_columns(files: list[TableColumns], block: bool) -> dict[str, dict[str, Any]] | None:
+    """Each table's columns joined in file order: numbers as one array of the table's dtype, text as the files'
+    dictionary batches (``block``: unified into one dictionary array, and a column no file has left out)."""
+    tables: dict[str, dict[str, Any]] = {}
     for name, spec in TABLES.items():
         rows = [f.rows.get(name, 0) for f in files]
         columns: dict[str, Any] = {}
         for col, dtype in spec.items():
             parts = [f.columns.get(name, {}).get(col) for f in files]
+            if block and all(part is None for part in parts):
+                continue
             if dtype == S:
                 chunks = _dictionary_chunks(parts, rows)
                 if chunks is None:
                     return None
-                columns[col] = pa.chunked_array(chunks, type=_WORDS)
+                text = pa.chunked_array(chunks, type=_WORDS)
+                columns[col] = text.unify_dictionaries().combine_chunks() if block else text
             else:
                 kind = np.int64 if dtype == I else np.float64
                 missing = MISSING_INT if dtype == I else np.nan
                 columns[col] = np.concatenate([np.full(n, missing, dtype=kind) if part is None else
                                                np.asarray(part, dtype=kind) for part, n in zip(parts, rows)])
-        tables[name] = make_table(name, columns, sum(rows))
+        tables[name] = columns
     return tables
 
 

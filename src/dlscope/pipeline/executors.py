@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from ..errors import DlscopeError, InputError
 from ..importers.streams import source
-from ..model import ID_COLUMNS, TABLES, Profile, S, TableColumns, concat_tables, joined_tables, text_column
+from ..model import ID_COLUMNS, TABLES, FileBlock, Profile, S, TableColumns, concat_tables, joined_tables, text_column
 from ..processes import (
     ChildFailed,
     ForkedCall,
@@ -331,13 +331,14 @@ def _in_two_halves(paths, sizes, step, reading) -> list[Profile | TableColumns]:
     forked child (:class:`dlscope.processes.ForkedCall`: no pool, no Arrow files; the files' column arrays come
     back pickled) and joined after this process's own half, so the result is the serial one. A bad file of the
     first half fails here first, as in the serial import; the child's first bad file otherwise. A child forked as
-    the command started for these files (:mod:`.head_start`) is taken instead of a new one."""
+    the command started for these files (:mod:`.head_start`) is taken instead of a new one. Either child hands
+    its files over as one :class:`~dlscope.model.FileBlock`, which :func:`merge` takes as the files themselves."""
     started = head_start.take(paths, reading)  # forked as the command started, with a larger share
     if started is not None:
         half, child = started
     else:
         half = _later_half_start(sizes)
-        child = ForkedCall(_serial, paths[half:], sizes[half:], None, _noop, reading)
+        child = ForkedCall(_serial_as_block, paths[half:], sizes[half:], None, _noop, reading)
     try:
         first = _serial(paths[:half], sizes[:half], None, step, reading)
         try:
@@ -353,6 +354,11 @@ def _in_two_halves(paths, sizes, step, reading) -> list[Profile | TableColumns]:
         raise
     FileProgress(step, len(paths) - half).finished({}, sum(sizes[half:]))
     return first + later
+
+
+def _serial_as_block(paths, sizes, budget, step, reading) -> list[Profile | TableColumns]:
+    """A forked child's files (:func:`_serial`), handed over as one block (:func:`.head_start.as_block`)."""
+    return head_start.as_block(_serial(paths, sizes, budget, step, reading))
 
 
 def _later_half_start(sizes: Sequence[int]) -> int:
@@ -514,14 +520,16 @@ def apply_identity(profile: Profile, who: Identity, path: Path) -> None:
 def merge(files: Sequence[Profile | TableColumns], paths: Sequence[Path]) -> Profile:
     """Give each file its rank (see :mod:`.inputs`) and join them into one profile in input order, each table
     joined once (column by column where the files came back as columns), its rank column and (for a job) its
-    ids made for all its rows at once."""
-    who = identities(paths, [f.meta for f in files])
-    if len(files) == 1:
+    ids made for all its rows at once. A :class:`~dlscope.model.FileBlock` among ``files`` stands for its files
+    (a forked child's, handed over joined)."""
+    metas = [meta for f in files for meta in (f.metas if isinstance(f, FileBlock) else [f.meta])]
+    who = identities(paths, metas)
+    if len(files) == 1 and not isinstance(files[0], FileBlock):
         profile = as_profile(files[0])
         apply_identity(profile, who[0], paths[0])
         return profile
-    for file, identity, path in zip(files, who, paths):
-        _record_identity(file.meta, identity, path)
+    for meta, identity, path in zip(metas, who, paths):
+        _record_identity(meta, identity, path)
     ranks = np.array([w.rank for w in who], dtype=np.int64)
     joined = joined_files(files)
     profiles = None if joined is not None else [as_profile(f) for f in files]
@@ -529,13 +537,18 @@ def merge(files: Sequence[Profile | TableColumns], paths: Sequence[Path]) -> Pro
     for name in TABLES:
         if joined is not None:
             frame = joined.pop(name)
-            rows = [cast(TableColumns, f).rows.get(name, 0) for f in files]
         else:
-            frames = [p.table(name) for p in cast(list[Profile], profiles)]
-            frame = concat_tables(name, frames)
-            rows = [len(f) for f in frames]
+            frame = concat_tables(name, [p.table(name) for p in cast(list[Profile], profiles)])
+        rows = [n for f in files for n in _rows_per_file(f, name)]
         tables[name] = _with_rebuilt_columns(frame, list(frame.columns), ID_COLUMNS.get(name),
                                              np.repeat(ranks, rows))
     out = Profile(**tables)
-    out.meta = {"sources": [f.meta for f in files]}
+    out.meta = {"sources": metas}
     return out
+
+
+def _rows_per_file(file: Profile | TableColumns, name: str) -> list[int]:
+    """Each file's rows of table ``name`` (a block's files each)."""
+    if isinstance(file, FileBlock):
+        return file.file_rows[name]
+    return [file.rows.get(name, 0)] if isinstance(file, TableColumns) else [len(file.table(name))]

@@ -7,8 +7,9 @@ later half a forked child reads anyway (:func:`.executors._in_two_halves`: 32 to
 once the Kineto importer is loaded, before pandas and ``dlscope.pipeline.build``): it reads its files meanwhile,
 without pandas (a job file comes back as numpy and Arrow columns, :class:`dlscope.model.TableColumns`), so it
 takes the larger share of the bytes (:data:`CHILD_SHARE`). The import takes the child (:func:`take`) where it
-reads the files the child was given, else the child is killed; an import that fails first kills it too. The join
-is the serial one either way.
+reads the files the child was given, else the child is killed; an import that fails first kills it too. The child
+hands its files over joined column by column (:func:`_handed_over`), which the join takes as it takes the files:
+the result is the serial one either way.
 
 One plain Kineto trace of :data:`~dlscope.importers.streams.SPLIT_MIN_BYTES` of JSON or more, whose later
 pieces a forked child decodes anyway (:func:`dlscope.importers.kineto.pieces.in_memory`), has that child
@@ -88,7 +89,7 @@ def started(args: Iterable[str | Path], *, workers: int | None, scheduler: str |
 
         sizes = [os.path.getsize(p) for p in paths]
         first_later = later_start(sizes, 1 - CHILD_SHARE)
-        _STARTED.append(_Started(paths, reading, first_later, ForkedCall(_read, paths[first_later:], reading)))
+        _STARTED.append(_Started(paths, reading, first_later, ForkedCall(_handed_over, paths[first_later:], reading)))
     elif trace is not None:
         from ..importers.kineto import PIECE_BYTES, in_memory_limit, pieces  # what the child decodes with
 
@@ -201,6 +202,23 @@ def _without_pandas(read: Any) -> Any:
     finally:
         if hidden is not None:
             sys.meta_path.remove(hidden)
+
+
+def _handed_over(paths: list[Path], reading: Any) -> list:
+    """The child of a job: its files (:func:`_read`) as one block (:func:`as_block`)."""
+    return as_block(_read(paths, reading))
+
+
+def as_block(files: list) -> list:
+    """A forked child's files as one block (:func:`dlscope.model.file_block`: one array per table and column,
+    pickled and unpickled as a few dozen buffers instead of one per file and column, bench/README.md, h29hand);
+    as they are where a file came back as a profile or a text column is not all strings."""
+    from ..model import TableColumns, file_block
+
+    if len(files) < 2 or not all(isinstance(f, TableColumns) for f in files):
+        return files
+    block = _without_pandas(partial(file_block, files))
+    return files if block is None else [block]
 
 
 def _read(paths: list[Path], reading: Any) -> list:
