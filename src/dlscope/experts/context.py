@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import cache, cached_property
 
 import numpy as np
@@ -430,14 +431,20 @@ class RuleFrames:
     def _make(self, key: str, rank: int) -> None:
         """Make the job-wide frame behind :class:`Context`'s frame ``key`` (not a rank's slice of it: that would
         make a :class:`_Cut` whole)."""
-        only, self._only_make = self._only_make, True
-        try:
+        with self._job_wide():
             if key in ("ops", "ops_all"):
                 (self.ops if key == "ops" else self.ops_all)(rank)
             elif key == "ranges":
                 self.overlapping("ranges", rank, cpu_only=True)
             else:
                 self.in_iterations("kernels" if key == "kernel_facts" else key, rank)
+
+    @contextmanager
+    def _job_wide(self) -> Iterator[None]:
+        """The frames asked for meanwhile are made job-wide, no rank's slice taken (see :meth:`_slice`)."""
+        only, self._only_make = self._only_make, True
+        try:
+            yield
         finally:
             self._only_make = only
 
@@ -512,8 +519,7 @@ class RuleFrames:
         return values
 
     def _make_frame(self, key: str, rank: int) -> None:
-        only, self._only_make = self._only_make, True
-        try:
+        with self._job_wide():
             if key == "kernel_facts":
                 self.kernel_facts(rank)
             elif key == "gpu_activity":
@@ -526,8 +532,6 @@ class RuleFrames:
                 self.sorted_by("memory", "ts", rank)
             else:
                 self._make(key, rank)
-        finally:
-            self._only_make = only
 
     def first_matches(self, key: str, pattern: re.Pattern, rank: int, count: int) -> list[str]:
         """The first ``count`` distinct names of the rank's frame ``key`` that match ``pattern``."""

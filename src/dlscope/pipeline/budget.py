@@ -30,9 +30,9 @@ def parse_size(text: str | int | None) -> int | None:
 #: page cache. Under a budget the stages run one at a time (the raw writer ends before the rules; the replay's
 #: columns are copied out and the analysed tables let go before its graph is built), so the peak is the largest
 #: stage, not a sum. Measured (bench/memory_stages.py and /usr/bin/time's peak RSS; bench/README.md, "h28rules"):
-#: 400 MiB + 2.89x the tables on the 13M-event trace (peak RSS 2,426-2,433 MiB: the analysis, the rank figures
+#: 400 MiB + 2.85-2.98x the tables on the 13M-event trace (four runs' peak RSS; the analysis, the rank figures
 #: and the rules' stage alike, now that the rules gather only the columns they read), 2.05x on the 4.3M-event one,
-#: under 400 MiB on the 1.08M-event one; 3.25 keeps ~12% above the largest (a 3 GB budget takes the 13M-event trace).
+#: under 400 MiB on the 1.08M-event one; 3.25 keeps ~9% above the largest (a 3 GB budget takes the 13M-event trace).
 ANALYSIS_PEAK_FACTOR = 3.25
 ANALYSIS_FIXED_BYTES = 400 * 2**20
 
