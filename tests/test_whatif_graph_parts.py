@@ -13,7 +13,7 @@ from conftest import data_file, requires_shared
 from dlscope.whatif.graph import _Builder, _small, row_codes
 
 
-@pytest.mark.parametrize("scale", [1, 10**15])
+@pytest.mark.parametrize("scale", [1, 10**4, 10**15])  # rows marked in a table, hashed, columns hashed
 def test_row_codes_are_pandas_sorted_factorize_of_the_rows(scale):
     rng = np.random.default_rng(3)
     for trial in range(30):
