@@ -766,15 +766,17 @@ class _Builder:
         rec_stream = np.where(recorded["kind"].to_numpy(object) == "stream", recorded["stream"].to_numpy(np.int64), -1)
         stream[rec_rows[ok]] = rec_stream[ok]
         # copies: a non-Async copy/memset call, or any copy touching pageable host memory
+        # (the activities' rows with a launch call, by position: the frame's index is its row numbers)
         act = self.act
-        own = act[act["api_id"] >= 0]
-        own_rows = api_pos[own["api_id"].to_numpy(np.int64)]
+        act_api = act["api_id"].to_numpy(np.int64)
+        own = np.flatnonzero(act_api >= 0)
+        own_rows = api_pos[act_api[own]]
         is_copy = np.zeros(len(api), bool)
         copy_act = np.full(len(api), -1, np.int64)
-        sel = (own_rows >= 0) & (copy_name[np.maximum(own_rows, 0)] | own["pageable"].to_numpy(bool)) & \
-            (own["table"].to_numpy(object) == "memop")
+        sel = (own_rows >= 0) & (copy_name[np.maximum(own_rows, 0)] | act["pageable"].to_numpy(bool)[own]) & \
+            (act["table"] == "memop").to_numpy(bool)[own]
         is_copy[own_rows[sel]] = True
-        copy_act[own_rows[sel]] = own.index.to_numpy()[sel]
+        copy_act[own_rows[sel]] = own[sel]
         rows = np.flatnonzero(is_sync | is_copy)
         return pd.DataFrame({"api_row": rows, "api_id": api["api_id"].to_numpy(np.int64)[rows],
                              "how": np.where(is_copy[rows], "copy", "sync"), "stream": stream[rows],
@@ -1005,15 +1007,17 @@ class _Builder:
         """An activity that started later than its own stream and launch allow, shortly after an activity on
         another stream of its device ended, waited for it (an event wait)."""
         act, t = self.act, self.t
-        if act.empty or act.groupby(["rank", "device"])["stream"].nunique().max() < 2:
+        # the streams (distinct, sorted by rank, device, stream): some device has two when a pair repeats
+        pairs = self.gpu_chains[["rank", "device"]].to_numpy(np.int64)
+        if act.empty or not (pairs[1:] == pairs[:-1]).all(axis=1).any():
             return src, dst, w, xk, xo
         sv, evs = act["start_v"].to_numpy(np.int64), act["end_v"].to_numpy(np.int64)
-        m = self._bounds(wc, src, dst, w)[sv]
+        m = self._bounds(sv, wc, src, dst, w)
         resid = t[sv] - m
         cand = np.flatnonzero(resid > 0)
         if len(cand) == 0:
             return src, dst, w, xk, xo
-        dev = row_codes(act[["rank", "device"]].to_numpy(np.int64))[0]
+        dev = row_codes(pairs)[0][act["chain_local"].to_numpy(np.int64)]  # (every stream has activities)
         big = np.int64(t.max() + 1)
         key_end = dev * big + t[evs]
         order = np.argsort(key_end, kind="stable")
@@ -1052,15 +1056,18 @@ class _Builder:
         return (ev, sv, np.maximum(np.minimum(gap, t[sv] - t[ev]), 0), np.full(len(sv), BYPASS, np.int8),
                 act["op_id"].to_numpy(np.int64)[nxt])
 
-    def _bounds(self, wc, src, dst, w) -> np.ndarray:
-        """Per vertex, the latest of its incoming constraints at the measured times (no input: -inf)."""
+    def _bounds(self, vertices, wc, src, dst, w) -> np.ndarray:
+        """Per vertex of ``vertices`` (increasing), the latest of its incoming constraints at the measured times
+        (no input: -inf): found for those vertices only, not for every vertex of the graph."""
         t = self.t
         low = np.iinfo(np.int64).min // 2
-        m = np.full(len(t), low, np.int64)
-        notfirst = ~self.first
-        m[notfirst] = t[np.flatnonzero(notfirst) - 1] + wc[notfirst]
-        if len(dst):
-            np.maximum.at(m, dst, t[src] + w)
+        m = np.full(len(vertices), low, np.int64)
+        inner = ~self.first[vertices]
+        m[inner] = t[vertices[inner] - 1] + wc[vertices[inner]]
+        if len(dst) and len(vertices):
+            at = np.minimum(np.searchsorted(vertices, dst), len(vertices) - 1)
+            into = vertices[at] == dst
+            np.maximum.at(m, at[into], t[src[into]] + w[into])
         return m
 
     def _residuals(self, wc, src, dst, w):
