@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 STEPS = ("build", "unchanged", "walks", "figures", "total")
 
 
@@ -58,7 +60,7 @@ def measure(saved: Path, repeat: int, profile: bool, sort: str) -> dict[str, flo
 
     stored.build = timed("build", stored.build)
     stored.unchanged = timed("unchanged", stored.unchanged)
-    best = {s: float("inf") for s in STEPS}
+    best: dict = {s: float("inf") for s in STEPS}
     for _ in range(repeat):
         with saved.open("rb") as f:
             job, requests = pickle.load(f)
@@ -82,11 +84,23 @@ def measure(saved: Path, repeat: int, profile: bool, sort: str) -> dict[str, flo
         spent.update(walks=t2 - t1, figures=t3 - t2, total=t3 - t)
         for s in STEPS:
             best[s] = min(best[s], spent.get(s, 0.0))
+        best["digest"] = _digest(figures)
         if prof is not None:
             import pstats
             pstats.Stats(prof).sort_stats(sort).print_stats(45)
         del replay, figures, job
     return best
+
+
+def _digest(figures: list) -> str:
+    """A hash of every figure the replay hands the database (the trees must agree on it)."""
+    import hashlib
+    h = hashlib.sha256()
+    for f in figures:
+        for a in (f.nodes, f.node_ns, f.kernel_ns, f.cells, f.cell_ns):
+            h.update(np.asarray(a, np.int64).tobytes())
+        h.update(repr((list(map(str, f.kernel_names)), f.savings, f.combined)).encode())
+    return h.hexdigest()[:16]
 
 
 def main() -> None:
@@ -102,7 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.saved is not None:
         best = measure(args.saved, args.repeat, args.profile, args.sort)
-        print(" ".join(f"{s}={best[s]:.4f}" for s in STEPS))
+        print(" ".join(f"{s}={best[s]:.4f}" for s in STEPS) + f" digest={best['digest']}")
         return
     trees = [str(Path(t).resolve()) for t in args.tree]
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,7 +138,7 @@ def main() -> None:
                     print(out)
                     continue
                 line = out.strip().splitlines()[-1]
-                results[tree].append({k: float(v) for k, v in (p.split("=") for p in line.split())})
+                results[tree].append({k: float(v) for k, v in (p.split("=") for p in line.split()) if k != "digest"})
                 print(f"round {r + 1} {tree}: {line}", flush=True)
         if args.profile:
             return

@@ -38,6 +38,9 @@ from .job import Job
 OP_START, OP_END, API_START, API_END, RANGE_START, RANGE_END, IT_START, IT_END, GPU_START, GPU_END, BARRIER = \
     range(11)
 
+_IS_START = np.isin(np.arange(11), [OP_START, API_START, RANGE_START])
+_IS_MARK = np.isin(np.arange(11), [IT_START, IT_END])
+
 #: what the time of an edge on the critical path is (chain edges by their vertex, cross edges by kind)
 CATEGORIES = ("cpu_op", "cpu_other", "dataloader", "cuda_api", "sync", "kernel", "memcpy", "memset",
               "communication", "launch", "gpu_gap", "thread_wait", "stream_wait", "before_trace")
@@ -196,6 +199,8 @@ def _ffill(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
 def op_flags(ops: pd.DataFrame, own: np.ndarray) -> np.ndarray:
     """Per op row: it or an enclosing op has the flag (propagated down the op tree level by level)."""
     flag = np.asarray(own, bool).copy()
+    if not flag.any():  # nothing to hand down (e.g. no data-loading op)
+        return flag
     pos = positions(ops["op_id"].to_numpy(np.int64))
     parent = ops["parent_id"].to_numpy(np.int64)
     depth = ops["depth"].to_numpy(np.int64)
@@ -475,9 +480,9 @@ class _Builder:
         pts = {c: np.concatenate(parts.pop(c)) for c in list(parts)}
         # same instant: ends of earlier items (inner first), marks, starts (outer first), ends of empty items
         kind, time, other = pts["kind"], pts["time"], pts["other"]
-        is_start = np.isin(kind, [OP_START, API_START, RANGE_START])
-        is_mark = np.isin(kind, [IT_START, IT_END])
-        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(time == other, 3, 0))).astype(np.int8)
+        order = np.equal(time, other).view(np.int8) * np.int8(3)  # (kinds looked up in a table, not searched)
+        order[_IS_START[kind]] = 2
+        order[_IS_MARK[kind]] = 1
         pts["chain"] = codes
         idx = _lexsort_pairs(codes, time, order, -other)
         pts = {c: v[idx] for c, v in pts.items()}
