@@ -373,19 +373,20 @@ def _chain_ns(t: np.ndarray, chain_v: np.ndarray, lo: int, hi: int) -> np.ndarra
     return np.maximum(np.minimum(t[chain_v], hi) - np.maximum(t[chain_v - 1], lo), 0)
 
 
-def path_columns(g: Graph, path: Path) -> dict[str, np.ndarray]:
+def path_columns(g: Graph, path: Path, unexplained: bool = True) -> dict[str, np.ndarray]:
     """The path's time by category, owner op and GPU activity: one entry per edge with time inside the
-    window."""
+    window. ``unexplained`` False: without that column (the stored figures do not read it)."""
     cv, xe = path.chain_v, path.cross_e
+    cat = g.cat[cv]
     cols = {
-        "category": np.r_[g.cat[cv], CROSS_CATEGORY[g.xkind[xe]], [CATEGORIES.index("before_trace")]],
+        "category": np.r_[cat, CROSS_CATEGORY[g.xkind[xe]], [CATEGORIES.index("before_trace")]],
         "op_id": np.r_[g.owner[cv], g.xowner[xe], [-1]],
-        "act": np.r_[np.where(_IS_RUN[g.cat[cv]], g.act[cv], -1), np.full(len(xe), -1), [-1]],
+        "act": np.r_[np.where(_IS_RUN[cat], g.act[cv], -1), np.full(len(xe), -1), [-1]],
         "rank": np.r_[g.rank[cv], g.rank[g.dst[xe]], [-1]],
-        "ns": np.r_[path.chain_ns, path.cross_ns, [path.untracked_ns]],
-        # waiting the model could not tie to work: the residual it kept on the edge (fixed in a what-if)
-        "unexplained": np.r_[np.minimum(path.chain_ns, g.rc[cv]), np.minimum(path.cross_ns, g.rx[xe]),
-                             [path.untracked_ns]]}
+        "ns": np.r_[path.chain_ns, path.cross_ns, [path.untracked_ns]]}
+    if unexplained:  # waiting the model could not tie to work: the residual it kept on the edge (fixed in a what-if)
+        cols["unexplained"] = np.r_[np.minimum(path.chain_ns, g.rc[cv]), np.minimum(path.cross_ns, g.rx[xe]),
+                                    [path.untracked_ns]]
     keep = cols["ns"] > 0
     return {c: v[keep] for c, v in cols.items()}
 

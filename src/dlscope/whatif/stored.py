@@ -219,7 +219,7 @@ class Replay:
         partial: list[tuple[np.ndarray, ...]] = []
         pending: list[dict[str, np.ndarray]] = []
         size = 0
-        for part in path_parts(g, win, base, shared.bound, PATH_CHUNK):
+        for part in path_parts(g, win, base, shared.bound, PATH_CHUNK, unexplained=False):
             pending.append(part)
             size += len(part["ns"])
             if size >= PATH_CHUNK:
