@@ -405,9 +405,9 @@ class _Builder:
 
     # ---------------------------------------------------------------- CPU points
 
-    def _iteration_threads(self) -> pd.DataFrame:
+    def _iteration_threads(self, coded: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
         """Each iteration with the thread its start lies on (an op or range starting there, else the rank's
-        busiest thread)."""
+        busiest thread). ``coded``: as for :meth:`_busiest_threads`."""
         job = self.job
         its = job.iterations.sort_values(["rank", "start"], kind="stable").reset_index(drop=True)
         # the first op or range starting at each iteration's start (only those starting at some iteration's
@@ -418,24 +418,30 @@ class _Builder:
         cpu = pd.concat([frame.loc[np.isin(frame["start"].to_numpy(np.int64), starts), cols]
                          for frame in (job.ops, cpu_rg)], ignore_index=True).drop_duplicates(["rank", "start"])
         hit = its[["rank", "start"]].merge(cpu, on=["rank", "start"], how="left")
-        busiest = self._busiest_threads()
+        busiest = self._busiest_threads(coded)
         for col in ("pid", "tid"):
             fallback = its["rank"].map(busiest[col]) if len(busiest) else pd.Series(-1, index=its.index)
             its[col] = hit[col].fillna(fallback).fillna(-1).to_numpy(np.int64)
         return its
 
-    def _busiest_threads(self) -> pd.DataFrame:
-        """Per rank (index), the thread (pid, tid) with the most ops and API calls; ties: the first seen."""
+    def _busiest_threads(self, coded: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+        """Per rank (index), the thread (pid, tid) with the most ops and API calls; ties: the first seen.
+        ``coded``: the ops' then the calls' threads as :func:`row_codes` of a matrix that may hold more threads
+        (the CPU points code them once for both)."""
         job = self.job
-        keys = np.vstack([job.ops[["rank", "pid", "tid"]].to_numpy(np.int64),
-                          job.api_calls[["rank", "pid", "tid"]].to_numpy(np.int64)])
-        if not len(keys):
+        if coded is None:
+            keys = np.vstack([job.ops[["rank", "pid", "tid"]].to_numpy(np.int64),
+                              job.api_calls[["rank", "pid", "tid"]].to_numpy(np.int64)])
+            coded = row_codes(keys) if len(keys) else (np.zeros(0, np.int64), keys)
+        code, rows = coded
+        if not len(code):
             return pd.DataFrame(columns=["pid", "tid"], index=pd.Index([], name="rank"))
-        code, rows = row_codes(keys)
         count = np.bincount(code, minlength=len(rows))
         seen = pd.factorize(code)[1]            # the threads in order of first appearance
-        first = np.empty(len(rows), np.int64)
+        first = np.zeros(len(rows), np.int64)
         first[seen] = np.arange(len(seen))
+        has = np.flatnonzero(count > 0)  # (threads of neither: not candidates)
+        rows, count, first = rows[has], count[has], first[has]
         order = np.lexsort((first, -count, rows[:, 0]))
         top = order[np.r_[True, rows[order[1:], 0] != rows[order[:-1], 0]]]
         return pd.DataFrame({"pid": rows[top, 1], "tid": rows[top, 2]}, index=pd.Index(rows[top, 0], name="rank"))
@@ -446,8 +452,6 @@ class _Builder:
         job = self.job
         ops, api = job.ops, job.api_calls
         rg = job.ranges[(job.ranges["device"] < 0) & job.ranges["category"].isin(["step", "dataloader"])]
-        its = self._iteration_threads()
-        self.its = its
         parts: dict[str, list] = {c: [] for c in ("thread", "time", "kind", "ref", "other")}
         threads: list[np.ndarray] = []  # each item's (rank, pid, tid): its start and end lie on the same thread
 
@@ -467,13 +471,19 @@ class _Builder:
             e = np.maximum(frame["end"].to_numpy(np.int64) - off, s)
             add(frame, s, start_kind, ref, e)
             add(frame, e, end_kind, ref, s)
+        # the threads of ops, calls and ranges coded once (each rank's busiest thread is found from them), then
+        # the iterations' among their distinct ones: what coding all of them together gives
+        head_code, head_rows = row_codes(np.vstack(threads))
+        its = self._iteration_threads((head_code[:len(threads[0]) + len(threads[1])], head_rows))
+        self.its = its
         threads.append(its[["rank", "pid", "tid"]].to_numpy(np.int64))
+        both, uniques = row_codes(np.vstack([head_rows, threads[-1]]))
+        item_codes = np.r_[both[:len(head_rows)][head_code], both[len(head_rows):]]
         off = self._rank_offsets(its)
         s = its["start"].to_numpy(np.int64) - off
         add(its, s, IT_START, np.arange(len(its)), s)
         add(its, np.maximum(its["cpu_end"].to_numpy(np.int64) - off, s), IT_END, np.arange(len(its)), s)
         # threads coded once per item, not once per point
-        item_codes, uniques = row_codes(np.vstack(threads))
         item_at = np.cumsum([0] + [len(x) for x in threads])
         codes = np.concatenate([item_codes[item_at[i]:item_at[i + 1]] for i in parts.pop("thread")])
         # each column joined, its pieces let go at once (``add`` holds ``parts``: emptied, not deleted)
