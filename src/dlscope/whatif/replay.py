@@ -53,11 +53,17 @@ class Result:
     weights: Weights | None  # None: let go (a scenario's replay kept only for its times)
 
 
-def _settled(x: np.ndarray, C: np.ndarray, seg: np.ndarray) -> np.ndarray:
+def _settled(x: np.ndarray, C: np.ndarray, seg: np.ndarray, runs: list | None = None) -> np.ndarray:
     """One sweep of a block's local runs: each head at the latest of its own input ``x`` and its run's earlier
     heads' (a head ``C`` after the run's start: ``C + max over the run so far of (x - C)``), NONE where no
-    input reached it yet. ``seg``: each head's run, numbered from 0."""
+    input reached it yet. ``seg``: each head's run, numbered from 0; ``runs``: their (start, stop), when few."""
     valid = x > NONE
+    if runs is not None and valid.all():  # the usual sweep (~2 runs of ~128 heads): a running maximum per run
+        y = x - C
+        for a, b in runs:
+            np.maximum.accumulate(y[a:b], out=y[a:b])
+        y += C
+        return y
     if not valid.any():
         return np.full(len(x), NONE, np.int64)
     y = x - C
@@ -72,6 +78,10 @@ def _settled(x: np.ndarray, C: np.ndarray, seg: np.ndarray) -> np.ndarray:
     else:  # too many runs for one axis
         z = pd.Series(z).groupby(seg).cummax().to_numpy(np.int64)
     return np.where(z > 0, z + lo + C, NONE)
+
+
+#: a block's local runs swept one by one when fewer than this (else on one axis, offset apart)
+FEW_RUNS = 8
 
 
 #: heads settled together: blocks of about this many, in measured-time order
@@ -205,6 +215,8 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
         x0[carry] = np.maximum(x0[carry], np.where(prev > NONE, prev + step_o[lo:hi][carry], NONE))
         C = C_all[lo:hi]
         sg = seg[lo:hi] - seg[lo]  # local runs from 0: each sweep's running maximum restarts at each
+        cut = np.flatnonzero(sg[1:] != sg[:-1]) + 1
+        runs = list(zip([0, *cut.tolist()], [*cut.tolist(), hi - lo])) if len(cut) < FEW_RUNS else None
         s_, o_ = e_seg[elo:ehi], e_off[elo:ehi]
         now = H[hs]  # the block's head times (only this block writes them: kept, not gathered each sweep)
         for _ in range(max_rounds):
@@ -215,7 +227,7 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
                 vals = np.where(hv > NONE, hv + o_, NONE)
                 x = x0.copy()
                 x[upos] = np.maximum(x[upos], np.maximum.reduceat(vals, starts))
-            new = _settled(x, C, sg)
+            new = _settled(x, C, sg, runs)
             if (new == now).all():
                 break
             H[hs] = now = new

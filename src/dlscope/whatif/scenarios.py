@@ -311,10 +311,10 @@ def _math_kernel() -> tuple[re.Pattern, re.Pattern]:
 
 def amp_candidates(g: Graph) -> pd.DataFrame:
     """GEMM / convolution / attention kernels of Tensor-Core-eligible ops computing in FP32 (on CUDA cores,
-    or as TF32): their rows of ``g.activities`` (the index) with rank, device and ``on_tc``. Precision: the launching op's (or an enclosing
-    op's) input dtype, else the kernel's name. A kernel replayed from a CUDA graph was launched by the graph's
-    launch call, so the op around it is the replay (``Graphed``), not the GEMM that captured it: such math
-    kernels are judged by their own names alone (precision included)."""
+    or as TF32): their rows of ``g.activities`` (the index) with rank, device and ``on_tc``. Precision: the
+    launching op's (or an enclosing op's) input dtype, else the kernel's name. A kernel replayed from a CUDA
+    graph was launched by the graph's launch call, so the op around it is the replay (``Graphed``), not the
+    GEMM that captured it: such math kernels are judged by their own names alone (precision included)."""
     job, act = g.job, g.activities
     ops = job.ops
     is_k = (act["table"] == "kernel").to_numpy(bool)
