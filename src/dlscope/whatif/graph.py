@@ -300,7 +300,9 @@ def _lexsort_pairs(major: np.ndarray, time: np.ndarray, minor: np.ndarray, sub: 
         lo, span = int(value.min()), int(value.max()) - int(value.min()) + 1
         if (int(code.max()) + 1) * span >= 2 ** 62:
             return None
-        return code.astype(np.int64) * np.int64(span) + (value - lo)
+        out = np.subtract(value, lo, dtype=np.int64)  # (two arrays made, not four)
+        out += np.multiply(code, np.int64(span), dtype=np.int64)
+        return out
     first, second = packed(major, time), packed(minor, sub)
     if first is None or second is None:
         return np.lexsort((sub, minor, time, major))

@@ -256,9 +256,10 @@ def unchanged(g: Graph) -> Result:
     t = g.t
     on = ~w.off
     src, dst = g.src[on], g.dst[on]
-    latest = np.full(g.n, NONE, np.int64)
-    inner = np.flatnonzero(~g.first)
-    latest[inner] = t[inner - 1] + w.wc[inner]
+    # each vertex's chain term over shifted views (no index array per vertex), NONE at the first of a chain
+    latest = np.empty(g.n, np.int64)
+    np.add(t[:-1], w.wc[1:], out=latest[1:])
+    latest[g.first] = NONE
     if len(dst):  # cross edges are sorted by destination: the latest of each destination's inputs
         starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
         d = dst[starts]
