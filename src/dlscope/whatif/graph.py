@@ -38,8 +38,13 @@ from .job import Job
 OP_START, OP_END, API_START, API_END, RANGE_START, RANGE_END, IT_START, IT_END, GPU_START, GPU_END, BARRIER = \
     range(11)
 
+#: by vertex kind (looked up per vertex, not searched): a start, an iteration mark, a range's, a busy start
 _IS_START = np.isin(np.arange(11), [OP_START, API_START, RANGE_START])
 _IS_MARK = np.isin(np.arange(11), [IT_START, IT_END])
+_IS_RANGE = np.isin(np.arange(11), [RANGE_START, RANGE_END])
+_IS_BUSY = np.isin(np.arange(11), [OP_START, API_START])
+_IS_CALL = np.isin(np.arange(11), [API_START, API_END])
+_IS_STATE = np.isin(np.arange(11), [OP_START, OP_END, API_START, API_END])  # a thread's op or call changes
 
 #: what the time of an edge on the critical path is (chain edges by their vertex, cross edges by kind)
 CATEGORIES = ("cpu_op", "cpu_other", "dataloader", "cuda_api", "sync", "kernel", "memcpy", "memset",
@@ -190,10 +195,11 @@ def _narrowed(values: np.ndarray) -> np.ndarray:
     return values.astype(fitting(int(values.max()) if len(values) else 0), copy=False)
 
 
-def _ffill(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
-    """Each position's latest defined value (``defined`` must hold at every chain's first vertex)."""
-    idx = np.where(defined, np.arange(len(values), dtype=fitting(len(values))), 0)
-    return values[np.maximum.accumulate(idx, out=idx)] if len(values) else values
+def _latest_defined(defined: np.ndarray) -> np.ndarray:
+    """Each position's latest defined position at or before it (``defined`` must hold at every chain's first
+    vertex): ``values[_latest_defined(defined)]`` carries each defined value forward."""
+    idx = np.where(defined, np.arange(len(defined), dtype=fitting(len(defined))), 0)
+    return np.maximum.accumulate(idx, out=idx)
 
 
 def op_flags(ops: pd.DataFrame, own: np.ndarray) -> np.ndarray:
@@ -689,24 +695,26 @@ class _Builder:
         ids = fitting(max([int(x.max()) for x in (ref, parent, api_op) if len(x)], default=0))
         op_state = np.full(ncpu, -1, ids)
         api_state = np.full(ncpu, -1, ids)
-        defined = firsts.copy()
-        s = kind == OP_START
+        # (vertices of each kind found once, as positions; both states defined at the same vertices: the latest
+        # defined vertex before each found once for both)
+        s = np.flatnonzero(kind == OP_START)
         op_state[s] = ref[s]
-        e = kind == OP_END
-        op_state[e] = np.where(op_pos[ref[e]] >= 0, parent[op_pos[ref[e]]], -1)
-        a = kind == API_START
+        e = np.flatnonzero(kind == OP_END)
+        parent_row = op_pos[ref[e]]
+        op_state[e] = np.where(parent_row >= 0, parent[parent_row], -1)
+        a = np.flatnonzero(kind == API_START)
         api_state[a] = ref[a]
-        ae = kind == API_END
-        op_state[a | ae] = api_op[api_pos[ref[a | ae]]]
-        defined |= s | e | a | ae
-        op_state = _ffill(op_state, defined)
-        api_state = _ffill(api_state, defined | a | ae)
+        calls = np.flatnonzero(_IS_CALL[kind])
+        op_state[calls] = api_op[api_pos[ref[calls]]]
+        latest = _latest_defined(firsts | _IS_STATE[kind])
+        op_state = op_state[latest]
+        api_state = api_state[latest]
         # data loading: an op named like it (or one enclosing it), or inside a dataloader range
         dl_op = op_flags(ops, matches(ops["name"], "dataloader") if len(ops) else np.zeros(0, bool))
         rg = job.ranges
         rg_dl = np.zeros(int(rg["range_id"].max()) + 2 if len(rg) else 1, bool)
         rg_dl[rg.loc[rg["category"] == "dataloader", "range_id"].to_numpy(np.int64)] = True
-        is_range = np.isin(kind, [RANGE_START, RANGE_END])
+        is_range = _IS_RANGE[kind]
         dl_range = np.zeros(ncpu, bool)
         dl_range[is_range] = rg_dl[ref[is_range]]
         in_dl = np.zeros(ncpu, bool)  # (each term only where it can hold: per-vertex arrays are the peak here)
@@ -913,7 +921,7 @@ class _Builder:
             return empty
         t = self.t[:ncpu]
         chain, kind = pts["chain"], pts["kind"]
-        busy = np.isin(kind, [OP_START, API_START])
+        busy = _IS_BUSY[kind]
         if not busy.any():
             return empty
         big = np.int64(t.max() + 1)
