@@ -779,8 +779,11 @@ class _Builder:
         # synchronizations the trace recorded (linked by launch call or by correlation)
         sy = job.syncs[job.syncs["kind"] != "stream_wait_event"]
         linked = sy[sy["api_id"] >= 0][["api_id", "stream", "kind"]]
-        by_corr = sy[sy["api_id"] < 0].merge(api[["rank", "correlation", "api_id"]], on=["rank", "correlation"],
-                                             suffixes=("_s", ""))[["api_id", "stream", "kind"]]
+        unlinked = sy[sy["api_id"] < 0]  # (none: no join with every call)
+        by_corr = linked.iloc[0:0]
+        if len(unlinked):
+            by_corr = unlinked.merge(api[["rank", "correlation", "api_id"]], on=["rank", "correlation"],
+                                     suffixes=("_s", ""))[["api_id", "stream", "kind"]]
         recorded = pd.concat([linked, by_corr]).drop_duplicates("api_id").set_index("api_id")
         api_pos = positions(api["api_id"].to_numpy(np.int64))
         is_sync = sync_name.copy()
@@ -926,9 +929,12 @@ class _Builder:
             return empty
         big = np.int64(t.max() + 1)
         # busy intervals of each thread (ops and API calls), merged, on a per-chain axis
-        bs = chain[busy] * big + t[busy]
+        busy_v = np.flatnonzero(busy)  # (found once, read by position)
+        busy_t = t[busy_v]
+        bs = chain[busy_v] * big + busy_t
         # a start point's own end (relative, as ``t``): read here last, let go before the merge
-        be = bs + (pts.pop("other")[busy] - t[busy])
+        be = bs + (pts.pop("other")[busy_v] - busy_t)
+        del busy_v, busy_t
         ms, me = merge(bs, be)
         mc = ms // big
         gap_before = np.r_[np.iinfo(np.int64).max, ms[1:] - me[:-1]]
