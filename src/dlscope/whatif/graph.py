@@ -502,7 +502,9 @@ class _Builder:
         order[_IS_START[kind]] = 2
         order[_IS_MARK[kind]] = 1
         pts["chain"] = codes
-        idx = _lexsort_pairs(codes, time, order, -other)
+        np.negative(other, out=other)  # (the last key descending: negated in place for the sort, then back)
+        idx = _lexsort_pairs(codes, time, order, other)
+        np.negative(other, out=other)
         pts = {c: v[idx] for c, v in pts.items()}
         pts["rank"] = uniques[pts["chain"], 0] if len(uniques) else np.zeros(0, np.int64)
         self.cpu_chains = pd.DataFrame(list(uniques), columns=["rank", "pid", "tid"]) if len(uniques) else \
