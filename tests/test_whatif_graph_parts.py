@@ -13,7 +13,7 @@ from conftest import data_file, requires_shared
 from dlscope.whatif.graph import _Builder, _small, row_codes
 
 
-@pytest.mark.parametrize("scale", [1, 10**15])
+@pytest.mark.parametrize("scale", [1, 10**4, 10**15])  # rows marked in a table, hashed, columns hashed
 def test_row_codes_are_pandas_sorted_factorize_of_the_rows(scale):
     rng = np.random.default_rng(3)
     for trial in range(30):
@@ -139,3 +139,32 @@ def test_ranks_are_int16_while_they_fit_then_wider():
         kind = _small(largest)
         assert kind == dtype, largest
         assert np.array([-1, largest], kind).tolist() == [-1, largest]  # both ends held exactly
+
+
+def _settled_one_head_at_a_time(x: np.ndarray, C: np.ndarray, seg: np.ndarray) -> list[int]:
+    """Each head: C plus the largest x - C of its run so far among reached heads (NONE: none reached yet)."""
+    from dlscope.whatif.replay import NONE
+    out, best, run = [], None, None
+    for xi, ci, si in zip(x.tolist(), C.tolist(), seg.tolist()):
+        if si != run:
+            best, run = None, si
+        if xi > NONE:
+            best = xi - ci if best is None else max(best, xi - ci)
+        out.append(NONE if best is None else best + ci)
+    return out
+
+
+def test_a_sweep_settles_each_run_as_a_loop_over_its_heads_does_by_runs_or_on_one_axis():
+    from dlscope.whatif.replay import NONE, _settled
+    rng = np.random.default_rng(5)
+    for trial in range(200):
+        n = int(rng.integers(1, 300))
+        seg = np.cumsum(rng.random(n) < rng.choice([0.005, 0.05, 0.5]))
+        seg -= seg[0]
+        C = np.cumsum(rng.integers(0, 10**6, n))
+        x = rng.integers(0, 10**12, n) if trial % 2 else np.where(rng.random(n) < 0.3, NONE, rng.integers(0, 10**12, n))
+        cut = np.flatnonzero(seg[1:] != seg[:-1]) + 1
+        runs = list(zip([0, *cut.tolist()], [*cut.tolist(), n]))
+        want = _settled_one_head_at_a_time(x, C, seg)
+        assert _settled(x, C, seg, runs).tolist() == want, trial   # run by run (where every head is reached)
+        assert _settled(x, C, seg).tolist() == want, trial         # on one axis

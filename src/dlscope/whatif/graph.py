@@ -38,6 +38,14 @@ from .job import Job
 OP_START, OP_END, API_START, API_END, RANGE_START, RANGE_END, IT_START, IT_END, GPU_START, GPU_END, BARRIER = \
     range(11)
 
+#: by vertex kind (looked up per vertex, not searched): a start, an iteration mark, a range's, a busy start
+_IS_START = np.isin(np.arange(11), [OP_START, API_START, RANGE_START])
+_IS_MARK = np.isin(np.arange(11), [IT_START, IT_END])
+_IS_RANGE = np.isin(np.arange(11), [RANGE_START, RANGE_END])
+_IS_BUSY = np.isin(np.arange(11), [OP_START, API_START])
+_IS_CALL = np.isin(np.arange(11), [API_START, API_END])
+_IS_STATE = np.isin(np.arange(11), [OP_START, OP_END, API_START, API_END])  # a thread's op or call changes
+
 #: what the time of an edge on the critical path is (chain edges by their vertex, cross edges by kind)
 CATEGORIES = ("cpu_op", "cpu_other", "dataloader", "cuda_api", "sync", "kernel", "memcpy", "memset",
               "communication", "launch", "gpu_gap", "thread_wait", "stream_wait", "before_trace")
@@ -187,15 +195,18 @@ def _narrowed(values: np.ndarray) -> np.ndarray:
     return values.astype(fitting(int(values.max()) if len(values) else 0), copy=False)
 
 
-def _ffill(values: np.ndarray, defined: np.ndarray) -> np.ndarray:
-    """Each position's latest defined value (``defined`` must hold at every chain's first vertex)."""
-    idx = np.where(defined, np.arange(len(values), dtype=fitting(len(values))), 0)
-    return values[np.maximum.accumulate(idx, out=idx)] if len(values) else values
+def _latest_defined(defined: np.ndarray) -> np.ndarray:
+    """Each position's latest defined position at or before it (``defined`` must hold at every chain's first
+    vertex): ``values[_latest_defined(defined)]`` carries each defined value forward."""
+    idx = np.where(defined, np.arange(len(defined), dtype=fitting(len(defined))), 0)
+    return np.maximum.accumulate(idx, out=idx)
 
 
 def op_flags(ops: pd.DataFrame, own: np.ndarray) -> np.ndarray:
     """Per op row: it or an enclosing op has the flag (propagated down the op tree level by level)."""
     flag = np.asarray(own, bool).copy()
+    if not flag.any():  # nothing to hand down (e.g. no data-loading op)
+        return flag
     pos = positions(ops["op_id"].to_numpy(np.int64))
     parent = ops["parent_id"].to_numpy(np.int64)
     depth = ops["depth"].to_numpy(np.int64)
@@ -220,10 +231,45 @@ def positions(ids: np.ndarray) -> np.ndarray:
 def row_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(code of each row, the distinct rows in sorted order) of an integer matrix: what ``pd.factorize`` of a
     MultiIndex with ``sort=True`` gives, without building a tuple per row (a third of the graph's build).
-    Rows are hashed (each column's codes combined into one integer), and only the distinct rows sorted."""
+    Rows are numbered in mixed radix (each column less its minimum, by the spans of the columns after it), which
+    keeps their order: where those numbers are few, the distinct ones are marked in a table (no hash, no sort);
+    else hashed, and only the distinct ones sorted."""
     keys = np.asarray(keys, np.int64)
     if not len(keys):
         return np.zeros(0, np.int64), keys
+    lows = keys.min(axis=0)
+    spans = [int(hi) - int(lo) + 1 for lo, hi in zip(lows.tolist(), keys.max(axis=0).tolist())]
+    size = 1
+    for span in spans:
+        size *= span
+    if size >= 2 ** 62:
+        return _hashed_row_codes(keys)
+    combined = keys[:, 0] - lows[0]
+    for j in range(1, keys.shape[1]):
+        combined *= np.int64(spans[j])
+        combined += keys[:, j]
+        combined -= lows[j]
+    if size <= 4 * len(keys) + 1024:
+        seen = np.zeros(size, bool)
+        seen[combined] = True
+        rank = np.cumsum(seen, dtype=np.int64)
+        rank -= 1
+        code, distinct = rank[combined], np.flatnonzero(seen)
+    else:
+        found, distinct = pd.factorize(combined)
+        order = np.argsort(distinct)
+        rank = np.empty(len(distinct), np.int64)
+        rank[order] = np.arange(len(distinct))
+        code, distinct = rank[found], distinct[order]
+    rows = np.empty((len(distinct), keys.shape[1]), np.int64)
+    for j in range(keys.shape[1] - 1, -1, -1):
+        distinct, rows[:, j] = np.divmod(distinct, np.int64(spans[j]))
+        rows[:, j] += lows[j]
+    return code, rows
+
+
+def _hashed_row_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`row_codes` of columns whose spans multiply past an int64: each column's values hashed to codes."""
     combined = np.zeros(len(keys), np.int64)
     size = 1
     for j in range(keys.shape[1]):
@@ -260,7 +306,9 @@ def _lexsort_pairs(major: np.ndarray, time: np.ndarray, minor: np.ndarray, sub: 
         lo, span = int(value.min()), int(value.max()) - int(value.min()) + 1
         if (int(code.max()) + 1) * span >= 2 ** 62:
             return None
-        return code.astype(np.int64) * np.int64(span) + (value - lo)
+        out = np.subtract(value, lo, dtype=np.int64)  # (two arrays made, not four)
+        out += np.multiply(code, np.int64(span), dtype=np.int64)
+        return out
     first, second = packed(major, time), packed(minor, sub)
     if first is None or second is None:
         return np.lexsort((sub, minor, time, major))
@@ -365,9 +413,9 @@ class _Builder:
 
     # ---------------------------------------------------------------- CPU points
 
-    def _iteration_threads(self) -> pd.DataFrame:
+    def _iteration_threads(self, coded: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
         """Each iteration with the thread its start lies on (an op or range starting there, else the rank's
-        busiest thread)."""
+        busiest thread). ``coded``: as for :meth:`_busiest_threads`."""
         job = self.job
         its = job.iterations.sort_values(["rank", "start"], kind="stable").reset_index(drop=True)
         # the first op or range starting at each iteration's start (only those starting at some iteration's
@@ -378,24 +426,30 @@ class _Builder:
         cpu = pd.concat([frame.loc[np.isin(frame["start"].to_numpy(np.int64), starts), cols]
                          for frame in (job.ops, cpu_rg)], ignore_index=True).drop_duplicates(["rank", "start"])
         hit = its[["rank", "start"]].merge(cpu, on=["rank", "start"], how="left")
-        busiest = self._busiest_threads()
+        busiest = self._busiest_threads(coded)
         for col in ("pid", "tid"):
             fallback = its["rank"].map(busiest[col]) if len(busiest) else pd.Series(-1, index=its.index)
             its[col] = hit[col].fillna(fallback).fillna(-1).to_numpy(np.int64)
         return its
 
-    def _busiest_threads(self) -> pd.DataFrame:
-        """Per rank (index), the thread (pid, tid) with the most ops and API calls; ties: the first seen."""
+    def _busiest_threads(self, coded: tuple[np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+        """Per rank (index), the thread (pid, tid) with the most ops and API calls; ties: the first seen.
+        ``coded``: the ops' then the calls' threads as :func:`row_codes` of a matrix that may hold more threads
+        (the CPU points code them once for both)."""
         job = self.job
-        keys = np.vstack([job.ops[["rank", "pid", "tid"]].to_numpy(np.int64),
-                          job.api_calls[["rank", "pid", "tid"]].to_numpy(np.int64)])
-        if not len(keys):
+        if coded is None:
+            keys = np.vstack([job.ops[["rank", "pid", "tid"]].to_numpy(np.int64),
+                              job.api_calls[["rank", "pid", "tid"]].to_numpy(np.int64)])
+            coded = row_codes(keys) if len(keys) else (np.zeros(0, np.int64), keys)
+        code, rows = coded
+        if not len(code):
             return pd.DataFrame(columns=["pid", "tid"], index=pd.Index([], name="rank"))
-        code, rows = row_codes(keys)
         count = np.bincount(code, minlength=len(rows))
         seen = pd.factorize(code)[1]            # the threads in order of first appearance
-        first = np.empty(len(rows), np.int64)
+        first = np.zeros(len(rows), np.int64)
         first[seen] = np.arange(len(seen))
+        has = np.flatnonzero(count > 0)  # (threads of neither: not candidates)
+        rows, count, first = rows[has], count[has], first[has]
         order = np.lexsort((first, -count, rows[:, 0]))
         top = order[np.r_[True, rows[order[1:], 0] != rows[order[:-1], 0]]]
         return pd.DataFrame({"pid": rows[top, 1], "tid": rows[top, 2]}, index=pd.Index(rows[top, 0], name="rank"))
@@ -406,8 +460,6 @@ class _Builder:
         job = self.job
         ops, api = job.ops, job.api_calls
         rg = job.ranges[(job.ranges["device"] < 0) & job.ranges["category"].isin(["step", "dataloader"])]
-        its = self._iteration_threads()
-        self.its = its
         parts: dict[str, list] = {c: [] for c in ("thread", "time", "kind", "ref", "other")}
         threads: list[np.ndarray] = []  # each item's (rank, pid, tid): its start and end lie on the same thread
 
@@ -427,24 +479,32 @@ class _Builder:
             e = np.maximum(frame["end"].to_numpy(np.int64) - off, s)
             add(frame, s, start_kind, ref, e)
             add(frame, e, end_kind, ref, s)
+        # the threads of ops, calls and ranges coded once (each rank's busiest thread is found from them), then
+        # the iterations' among their distinct ones: what coding all of them together gives
+        head_code, head_rows = row_codes(np.vstack(threads))
+        its = self._iteration_threads((head_code[:len(threads[0]) + len(threads[1])], head_rows))
+        self.its = its
         threads.append(its[["rank", "pid", "tid"]].to_numpy(np.int64))
+        both, uniques = row_codes(np.vstack([head_rows, threads[-1]]))
+        item_codes = np.r_[both[:len(head_rows)][head_code], both[len(head_rows):]]
         off = self._rank_offsets(its)
         s = its["start"].to_numpy(np.int64) - off
         add(its, s, IT_START, np.arange(len(its)), s)
         add(its, np.maximum(its["cpu_end"].to_numpy(np.int64) - off, s), IT_END, np.arange(len(its)), s)
         # threads coded once per item, not once per point
-        item_codes, uniques = row_codes(np.vstack(threads))
         item_at = np.cumsum([0] + [len(x) for x in threads])
         codes = np.concatenate([item_codes[item_at[i]:item_at[i + 1]] for i in parts.pop("thread")])
         # each column joined, its pieces let go at once (``add`` holds ``parts``: emptied, not deleted)
         pts = {c: np.concatenate(parts.pop(c)) for c in list(parts)}
         # same instant: ends of earlier items (inner first), marks, starts (outer first), ends of empty items
         kind, time, other = pts["kind"], pts["time"], pts["other"]
-        is_start = np.isin(kind, [OP_START, API_START, RANGE_START])
-        is_mark = np.isin(kind, [IT_START, IT_END])
-        order = np.where(is_mark, 1, np.where(is_start, 2, np.where(time == other, 3, 0))).astype(np.int8)
+        order = np.equal(time, other).view(np.int8) * np.int8(3)  # (kinds looked up in a table, not searched)
+        order[_IS_START[kind]] = 2
+        order[_IS_MARK[kind]] = 1
         pts["chain"] = codes
-        idx = _lexsort_pairs(codes, time, order, -other)
+        np.negative(other, out=other)  # (the last key descending: negated in place for the sort, then back)
+        idx = _lexsort_pairs(codes, time, order, other)
+        np.negative(other, out=other)
         pts = {c: v[idx] for c, v in pts.items()}
         pts["rank"] = uniques[pts["chain"], 0] if len(uniques) else np.zeros(0, np.int64)
         self.cpu_chains = pd.DataFrame(list(uniques), columns=["rank", "pid", "tid"]) if len(uniques) else \
@@ -637,24 +697,26 @@ class _Builder:
         ids = fitting(max([int(x.max()) for x in (ref, parent, api_op) if len(x)], default=0))
         op_state = np.full(ncpu, -1, ids)
         api_state = np.full(ncpu, -1, ids)
-        defined = firsts.copy()
-        s = kind == OP_START
+        # (vertices of each kind found once, as positions; both states defined at the same vertices: the latest
+        # defined vertex before each found once for both)
+        s = np.flatnonzero(kind == OP_START)
         op_state[s] = ref[s]
-        e = kind == OP_END
-        op_state[e] = np.where(op_pos[ref[e]] >= 0, parent[op_pos[ref[e]]], -1)
-        a = kind == API_START
+        e = np.flatnonzero(kind == OP_END)
+        parent_row = op_pos[ref[e]]
+        op_state[e] = np.where(parent_row >= 0, parent[parent_row], -1)
+        a = np.flatnonzero(kind == API_START)
         api_state[a] = ref[a]
-        ae = kind == API_END
-        op_state[a | ae] = api_op[api_pos[ref[a | ae]]]
-        defined |= s | e | a | ae
-        op_state = _ffill(op_state, defined)
-        api_state = _ffill(api_state, defined | a | ae)
+        calls = np.flatnonzero(_IS_CALL[kind])
+        op_state[calls] = api_op[api_pos[ref[calls]]]
+        latest = _latest_defined(firsts | _IS_STATE[kind])
+        op_state = op_state[latest]
+        api_state = api_state[latest]
         # data loading: an op named like it (or one enclosing it), or inside a dataloader range
         dl_op = op_flags(ops, matches(ops["name"], "dataloader") if len(ops) else np.zeros(0, bool))
         rg = job.ranges
         rg_dl = np.zeros(int(rg["range_id"].max()) + 2 if len(rg) else 1, bool)
         rg_dl[rg.loc[rg["category"] == "dataloader", "range_id"].to_numpy(np.int64)] = True
-        is_range = np.isin(kind, [RANGE_START, RANGE_END])
+        is_range = _IS_RANGE[kind]
         dl_range = np.zeros(ncpu, bool)
         dl_range[is_range] = rg_dl[ref[is_range]]
         in_dl = np.zeros(ncpu, bool)  # (each term only where it can hold: per-vertex arrays are the peak here)
@@ -719,8 +781,11 @@ class _Builder:
         # synchronizations the trace recorded (linked by launch call or by correlation)
         sy = job.syncs[job.syncs["kind"] != "stream_wait_event"]
         linked = sy[sy["api_id"] >= 0][["api_id", "stream", "kind"]]
-        by_corr = sy[sy["api_id"] < 0].merge(api[["rank", "correlation", "api_id"]], on=["rank", "correlation"],
-                                             suffixes=("_s", ""))[["api_id", "stream", "kind"]]
+        unlinked = sy[sy["api_id"] < 0]  # (none: no join with every call)
+        by_corr = linked.iloc[0:0]
+        if len(unlinked):
+            by_corr = unlinked.merge(api[["rank", "correlation", "api_id"]], on=["rank", "correlation"],
+                                     suffixes=("_s", ""))[["api_id", "stream", "kind"]]
         recorded = pd.concat([linked, by_corr]).drop_duplicates("api_id").set_index("api_id")
         api_pos = positions(api["api_id"].to_numpy(np.int64))
         is_sync = sync_name.copy()
@@ -731,15 +796,17 @@ class _Builder:
         rec_stream = np.where(recorded["kind"].to_numpy(object) == "stream", recorded["stream"].to_numpy(np.int64), -1)
         stream[rec_rows[ok]] = rec_stream[ok]
         # copies: a non-Async copy/memset call, or any copy touching pageable host memory
+        # (the activities' rows with a launch call, by position: the frame's index is its row numbers)
         act = self.act
-        own = act[act["api_id"] >= 0]
-        own_rows = api_pos[own["api_id"].to_numpy(np.int64)]
+        act_api = act["api_id"].to_numpy(np.int64)
+        own = np.flatnonzero(act_api >= 0)
+        own_rows = api_pos[act_api[own]]
         is_copy = np.zeros(len(api), bool)
         copy_act = np.full(len(api), -1, np.int64)
-        sel = (own_rows >= 0) & (copy_name[np.maximum(own_rows, 0)] | own["pageable"].to_numpy(bool)) & \
-            (own["table"].to_numpy(object) == "memop")
+        sel = (own_rows >= 0) & (copy_name[np.maximum(own_rows, 0)] | act["pageable"].to_numpy(bool)[own]) & \
+            (act["table"] == "memop").to_numpy(bool)[own]
         is_copy[own_rows[sel]] = True
-        copy_act[own_rows[sel]] = own.index.to_numpy()[sel]
+        copy_act[own_rows[sel]] = own[sel]
         rows = np.flatnonzero(is_sync | is_copy)
         return pd.DataFrame({"api_row": rows, "api_id": api["api_id"].to_numpy(np.int64)[rows],
                              "how": np.where(is_copy[rows], "copy", "sync"), "stream": stream[rows],
@@ -859,14 +926,17 @@ class _Builder:
             return empty
         t = self.t[:ncpu]
         chain, kind = pts["chain"], pts["kind"]
-        busy = np.isin(kind, [OP_START, API_START])
+        busy = _IS_BUSY[kind]
         if not busy.any():
             return empty
         big = np.int64(t.max() + 1)
         # busy intervals of each thread (ops and API calls), merged, on a per-chain axis
-        bs = chain[busy] * big + t[busy]
+        busy_v = np.flatnonzero(busy)  # (found once, read by position)
+        busy_t = t[busy_v]
+        bs = chain[busy_v] * big + busy_t
         # a start point's own end (relative, as ``t``): read here last, let go before the merge
-        be = bs + (pts.pop("other")[busy] - t[busy])
+        be = bs + (pts.pop("other")[busy_v] - busy_t)
+        del busy_v, busy_t
         ms, me = merge(bs, be)
         mc = ms // big
         gap_before = np.r_[np.iinfo(np.int64).max, ms[1:] - me[:-1]]
@@ -970,15 +1040,17 @@ class _Builder:
         """An activity that started later than its own stream and launch allow, shortly after an activity on
         another stream of its device ended, waited for it (an event wait)."""
         act, t = self.act, self.t
-        if act.empty or act.groupby(["rank", "device"])["stream"].nunique().max() < 2:
+        # the streams (distinct, sorted by rank, device, stream): some device has two when a pair repeats
+        pairs = self.gpu_chains[["rank", "device"]].to_numpy(np.int64)
+        if act.empty or not (pairs[1:] == pairs[:-1]).all(axis=1).any():
             return src, dst, w, xk, xo
         sv, evs = act["start_v"].to_numpy(np.int64), act["end_v"].to_numpy(np.int64)
-        m = self._bounds(wc, src, dst, w)[sv]
+        m = self._bounds(sv, wc, src, dst, w)
         resid = t[sv] - m
         cand = np.flatnonzero(resid > 0)
         if len(cand) == 0:
             return src, dst, w, xk, xo
-        dev = row_codes(act[["rank", "device"]].to_numpy(np.int64))[0]
+        dev = row_codes(pairs)[0][act["chain_local"].to_numpy(np.int64)]  # (every stream has activities)
         big = np.int64(t.max() + 1)
         key_end = dev * big + t[evs]
         order = np.argsort(key_end, kind="stable")
@@ -1017,15 +1089,18 @@ class _Builder:
         return (ev, sv, np.maximum(np.minimum(gap, t[sv] - t[ev]), 0), np.full(len(sv), BYPASS, np.int8),
                 act["op_id"].to_numpy(np.int64)[nxt])
 
-    def _bounds(self, wc, src, dst, w) -> np.ndarray:
-        """Per vertex, the latest of its incoming constraints at the measured times (no input: -inf)."""
+    def _bounds(self, vertices, wc, src, dst, w) -> np.ndarray:
+        """Per vertex of ``vertices`` (increasing), the latest of its incoming constraints at the measured times
+        (no input: -inf): found for those vertices only, not for every vertex of the graph."""
         t = self.t
         low = np.iinfo(np.int64).min // 2
-        m = np.full(len(t), low, np.int64)
-        notfirst = ~self.first
-        m[notfirst] = t[np.flatnonzero(notfirst) - 1] + wc[notfirst]
-        if len(dst):
-            np.maximum.at(m, dst, t[src] + w)
+        m = np.full(len(vertices), low, np.int64)
+        inner = ~self.first[vertices]
+        m[inner] = t[vertices[inner] - 1] + wc[vertices[inner]]
+        if len(dst) and len(vertices):
+            at = np.minimum(np.searchsorted(vertices, dst), len(vertices) - 1)
+            into = vertices[at] == dst
+            np.maximum.at(m, at[into], t[src[into]] + w[into])
         return m
 
     def _residuals(self, wc, src, dst, w):

@@ -152,17 +152,17 @@ def path_arrays(g: Graph, win: Windows, result: Result, bound: Binding | None = 
 
 
 def path_parts(g: Graph, win: Windows, result: Result, bound: Binding | None = None,
-               size: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+               size: int | None = None, unexplained: bool = True) -> Iterator[dict[str, np.ndarray]]:
     """:func:`path_arrays`' columns one iteration window at a time (and, with ``size``, at most about that many
     edges at a time): a caller that sums them holds one window's path, not the whole trace's, and not its
-    columns."""
+    columns. ``unexplained`` False: without that column (see :func:`path_columns`)."""
     t = result.t
     b = binding(g, result) if bound is None else bound
     starts, last_end = win.bounds(t)
     ends = np.r_[win.start_v[1:], last_end]
     for it, lo, end_v in zip(win.iterations, starts, ends):
         for piece in critical_path_pieces(g, result, b, int(end_v), int(lo), size):
-            cols = path_columns(g, piece)
+            cols = path_columns(g, piece, unexplained)
             cols["iteration"] = np.full(len(cols["ns"]), int(it), np.int64)
             yield cols
 

@@ -53,22 +53,35 @@ class Result:
     weights: Weights | None  # None: let go (a scenario's replay kept only for its times)
 
 
-def _segmented_cummax(y: np.ndarray, seg: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Running maximum of ``y`` restarted where ``seg`` changes; (values, reached) where reached says some
-    valid entry came before (segments are contiguous and numbered in order)."""
-    if len(y) == 0:
-        return y, valid
+def _settled(x: np.ndarray, C: np.ndarray, seg: np.ndarray, runs: list | None = None) -> np.ndarray:
+    """One sweep of a block's local runs: each head at the latest of its own input ``x`` and its run's earlier
+    heads' (a head ``C`` after the run's start: ``C + max over the run so far of (x - C)``), NONE where no
+    input reached it yet. ``seg``: each head's run, numbered from 0; ``runs``: their (start, stop), when few."""
+    valid = x > NONE
+    if runs is not None and valid.all():  # the usual sweep (~2 runs of ~128 heads): a running maximum per run
+        y = x - C
+        for a, b in runs:
+            np.maximum.accumulate(y[a:b], out=y[a:b])
+        y += C
+        return y
     if not valid.any():
-        return y, valid
+        return np.full(len(x), NONE, np.int64)
+    y = x - C
     lo = int(y[valid].min()) - 1
     z = np.where(valid, y - lo, 0)
     span = int(z.max()) + 1
-    if int(seg[-1] - seg[0]) * span < 2 ** 62:
-        off = (seg - seg[0]) * np.int64(span)
-        run = np.maximum.accumulate(z + off) - off
-    else:  # too many chains for one axis
-        run = pd.Series(z).groupby(seg).cummax().to_numpy(np.int64)
-    return run + lo, run > 0
+    if int(seg[-1]) * span < 2 ** 62:
+        off = seg * np.int64(span)
+        z += off
+        np.maximum.accumulate(z, out=z)
+        z -= off
+    else:  # too many runs for one axis
+        z = pd.Series(z).groupby(seg).cummax().to_numpy(np.int64)
+    return np.where(z > 0, z + lo + C, NONE)
+
+
+#: a block's local runs swept one by one when fewer than this (else on one axis, offset apart)
+FEW_RUNS = 8
 
 
 #: heads settled together: blocks of about this many, in measured-time order
@@ -201,20 +214,23 @@ def solve(g: Graph, w: Weights, max_rounds: int = 100_000, start: np.ndarray | N
         prev = H[hs[carry] - 1]
         x0[carry] = np.maximum(x0[carry], np.where(prev > NONE, prev + step_o[lo:hi][carry], NONE))
         C = C_all[lo:hi]
-        sg = seg[lo:hi]
+        sg = seg[lo:hi] - seg[lo]  # local runs from 0: each sweep's running maximum restarts at each
+        cut = np.flatnonzero(sg[1:] != sg[:-1]) + 1
+        runs = list(zip([0, *cut.tolist()], [*cut.tolist(), hi - lo])) if len(cut) < FEW_RUNS else None
         s_, o_ = e_seg[elo:ehi], e_off[elo:ehi]
+        now = H[hs]  # the block's head times (only this block writes them: kept, not gathered each sweep)
         for _ in range(max_rounds):
             rounds += 1
-            x = x0.copy()
+            x = x0
             if len(starts):
                 hv = H[s_]
                 vals = np.where(hv > NONE, hv + o_, NONE)
+                x = x0.copy()
                 x[upos] = np.maximum(x[upos], np.maximum.reduceat(vals, starts))
-            cum, reached = _segmented_cummax(x - C, sg, x > NONE)
-            new = np.where(reached, C + cum, NONE)
-            if np.array_equal(new, H[hs]):
+            new = _settled(x, C, sg, runs)
+            if (new == now).all():
                 break
-            H[hs] = new
+            H[hs] = now = new
         else:
             raise RuntimeError(f"the replay did not settle in {max_rounds} sweeps (a dependency cycle?)")
     # each vertex's time is its head's plus its offset, made in place in ``off`` (solve's own array: the
@@ -240,9 +256,10 @@ def unchanged(g: Graph) -> Result:
     t = g.t
     on = ~w.off
     src, dst = g.src[on], g.dst[on]
-    latest = np.full(g.n, NONE, np.int64)
-    inner = np.flatnonzero(~g.first)
-    latest[inner] = t[inner - 1] + w.wc[inner]
+    # each vertex's chain term over shifted views (no index array per vertex), NONE at the first of a chain
+    latest = np.empty(g.n, np.int64)
+    np.add(t[:-1], w.wc[1:], out=latest[1:])
+    latest[g.first] = NONE
     if len(dst):  # cross edges are sorted by destination: the latest of each destination's inputs
         starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
         d = dst[starts]
@@ -369,21 +386,23 @@ def _chain_ns(t: np.ndarray, chain_v: np.ndarray, lo: int, hi: int) -> np.ndarra
     return np.maximum(np.minimum(t[chain_v], hi) - np.maximum(t[chain_v - 1], lo), 0)
 
 
-def path_columns(g: Graph, path: Path) -> dict[str, np.ndarray]:
+def path_columns(g: Graph, path: Path, unexplained: bool = True) -> dict[str, np.ndarray]:
     """The path's time by category, owner op and GPU activity: one entry per edge with time inside the
-    window."""
+    window. ``unexplained`` False: without that column (the stored figures do not read it)."""
     cv, xe = path.chain_v, path.cross_e
+    cat = g.cat[cv]
     cols = {
-        "category": np.r_[g.cat[cv], CROSS_CATEGORY[g.xkind[xe]], [CATEGORIES.index("before_trace")]],
+        "category": np.r_[cat, CROSS_CATEGORY[g.xkind[xe]], [CATEGORIES.index("before_trace")]],
         "op_id": np.r_[g.owner[cv], g.xowner[xe], [-1]],
-        "act": np.r_[np.where(np.isin(g.cat[cv], _RUN_CATS), g.act[cv], -1), np.full(len(xe), -1), [-1]],
+        "act": np.r_[np.where(_IS_RUN[cat], g.act[cv], -1), np.full(len(xe), -1), [-1]],
         "rank": np.r_[g.rank[cv], g.rank[g.dst[xe]], [-1]],
-        "ns": np.r_[path.chain_ns, path.cross_ns, [path.untracked_ns]],
-        # waiting the model could not tie to work: the residual it kept on the edge (fixed in a what-if)
-        "unexplained": np.r_[np.minimum(path.chain_ns, g.rc[cv]), np.minimum(path.cross_ns, g.rx[xe]),
-                             [path.untracked_ns]]}
+        "ns": np.r_[path.chain_ns, path.cross_ns, [path.untracked_ns]]}
+    if unexplained:  # waiting the model could not tie to work: the residual it kept on the edge (fixed in a what-if)
+        cols["unexplained"] = np.r_[np.minimum(path.chain_ns, g.rc[cv]), np.minimum(path.cross_ns, g.rx[xe]),
+                                    [path.untracked_ns]]
     keep = cols["ns"] > 0
     return {c: v[keep] for c, v in cols.items()}
 
 
 _RUN_CATS = [CATEGORIES.index(c) for c in ("kernel", "memcpy", "memset", "communication")]
+_IS_RUN = np.isin(np.arange(len(CATEGORIES)), _RUN_CATS)  # by category: a GPU run (looked up, not searched)

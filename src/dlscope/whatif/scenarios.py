@@ -311,16 +311,16 @@ def _math_kernel() -> tuple[re.Pattern, re.Pattern]:
 
 def amp_candidates(g: Graph) -> pd.DataFrame:
     """GEMM / convolution / attention kernels of Tensor-Core-eligible ops computing in FP32 (on CUDA cores,
-    or as TF32): rows of ``g.activities`` with ``on_tc``. Precision: the launching op's (or an enclosing
-    op's) input dtype, else the kernel's name. A kernel replayed from a CUDA graph was launched by the graph's
-    launch call, so the op around it is the replay (``Graphed``), not the GEMM that captured it: such math
-    kernels are judged by their own names alone (precision included)."""
+    or as TF32): their rows of ``g.activities`` (the index) with rank, device and ``on_tc``. Precision: the
+    launching op's (or an enclosing op's) input dtype, else the kernel's name. A kernel replayed from a CUDA
+    graph was launched by the graph's launch call, so the op around it is the replay (``Graphed``), not the
+    GEMM that captured it: such math kernels are judged by their own names alone (precision included)."""
     job, act = g.job, g.activities
     ops = job.ops
     is_k = (act["table"] == "kernel").to_numpy(bool)
     k_rows = np.flatnonzero(is_k)  # (the kernels' columns read, not a copy of their rows of every column)
     if not len(k_rows):
-        return act.iloc[0:0].assign(on_tc=False)
+        return pd.DataFrame({"rank": np.zeros(0, np.int64), "device": np.zeros(0, np.int64), "on_tc": False})
     math, not_math = _math_kernel()
     # names are judged once per distinct name
     name_code, distinct = g.name_codes(np.flatnonzero(is_k), na_sentinel=False)
@@ -331,13 +331,16 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     # inherit: the nearest op up the tree with a precision; eligible: it or an enclosing op is eligible
     parent = ops["parent_id"].to_numpy(np.int64)
     depth = ops["depth"].to_numpy(np.int64)
+    # (one walk down the levels for both: what ``op_flags`` does for the flag)
     prec = prec_op.copy()
+    eligible = ops["tc_eligible"].to_numpy(np.int64) > 0
     for d in np.unique(depth[depth > 0]):
         rows = np.flatnonzero((depth == d) & (parent >= 0))
         prow = pos[parent[rows]]
-        ok = (prow >= 0) & (prec[rows] == "")
+        found = prow >= 0
+        ok = found & (prec[rows] == "")
         prec[rows[ok]] = prec[prow[ok]]
-    eligible = op_flags(ops, ops["tc_eligible"].to_numpy(np.int64) > 0)
+        eligible[rows[found]] |= eligible[prow[found]]
     krow = pos[act["op_id"].to_numpy(np.int64)[k_rows]]
     has = krow >= 0
     kprec = np.where(has, prec[np.maximum(krow, 0)] if len(ops) else "", "").astype(object)
@@ -354,9 +357,9 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     kprec = np.where(replayed, by_name, kprec)
     elig = (has & (eligible[np.maximum(krow, 0)] if len(ops) else False)) | replayed
     sel = elig & is_math & np.isin(kprec, ["fp32", "tf32"])
-    out = act.iloc[k_rows[sel]].copy()
-    out["on_tc"] = uses_tc[sel] | (kprec[sel] == "tf32")
-    return out
+    rows = k_rows[sel]  # (the columns the plan reads, not a copy of every column of these rows)
+    return pd.DataFrame({"rank": act["rank"].to_numpy()[rows], "device": act["device"].to_numpy()[rows],
+                         "on_tc": uses_tc[sel] | (kprec[sel] == "tf32")}, index=act.index[rows])
 
 
 def _amp(factor: float | None) -> Callable[[Graph, Weights], str]:

@@ -219,7 +219,7 @@ class Replay:
         partial: list[tuple[np.ndarray, ...]] = []
         pending: list[dict[str, np.ndarray]] = []
         size = 0
-        for part in path_parts(g, win, base, shared.bound, PATH_CHUNK):
+        for part in path_parts(g, win, base, shared.bound, PATH_CHUNK, unexplained=False):
             pending.append(part)
             size += len(part["ns"])
             if size >= PATH_CHUNK:
@@ -264,9 +264,12 @@ class _Shared:
     def __init__(self, g: Graph, base: Result):
         self.bound: Binding = binding(g, base)
         self.rows = IterationRows(g)
-        self.op_pos = positions(g.job.ops["op_id"].to_numpy(np.int64))
+        op_pos = positions(g.job.ops["op_id"].to_numpy(np.int64))
+        # the op node of every op id (and -1 in a last slot, for ids past them): each path edge's looked up once
+        self.node_of = np.r_[op_nodes(g, np.arange(len(op_pos) - 1, dtype=np.int64), op_pos), -1]
         acts = g.activities
-        self.is_kernel = (acts["table"].to_numpy(object) == "kernel") if len(acts) else np.zeros(0, bool)
+        # (compared as the Arrow strings they are: no Python string per row)
+        self.is_kernel = (acts["table"] == "kernel").to_numpy(bool) if len(acts) else np.zeros(0, bool)
         # kernel names as codes: a rank's path is summed by code, its kernels table looked up by name once
         code, names = g.name_codes()
         self.name_code = code
@@ -283,7 +286,7 @@ def _path_sums(g: Graph, shared: _Shared, parts: list[dict[str, np.ndarray]]) ->
         return np.concatenate([p[name] for p in parts]).astype(np.int64) if parts else np.zeros(0, np.int64)
     ns, op_id, act = column("ns"), column("op_id"), column("act")
     owned = op_id >= 0
-    nodes, node_ns = _sums(op_nodes(g, op_id[owned], shared.op_pos), ns[owned])
+    nodes, node_ns = _sums(shared.node_of[np.minimum(op_id[owned], len(shared.node_of) - 1)], ns[owned])
     kernel = act >= 0
     kernel[kernel] = shared.is_kernel[act[kernel]]
     code = shared.name_code[act[kernel]]
