@@ -167,7 +167,9 @@ def _encoded(values: Any) -> Any:
 
 def _concat(chunks: list) -> np.ndarray | list | pa.ChunkedArray:
     if isinstance(chunks[0], np.ndarray) and all(isinstance(c, np.ndarray) for c in chunks):
-        return np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+        # a lone chunk that is a view is copied: it may lie in the map a forked child's columns came back in
+        # (dlscope.processes), which the table would otherwise keep alive whole
+        return np.concatenate(chunks) if len(chunks) > 1 or not chunks[0].flags.owndata else chunks[0]
     if all(isinstance(c, pa.DictionaryArray) for c in chunks):
         return pa.chunked_array(chunks)
     return list(itertools.chain.from_iterable(c.to_pylist() if isinstance(c, pa.Array) else c for c in chunks))
