@@ -23,7 +23,7 @@ from ...model import ID_COLUMNS, MISSING_STR, TABLES, Profile, S, TableColumns, 
 from ...system import cuda_version, known
 from ..exact_ns import TimeOutOfRange, checked_end, us_to_ns
 from ..python_frames import MAX_FRAMES, bounded, innermost_user_frame, parse_names
-from .events import Args, Event, Trace
+from .events import Args, Complete, Event, Instant, Trace
 
 if TYPE_CHECKING:  # a job's forked parse reads its files without loading pandas (bench/README.md, h27job)
     import pandas as pd
@@ -179,11 +179,18 @@ def _group(events: list[Event]) -> tuple[dict[str, list[Event]], list[Event]]:
     """One pass: complete ("X") events by category, plus the allocator ``[memory]`` instant events."""
     by_cat: dict[str, list[Event]] = defaultdict(list)
     memory: list[Event] = []
-    for e in events:
-        if e.ph == "X":
+    for e in events:  # the phase-typed decoder's classes first (an identity test, not a class attribute's read)
+        kind = type(e)
+        if kind is Complete:
             by_cat[e.cat].append(e)
-        elif e.ph == "i" and e.name == "[memory]":
-            memory.append(e)
+        elif kind is Instant:
+            if e.name == "[memory]":
+                memory.append(e)
+        elif kind is Event:  # the lenient decoder's
+            if e.ph == "X":
+                by_cat[e.cat].append(e)
+            elif e.ph == "i" and e.name == "[memory]":
+                memory.append(e)
     return by_cat, memory
 
 
