@@ -327,9 +327,9 @@ Pickled = tuple[bytes, list[pickle.PickleBuffer]]
 def _pickled(ok: bool, value: Any) -> Pickled:
     """The call's outcome for the parent, its large buffers (numpy and Arrow arrays) out of band (protocol 5): they
     are written to the pipe from where they lie and read into their place in the parent, never copied into a
-    pickle and out of it again (235 MB trace: the head start's 29 MB of columns came back in 0.17 s, bench/README.md,
-    h30parse). An exception the parent could not rebuild (pickled, but its class wants keyword-only arguments, as
-    ADBC's errors: "database or disk is full" read as a TypeError) comes back as text."""
+    pickle and out of it again (235 MB trace: the head start's 29 MB of tables came back in 0.081 s, not 0.164 s,
+    bench/README.md, h30parse). An exception the parent could not rebuild (pickled, but its class wants keyword-only
+    arguments, as ADBC's errors: "database or disk is full" read as a TypeError) comes back as text."""
     buffers: list[pickle.PickleBuffer] = []
     try:
         payload = pickle.dumps((ok, value), protocol=5, buffer_callback=buffers.append)
