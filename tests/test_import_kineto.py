@@ -673,3 +673,22 @@ def test_profiler_steps_recorded_as_ops_become_ranges_and_kinds_follow_their_cat
         ("cuLaunchKernel", "driver")]
     assert profile.memops["kind"].tolist() == ["memcpy", "memset"]
     assert sorted(profile.memops["kind"].cat.categories) == ["", "memcpy", "memset"]
+
+
+def test_external_ids_in_either_spelling_and_shapes_where_recorded(tmp_path):
+    """The 2021 spelling ("external id") is read where the new one is absent, and only then; shapes are compact
+    JSON where recorded and "" elsewhere, also in a trace where no op has them (checked by hand)."""
+    trace = KinetoTrace()
+    trace.op("aten::mm", 0, 10, **{"External id": 6, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]})
+    trace.op("aten::add", 11, 20, **{"external id": 5})
+    trace.op("aten::relu", 21, 30)
+    ops = load_kineto(trace.write(tmp_path / "mixed.json")).ops
+    assert ops["external_id"].tolist() == [6, 5, -1]
+    assert ops["input_shapes"].tolist() == ["[[2,3],[3,4]]", "", ""]
+    assert ops["input_dtypes"].tolist() == ['["float","float"]', "", ""]
+    bare = KinetoTrace()
+    bare.op("aten::mm", 0, 10, **{"External id": 7})
+    bare.op("aten::add", 11, 20)
+    ops = load_kineto(bare.write(tmp_path / "bare.json")).ops
+    assert ops["external_id"].tolist() == [7, -1]
+    assert ops["input_shapes"].tolist() == ["", ""] and ops["concrete_inputs"].tolist() == ["", ""]

@@ -23,7 +23,7 @@ from ...model import ID_COLUMNS, MISSING_STR, TABLES, Profile, S, TableColumns, 
 from ...system import cuda_version, known
 from ..exact_ns import TimeOutOfRange, checked_end, us_to_ns
 from ..python_frames import MAX_FRAMES, bounded, innermost_user_frame, parse_names
-from .events import Args, Complete, Event, Instant, Trace
+from .events import NO_JSON, Args, Complete, Event, Instant, Trace
 
 if TYPE_CHECKING:  # a job's forked parse reads its files without loading pandas (bench/README.md, h27job)
     import pandas as pd
@@ -656,8 +656,10 @@ def _triples(values: list) -> np.ndarray:
 
 
 def _external_ids(args: list[Args]) -> np.ndarray:
-    new, legacy = _ints([a.external_id for a in args]), _ints([a.legacy_external_id for a in args])
-    return np.where(new != -1, new, legacy)
+    new, legacy = _ints([a.external_id for a in args]), [a.legacy_external_id for a in args]
+    if legacy.count(-1) == len(legacy):  # the 2021 spelling absent (as in every newer trace)
+        return new
+    return np.where(new != -1, new, _ints(legacy))
 
 
 def _json_strings(values: list[msgspec.Raw]) -> pa.DictionaryArray:
@@ -668,9 +670,9 @@ def _json_strings(values: list[msgspec.Raw]) -> pa.DictionaryArray:
     of JSON text), cut where the NULs are and encoded by Arrow; each distinct text is compacted once.
     """
     n = len(values)
+    if values.count(NO_JSON) == n:  # none recorded (a trace without record_shapes): the shared default, compared
+        return _constant(MISSING_STR, n)  # by identity in C, no text joined
     data = b"\0".join(values) + b"\0"
-    if len(data) == n:  # none recorded (a trace without record_shapes)
-        return _constant(MISSING_STR, n)
     ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 0)
     if len(ends) != n:  # never for valid JSON (msgspec rejects a raw control character)
         raws = pa.array([bytes(v) + b"\0" for v in values], type=pa.large_binary()).dictionary_encode()
