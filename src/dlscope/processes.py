@@ -374,7 +374,7 @@ def _read_pickled(pipe: Any) -> tuple[bytes, list[memoryview]] | None:
         total += -(-n // BUFFER_ALIGN) * BUFFER_ALIGN
     if not total:
         return payload, [memoryview(b"")] * count
-    view = memoryview(mmap.mmap(-1, total))
+    view = memoryview(mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE))  # private: a later fork copies it on write
     buffers = [view[s:s + n] for s, n in zip(starts, lengths)]
     for buffer in buffers:
         if not _read_into(pipe, buffer):
