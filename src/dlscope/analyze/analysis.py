@@ -27,7 +27,7 @@ from .categories import matches
 from .dtypes import numpy_name
 from .intervals import sorted_unique
 from .iterations import assign_by_rank, find_job_iterations
-from .nesting import Nesting, inclusive_sum, levels, sums_at
+from .nesting import Nesting, inclusive_sum, levels
 from .occupancy import COLUMNS as WAVE_COLUMNS
 from .occupancy import kernel_waves
 from .tensor_core import classify_names, kernel_uses_tc, op_type_tc_eligible
@@ -380,7 +380,7 @@ def _nodes_by_data_type(node: np.ndarray, data_type: pd.Series) -> np.ndarray:
     seen, one = np.zeros(count, dtype=bool), np.zeros(count, dtype=codes.dtype)
     seen[node] = True
     one[node] = codes  # one of each node's types (whichever write lands): all its rows equal it iff it has one
-    if seen.all() and (one[node] == codes).all():  # (np.minimum.at / np.maximum.at took 10x as long)
+    if seen.all() and (one[node] == codes).all():  # (np.minimum.at/maximum.at, codes into int64: 0.029 s, this 0.002)
         return node
     return narrow_ints(_group_numbers([pd.Series(node), data_type.reset_index(drop=True)]))
 
@@ -505,9 +505,11 @@ def _launchers_data_types(out: np.ndarray, words: list[str], pairs: tuple[np.nda
 
 def _inclusive_exact(owner: np.ndarray, values: np.ndarray, n: int, parent: np.ndarray,
                      by_level: list[np.ndarray]) -> np.ndarray:
-    """Int64 sums of ``values`` per owner, inclusive of descendants (exact: :func:`.nesting.sums_at`)."""
+    """Int64 sums of ``values`` per owner, inclusive of descendants (np.bincount would go through float64)."""
+    own = np.zeros(n, dtype=np.int64)
     has = owner >= 0
-    return inclusive_sum(sums_at(owner[has], values[has], n), parent, by_level)
+    np.add.at(own, owner[has], values[has])
+    return inclusive_sum(own, parent, by_level)
 
 
 def _data_types(ops: pd.DataFrame, tree: OpTree, pairs: tuple[np.ndarray, np.ndarray] | None = None,

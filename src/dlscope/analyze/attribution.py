@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..model import narrow_ints, put_column, words_column
 from .intervals import union_per_group
-from .nesting import Nesting, inclusive_sum, inherit_flag, levels, sums_at
+from .nesting import Nesting, inclusive_sum, inherit_flag, levels
 
 
 def thread_keys(frames: list[pd.DataFrame]) -> list[np.ndarray]:
@@ -160,8 +160,9 @@ def attribute(ops: pd.DataFrame, api_calls: pd.DataFrame, activities: dict[str, 
     ops["direction"] = words_column(bwd.astype(np.int8), ["fwd", "bwd"])
 
     put_column(api_calls, "op_id", narrow_ints(take(op_ids, api_op_row)))
+    self_api = np.zeros(len(ops), dtype=np.int64)
     has_op = api_op_row >= 0
-    self_api = sums_at(api_op_row[has_op], (api_calls["end"] - api_calls["start"]).to_numpy()[has_op], len(ops))
+    np.add.at(self_api, api_op_row[has_op], (api_calls["end"] - api_calls["start"]).to_numpy()[has_op])
     put_column(ops, "api_time", inclusive_sum(self_api, tree.parent, tree.levels))
 
     api_ids = api_calls["api_id"].to_numpy()

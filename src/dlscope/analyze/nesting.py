@@ -222,21 +222,6 @@ def levels(depth: np.ndarray) -> list[np.ndarray]:
     return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
 
 
-#: float64 holds every integer below this exactly (so a sum of int64 values whose absolute values add up to less)
-_EXACT_IN_FLOAT = 2**53
-
-
-def sums_at(index: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
-    """``np.add.at(np.zeros(size, int64), index, values)``: by ``np.bincount`` (a tenth of the time) where
-    float64 adds the values exactly (every partial sum is an integer below 2**53), else by ``np.add.at``."""
-    values = np.asarray(values, dtype=np.int64)
-    if len(values) == 0 or int(np.abs(values).max()) * len(values) < _EXACT_IN_FLOAT:
-        return np.bincount(index, weights=values, minlength=size).astype(np.int64)
-    out = np.zeros(size, dtype=np.int64)
-    np.add.at(out, index, values)
-    return out
-
-
 def inclusive_sum(values: np.ndarray, parent: np.ndarray, by_level: list[np.ndarray]) -> np.ndarray:
     """Each node's own value plus all its descendants' (deepest level first; ``by_level`` from :func:`levels`)."""
     total = np.asarray(values).astype(np.int64, copy=True)
