@@ -80,6 +80,8 @@ def patch_hand_over() -> None:
     if hasattr(model, "file_block"):
         model.file_block = timed("child: joins its block", model.file_block)
     processes._pickled = timed("child: pickles its result", processes._pickled)
+    if hasattr(processes, "_write_all"):  # a tree that writes the buffers out of band (h30parse)
+        processes._write_all = timed("child: writes its result", processes._write_all)
     processes.pickle = types.SimpleNamespace(dumps=pickle.dumps, HIGHEST_PROTOCOL=pickle.HIGHEST_PROTOCOL,
                                              loads=timed("unpickles a child's result", pickle.loads))
 

@@ -641,3 +641,54 @@ def test_negative_durations_are_kept_as_written(tmp_path):
     """Validation is another issue's: a negative dur still ends before its start, exactly."""
     kernel = load_kineto(_literal_trace(tmp_path, [_kernel("10.5", "-0.25", 0)])).kernels.iloc[0]
     assert (kernel["start"], kernel["end"]) == (10500, 10250)
+
+
+def test_profiler_steps_recorded_as_ops_become_ranges_and_kinds_follow_their_category(tmp_path):
+    """Steps split off the ops by their encoded names, and kind/domain columns made from runs of codes: the
+    rows and words as written, checked by hand."""
+    trace = KinetoTrace()
+    trace.op("ProfilerStep#7", 0, 100)
+    trace.op("aten::mm", 1, 10)
+    trace.op("record_param_comms", 11, 20, **{"Collective name": "allreduce", "In msg nelems": 4})
+    trace.op("ProfilerStep#8", 100, 200)
+    trace.op("aten::add", 101, 110)
+    trace.launch(2, 3, "sgemm", 4, 8)
+    trace.launch(5, 6, "Memcpy HtoD (Pageable -> Device)", 9, 12, kind="gpu_memcpy")
+    trace.launch(7, 8, "Memset (Device)", 13, 14, kind="gpu_memset")
+    trace.events.append({"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": 100, "tid": 100,
+                         "ts": 30, "dur": 1, "args": {"correlation": 99}})
+    trace.annotation("fwd", 1, 50)
+    trace.events.append({"ph": "X", "cat": "gpu_user_annotation", "name": "fwd", "pid": 0, "tid": 7, "ts": 4,
+                         "dur": 10, "args": {"device": 0}})
+    profile = load_kineto(trace.write(tmp_path / "t.json"))
+    assert profile.ops["name"].tolist() == ["aten::mm", "record_param_comms", "aten::add"]
+    assert sorted(profile.ops["name"].cat.categories) == ["", "aten::add", "aten::mm", "record_param_comms"]
+    assert profile.comm_args["kind"].tolist() == ["op"] and profile.comm_args["collective"].tolist() == ["allreduce"]
+    ranges = profile.ranges.sort_values(["domain", "start"])
+    assert list(zip(ranges["name"], ranges["domain"])) == [
+        ("fwd", "gpu_user_annotation"), ("ProfilerStep#7", "user_annotation"), ("fwd", "user_annotation"),
+        ("ProfilerStep#8", "user_annotation")]
+    assert list(zip(profile.api_calls["name"], profile.api_calls["kind"])) == [
+        ("cudaLaunchKernel", "runtime"), ("cudaMemcpyAsync", "runtime"), ("cudaMemsetAsync", "runtime"),
+        ("cuLaunchKernel", "driver")]
+    assert profile.memops["kind"].tolist() == ["memcpy", "memset"]
+    assert sorted(profile.memops["kind"].cat.categories) == ["", "memcpy", "memset"]
+
+
+def test_external_ids_in_either_spelling_and_shapes_where_recorded(tmp_path):
+    """The 2021 spelling ("external id") is read where the new one is absent, and only then; shapes are compact
+    JSON where recorded and "" elsewhere, also in a trace where no op has them (checked by hand)."""
+    trace = KinetoTrace()
+    trace.op("aten::mm", 0, 10, **{"External id": 6, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]})
+    trace.op("aten::add", 11, 20, **{"external id": 5})
+    trace.op("aten::relu", 21, 30)
+    ops = load_kineto(trace.write(tmp_path / "mixed.json")).ops
+    assert ops["external_id"].tolist() == [6, 5, -1]
+    assert ops["input_shapes"].tolist() == ["[[2,3],[3,4]]", "", ""]
+    assert ops["input_dtypes"].tolist() == ['["float","float"]', "", ""]
+    bare = KinetoTrace()
+    bare.op("aten::mm", 0, 10, **{"External id": 7})
+    bare.op("aten::add", 11, 20)
+    ops = load_kineto(bare.write(tmp_path / "bare.json")).ops
+    assert ops["external_id"].tolist() == [7, -1]
+    assert ops["input_shapes"].tolist() == ["", ""] and ops["concrete_inputs"].tolist() == ["", ""]

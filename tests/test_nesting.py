@@ -118,3 +118,16 @@ def test_an_op_that_ended_before_the_launch_never_launched_it():
     alone = Nesting.build(keys[:1], np.array([10], np.int64), np.array([10], np.int64))
     assert alone.innermost_at(keys[:1], np.array([10])).tolist() == [0]  # nothing longer: the view owns it
     assert nest.depth.tolist() == [0, 1, 1, 2] and nest.root.tolist() == [0, 0, 0, 0]
+
+
+def test_a_node_called_at_two_data_types_is_split_and_one_at_one_type_is_kept():
+    from dlscope.analyze.analysis import _nodes_by_data_type
+
+    node = np.array([0, 1, 0, 2, 1], dtype=np.int32)
+    one_type = pd.Series(pd.Categorical(["f32", "f16", "f32", "", "f16"]))
+    assert _nodes_by_data_type(node, one_type) is node
+    two_types = pd.Series(pd.Categorical(["f32", "f16", "f16", "", "f16"]))  # node 0: f32 then f16
+    # numbered as one key of (node, type) in order of first appearance: (0,f32) (1,f16) (0,f16) (2,"")
+    assert _nodes_by_data_type(node, two_types).tolist() == [0, 1, 2, 3, 1]
+    gap = np.array([0, 2], dtype=np.int32)  # node 1 has no call: not every node is known to have one type
+    assert _nodes_by_data_type(gap, pd.Series(pd.Categorical(["a", "a"]))).tolist() == [0, 1]

@@ -3,6 +3,7 @@ are told from live ones, and the capture API never forks the user's process."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -95,6 +96,59 @@ def test_a_forked_call_returns_its_value_or_raises_its_error():
     assert ForkedCall(sum, [1, 2, 3]).result() == 6
     with pytest.raises(InputError, match="x.json: bad"):
         ForkedCall(_raise_input_error).result()
+
+
+def _arrays(n):
+    import numpy as np
+    import pyarrow as pa
+
+    values = np.arange(n, dtype=np.int64) * 7 - 3
+    return {"ints": values, "odd": values[1::3], "bytes": np.frombuffer(b"abc", dtype=np.uint8),
+            "text": pa.array([f"w{i % 5}" for i in range(n)]).dictionary_encode(), "small": [1, "two"]}
+
+
+def test_a_forked_calls_arrays_come_back_out_of_band_equal_writable_and_aligned():
+    """Large results travel as protocol-5 buffers read into one map in the parent (processes._read_pickled)."""
+    import numpy as np
+
+    from dlscope.processes import BUFFER_ALIGN, ForkedCall
+
+    came = ForkedCall(_arrays, 100_003).result()
+    expected = _arrays(100_003)
+    assert np.array_equal(came["ints"], expected["ints"]) and np.array_equal(came["odd"], expected["odd"])
+    assert came["bytes"].tobytes() == b"abc" and came["small"] == [1, "two"]
+    assert came["text"].to_pylist() == expected["text"].to_pylist()
+    assert came["ints"].flags.writeable and came["ints"].ctypes.data % BUFFER_ALIGN == 0
+    base = came["ints"]
+    while isinstance(base, np.ndarray):
+        base = base.base
+    assert isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap)  # read into the map, not unpickled
+    came["ints"][0] = 42  # the parent's own copy
+    assert came["ints"][0] == 42
+
+
+def test_a_child_killed_while_it_sends_its_result_fails_the_call():
+    from dlscope.processes import ChildFailed, ForkedCall
+
+    call = ForkedCall(_send_then_die)
+    with pytest.raises(ChildFailed):
+        call.result()
+
+
+def _send_then_die():
+    import numpy as np
+
+    from dlscope import processes
+
+    def cut_short(fd, pickled):  # the frame's head and the pickle, then the child dies before its buffers
+        payload, buffers = pickled
+        head = b"".join(n.to_bytes(8, "little") for n in (len(payload), len(buffers),
+                                                           *(b.raw().nbytes for b in buffers)))
+        os.write(fd, head + payload)
+        os._exit(9)
+
+    processes._write_all = cut_short  # this child's own module: what sends its result
+    return np.zeros(1 << 16)
 
 
 def _raise_input_error():

@@ -377,10 +377,10 @@ def _nodes_by_data_type(node: np.ndarray, data_type: pd.Series) -> np.ndarray:
     codes = data_type.cat.codes.to_numpy() if isinstance(data_type.dtype, pd.CategoricalDtype) else \
         pd.factorize(data_type, use_na_sentinel=False)[0]
     count = int(node.max()) + 1
-    low, high = np.full(count, np.iinfo(np.int64).max), np.full(count, np.iinfo(np.int64).min)
-    np.minimum.at(low, node, codes)
-    np.maximum.at(high, node, codes)
-    if (low == high).all():
+    seen, one = np.zeros(count, dtype=bool), np.zeros(count, dtype=codes.dtype)
+    seen[node] = True
+    one[node] = codes  # one of each node's types (whichever write lands): all its rows equal it iff it has one
+    if seen.all() and (one[node] == codes).all():  # (np.minimum.at/maximum.at, codes into int64: 0.029 s, this 0.002)
         return node
     return narrow_ints(_group_numbers([pd.Series(node), data_type.reset_index(drop=True)]))
 

@@ -22,7 +22,7 @@ from ...errors import InputError
 # Kineto writes these as ints, but a lenient type keeps one odd value from failing a whole import;
 # the column builders turn anything non-numeric into -1.
 Int = int | float | str | None
-_NO_JSON = msgspec.Raw()
+NO_JSON = msgspec.Raw()  # every absent JSON-text arg is this very object (the columns count it by identity)
 
 
 class Args(msgspec.Struct, gc=False, frozen=True):
@@ -32,9 +32,9 @@ class Args(msgspec.Struct, gc=False, frozen=True):
     legacy_external_id: Int = field(name="external id", default=-1)  # 2021 schema spelling
     seq: Int = field(name="Sequence number", default=-1)
     # Kept as JSON text (no nested lists built); only ops turn them into compact strings.
-    input_dims: msgspec.Raw = field(name="Input Dims", default=_NO_JSON)
-    input_types: msgspec.Raw = field(name="Input type", default=_NO_JSON)
-    concrete_inputs: msgspec.Raw = field(name="Concrete Inputs", default=_NO_JSON)
+    input_dims: msgspec.Raw = field(name="Input Dims", default=NO_JSON)
+    input_types: msgspec.Raw = field(name="Input type", default=NO_JSON)
+    concrete_inputs: msgspec.Raw = field(name="Concrete Inputs", default=NO_JSON)
     # in the order Kineto writes a kernel's keys: msgspec looks for the next field after the last one found first
     device: Int = -1
     stream: Int = -1
