@@ -87,7 +87,9 @@ def matrices_by_rank(tables: dict[str, pd.DataFrame], ranks: Iterable[int]
         if frame is None or frame.empty:
             parts[kind] = [np.zeros((0, len(cols)), np.int64)] * len(ranks)
             continue
-        matrix = np.column_stack([_int_column(frame, c, d) for c, d in cols]).reshape(-1, len(cols))
+        matrix = np.empty((len(frame), len(cols)), np.int64, order="F")  # column by column: each a memcpy,
+        for j, (c, d) in enumerate(cols):  # and each of the layout's column reads contiguous
+            matrix[:, j] = _int_column(frame, c, d)
         rank = frame["rank"].to_numpy(np.int64)
         if len(rank) > 1 and not bool((rank[1:] >= rank[:-1]).all()):  # (one rank's rows: read in place)
             order = np.argsort(rank, kind="stable")
