@@ -34,9 +34,22 @@ def test_lanes_are_the_sorted_distinct_rows_of_all_keys():
         return np.column_stack(cols).astype(np.int64)
 
     parts = [keys(3000, False), keys(0, False), keys(500, True), keys(7, False)]
-    lanes, lane_of = _lanes_of(parts)
+    lanes, lane_of = _lanes_of([list(p.T) for p in parts])  # each key as its columns
     every = np.concatenate(parts)
     distinct, inverse = np.unique(every, axis=0, return_inverse=True)
     assert np.array_equal(lanes, distinct)
     assert np.array_equal(np.concatenate(lane_of), inverse.reshape(-1))
     assert [len(x) for x in lane_of] == [len(p) for p in parts]
+
+
+def test_stored_npy_bytes_are_what_np_save_writes():
+    import io
+
+    from dlscope.analyze.timeline import _from_npy, _npy
+
+    for values in (np.arange(-5, 7, dtype=np.int64), np.array([True, False, True]), np.arange(9, dtype=np.int32),
+                   np.zeros(0, np.int64), np.arange(12, dtype=np.int64)[::3]):
+        buf = io.BytesIO()
+        np.save(buf, values, allow_pickle=False)
+        assert _npy(values) == buf.getvalue()
+        assert np.array_equal(_from_npy(_npy(values)), values)

@@ -171,11 +171,11 @@ def _first_max(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
 
 
 def _series(memory: pd.DataFrame, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """:func:`allocator_series` as arrays (device, ts, allocated, reserved, totals, bytes_delta, addr, and
+    """:func:`allocator_series` as arrays (device, ts, allocated, reserved, totals, bytes_delta, addr if read, and
     ``row``: the sample's row in ``memory``), the samples sorted by device and time, ties in the frame's order.
     ``rows``: only these rows of ``memory`` (increasing positions), without a filtered copy of the frame."""
-    cols = {c: memory[c].to_numpy(np.int64) for c in
-            ("device", "ts", "bytes_delta", "total_allocated", "total_reserved", "addr")}
+    cols = {c: memory[c].to_numpy(np.int64) for c in ("device", "ts", "bytes_delta", "total_allocated",
+                                                       "total_reserved", *(("addr",) if "addr" in memory else ()))}
     if rows is None:
         order = np.lexsort((cols["ts"], cols["device"]))
     else:

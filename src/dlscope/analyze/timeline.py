@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import sorted_unique
-from .memory import allocator_series
+from .memory import _series
 
 KINDS = ("range", "op", "runtime", "kernel", "memop")
 
@@ -87,10 +87,13 @@ def matrices_by_rank(tables: dict[str, pd.DataFrame], ranks: Iterable[int]
         if frame is None or frame.empty:
             parts[kind] = [np.zeros((0, len(cols)), np.int64)] * len(ranks)
             continue
-        matrix = np.column_stack([_int_column(frame, c, d) for c, d in cols]).reshape(-1, len(cols))
+        matrix = np.empty((len(frame), len(cols)), np.int64, order="F")  # column by column: each a memcpy,
+        for j, (c, d) in enumerate(cols):  # and each of the layout's column reads contiguous
+            matrix[:, j] = _int_column(frame, c, d)
         rank = frame["rank"].to_numpy(np.int64)
-        order = np.argsort(rank, kind="stable")
-        matrix, rank = matrix[order], rank[order]
+        if len(rank) > 1 and not bool((rank[1:] >= rank[:-1]).all()):  # (one rank's rows: read in place)
+            order = np.argsort(rank, kind="stable")
+            matrix, rank = matrix[order], rank[order]
         lo, hi = np.searchsorted(rank, ranks, side="left"), np.searchsorted(rank, ranks, side="right")
         parts[kind] = [matrix[a:b] for a, b in zip(lo, hi)]
     return {r: ({kind: parts[kind][i] for kind in COLUMNS}, parts["memory"][i]) for i, r in enumerate(ranks)}
@@ -279,19 +282,20 @@ def _layout(m: dict[str, np.ndarray], memory: np.ndarray) -> tuple[list[dict], l
     gpu_rng = rng[:, 3] >= 0
 
     def const(rows, value):
-        return np.full(len(rows), value, np.int64)
+        return np.broadcast_to(np.int64(value), len(rows))
 
     # Lane keys (side, a, b, row kind, row): each CPU thread (annotation rows, op rows by depth, its CUDA
     # runtime calls), then each GPU (its memory counters, annotation rows, then each stream's kernels and
     # memory operations), then the CPU allocator's counter.
     def keys():
-        yield np.where(gpu_rng[:, None], _key(const(rng, 1), rng[:, 3], const(rng, -1), const(rng, 0), depth),
-                       _key(const(rng, 0), rng[:, 1], rng[:, 2], const(rng, 0), depth))
+        yield _key(gpu_rng.astype(np.int64), np.where(gpu_rng, rng[:, 3], rng[:, 1]),
+                   np.where(gpu_rng, -1, rng[:, 2]), const(rng, 0), depth)
         yield _key(const(ops, 0), ops[:, 1], ops[:, 2], const(ops, 1), ops[:, 3])
         yield _key(const(api, 0), api[:, 1], api[:, 2], const(api, 2), const(api, 0))
         yield _key(const(ker, 1), ker[:, 1], ker[:, 2], const(ker, 1), const(ker, 0))
         yield _key(const(mem, 1), mem[:, 1], mem[:, 2], const(mem, 2), const(mem, 0))
-        yield np.array([_counter_key(device, what) for device, what, _, _ in series], np.int64).reshape(-1, 5)
+        counter_keys = np.array([_counter_key(device, what) for device, what, _, _ in series], np.int64)
+        yield _key(*counter_keys.reshape(-1, 5).T)
 
     distinct, lane_of = _lanes_of(keys())
     lanes = [{"id": i, **_lane(side, a, b, sub, row)} for i, (side, a, b, sub, row) in enumerate(distinct.tolist())]
@@ -359,9 +363,11 @@ def _from_npy(data: bytes) -> np.ndarray:
 
 
 def _npy(values: np.ndarray) -> bytes:
+    """``np.save``'s bytes, the data copied once (``np.save`` into a buffer copies it twice)."""
+    values = np.ascontiguousarray(values)
     buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(values), allow_pickle=False)
-    return buf.getvalue()
+    np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(values))
+    return b"".join((buf.getvalue(), values.reshape(-1).data.cast("B")))
 
 
 def _memory_series(memory: np.ndarray) -> tuple[list[tuple[int, str, np.ndarray, np.ndarray]], dict[int, str]]:
@@ -372,12 +378,14 @@ def _memory_series(memory: np.ndarray) -> tuple[list[tuple[int, str, np.ndarray,
     basis: dict[int, str] = {}
     if not len(memory):
         return series, basis
-    s = allocator_series(pd.DataFrame(memory, columns=list(MEMORY_COLUMNS)))
-    for device, part in s.groupby("device", sort=True):
-        basis[int(device)] = str(part["basis"].iloc[0])
-        ts = part["ts"].to_numpy(np.int64)
+    s = _series(pd.DataFrame(memory, columns=list(MEMORY_COLUMNS)))  # allocator_series' figures, as arrays
+    bounds = np.flatnonzero(np.diff(s["device"])) + 1
+    for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(s["device"])]):
+        device = int(s["device"][lo])
+        basis[device] = "totals" if s["totals"][lo] else "deltas"
+        ts = s["ts"][lo:hi]
         for what in ("allocated", "reserved"):
-            value = part[what].to_numpy(np.int64)
+            value = s[what][lo:hi]
             if what == "reserved" and (value < 0).all():
                 continue
             series.append((int(device), what, ts, value))
@@ -394,18 +402,18 @@ def _counter_key(device: int, what: str) -> tuple[int, int, int, int, int]:
     return (1, device, _COUNTER_ROW, 3, row) if device >= 0 else (2, device, _COUNTER_ROW, 3, row)
 
 
-def _key(*cols) -> np.ndarray:
-    return np.column_stack(cols).astype(np.int64, copy=False).reshape(-1, 5)
+def _key(*cols) -> list[np.ndarray]:
+    """A lane key's columns as int64 arrays (a constant one a broadcast view: no n x 5 matrix is made)."""
+    return [np.asarray(c, np.int64) for c in cols]
 
 
-def _packed(keys: np.ndarray, columns: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
+def _packed(keys: list[np.ndarray], columns: list[np.ndarray] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
     """Rows of small-cardinality integer columns as one integer each, in the rows' sort order (np.unique over
     rows is 20x slower): a column spanning few values as its offset from its minimum (a min and a max, no
     sort), any other ranked among its distinct values (``columns``: the distinct values to rank against)."""
     values: list[np.ndarray] = []
-    packed = np.zeros(len(keys), np.int64)
-    for c in range(keys.shape[1]):
-        col = keys[:, c]
+    packed = np.zeros(len(keys[0]), np.int64)
+    for c, col in enumerate(keys):
         if columns is None and len(col):
             lo, hi = int(col.min()), int(col.max())
             if hi - lo < _OFFSET_SPAN:
@@ -422,25 +430,25 @@ def _packed(keys: np.ndarray, columns: list[np.ndarray] | None = None) -> tuple[
 _OFFSET_SPAN = 1 << 16
 
 
-def _lanes_of(keys: Iterable[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+def _lanes_of(keys: Iterable[list[np.ndarray]]) -> tuple[np.ndarray, list[np.ndarray]]:
     """The distinct rows of all ``keys`` (sorted: the lanes in order) and, for each array, the lane of each row.
     Each array's distinct rows first (a sort of its own packed rows, no copy of all keys into one; ``keys`` may
     be a generator, each array let go once reduced), then the lanes among those few rows."""
     firsts: list[np.ndarray] = []
     inverses: list[np.ndarray] = []
     for k in keys:
-        if len(k):
+        if len(k[0]):
             _, first, inverse = np.unique(_packed(k)[0], return_index=True, return_inverse=True)
-            firsts.append(k[first])
+            firsts.append(np.column_stack([c[first] for c in k]).reshape(-1, len(k)))
             inverses.append(inverse.reshape(-1))
         else:
-            firsts.append(k)
+            firsts.append(np.zeros((0, len(k)), np.int64))
             inverses.append(np.zeros(0, np.intp))
         del k  # before the generator makes the next one
     distinct = np.concatenate(firsts)
     if not len(distinct):
         return distinct, [np.zeros(0, np.int32) for _ in inverses]
-    _, first, inverse = np.unique(_packed(distinct)[0], return_index=True, return_inverse=True)
+    _, first, inverse = np.unique(_packed(list(distinct.T))[0], return_index=True, return_inverse=True)
     lane = inverse.reshape(-1).astype(np.int32)
     offsets = np.cumsum([0] + [len(f) for f in firsts])
     return distinct[first], [lane[offset + inv] for offset, inv in zip(offsets.tolist(), inverses)]
@@ -470,7 +478,7 @@ def _nesting_depth(rng: np.ndarray) -> np.ndarray:
     if not len(rng):
         return depth
     gpu = rng[:, 3] >= 0
-    lane_key = np.column_stack([np.where(gpu, -2, rng[:, 1]), np.where(gpu, -2, rng[:, 2]), rng[:, 3]])
+    lane_key = [np.where(gpu, -2, rng[:, 1]), np.where(gpu, -2, rng[:, 2]), rng[:, 3]]
     _, lane = np.unique(_packed(lane_key)[0], return_inverse=True)
     lane = lane.reshape(-1)
     for k in np.unique(lane):

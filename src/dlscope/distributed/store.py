@@ -11,24 +11,41 @@ from ..store.writer import insert_frame
 from .figures import RANK_COLUMNS, rank_figures
 
 
-def create_tables(conn: sqlite3.Connection) -> None:
-    """Run the DDL statement by statement (executescript would commit the import's transaction)."""
+def create_tables(conn: sqlite3.Connection, indexes: bool = True) -> None:
+    """Run the DDL statement by statement (executescript would commit the import's transaction); without its
+    indexes (``indexes=False``: :func:`create_indexes` once the rows are in, one sort instead of an index
+    update per row)."""
+    for statement in _statements():
+        if indexes or not statement.lstrip().upper().startswith("CREATE INDEX"):
+            conn.execute(statement)
+
+
+def create_indexes(conn: sqlite3.Connection) -> None:
+    for statement in _statements():
+        if statement.lstrip().upper().startswith("CREATE INDEX"):
+            conn.execute(statement)
+
+
+def _statements() -> list[str]:
+    out = []
     for statement in DISTRIBUTED_DDL.split(";"):
         lines = [ln for ln in statement.splitlines() if not ln.strip().startswith("--")]
         if "".join(lines).strip():
-            conn.execute("\n".join(lines))
+            out.append("\n".join(lines))
+    return out
 
 
 def write_distributed(conn: sqlite3.Connection, an, aggs: list, agg_ids: list[int],
                       figures: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> None:
     """Store the per-rank figures and collectives of the import's aggregations (``figures``: what
     :func:`rank_figures` returned, when the caller computed them already)."""
-    create_tables(conn)
+    create_tables(conn, indexes=False)
     ranks, coll = figures if figures is not None else rank_figures(an, aggs)
     by_rank = {int(agg.row["rank"]): agg_id for agg, agg_id in zip(aggs, agg_ids)}
     ranks = ranks.assign(agg_id=ranks["rank"].map(by_rank))
     insert_frame(conn, "agg_ranks", ranks)
     insert_frame(conn, "collectives", coll)
+    create_indexes(conn)
 
 
 def summary_ranks(conn: sqlite3.Connection, agg_id: int | None = None) -> list[dict]:
