@@ -45,28 +45,45 @@ def _tables(path) -> dict[str, list]:
         conn.close()
 
 
-@pytest.mark.parametrize("trace", [QWEN, NCCL])
-def test_a_database_written_partly_during_the_analysis_equals_one_written_after_it(trace, tmp_path, monkeypatch):
-    early = build.build_database([data_file(*trace)], tmp_path / "early.sqlite", progress=False)
-    memory, comm = (sqlite3.connect(early).execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-                    for t in ("memory", "comm_args"))
-    assert memory + comm > 0
-    monkeypatch.setattr(build, "KEPT_AS_PARSED", ())  # everything after the analysis, in one part
-    after = build.build_database([data_file(*trace)], tmp_path / "after.sqlite", progress=False)
-    assert _tables(early) == _tables(after)
-
-
-def test_an_import_failing_in_the_analysis_after_the_early_write_leaves_no_file(tmp_path, monkeypatch):
-    """A range past the profile's iterations fails once the analysis has found them, after the kept tables
-    went in: a DlscopeError naming it (the CLI prints it as one line, exit 2), nothing left in the folder."""
-    written = []
+@pytest.fixture
+def written(monkeypatch):
+    """The tables of each ``NewDatabase.write_raw`` call of an import, in order."""
+    calls = []
     write_raw = writer.NewDatabase.write_raw
 
     def recorded(self, tables, *args, **kwargs):
-        written.append(sorted(tables))
+        calls.append(sorted(tables))
         return write_raw(self, tables, *args, **kwargs)
 
     monkeypatch.setattr(writer.NewDatabase, "write_raw", recorded)
+    return calls
+
+
+@pytest.mark.parametrize("trace", [QWEN, NCCL])
+def test_a_database_written_partly_during_the_analysis_equals_one_written_after_it(trace, tmp_path, monkeypatch,
+                                                                                   written):
+    monkeypatch.setattr(build, "EARLY_ROWS", 1)  # these traces are small: written early all the same
+    early = build.build_database([data_file(*trace)], tmp_path / "early.sqlite", progress=False)
+    assert len(written) == 2 and set(written[0]) <= set(KEPT_AS_PARSED) and not set(written[0]) & set(written[1])
+    assert {"memory", "comm_args"} & set(written[0])
+    monkeypatch.setattr(build, "KEPT_AS_PARSED", ())  # everything after the analysis, in one part
+    after = build.build_database([data_file(*trace)], tmp_path / "after.sqlite", progress=False)
+    assert len(written) == 3
+    assert _tables(early) == _tables(after)
+
+
+def test_kept_tables_under_early_rows_wait_for_the_analysis(tmp_path, written):
+    path = build.build_database([data_file(*QWEN)], tmp_path / "r.sqlite", progress=False)
+    conn = sqlite3.connect(path)
+    rows = sum(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in KEPT_AS_PARSED)
+    conn.close()
+    assert 0 < rows < build.EARLY_ROWS and len(written) == 1
+
+
+def test_an_import_failing_in_the_analysis_after_the_early_write_leaves_no_file(tmp_path, monkeypatch, written):
+    """A range past the profile's iterations fails once the analysis has found them, after the kept tables
+    went in: a DlscopeError naming it (the CLI prints it as one line, exit 2), nothing left in the folder."""
+    monkeypatch.setattr(build, "EARLY_ROWS", 1)
     with pytest.raises(DlscopeError, match="999"):
         build.build_database([data_file(*QWEN)], tmp_path / "r.sqlite", progress=False, iter_start=999)
     assert written == [["gpus", "memory"]]  # no collectives in this trace: no comm_args rows

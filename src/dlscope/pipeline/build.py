@@ -101,11 +101,19 @@ def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
             "python_tree": an.python_tree}
 
 
+#: Rows of the tables kept as parsed from which they are written during the analysis: their ingest (~0.6 us a row)
+#: then outweighs what the early writer thread adds to it (the file's creation and ADBC's load, a few ms, taken
+#: from the analysis' GIL where a forked writer would do them on the other core: the 64-rank job's 1.3k rows stay)
+EARLY_ROWS = 20_000
+
+
 def _kept_as_parsed(profile: Profile) -> dict[str, pd.DataFrame]:
-    """The raw tables that the analysis leaves as the parse made them (``KEPT_AS_PARSED``) and that have rows:
-    their ingest (~0.12 s of the benchmark trace's writer CPU, most of it the allocator samples) can run while
-    the analysis keeps one core busy and the other idle, instead of beside the rules and the replay."""
-    return {name: frame for name in KEPT_AS_PARSED if len(frame := profile.table(name))}
+    """The raw tables that the analysis leaves as the parse made them (``KEPT_AS_PARSED``), where they hold
+    ``EARLY_ROWS`` or more: their ingest (~0.12 s of the benchmark trace's writer CPU, most of it the allocator
+    samples) can run while the analysis keeps one core busy and the other idle, instead of beside the rules and
+    the replay."""
+    kept = {name: frame for name in KEPT_AS_PARSED if len(frame := profile.table(name))}
+    return kept if sum(len(frame) for frame in kept.values()) >= EARLY_ROWS else {}
 
 
 #: the note of aggregations made with --no-critical-path
