@@ -304,6 +304,11 @@ def _categorical(code: np.ndarray, words: list[str]) -> pd.Categorical:
     return text_column(pd.Categorical.from_codes(remap[code], categories=pd.Index(distinct, dtype=object)))
 
 
+#: The raw tables that :func:`analyse` leaves as they are (the same frames, no column added or changed): the import
+#: may write them while it analyses (tests/test_kept_as_parsed.py holds it to that on real traces).
+KEPT_AS_PARSED = ("gpus", "memory", "comm_args")
+
+
 def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     """Attribute GPU activity to ops and iterations and compute per-op-instance metrics."""
     links = link_launches(profile.api_calls, {"kernels": profile.kernels, "memops": profile.memops,

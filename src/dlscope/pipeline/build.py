@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import json
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..analyze.aggregation import resolve_range
-from ..analyze.analysis import Analysed, analyse
+from ..analyze.analysis import KEPT_AS_PARSED, Analysed, analyse
 from ..analyze.timeline import matrices_by_rank, stored_arrays
 from ..distributed import write_distributed
 from ..distributed.figures import collective_rows as job_collective_rows
@@ -101,6 +101,21 @@ def _raw_tables(an: Analysed) -> dict[str, pd.DataFrame]:
             "python_tree": an.python_tree}
 
 
+#: Rows of the tables kept as parsed from which they are written during the analysis: their ingest (~0.6 us a row)
+#: then outweighs what the early writer thread adds to it (the file's creation and ADBC's load, a few ms, taken
+#: from the analysis' GIL where a forked writer would do them on the other core: the 64-rank job's 1.3k rows stay)
+EARLY_ROWS = 20_000
+
+
+def _kept_as_parsed(profile: Profile) -> dict[str, pd.DataFrame]:
+    """The raw tables that the analysis leaves as the parse made them (``KEPT_AS_PARSED``), where they hold
+    ``EARLY_ROWS`` or more: their ingest (~0.12 s of the benchmark trace's writer CPU, most of it the allocator
+    samples) can run while the analysis keeps one core busy and the other idle, instead of beside the rules and
+    the replay."""
+    kept = {name: frame for name in KEPT_AS_PARSED if len(frame := profile.table(name))}
+    return kept if sum(len(frame) for frame in kept.values()) >= EARLY_ROWS else {}
+
+
 #: the note of aggregations made with --no-critical-path
 NO_CRITICAL_PATH = "not computed (--no-critical-path)"
 
@@ -141,24 +156,30 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                                        name=profile_name or _default_name(paths), extra_meta=extra_meta,
                                        key_node=key_node, iter_start=iter_start, iter_stop=iter_stop,
                                        rules_config=rules_config, reading=reading, critical_path=critical_path)
-    with _progress(progress) as step, _gc_paused(), arrow_from_malloc():
+    with _progress(progress) as step, _gc_paused(), arrow_from_malloc(), ExitStack() as opened:
         ncu = [(p, read_ncu_csv(p)) for p in counters]
-        an, windows = None, []
+        an, windows, early = None, [], {}
+        db: writer.NewDatabase | None = None
         if traces:
             profile = load_profiles_parallel(traces, workers, scheduler, max_memory, step, reading)
+            early = {} if budget else _kept_as_parsed(profile)
+            if early:  # written by a thread while the analysis runs on one core (a bad range removes the file)
+                db = opened.enter_context(writer.atomic_database(db_path, force))
+                db.write_raw(early, last=False, fork=False)
             step("analysing")
             an = analyse(profile, key_node)
-            for rank in an.ranks:  # a bad --iter-start/--iter-stop fails here, before any file is made
+            for rank in an.ranks:  # a bad --iter-start/--iter-stop fails here, before the database is complete
                 # each rank's iterations: known before its aggregation, a replay beside it walks them
                 its = resolve_range(an, rank, iter_start, iter_stop)["iteration"]
                 windows.append((rank, int(its.min()), int(its.max())))
         step("writing database")
-        with writer.atomic_database(db_path, force) as db, \
+        with (nullcontext(db) if db is not None else writer.atomic_database(db_path, force)) as db, \
                 _replay(an if critical_path and not budget else None, windows, beside=True) as annotate_here:
             # the timeline arrays: built by the writer after its indexes, or here first if this process is idle
             timelines = FirstComer(partial(timeline_arrays, an)) if an is not None else None
             if an is not None:
-                db.write_raw(_raw_tables(an), timelines=timelines, fork=_replay_beside_pays(an))
+                db.write_raw({name: frame for name, frame in _raw_tables(an).items() if name not in early},
+                             first=not early, timelines=timelines, fork=_replay_beside_pays(an))
                 if budget:  # one stage at a time: the writer's ingest beside the rules' frames would add
                     # ~0.7x the tables to the import's peak (bench/README.md, "h27big")
                     db.wait_written()
