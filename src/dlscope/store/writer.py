@@ -403,6 +403,12 @@ class NewDatabase:
         self._close_raw_ended()
         self.end_writeback()
 
+    def _begin_writeback(self) -> None:
+        """The file's write-out begun, the background writer ended, where the rename will replace a file; its
+        descriptor opened before SQLite opens the file for the last writes (:class:`_Writeback`)."""
+        if self.replacing and self.writeback is None:
+            self.writeback = _Writeback(self.path)
+
     def end_writeback(self) -> None:
         """Wait for the write-out begun by :meth:`connect` and close its descriptor (after SQLite's connection)."""
         writeback, self.writeback = self.writeback, None
@@ -485,12 +491,28 @@ class NewDatabase:
             return self.agg_written
         return written
 
+    def ingest(self, script: str, frames: dict[str, pd.DataFrame], indexes: str = "") -> bool:
+        """Tables made by ``script`` filled with ``frames`` through ADBC (Arrow in, no per-row Python binding),
+        then ``indexes`` built, once the background writer has ended and before :meth:`connect` opens the file to
+        sqlite3 (the one writer of the file at a time). False, nothing written, where it is open already: the
+        caller inserts them there."""
+        if self.conn is not None:
+            return False
+        self._wait_written()
+        self._begin_writeback()
+        with _ArrowIngest(self.path, {}) as ingest:
+            ingest.execute_script(script)
+            for name, frame in frames.items():
+                ingest.columns_of[name] = [r[1] for r in ingest.rows(f'PRAGMA table_info("{name}")')]
+                ingest.add(name, frame)
+            ingest.execute_script(indexes)
+        return True
+
     def connect(self) -> sqlite3.Connection:
         """Wait for the raw tables and indexes, then open the file for the remaining (small) writes."""
         if self.conn is None:
             self._wait_written()
-            if self.replacing and self.writeback is None:  # its descriptor opened before SQLite's (_Writeback)
-                self.writeback = _Writeback(self.path)
+            self._begin_writeback()
             self.conn = sqlite3.connect(self.path)
             self.conn.execute("PRAGMA journal_mode=OFF")  # the file is renamed into place only when complete
             self.conn.execute("PRAGMA synchronous=OFF")
