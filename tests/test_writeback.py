@@ -84,3 +84,15 @@ def test_a_failure_after_the_write_out_began_leaves_the_old_file_and_nothing_ope
     assert out.read_bytes() == b"the previous run's file"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.sqlite"]
     assert _open_in(tmp_path) == [] and not _writeback_threads()
+
+
+def test_without_sync_file_range_the_database_replaces_the_old_one_as_ever(tmp_path, monkeypatch):
+    out = tmp_path / "out.sqlite"
+    out.write_bytes(b"the previous run's file")
+    monkeypatch.setattr(writer, "_sync_file_range", lambda: None)
+    with writer.atomic_database(out, force=True) as db:
+        db.connect().execute("CREATE TABLE late (x)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.sqlite"] and _open_in(tmp_path) == []
+    conn = sqlite3.connect(out)
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'late'").fetchone() == ("late",)
+    conn.close()

@@ -406,8 +406,12 @@ class NewDatabase:
     def _begin_writeback(self) -> None:
         """The file's write-out begun, the background writer ended, where the rename will replace a file; its
         descriptor opened before SQLite opens the file for the last writes (:class:`_Writeback`)."""
-        if self.replacing and self.writeback is None:
-            self.writeback = _Writeback(self.path)
+        sync_file_range = _sync_file_range() if self.replacing and self.writeback is None else None
+        if sync_file_range is not None:
+            try:
+                self.writeback = _Writeback(self.path, sync_file_range)
+            except (OSError, RuntimeError):  # only a head start: the rename writes it out as ever
+                self.replacing = False
 
     def end_writeback(self) -> None:
         """Wait for the write-out begun by :meth:`connect` and close its descriptor (after SQLite's connection)."""
@@ -629,19 +633,19 @@ class _Writeback:
     POSIX lock the process holds on the file, SQLite's included.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, sync_file_range: Callable[[int, int, int, int], int]):
         self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        self.thread: threading.Thread | None = None
-        sync_file_range = _sync_file_range()
-        if sync_file_range is not None:
-            self.thread = threading.Thread(target=sync_file_range, args=(self.fd, 0, 0, SYNC_FILE_RANGE_WRITE),
-                                           name="dlscope-writeback", daemon=True)
+        self.thread = threading.Thread(target=sync_file_range, args=(self.fd, 0, 0, SYNC_FILE_RANGE_WRITE),
+                                       name="dlscope-writeback", daemon=True)
+        try:
             self.thread.start()
+        except BaseException:
+            os.close(self.fd)
+            raise
 
     def end(self) -> None:
         try:
-            if self.thread is not None:
-                self.thread.join()
+            self.thread.join()
         finally:
             os.close(self.fd)
 
