@@ -18,6 +18,7 @@ from ..analyze.timeline import matrices_by_rank, stored_arrays
 from ..distributed import write_distributed
 from ..distributed.figures import collective_rows as job_collective_rows
 from ..distributed.figures import job_figures, rank_figures, rank_parts, world_sizes
+from ..distributed.store import ingest_collectives
 from ..errors import DlscopeError
 from ..experts import write_findings
 from ..importers import sniff
@@ -227,6 +228,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             elif an is not None:
                 skip(aggs, findings, NO_CRITICAL_PATH)
             built_here = timelines.work() if here and timelines is not None else {}
+            if figures is not None:  # many collectives: through ADBC, before the file is opened to sqlite3
+                figures = ingest_collectives(db, figures)
             _write_results(db.connect(), sources, profile_name or _default_name(paths),
                            {**(extra_meta or {}), "key_node": key_node or "", **facts},
                            ncu, aggs, findings, figures, built_here, written)
