@@ -131,3 +131,36 @@ def test_a_node_called_at_two_data_types_is_split_and_one_at_one_type_is_kept():
     assert _nodes_by_data_type(node, two_types).tolist() == [0, 1, 2, 3, 1]
     gap = np.array([0, 2], dtype=np.int32)  # node 1 has no call: not every node is known to have one type
     assert _nodes_by_data_type(gap, pd.Series(pd.Categorical(["a", "a"]))).tolist() == [0, 1]
+
+
+def _brute_depth_and_root(parent: list[int]) -> tuple[list[int], list[int]]:
+    depth, root = [], []
+    for i in range(len(parent)):
+        d, r = 0, i
+        while parent[r] >= 0:
+            d, r = d + 1, parent[r]
+        depth.append(d)
+        root.append(r)
+    return depth, root
+
+
+def test_parents_depths_and_roots_level_by_level_or_by_jumps_match_the_definition(monkeypatch):
+    """The nesting is found one level at a time up to ``MAX_LEVELS`` levels, by jumps along the candidates past
+    it: both give each interval the nearest earlier one still open at its start, and its depth and outermost
+    ancestor as the parent chain reads them, on messy intervals (overlapping, zero-length, three threads) and on
+    a 40-deep chain."""
+    import dlscope.analyze.nesting as nesting
+
+    rng = np.random.default_rng(23)
+    cases = [_messy(rng, int(rng.integers(1, 60))) for _ in range(40)]
+    deep = np.arange(40, dtype=np.int64)
+    cases.append((np.zeros(45, np.int64), np.r_[deep, 50, 50, 60, 61, 61], np.r_[200 - deep, 50, 55, 65, 61, 70]))
+    for max_levels in (nesting.MAX_LEVELS, 1):
+        monkeypatch.setattr(nesting, "MAX_LEVELS", max_levels)
+        for keys, starts, ends in cases:
+            nest = Nesting.build(keys, starts, ends)
+            parent = [_brute_open_parent(keys, starts, ends, i) for i in range(len(starts))]
+            depth, root = _brute_depth_and_root(parent)
+            assert nest.parent.tolist() == parent
+            assert nest.depth.tolist() == depth and nest.root.tolist() == root
+    assert max(_brute_depth_and_root(parent)[0]) > nesting.MAX_LEVELS  # the chain goes past the levels

@@ -103,10 +103,19 @@ class Nesting:
         del new
         s_sorted, e_sorted = starts[order], ends[order]
         tree = _RightmostAbove(e_sorted)
-        parent_sorted = _nearest_open_before(s_sorted, e_sorted, thread_lo)
         parent = np.full(n, -1, dtype=np.int64)
-        parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
-        depth, root = _depth_and_root(parent)
+        by_level = _parents_by_level(s_sorted, e_sorted, thread_of)
+        if by_level is None:  # deep (or wide-spanned) nestings: by jumps along the candidates
+            parent_sorted = _nearest_open_before(s_sorted, e_sorted, thread_lo)
+            parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
+            depth, root = _depth_and_root(parent)
+        else:
+            parent_sorted, depth_sorted, root_sorted = by_level
+            parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
+            depth, root = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+            depth[order] = depth_sorted
+            root[order] = order[root_sorted]
+            del parent_sorted, depth_sorted, root_sorted
         return cls(order, thread_of, thread_lo.astype(np.int64, copy=False), thread_keys, s_sorted, e_sorted,
                    depth, parent, root, tree)
 
@@ -171,6 +180,67 @@ def _last_at_or_before(sorted_starts: np.ndarray, lo: np.ndarray, hi: np.ndarray
         left = np.where(le, mid + 1, left)
         right = np.where(open_ & ~le, mid, right)
     return np.where(left > lo, left - 1, -1)
+
+
+#: levels :func:`_parents_by_level` goes down before leaving a nesting to :func:`_nearest_open_before`
+MAX_LEVELS = 24
+
+
+def _parents_by_level(starts: np.ndarray, ends: np.ndarray, thread_of: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Parent (:func:`_nearest_open_before`'s answer), depth and outermost ancestor of each sorted interval, one
+    nesting level at a time; None past :data:`MAX_LEVELS` levels or where the ends' span would overflow a fold.
+
+    A run of sorted intervals (first: each thread's) splits at its roots, those no earlier interval of the run is
+    open at: the run's parent is their parent. Every other interval's parent lies between the last root before it
+    and itself (the run's intervals before that root end by its start), so the intervals after a root up to the
+    next are the next level's run, whose parent is that root. Each level is a few whole-array steps (a running
+    maximum of the ends per run): 6 levels on the benchmark trace's ops against 21 rounds of jumps."""
+    n = len(starts)
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    root = np.arange(n, dtype=np.int64)
+    if n == 0:
+        return parent, depth, root
+    lo = int(ends.min())
+    span = int(ends.max()) - lo + 1
+    if span >= (1 << 62) // (n + 1):  # the runs' ends lifted apart would overflow int64
+        return None
+    rows = np.arange(n, dtype=np.int64)  # the positions not placed yet, ascending; their run's parent below
+    run_parent = thread_of.astype(np.int64, copy=True)  # level 0: the thread's index (its roots have none)
+    level = 0
+    while len(rows):
+        if level == MAX_LEVELS:
+            return None
+        new = np.empty(len(rows), dtype=bool)  # each run's first interval
+        new[0] = True
+        np.not_equal(run_parent[1:], run_parent[:-1], out=new[1:])
+        run = np.cumsum(new, dtype=np.int64)
+        reach = ends[rows] - lo  # the running maximum of the ends per run, runs lifted apart by span
+        run *= span
+        reach += run
+        np.maximum.accumulate(reach, out=reach)
+        reach -= run
+        del run
+        before = np.empty_like(reach)  # the latest end among the run's intervals before each one
+        before[1:] = reach[:-1]
+        del reach
+        before += lo
+        is_root = new
+        is_root |= before <= starts[rows]
+        del before
+        mine = rows[is_root]
+        if level:
+            parent[mine] = run_parent[is_root]
+            depth[mine] = level
+            root[mine] = root[run_parent[is_root]]
+        # the rest: their run is the one after the last root before them, that root their run's parent
+        last = np.where(is_root, rows, -1)
+        np.maximum.accumulate(last, out=last)
+        keep = ~is_root
+        rows, run_parent = rows[keep], last[keep]
+        level += 1
+    return parent, depth, root
 
 
 def _nearest_open_before(starts: np.ndarray, ends: np.ndarray, thread_lo: np.ndarray) -> np.ndarray:

@@ -76,6 +76,18 @@ def dtype_bytes(dtype: str) -> int:
     return bytes_per_element(dtype)
 
 
+def _per_distinct(values, verdict) -> np.ndarray:
+    """``[verdict(v) for v in values]`` as an object array, each distinct value looked at once (a job's 10k
+    collectives repeat a few names and dtypes: ``Series.map`` called the function per row)."""
+    values = np.asarray(values, dtype=object)
+    if not len(values):
+        return np.zeros(0, dtype=object)
+    codes, distinct = pd.factorize(values, use_na_sentinel=False)
+    out = np.empty(len(distinct), dtype=object)
+    out[:] = [verdict(v) for v in distinct]
+    return out[codes]
+
+
 # ------------------------------------------------------------------------------------- collectives
 
 
@@ -159,7 +171,7 @@ def collective_rows(an: Analysed) -> pd.DataFrame:
         "device": k["device"].to_numpy(np.int64), "stream": k["stream"].to_numpy(np.int64),
         "start": k["start"].to_numpy(np.int64), "end": k["end"].to_numpy(np.int64),
         "iteration": k["iteration"].to_numpy(np.int64)})
-    rows["collective"] = rows["name"].map(collective_type)
+    rows["collective"] = _per_distinct(rows["name"], collective_type)
     for col, fill in (("in_nelems", -1), ("out_nelems", -1), ("group_size", -1), ("dtype", ""), ("pg_name", "")):
         rows[col] = fill
     enc = _enclosing(k, p.ops, comm_ops)
@@ -168,7 +180,7 @@ def collective_rows(an: Analysed) -> pd.DataFrame:
         src = comm_ops.iloc[enc[has]]
         for col in ("in_nelems", "out_nelems", "group_size", "dtype", "pg_name"):
             rows.loc[has, col] = src[col].to_numpy()
-        named = src["collective"].map(collective_type).to_numpy(object)
+        named = _per_distinct(src["collective"], collective_type)
         rows.loc[has, "collective"] = np.where(named != "", named, rows.loc[has, "collective"].to_numpy(object))
     args = p.comm_args
     if len(args) and (args["kind"] == "kernel").any():
@@ -178,7 +190,7 @@ def collective_rows(an: Analysed) -> pd.DataFrame:
         found = joined["in_nelems"].notna().to_numpy() & (joined["in_nelems"].fillna(-1).to_numpy() >= 0)
         for col in ("in_nelems", "out_nelems", "group_size", "dtype", "pg_name"):
             rows.loc[found, col] = joined.loc[found, col].to_numpy()
-        named = joined.loc[found, "collective"].map(collective_type).to_numpy(object)
+        named = _per_distinct(joined.loc[found, "collective"], collective_type)
         rows.loc[found, "collective"] = np.where(named != "", named, rows.loc[found, "collective"].to_numpy(object))
     return pd.concat([rows, _nvtx_collectives(an)], ignore_index=True)
 
@@ -195,7 +207,7 @@ def _nvtx_collectives(an: Analysed) -> pd.DataFrame:
         "device": np.full(len(sel), -1, np.int64), "stream": np.full(len(sel), -1, np.int64),
         "start": sel["start"].to_numpy(np.int64), "end": sel["end"].to_numpy(np.int64),
         "iteration": sel["iteration"].to_numpy(np.int64) if "iteration" in sel else -1})
-    out["collective"] = out["name"].map(collective_type)
+    out["collective"] = _per_distinct(out["name"], collective_type)
     out = out[out["collective"].isin(table()["busbw"].keys())]
     for col, fill in (("in_nelems", -1), ("out_nelems", -1), ("group_size", -1), ("dtype", ""), ("pg_name", "")):
         out[col] = fill
@@ -207,7 +219,7 @@ def _sizes_and_bandwidth(rows: pd.DataFrame, world_sizes: dict[int, int]) -> pd.
     for col in ("in_nelems", "out_nelems", "group_size"):
         rows[col] = rows[col].astype(np.int64)
     rows["dur_ns"] = (rows["end"] - rows["start"]).clip(lower=0)
-    elem = rows["dtype"].map(dtype_bytes).to_numpy(np.int64)
+    elem = _per_distinct(rows["dtype"], dtype_bytes).astype(np.int64)
     use_out = rows["collective"].map(table()["message_size_from"]).fillna("in").to_numpy(object) == "out"
     nelems = np.where(use_out, rows["out_nelems"].to_numpy(np.int64), rows["in_nelems"].to_numpy(np.int64))
     known = (nelems >= 0) & (elem > 0)
@@ -218,7 +230,11 @@ def _sizes_and_bandwidth(rows: pd.DataFrame, world_sizes: dict[int, int]) -> pd.
     seconds = rows["dur_ns"].to_numpy(np.float64) / 1e9
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where(known & (seconds > 0), rows["msg_bytes"].to_numpy(np.float64) / seconds / 1e9, np.nan)
-    factor = np.array([busbw_factor(c, int(n)) or np.nan for c, n in zip(rows["collective"], group)], np.float64)
+    # per distinct (collective, group size): a job's collectives repeat a few
+    kind, kinds = pd.factorize(rows["collective"], use_na_sentinel=False)
+    pairs, pair_of_row = np.unique(np.stack([kind.astype(np.int64), group]), axis=1, return_inverse=True)
+    factor = np.array([busbw_factor(kinds[c], n) or np.nan for c, n in pairs.T.tolist()],
+                      np.float64)[pair_of_row.reshape(-1)]
     rows["algbw_gbps"] = algbw
     rows["busbw_gbps"] = algbw * factor
     rows["call_index"] = rows.groupby(["rank", "source", "collective"], sort=False).cumcount().astype(np.int64)
