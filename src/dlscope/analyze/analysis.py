@@ -234,8 +234,9 @@ def _activity_spans(profile: Profile) -> dict[int, tuple[int, int]]:
     frames = [profile.table(name)[["rank", "start", "end"]] for name in ("ops", "ranges", "kernels", "memops",
                                                                          "api_calls")]
     ranks = [_one_rank(f["rank"].to_numpy()) for f in frames if len(f)]
-    if ranks and all(r is not None and r == ranks[0] for r in ranks):  # one rank (a single trace): no group-by
-        return {ranks[0]: (min(int(f["start"].min()) for f in frames if len(f)),
+    one = ranks[0] if ranks else None
+    if one is not None and all(r == one for r in ranks):  # one rank (a single trace): no group-by
+        return {one: (min(int(f["start"].min()) for f in frames if len(f)),
                            max(int(f["end"].max()) for f in frames if len(f)))}
     spans = pd.concat(frames, ignore_index=True).groupby("rank").agg(start=("start", "min"), end=("end", "max"))
     return {int(r): (int(s), int(e)) for r, s, e in zip(spans.index, spans["start"], spans["end"])}
