@@ -164,3 +164,19 @@ def test_parents_depths_and_roots_level_by_level_or_by_jumps_match_the_definitio
             assert nest.parent.tolist() == parent
             assert nest.depth.tolist() == depth and nest.root.tolist() == root
     assert max(_brute_depth_and_root(parent)[0]) > nesting.MAX_LEVELS  # the chain goes past the levels
+
+
+def test_intervals_are_ordered_by_thread_start_longest_first_then_row_as_lexsort_orders_them():
+    """The nesting's order (three stable sorts of folded keys) is lexsort's, on messy intervals in trace order and
+    shuffled, threads with keys far apart, and clocks too far apart to fold (lexsort itself then)."""
+    from dlscope.analyze.nesting import _thread_order
+
+    rng = np.random.default_rng(31)
+    for _ in range(30):
+        keys, starts, ends = _messy(rng, int(rng.integers(1, 80)))
+        keys = keys * 1_000_003 - 7
+        for perm in (np.argsort(starts, kind="stable"), rng.permutation(len(keys))):
+            k, s, e = keys[perm], starts[perm], ends[perm]
+            assert _thread_order(k, s, e).tolist() == np.lexsort((-e, s, k)).tolist()
+    far = np.array([0, 1 << 61, 5, 1 << 61], np.int64)
+    assert _thread_order(np.zeros(4, np.int64), far, far + 1).tolist() == [0, 2, 1, 3]
