@@ -235,6 +235,41 @@ def _parents_by_level(starts: np.ndarray, ends: np.ndarray, thread_of: np.ndarra
     root = np.arange(n, dtype=np.int64)
     if n == 0:
         return parent, depth, root
+    lo = int(starts.min())
+    span = int(ends.max()) - lo + 1  # every start and end less lo lies in [0, span)
+    if span >= (1 << 62) // (n + 1):  # the runs' times lifted apart would overflow int64
+        return None
+    rows = np.arange(n, dtype=np.int64)  # the positions not placed yet, ascending
+    # each row's run, ascending (level 0: its thread's index; then the position of the run's parent), so that
+    # the runs' times lifted by it lie one run above the other: one running maximum serves every run
+    run = thread_of.astype(np.int64, copy=True)
+    level = 0
+    while len(rows):
+        if level == MAX_LEVELS:
+            return None
+        run *= span
+        run -= lo
+        reach = ends[rows]
+        reach += run  # lifted ends, then their running maximum
+        np.maximum.accumulate(reach, out=reach)
+        run += starts[rows]  # lifted starts
+        is_root = np.empty(len(rows), dtype=bool)  # nothing earlier in the run open at its start (a run's
+        is_root[0] = True                          # first: every earlier reach lies below its run)
+        np.less_equal(reach[:-1], run[1:], out=is_root[1:])
+        del reach
+        mine = rows[is_root]
+        if level:
+            up = run[is_root] // span  # the run's parent, back from the lifted start
+            parent[mine] = up
+            depth[mine] = level
+            root[mine] = root[up]
+        # the rest: their run is the one after the last root before them, that root their run's parent
+        run = np.where(is_root, rows, -1)
+        np.maximum.accumulate(run, out=run)
+        keep = ~is_root
+        rows, run = rows[keep], run[keep]
+        level += 1
+    return parent, depth, root
     lo = int(ends.min())
     span = int(ends.max()) - lo + 1
     if span >= (1 << 62) // (n + 1):  # the runs' ends lifted apart would overflow int64
