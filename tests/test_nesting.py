@@ -144,11 +144,12 @@ def _brute_depth_and_root(parent: list[int]) -> tuple[list[int], list[int]]:
     return depth, root
 
 
-def test_parents_depths_and_roots_level_by_level_or_by_jumps_match_the_definition(monkeypatch):
+def test_parents_depths_roots_and_innermost_intervals_match_the_definition_however_deep(monkeypatch):
     """The nesting is found one level at a time up to ``MAX_LEVELS`` levels, by jumps along the candidates past
-    it: both give each interval the nearest earlier one still open at its start, and its depth and outermost
-    ancestor as the parent chain reads them, on messy intervals (overlapping, zero-length, three threads) and on
-    a 40-deep chain."""
+    it, and the innermost interval at a time by climbing the parents up to as many steps, by the ends' max tree
+    past them: each way gives each interval the nearest earlier one still open at its start, its depth and
+    outermost ancestor as the parent chain reads them, and each time its innermost enclosing interval, on messy
+    intervals (overlapping, zero-length, three threads) and on a 40-deep chain."""
     import dlscope.analyze.nesting as nesting
 
     rng = np.random.default_rng(23)
@@ -163,6 +164,9 @@ def test_parents_depths_and_roots_level_by_level_or_by_jumps_match_the_definitio
             depth, root = _brute_depth_and_root(parent)
             assert nest.parent.tolist() == parent
             assert nest.depth.tolist() == depth and nest.root.tolist() == root
+            q_keys, q_times = rng.integers(0, 4, 100), rng.integers(-2, 210, 100)
+            assert nest.innermost_at(q_keys, q_times).tolist() == [_brute_innermost(keys, starts, ends, k, t)
+                                                                   for k, t in zip(q_keys, q_times)]
     assert max(_brute_depth_and_root(parent)[0]) > nesting.MAX_LEVELS  # the chain goes past the levels
 
 

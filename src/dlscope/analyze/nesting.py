@@ -78,7 +78,10 @@ class Nesting:
     depth: np.ndarray        # depth per caller row (0 = outermost)
     parent: np.ndarray       # caller row index of the parent, -1 for roots
     root: np.ndarray         # caller row index of the outermost enclosing interval (itself for roots)
-    _tree: _RightmostAbove
+    #: sorted position of each sorted interval's parent (-1 for roots): what :meth:`innermost_at` climbs
+    parent_sorted: np.ndarray
+    #: the ends' max tree, built for the queries whose climb is long (deep nestings) when they come
+    _tree: _RightmostAbove | None = None
     #: (thread, start) folded into one sorted int64 per row, with the starts' min and max (built when asked)
     _folded: tuple[np.ndarray, int, int] | None = None
 
@@ -102,7 +105,6 @@ class Nesting:
         thread_of -= 1
         del new
         s_sorted, e_sorted = starts[order], ends[order]
-        tree = _RightmostAbove(e_sorted)
         parent = np.full(n, -1, dtype=np.int64)
         by_level = _parents_by_level(s_sorted, e_sorted, thread_of)
         if by_level is None:  # deep (or wide-spanned) nestings: by jumps along the candidates
@@ -115,9 +117,9 @@ class Nesting:
             depth, root = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
             depth[order] = depth_sorted
             root[order] = order[root_sorted]
-            del parent_sorted, depth_sorted, root_sorted
+            del depth_sorted, root_sorted
         return cls(order, thread_of, thread_lo.astype(np.int64, copy=False), thread_keys, s_sorted, e_sorted,
-                   depth, parent, root, tree)
+                   depth, parent, root, parent_sorted)
 
     def innermost_at(self, keys: np.ndarray, times: np.ndarray) -> np.ndarray:
         """Caller row index of the innermost interval enclosing ``times`` on thread ``keys`` (-1 if none)."""
@@ -132,8 +134,7 @@ class Nesting:
         hi = np.append(self.thread_lo[1:], len(self.order))[thread]
         last = self._last_at_or_before(thread, lo, hi, times)  # last sorted interval of the thread starting <= t
         last = np.where(known, last, -1)
-        hit = self._tree.query(last, times)
-        hit = np.where((hit >= lo) & (last >= 0), hit, -1)
+        hit = self._open_on_chain(last, times, lo)
         # a zero-length interval exactly at t owns it when nothing of positive length encloses t
         zero = (hit < 0) & (last >= 0)
         at = np.where(zero, last, 0)
@@ -142,6 +143,30 @@ class Nesting:
         ok = hit >= 0
         out[ok] = self.order[hit[ok]]
         return out
+
+    def _open_on_chain(self, last: np.ndarray, times: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """Per query, the last sorted interval at or before ``last`` (of the thread starting at ``lo``) whose end
+        lies after t, or -1. It is ``last`` or one of its ancestors (the intervals between an interval and its
+        parent end by its start, so by t): the first of them open at t, found by climbing all queries at once,
+        about the depth in steps; a query still climbing after ``MAX_LEVELS`` steps asks the ends' max tree."""
+        hit = np.full(len(last), -1, dtype=np.int64)
+        rows = np.flatnonzero(last >= 0)
+        at = last[rows]
+        for _ in range(MAX_LEVELS):
+            if not len(rows):
+                return hit
+            t = times[rows]
+            found = self.ends[at] > t
+            hit[rows[found]] = at[found]
+            up = self.parent_sorted[at[~found]]
+            going = up >= 0
+            rows, at = rows[~found][going], up[going]
+        if len(rows):
+            if self._tree is None:
+                self._tree = _RightmostAbove(self.ends)
+            deep = self._tree.query(at, times[rows])
+            hit[rows] = np.where(deep >= lo[rows], deep, -1)
+        return hit
 
     def _last_at_or_before(self, thread: np.ndarray, lo: np.ndarray, hi: np.ndarray, times: np.ndarray
                            ) -> np.ndarray:
