@@ -106,8 +106,8 @@ class Nesting:
         del new
         s_sorted, e_sorted = starts[order], ends[order]
         parent = np.full(n, -1, dtype=np.int64)
-        by_level = _parents_by_level(s_sorted, e_sorted, thread_of)
-        if by_level is None:  # deep (or wide-spanned) nestings: by jumps along the candidates
+        by_level = _parents_by_level(s_sorted, e_sorted, thread_of, thread_lo)
+        if by_level is None:  # times spanning too much to fold: by jumps along the candidates
             parent_sorted = _nearest_open_before(s_sorted, e_sorted, thread_lo)
             parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
             depth, root = _depth_and_root(parent)
@@ -240,14 +240,16 @@ def _last_at_or_before(sorted_starts: np.ndarray, lo: np.ndarray, hi: np.ndarray
     return np.where(left > lo, left - 1, -1)
 
 
-#: levels :func:`_parents_by_level` goes down before leaving a nesting to :func:`_nearest_open_before`
+#: levels :func:`_parents_by_level` goes down before it leaves the rest to :func:`_nearest_open_before`, and
+#: steps :meth:`Nesting.innermost_at` climbs before it asks the ends' max tree
 MAX_LEVELS = 24
 
 
-def _parents_by_level(starts: np.ndarray, ends: np.ndarray, thread_of: np.ndarray
+def _parents_by_level(starts: np.ndarray, ends: np.ndarray, thread_of: np.ndarray, thread_lo: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Parent (:func:`_nearest_open_before`'s answer), depth and outermost ancestor of each sorted interval, one
-    nesting level at a time; None past :data:`MAX_LEVELS` levels or where the ends' span would overflow a fold.
+    nesting level at a time (past :data:`MAX_LEVELS` levels, the intervals left by jumps along the candidates);
+    None where the times' span would overflow a fold.
 
     A run of sorted intervals (first: each thread's) splits at its roots, those no earlier interval of the run is
     open at: the run's parent is their parent. Every other interval's parent lies between the last root before it
@@ -270,8 +272,11 @@ def _parents_by_level(starts: np.ndarray, ends: np.ndarray, thread_of: np.ndarra
     run = thread_of.astype(np.int64, copy=True)
     level = 0
     while len(rows):
-        if level == MAX_LEVELS:
-            return None
+        if level == MAX_LEVELS:  # deep: the rest by jumps, from the levels placed (each its parent) ...
+            cand = parent.copy()
+            cand[rows] = rows - 1  # ... and the interval before each other one (never a thread's first)
+            parent = _nearest_open_before(starts, ends, thread_lo, cand, rows)
+            return (parent, *_depth_and_root(parent))
         run *= span
         run -= lo
         reach = ends[rows]
@@ -295,48 +300,10 @@ def _parents_by_level(starts: np.ndarray, ends: np.ndarray, thread_of: np.ndarra
         rows, run = rows[keep], run[keep]
         level += 1
     return parent, depth, root
-    lo = int(ends.min())
-    span = int(ends.max()) - lo + 1
-    if span >= (1 << 62) // (n + 1):  # the runs' ends lifted apart would overflow int64
-        return None
-    rows = np.arange(n, dtype=np.int64)  # the positions not placed yet, ascending; their run's parent below
-    run_parent = thread_of.astype(np.int64, copy=True)  # level 0: the thread's index (its roots have none)
-    level = 0
-    while len(rows):
-        if level == MAX_LEVELS:
-            return None
-        new = np.empty(len(rows), dtype=bool)  # each run's first interval
-        new[0] = True
-        np.not_equal(run_parent[1:], run_parent[:-1], out=new[1:])
-        run = np.cumsum(new, dtype=np.int64)
-        reach = ends[rows] - lo  # the running maximum of the ends per run, runs lifted apart by span
-        run *= span
-        reach += run
-        np.maximum.accumulate(reach, out=reach)
-        reach -= run
-        del run
-        before = np.empty_like(reach)  # the latest end among the run's intervals before each one
-        before[1:] = reach[:-1]
-        del reach
-        before += lo
-        is_root = new
-        is_root |= before <= starts[rows]
-        del before
-        mine = rows[is_root]
-        if level:
-            parent[mine] = run_parent[is_root]
-            depth[mine] = level
-            root[mine] = root[run_parent[is_root]]
-        # the rest: their run is the one after the last root before them, that root their run's parent
-        last = np.where(is_root, rows, -1)
-        np.maximum.accumulate(last, out=last)
-        keep = ~is_root
-        rows, run_parent = rows[keep], last[keep]
-        level += 1
-    return parent, depth, root
 
 
-def _nearest_open_before(starts: np.ndarray, ends: np.ndarray, thread_lo: np.ndarray) -> np.ndarray:
+def _nearest_open_before(starts: np.ndarray, ends: np.ndarray, thread_lo: np.ndarray,
+                         cand: np.ndarray | None = None, todo: np.ndarray | None = None) -> np.ndarray:
     """Per sorted interval, the nearest earlier one of its thread still open at its start (``end > start``), or -1:
     the parent.
 
@@ -346,10 +313,10 @@ def _nearest_open_before(starts: np.ndarray, ends: np.ndarray, thread_lo: np.nda
     end by c's start, so by i's start too, and c's answer is at or after i's (open at i's start, i's answer is
     open at c's earlier start). About the nesting depth in rounds (21 on the benchmark trace's 283k ops), against
     log2(n) for each climb and descent of :class:`_RightmostAbove`: 0.04 -> 0.03 s CPU there."""
-    n = len(starts)
-    cand = np.arange(-1, n - 1, dtype=np.int64)
-    cand[thread_lo] = -1  # a thread's first interval has none before it
-    todo = np.flatnonzero(cand >= 0)
+    if cand is None or todo is None:  # (else: ``cand`` a candidate of each interval, those of ``todo`` to move)
+        cand = np.arange(-1, len(starts) - 1, dtype=np.int64)
+        cand[thread_lo] = -1  # a thread's first interval has none before it
+        todo = np.flatnonzero(cand >= 0)
     while len(todo):
         c = cand[todo]
         closed = ends[c] <= starts[todo]
