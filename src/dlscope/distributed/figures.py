@@ -174,7 +174,8 @@ def _enclosing(kernels: pd.DataFrame, ops: pd.DataFrame, comm_ops: pd.DataFrame)
 def collective_rows(an: Analysed) -> pd.DataFrame:
     """The collectives of the ranks in ``an`` before sizes and bandwidths (which compare ranks)."""
     p = an.profile
-    k = p.kernels[is_nccl_kernel(p.kernels["name"])]
+    k = p.kernels.loc[is_nccl_kernel(p.kernels["name"]),  # only the columns read taken
+                      ["rank", "name", "device", "stream", "start", "end", "iteration", "op_id"]]
     comm_ops = _comm_ops(an)
     rows = pd.DataFrame({
         "rank": k["rank"].to_numpy(np.int64), "source": "kernel", "name": k["name"].to_numpy(object),
