@@ -353,8 +353,10 @@ def levels(depth: np.ndarray) -> list[np.ndarray]:
     """Row indices per depth (level 0 first): one sort, then slices, so deep forests cost no extra scans."""
     if len(depth) == 0:
         return []
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
+    deepest = int(depth.max())
+    # depths as int16 where they fit: numpy's stable sort of 16-bit integers is a radix sort (one pass, no compares)
+    order = np.argsort(depth.astype(np.int16, copy=False) if deepest < 1 << 15 else depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(deepest + 2))
     return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
 
 
