@@ -184,3 +184,22 @@ def test_intervals_are_ordered_by_thread_start_longest_first_then_row_as_lexsort
             assert _thread_order(k, s, e).tolist() == np.lexsort((-e, s, k)).tolist()
     far = np.array([0, 1 << 61, 5, 1 << 61], np.int64)
     assert _thread_order(np.zeros(4, np.int64), far, far + 1).tolist() == [0, 2, 1, 3]
+
+
+def test_op_node_numbers_are_pandas_group_numbers_in_order_of_first_appearance():
+    """The op nodes' numbering folds each column's codes (a constant integer column folds nothing, a small-span
+    one its offsets, others factorized, categoricals their codes): the numbers are pandas' own ``ngroup``."""
+    from dlscope.analyze.analysis import _group_numbers
+
+    rng = np.random.default_rng(41)
+    n = 500
+    columns = [pd.Series(np.full(n, 3, np.int64)),                                   # one rank
+               pd.Series(rng.integers(-2, 3, n)),                                    # small span
+               pd.Series(rng.choice(np.array([0, 1 << 50, -(1 << 40)]), n)),         # wide span
+               pd.Series(rng.random(n) < 0.3),                                       # a flag
+               pd.Series(pd.Categorical(rng.choice(["mm", "add", ""], n))),          # text as categories
+               pd.Series(rng.choice(["a", "b"], n), dtype=object)]
+    frame = pd.DataFrame({f"c{i}": c for i, c in enumerate(columns)})
+    expected = frame.groupby(list(frame.columns), sort=False, observed=True, dropna=False).ngroup()
+    assert _group_numbers(columns).tolist() == expected.tolist()
+    assert _group_numbers(columns[:1]).tolist() == [0] * n
