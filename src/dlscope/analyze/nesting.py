@@ -4,9 +4,11 @@ PRODUCT.md: the op that launched a call is the innermost op *enclosing* the call
 (op start <= t < op end); an op that has already ended launches nothing. Intervals are sorted once per
 thread by (start, longest first, input order); the interval enclosing a time t is then the nearest one at or
 before t's sorted place whose end lies after t, and the parent of an interval is the nearest earlier one
-still open at its start. Both are "rightmost position <= p whose end > x" questions: the enclosing interval
-is answered for all queries at once by a max segment tree over the sorted ends (log n vectorized steps, no
-per-event loop), the parent by jumping along earlier intervals' own answers (about the depth in steps).
+still open at its start. Both are "rightmost position <= p whose end > x" questions, answered on the parent
+chain (the intervals between an interval and its parent end by its start): the parents are found one nesting
+level at a time (a running maximum of the ends per run of siblings; deep nestings by jumping along earlier
+intervals' own answers), the enclosing interval by climbing from the last one starting at or before t (about
+the depth in vectorized steps, a max segment tree over the sorted ends for long climbs; no per-event loop).
 A zero-length interval encloses nothing; it owns a time only when it sits exactly there and no interval of
 positive length encloses it.
 """
