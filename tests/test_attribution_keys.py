@@ -38,6 +38,18 @@ def test_keys_stay_distinct_when_values_span_the_whole_int64_range():
     assert _same_partition(keys, list(zip(*(c.tolist() for c in cols))))
 
 
+def test_a_column_of_one_value_leaves_the_keys_as_the_other_columns_make_them():
+    """A single trace's rank (one value in every table) folds nothing in: the keys are those of the other columns,
+    and still tell apart the tuples they should."""
+    rng = np.random.default_rng(4)
+    pid, tid = [rng.integers(0, 5, 50) for _ in range(2)], [rng.integers(0, 9, 50) for _ in range(2)]
+    rank = [np.full(50, 7), np.full(50, 7)]
+    with_rank, without = pack_keys([rank, pid, tid]), pack_keys([pid, tid])
+    assert all(a.tolist() == b.tolist() for a, b in zip(with_rank, without))
+    tuples = list(zip(np.concatenate(pid).tolist(), np.concatenate(tid).tolist()))
+    assert _same_partition(np.concatenate(with_rank), tuples)
+
+
 def test_keys_of_empty_tables():
     a, b = pack_keys([[np.zeros(0, np.int64), np.zeros(0, np.int64)]])
     assert len(a) == 0 and len(b) == 0

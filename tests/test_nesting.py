@@ -131,3 +131,75 @@ def test_a_node_called_at_two_data_types_is_split_and_one_at_one_type_is_kept():
     assert _nodes_by_data_type(node, two_types).tolist() == [0, 1, 2, 3, 1]
     gap = np.array([0, 2], dtype=np.int32)  # node 1 has no call: not every node is known to have one type
     assert _nodes_by_data_type(gap, pd.Series(pd.Categorical(["a", "a"]))).tolist() == [0, 1]
+
+
+def _brute_depth_and_root(parent: list[int]) -> tuple[list[int], list[int]]:
+    depth, root = [], []
+    for i in range(len(parent)):
+        d, r = 0, i
+        while parent[r] >= 0:
+            d, r = d + 1, parent[r]
+        depth.append(d)
+        root.append(r)
+    return depth, root
+
+
+def test_parents_depths_roots_and_innermost_intervals_match_the_definition_however_deep(monkeypatch):
+    """The nesting is found one level at a time up to ``MAX_LEVELS`` levels, by jumps along the candidates past
+    it, and the innermost interval at a time by climbing the parents up to as many steps, by the ends' max tree
+    past them: each way gives each interval the nearest earlier one still open at its start, its depth and
+    outermost ancestor as the parent chain reads them, and each time its innermost enclosing interval, on messy
+    intervals (overlapping, zero-length, three threads) and on a 40-deep chain."""
+    import dlscope.analyze.nesting as nesting
+
+    rng = np.random.default_rng(23)
+    cases = [_messy(rng, int(rng.integers(1, 60))) for _ in range(40)]
+    deep = np.arange(40, dtype=np.int64)
+    cases.append((np.zeros(45, np.int64), np.r_[deep, 50, 50, 60, 61, 61], np.r_[200 - deep, 50, 55, 65, 61, 70]))
+    for max_levels in (nesting.MAX_LEVELS, 1):
+        monkeypatch.setattr(nesting, "MAX_LEVELS", max_levels)
+        for keys, starts, ends in cases:
+            nest = Nesting.build(keys, starts, ends)
+            parent = [_brute_open_parent(keys, starts, ends, i) for i in range(len(starts))]
+            depth, root = _brute_depth_and_root(parent)
+            assert nest.parent.tolist() == parent
+            assert nest.depth.tolist() == depth and nest.root.tolist() == root
+            q_keys, q_times = rng.integers(0, 4, 100), rng.integers(-2, 210, 100)
+            assert nest.innermost_at(q_keys, q_times).tolist() == [_brute_innermost(keys, starts, ends, k, t)
+                                                                   for k, t in zip(q_keys, q_times)]
+    assert max(_brute_depth_and_root(parent)[0]) > nesting.MAX_LEVELS  # the chain goes past the levels
+
+
+def test_intervals_are_ordered_by_thread_start_longest_first_then_row_as_lexsort_orders_them():
+    """The nesting's order (three stable sorts of folded keys) is lexsort's, on messy intervals in trace order and
+    shuffled, threads with keys far apart, and clocks too far apart to fold (lexsort itself then)."""
+    from dlscope.analyze.nesting import _thread_order
+
+    rng = np.random.default_rng(31)
+    for _ in range(30):
+        keys, starts, ends = _messy(rng, int(rng.integers(1, 80)))
+        keys = keys * 1_000_003 - 7
+        for perm in (np.argsort(starts, kind="stable"), rng.permutation(len(keys))):
+            k, s, e = keys[perm], starts[perm], ends[perm]
+            assert _thread_order(k, s, e).tolist() == np.lexsort((-e, s, k)).tolist()
+    far = np.array([0, 1 << 61, 5, 1 << 61], np.int64)
+    assert _thread_order(np.zeros(4, np.int64), far, far + 1).tolist() == [0, 2, 1, 3]
+
+
+def test_op_node_numbers_are_pandas_group_numbers_in_order_of_first_appearance():
+    """The op nodes' numbering folds each column's codes (a constant integer column folds nothing, a small-span
+    one its offsets, others factorized, categoricals their codes): the numbers are pandas' own ``ngroup``."""
+    from dlscope.analyze.analysis import _group_numbers
+
+    rng = np.random.default_rng(41)
+    n = 500
+    columns = [pd.Series(np.full(n, 3, np.int64)),                                   # one rank
+               pd.Series(rng.integers(-2, 3, n)),                                    # small span
+               pd.Series(rng.choice(np.array([0, 1 << 50, -(1 << 40)]), n)),         # wide span
+               pd.Series(rng.random(n) < 0.3),                                       # a flag
+               pd.Series(pd.Categorical(rng.choice(["mm", "add", ""], n))),          # text as categories
+               pd.Series(rng.choice(["a", "b"], n), dtype=object)]
+    frame = pd.DataFrame({f"c{i}": c for i, c in enumerate(columns)})
+    expected = frame.groupby(list(frame.columns), sort=False, observed=True, dropna=False).ngroup()
+    assert _group_numbers(columns).tolist() == expected.tolist()
+    assert _group_numbers(columns[:1]).tolist() == [0] * n

@@ -193,7 +193,7 @@ def _scopes(ops: pd.DataFrame, ranges: pd.DataFrame, skip_ranges: np.ndarray, tr
     name_codes, names_of = _codes(ops["name"])
     for rows in tree.levels[1:]:
         parent = tree.parent[rows]
-        pairs, pair_of_row = np.unique(path[parent] * max(len(names_of), 1) + name_codes[parent], return_inverse=True)
+        pairs, pair_of_row = _unique_sorted(path[parent] * max(len(names_of), 1) + name_codes[parent])
         joined = []
         for prefix, name in zip((words[p] for p in (pairs // max(len(names_of), 1)).tolist()),
                                 (names_of[c] for c in (pairs % max(len(names_of), 1)).tolist())):
@@ -211,6 +211,16 @@ def _scopes(ops: pd.DataFrame, ranges: pd.DataFrame, skip_ranges: np.ndarray, tr
     return np.where(mine != "", mine, paths)
 
 
+def _unique_sorted(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of many int64 values with few distinct ones: hashed, then only
+    the distinct values sorted (np.unique sorts every value)."""
+    codes, distinct = pd.factorize(values)
+    order = np.argsort(distinct)
+    place = np.empty(len(order), dtype=np.int64)
+    place[order] = np.arange(len(order), dtype=np.int64)
+    return distinct[order], place[codes]
+
+
 def _codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     """A text column as int64 codes and the words they point at."""
     if isinstance(column.dtype, pd.CategoricalDtype) and not column.isna().any():
@@ -223,8 +233,29 @@ def _activity_spans(profile: Profile) -> dict[int, tuple[int, int]]:
     """Per rank: the first start and last end of any op, range, kernel, memop or API call."""
     frames = [profile.table(name)[["rank", "start", "end"]] for name in ("ops", "ranges", "kernels", "memops",
                                                                          "api_calls")]
+    ranks = [_one_rank(f["rank"].to_numpy()) for f in frames if len(f)]
+    one = ranks[0] if ranks else None
+    if one is not None and all(r == one for r in ranks):  # one rank (a single trace): no group-by
+        return {one: (min(int(f["start"].min()) for f in frames if len(f)),
+                           max(int(f["end"].max()) for f in frames if len(f)))}
     spans = pd.concat(frames, ignore_index=True).groupby("rank").agg(start=("start", "min"), end=("end", "max"))
     return {int(r): (int(s), int(e)) for r, s, e in zip(spans.index, spans["start"], spans["end"])}
+
+
+def _one_rank(rank: np.ndarray) -> int | None:
+    """The rank of every row when they are all one (None otherwise): two passes, no sort."""
+    lo = int(rank.min())
+    return lo if int(rank.max()) == lo else None
+
+
+def _distinct_ranks(frames: list[pd.DataFrame]) -> np.ndarray:
+    """The sorted distinct ranks of the frames' rows (a table of one rank read in two passes, not sorted)."""
+    parts = []
+    for frame in frames:
+        rank = frame["rank"].to_numpy(np.int64)
+        one = _one_rank(rank) if len(rank) else None
+        parts.append(np.array([one], np.int64) if one is not None else np.unique(rank))
+    return np.unique(np.concatenate(parts))
 
 
 def _promote_launching_ranges(profile: Profile, links: dict[str, np.ndarray]) -> tuple[OpTree, np.ndarray]:
@@ -318,7 +349,7 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     ops, kernels, memops, syncs, api_calls, ranges = (profile.ops, profile.kernels, profile.memops,
                                                        profile.syncs, profile.api_calls, profile.ranges)
     for frame in (ops, kernels, memops):
-        frame["dur"] = (frame["end"] - frame["start"]).clip(lower=0)
+        frame["dur"] = np.maximum(frame["end"].to_numpy(np.int64) - frame["start"].to_numpy(np.int64), 0)
     ops["op_type"] = op_types(ops)
     attribute(ops, api_calls, {"kernels": kernels, "memops": memops, "syncs": syncs}, tree, api_op_row, links)
     del links, api_op_row  # in the columns now
@@ -327,7 +358,7 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
         [matches(ranges["name"], "profiler_step"), matches(ranges["name"], "dataloader"),
          matches(ranges["name"], "io")], ["step", "dataloader", "io"], "")
 
-    ranks = np.unique(np.concatenate([f["rank"].to_numpy(np.int64) for f in (ops, ranges, kernels, api_calls)]))
+    ranks = _distinct_ranks([ops, ranges, kernels, api_calls])
     ranks = ranks if len(ranks) else np.zeros(1, np.int64)
     found = find_job_iterations(ops, ranges, [int(r) for r in ranks], key_node, _activity_spans(profile))
     iterations, methods, candidates = found.iterations, found.methods, found.candidates
@@ -404,6 +435,18 @@ def _group_numbers(columns: list[pd.Series]) -> np.ndarray:
     for column in columns:  # folded in place: no row-sized array beside the key but the column's codes
         if isinstance(column.dtype, pd.CategoricalDtype):
             codes, n, shift = column.cat.codes.to_numpy(), len(column.cat.categories) + 1, 1
+        elif column.dtype.kind in "ib" and len(column):
+            # integers of a small span (a rank, a flag) as their offsets: any one code per value numbers the
+            # groups alike (the key is numbered by first appearance below), and none is hashed
+            values = column.to_numpy()
+            lo, hi = int(values.min()), int(values.max())
+            if lo == hi:
+                continue  # one value: nothing to fold
+            if hi - lo >= len(values):
+                codes, uniques = pd.factorize(column, use_na_sentinel=False)
+                n, shift = max(len(uniques), 1), 0
+            else:
+                codes, n, shift = values.astype(np.int64) - lo, hi - lo + 1, 0
         else:
             codes, uniques = pd.factorize(column, use_na_sentinel=False)
             n, shift = max(len(uniques), 1), 0

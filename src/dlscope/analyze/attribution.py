@@ -36,6 +36,8 @@ def pack_keys(columns: list[list[np.ndarray]]) -> list[np.ndarray]:
     for values in joined:
         lo = int(values.min()) if len(values) else 0
         span = int(values.max()) - lo + 1 if len(values) else 1
+        if span == 1:  # one value (a single trace's rank, a process's pid): nothing to fold
+            continue
         if size * span >= 1 << 62:
             uniques, values = np.unique(values, return_inverse=True)
             lo, span = 0, max(len(uniques), 1)

@@ -74,7 +74,7 @@ def union_per_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     if len(group) == 0:
         return union, first, last
     starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
-    order = np.lexsort((starts if rows is None else starts[rows], group))
+    order = _group_start_order(np.asarray(group, dtype=np.int64), starts if rows is None else starts[rows])
     g = np.asarray(group, dtype=np.int64)[order]
     at = order if rows is None else np.asarray(rows)[order]
     del order
@@ -97,6 +97,22 @@ def union_per_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray,
     first[g[heads]] = s[heads]
     last[g[heads]] = reach[np.append(heads[1:] - 1, len(g) - 1)]  # the reach at a run's end: its last end
     return union, first, last
+
+
+def _group_start_order(group: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``np.lexsort((starts, group))`` as one stable sort of (group, start) folded into an int64 where it fits:
+    the activities' groups come as a few runs (an op's own, then its ancestors'), which a stable sort (timsort)
+    merges, where lexsort sorted both keys in full."""
+    s_lo, s_hi = int(starts.min()), int(starts.max())
+    g_lo, g_hi = int(group.min()), int(group.max())
+    span = s_hi - s_lo + 1
+    if (g_hi - g_lo + 1) * span >= 1 << 62:
+        return np.lexsort((starts, group))
+    folded = group - g_lo
+    folded *= span
+    folded += starts
+    folded -= s_lo
+    return np.argsort(folded, kind="stable")
 
 
 def _running_max_per_run(values: np.ndarray, group: np.ndarray, new: np.ndarray) -> np.ndarray:

@@ -4,9 +4,11 @@ PRODUCT.md: the op that launched a call is the innermost op *enclosing* the call
 (op start <= t < op end); an op that has already ended launches nothing. Intervals are sorted once per
 thread by (start, longest first, input order); the interval enclosing a time t is then the nearest one at or
 before t's sorted place whose end lies after t, and the parent of an interval is the nearest earlier one
-still open at its start. Both are "rightmost position <= p whose end > x" questions: the enclosing interval
-is answered for all queries at once by a max segment tree over the sorted ends (log n vectorized steps, no
-per-event loop), the parent by jumping along earlier intervals' own answers (about the depth in steps).
+still open at its start. Both are "rightmost position <= p whose end > x" questions, answered on the parent
+chain (the intervals between an interval and its parent end by its start): the parents are found one nesting
+level at a time (a running maximum of the ends per run of siblings; deep nestings by jumping along earlier
+intervals' own answers), the enclosing interval by climbing from the last one starting at or before t (about
+the depth in vectorized steps, a max segment tree over the sorted ends for long climbs; no per-event loop).
 A zero-length interval encloses nothing; it owns a time only when it sits exactly there and no interval of
 positive length encloses it.
 """
@@ -78,7 +80,10 @@ class Nesting:
     depth: np.ndarray        # depth per caller row (0 = outermost)
     parent: np.ndarray       # caller row index of the parent, -1 for roots
     root: np.ndarray         # caller row index of the outermost enclosing interval (itself for roots)
-    _tree: _RightmostAbove
+    #: sorted position of each sorted interval's parent (-1 for roots): what :meth:`innermost_at` climbs
+    parent_sorted: np.ndarray
+    #: the ends' max tree, built for the queries whose climb is long (deep nestings) when they come
+    _tree: _RightmostAbove | None = None
     #: (thread, start) folded into one sorted int64 per row, with the starts' min and max (built when asked)
     _folded: tuple[np.ndarray, int, int] | None = None
 
@@ -88,8 +93,8 @@ class Nesting:
         starts = np.asarray(starts, dtype=np.int64)
         ends = np.maximum(np.asarray(ends, dtype=np.int64), starts)
         n = len(starts)
-        # lexsort is stable: equal (thread, start, end) keep their row order without a row key
-        order = np.lexsort((-ends, starts, keys)) if n else np.zeros(0, np.int64)
+        # stable: equal (thread, start, end) keep their row order without a row key
+        order = _thread_order(keys, starts, ends)
         # the keys in sorted order are already grouped: each thread's first position where the key changes
         sorted_keys = keys[order]
         new = np.empty(n, dtype=bool)
@@ -102,13 +107,21 @@ class Nesting:
         thread_of -= 1
         del new
         s_sorted, e_sorted = starts[order], ends[order]
-        tree = _RightmostAbove(e_sorted)
-        parent_sorted = _nearest_open_before(s_sorted, e_sorted, thread_lo)
         parent = np.full(n, -1, dtype=np.int64)
-        parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
-        depth, root = _depth_and_root(parent)
+        by_level = _parents_by_level(s_sorted, e_sorted, thread_of, thread_lo)
+        if by_level is None:  # times spanning too much to fold: by jumps along the candidates
+            parent_sorted = _nearest_open_before(s_sorted, e_sorted, thread_lo)
+            parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
+            depth, root = _depth_and_root(parent)
+        else:
+            parent_sorted, depth_sorted, root_sorted = by_level
+            parent[order] = np.where(parent_sorted >= 0, order[np.maximum(parent_sorted, 0)], -1)
+            depth, root = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+            depth[order] = depth_sorted
+            root[order] = order[root_sorted]
+            del depth_sorted, root_sorted
         return cls(order, thread_of, thread_lo.astype(np.int64, copy=False), thread_keys, s_sorted, e_sorted,
-                   depth, parent, root, tree)
+                   depth, parent, root, parent_sorted)
 
     def innermost_at(self, keys: np.ndarray, times: np.ndarray) -> np.ndarray:
         """Caller row index of the innermost interval enclosing ``times`` on thread ``keys`` (-1 if none)."""
@@ -123,8 +136,7 @@ class Nesting:
         hi = np.append(self.thread_lo[1:], len(self.order))[thread]
         last = self._last_at_or_before(thread, lo, hi, times)  # last sorted interval of the thread starting <= t
         last = np.where(known, last, -1)
-        hit = self._tree.query(last, times)
-        hit = np.where((hit >= lo) & (last >= 0), hit, -1)
+        hit = self._open_on_chain(last, times, lo)
         # a zero-length interval exactly at t owns it when nothing of positive length encloses t
         zero = (hit < 0) & (last >= 0)
         at = np.where(zero, last, 0)
@@ -133,6 +145,30 @@ class Nesting:
         ok = hit >= 0
         out[ok] = self.order[hit[ok]]
         return out
+
+    def _open_on_chain(self, last: np.ndarray, times: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """Per query, the last sorted interval at or before ``last`` (of the thread starting at ``lo``) whose end
+        lies after t, or -1. It is ``last`` or one of its ancestors (the intervals between an interval and its
+        parent end by its start, so by t): the first of them open at t, found by climbing all queries at once,
+        about the depth in steps; a query still climbing after ``MAX_LEVELS`` steps asks the ends' max tree."""
+        hit = np.full(len(last), -1, dtype=np.int64)
+        rows = np.flatnonzero(last >= 0)
+        at = last[rows]
+        for _ in range(MAX_LEVELS):
+            if not len(rows):
+                return hit
+            t = times[rows]
+            found = self.ends[at] > t
+            hit[rows[found]] = at[found]
+            up = self.parent_sorted[at[~found]]
+            going = up >= 0
+            rows, at = rows[~found][going], up[going]
+        if len(rows):
+            if self._tree is None:
+                self._tree = _RightmostAbove(self.ends)
+            deep = self._tree.query(at, times[rows])
+            hit[rows] = np.where(deep >= lo[rows], deep, -1)
+        return hit
 
     def _last_at_or_before(self, thread: np.ndarray, lo: np.ndarray, hi: np.ndarray, times: np.ndarray
                            ) -> np.ndarray:
@@ -155,6 +191,39 @@ class Nesting:
         return np.where(last >= lo, last, -1)
 
 
+def _thread_order(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``np.lexsort((-ends, starts, keys))``: by thread, then start, then longest first, then row. As three stable
+    sorts, each refining the last, of one int64 per row (the thread's order and the start, then the (thread,
+    start)'s order and the end, folded): traces list each thread's intervals nearly in start order, which a
+    stable sort (timsort) takes in about one pass, where lexsort sorted every key in full (14 ms -> ~3 ms on
+    the benchmark trace's 283k ops). Spans that do not fold into an int64 go to lexsort."""
+    n = len(starts)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    s_lo, e_hi = int(starts.min()), int(ends.max())
+    span = e_hi - s_lo + 1  # starts and ends both within it (ends are never before their start)
+    if span >= (1 << 62) // (n + 1):
+        return np.lexsort((-ends, starts, keys))
+    order = np.argsort(keys, kind="stable")
+    folded = keys[order]
+    group = np.empty(n, dtype=np.int64)  # dense rank of each row's thread, then of its (thread, start)
+    group[0] = 0
+    np.cumsum(folded[1:] != folded[:-1], out=group[1:])
+    folded = starts[order]
+    folded -= s_lo
+    group *= span
+    folded += group
+    order = order[np.argsort(folded, kind="stable")]
+    folded.sort(kind="stable")
+    group[0] = 0
+    np.cumsum(folded[1:] != folded[:-1], out=group[1:])
+    del folded
+    group *= span
+    group += e_hi
+    group -= ends[order]  # longest first: the latest end the lowest
+    return order[np.argsort(group, kind="stable")]
+
+
 def _last_at_or_before(sorted_starts: np.ndarray, lo: np.ndarray, hi: np.ndarray, times: np.ndarray) -> np.ndarray:
     """Per query, the last position in [lo, hi) whose start <= t (starts sorted within each range), or -1.
 
@@ -173,7 +242,76 @@ def _last_at_or_before(sorted_starts: np.ndarray, lo: np.ndarray, hi: np.ndarray
     return np.where(left > lo, left - 1, -1)
 
 
-def _nearest_open_before(starts: np.ndarray, ends: np.ndarray, thread_lo: np.ndarray) -> np.ndarray:
+#: levels :func:`_parents_by_level` goes down before it leaves the rest to :func:`_nearest_open_before`, and
+#: steps :meth:`Nesting.innermost_at` climbs before it asks the ends' max tree
+MAX_LEVELS = 24
+#: a deep nesting (a Python call stack: ~25 levels on average) costs a pass over most intervals per level: where
+#: more than this share of the intervals is left after ``TRIAL_LEVELS`` levels, the rest go by jumps (ops: 6
+#: levels, 30% left after 3)
+DEEP_SHARE_LEFT = 0.6
+TRIAL_LEVELS = 3
+
+
+def _parents_by_level(starts: np.ndarray, ends: np.ndarray, thread_of: np.ndarray, thread_lo: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Parent (:func:`_nearest_open_before`'s answer), depth and outermost ancestor of each sorted interval, one
+    nesting level at a time (past :data:`MAX_LEVELS` levels, the intervals left by jumps along the candidates);
+    None where the times' span would overflow a fold.
+
+    A run of sorted intervals (first: each thread's) splits at its roots, those no earlier interval of the run is
+    open at: the run's parent is their parent. Every other interval's parent lies between the last root before it
+    and itself (the run's intervals before that root end by its start), so the intervals after a root up to the
+    next are the next level's run, whose parent is that root. Each level is a few whole-array steps (a running
+    maximum of the ends per run): 6 levels on the benchmark trace's ops against 21 rounds of jumps."""
+    n = len(starts)
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    root = np.arange(n, dtype=np.int64)
+    if n == 0:
+        return parent, depth, root
+    lo = int(starts.min())
+    span = int(ends.max()) - lo + 1  # every start and end less lo lies in [0, span)
+    if span >= (1 << 62) // (n + 1):  # the runs' times lifted apart would overflow int64
+        return None
+    rows = np.arange(n, dtype=np.int64)  # the positions not placed yet, ascending
+    # each row's run, ascending (level 0: its thread's index; then the position of the run's parent), so that
+    # the runs' times lifted by it lie one run above the other: one running maximum serves every run
+    run = thread_of.astype(np.int64, copy=True)
+    level = 0
+    while len(rows):
+        if level == MAX_LEVELS or (level == TRIAL_LEVELS and len(rows) > DEEP_SHARE_LEFT * n):
+            # deep: the rest by jumps, from the levels placed (each its parent) ...
+            cand = parent.copy()
+            cand[rows] = rows - 1  # ... and the interval before each other one (never a thread's first)
+            parent = _nearest_open_before(starts, ends, thread_lo, cand, rows)
+            return (parent, *_depth_and_root(parent))
+        run *= span
+        run -= lo
+        reach = ends[rows]
+        reach += run  # lifted ends, then their running maximum
+        np.maximum.accumulate(reach, out=reach)
+        run += starts[rows]  # lifted starts
+        is_root = np.empty(len(rows), dtype=bool)  # nothing earlier in the run open at its start (a run's
+        is_root[0] = True                          # first: every earlier reach lies below its run)
+        np.less_equal(reach[:-1], run[1:], out=is_root[1:])
+        del reach
+        mine = rows[is_root]
+        if level:
+            up = run[is_root] // span  # the run's parent, back from the lifted start
+            parent[mine] = up
+            depth[mine] = level
+            root[mine] = root[up]
+        # the rest: their run is the one after the last root before them, that root their run's parent
+        run = np.where(is_root, rows, -1)
+        np.maximum.accumulate(run, out=run)
+        keep = ~is_root
+        rows, run = rows[keep], run[keep]
+        level += 1
+    return parent, depth, root
+
+
+def _nearest_open_before(starts: np.ndarray, ends: np.ndarray, thread_lo: np.ndarray,
+                         cand: np.ndarray | None = None, todo: np.ndarray | None = None) -> np.ndarray:
     """Per sorted interval, the nearest earlier one of its thread still open at its start (``end > start``), or -1:
     the parent.
 
@@ -183,10 +321,10 @@ def _nearest_open_before(starts: np.ndarray, ends: np.ndarray, thread_lo: np.nda
     end by c's start, so by i's start too, and c's answer is at or after i's (open at i's start, i's answer is
     open at c's earlier start). About the nesting depth in rounds (21 on the benchmark trace's 283k ops), against
     log2(n) for each climb and descent of :class:`_RightmostAbove`: 0.04 -> 0.03 s CPU there."""
-    n = len(starts)
-    cand = np.arange(-1, n - 1, dtype=np.int64)
-    cand[thread_lo] = -1  # a thread's first interval has none before it
-    todo = np.flatnonzero(cand >= 0)
+    if cand is None or todo is None:  # (else: ``cand`` a candidate of each interval, those of ``todo`` to move)
+        cand = np.arange(-1, len(starts) - 1, dtype=np.int64)
+        cand[thread_lo] = -1  # a thread's first interval has none before it
+        todo = np.flatnonzero(cand >= 0)
     while len(todo):
         c = cand[todo]
         closed = ends[c] <= starts[todo]
@@ -217,8 +355,10 @@ def levels(depth: np.ndarray) -> list[np.ndarray]:
     """Row indices per depth (level 0 first): one sort, then slices, so deep forests cost no extra scans."""
     if len(depth) == 0:
         return []
-    order = np.argsort(depth, kind="stable")
-    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
+    deepest = int(depth.max())
+    # depths as int16 where they fit: numpy's stable sort of 16-bit integers is a radix sort (one pass, no compares)
+    order = np.argsort(depth.astype(np.int16, copy=False) if deepest < 1 << 15 else depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(deepest + 2))
     return [order[bounds[d]:bounds[d + 1]] for d in range(len(bounds) - 1)]
 
 

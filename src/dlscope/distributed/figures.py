@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..analyze.analysis import Analysed
+from ..analyze.attribution import pack_keys
 from ..analyze.dtypes import bytes_per_element
 from ..analyze.intervals import clip, union_length, union_per_group
 from ..nanoseconds import round_ns, round_ns_column
@@ -76,14 +77,26 @@ def dtype_bytes(dtype: str) -> int:
     return bytes_per_element(dtype)
 
 
+def _per_distinct(values, verdict) -> np.ndarray:
+    """``[verdict(v) for v in values]`` as an object array, each distinct value looked at once (a job's 10k
+    collectives repeat a few names and dtypes: ``Series.map`` called the function per row)."""
+    values = np.asarray(values, dtype=object)
+    if not len(values):
+        return np.zeros(0, dtype=object)
+    codes, distinct = pd.factorize(values, use_na_sentinel=False)
+    out = np.empty(len(distinct), dtype=object)
+    out[:] = [verdict(v) for v in distinct]
+    return out[codes]
+
+
 # ------------------------------------------------------------------------------------- collectives
 
 
 def _comm_ops(an: Analysed) -> pd.DataFrame:
     """record_param_comms ops with their collective metadata (args, else their first input tensor)."""
     ops = an.profile.ops
-    rpc = ops[ops["name"] == "record_param_comms"][["op_id", "rank", "pid", "tid", "name", "start", "end",
-                                                   "input_shapes", "input_dtypes"]]
+    rpc = ops.loc[(ops["name"] == "record_param_comms").to_numpy(bool),  # only the columns read taken
+                  ["op_id", "rank", "pid", "tid", "name", "start", "end", "input_shapes", "input_dtypes"]]
     args = an.profile.comm_args
     if len(args):
         args = args[args["kind"] == "op"].drop(columns=["kind", "device", "stream", "end"])
@@ -92,12 +105,17 @@ def _comm_ops(an: Analysed) -> pd.DataFrame:
     for col, fill in (("collective", ""), ("in_nelems", -1), ("out_nelems", -1), ("group_size", -1),
                       ("dtype", ""), ("pg_name", "")):
         rpc[col] = rpc[col].fillna(fill) if col in rpc else fill
-    firsts = {pair: _first_tensor(*pair) for pair in set(zip(rpc["input_shapes"], rpc["input_dtypes"]))}
-    shape_n, shape_dtype = zip(*[firsts[pair] for pair in zip(rpc["input_shapes"], rpc["input_dtypes"])]) \
-        if len(rpc) else ((), ())
+    # each distinct (shapes, dtypes) pair read once, the rows carried as codes
+    shape_code, shapes = pd.factorize(rpc["input_shapes"], use_na_sentinel=False)
+    dtype_code, dtypes = pd.factorize(rpc["input_dtypes"], use_na_sentinel=False)
+    width = max(len(dtypes), 1)
+    pair, pairs = pd.factorize(shape_code.astype(np.int64) * width + dtype_code)
+    firsts = [_first_tensor(shapes[int(p) // width], dtypes[int(p) % width]) for p in pairs]
+    shape_n = np.array([n for n, _ in firsts], np.int64)[pair]
+    shape_dtype = np.array([d for _, d in firsts], object)[pair]
     missing = rpc["in_nelems"].to_numpy(np.int64) < 0
-    rpc["in_nelems"] = np.where(missing, np.array(shape_n, np.int64), rpc["in_nelems"].to_numpy(np.int64))
-    rpc["dtype"] = np.where(missing & (rpc["dtype"] == ""), np.array(shape_dtype, object), rpc["dtype"])
+    rpc["in_nelems"] = np.where(missing, shape_n, rpc["in_nelems"].to_numpy(np.int64))
+    rpc["dtype"] = np.where(missing & (rpc["dtype"] == ""), shape_dtype, rpc["dtype"])
     return rpc
 
 
@@ -122,15 +140,19 @@ def _enclosing(kernels: pd.DataFrame, ops: pd.DataFrame, comm_ops: pd.DataFrame)
     out = np.full(len(kernels), -1, dtype=np.int64)
     if comm_ops.empty or kernels.empty:
         return out
-    launcher = ops.set_index("op_id").reindex(kernels["op_id"].to_numpy())[["rank", "pid", "tid", "start"]]
-    launcher = launcher.reset_index(drop=True).assign(row=np.arange(len(kernels)))
-    launcher = launcher.dropna()
+    op_ids, wanted = ops["op_id"].to_numpy(np.int64), kernels["op_id"].to_numpy(np.int64)
+    if len(op_ids) and op_ids[0] == 0 and (np.diff(op_ids) == 1).all():  # ids are row numbers (as analysed)
+        at = np.where((wanted >= 0) & (wanted < len(op_ids)), wanted, -1)
+    else:
+        at = pd.Index(op_ids).get_indexer(wanted)
+    launched = np.flatnonzero(at >= 0)  # the kernels whose launching op is known, and that op's row
+    at = at[launched]
     keys = ["rank", "pid", "tid"]
-    threads = pd.MultiIndex.from_frame(comm_ops[keys].astype(np.int64)).unique()
-    cand_thread = threads.get_indexer(pd.MultiIndex.from_frame(comm_ops[keys].astype(np.int64)))
-    query_thread = threads.get_indexer(pd.MultiIndex.from_frame(launcher[keys].astype(np.int64)))
+    cand_key, query_key = pack_keys([[comm_ops[c].to_numpy(np.int64), ops[c].to_numpy(np.int64)[at]] for c in keys])
+    cand_thread, threads = pd.factorize(cand_key)
+    query_thread = pd.Index(threads).get_indexer(query_key)
     asked = query_thread >= 0
-    query_thread, t = query_thread[asked], launcher["start"].to_numpy(np.int64)[asked]
+    query_thread, t = query_thread[asked], ops["start"].to_numpy(np.int64)[at][asked]
     n_cand = len(comm_ops)
     thread = np.concatenate([cand_thread, query_thread])
     time = np.concatenate([comm_ops["start"].to_numpy(np.int64), t])
@@ -145,21 +167,22 @@ def _enclosing(kernels: pd.DataFrame, ops: pd.DataFrame, comm_ops: pd.DataFrame)
     same = (cand >= 0) & (cand_thread[np.maximum(cand, 0)] == query_thread)
     ends = comm_ops["end"].to_numpy(np.int64)
     hit = np.where(same & (ends[np.maximum(cand, 0)] >= t), cand, -1)
-    out[launcher["row"].to_numpy(np.int64)[asked]] = hit
+    out[launched[asked]] = hit
     return out
 
 
 def collective_rows(an: Analysed) -> pd.DataFrame:
     """The collectives of the ranks in ``an`` before sizes and bandwidths (which compare ranks)."""
     p = an.profile
-    k = p.kernels[is_nccl_kernel(p.kernels["name"])]
+    k = p.kernels.loc[is_nccl_kernel(p.kernels["name"]),  # only the columns read taken
+                      ["rank", "name", "device", "stream", "start", "end", "iteration", "op_id"]]
     comm_ops = _comm_ops(an)
     rows = pd.DataFrame({
         "rank": k["rank"].to_numpy(np.int64), "source": "kernel", "name": k["name"].to_numpy(object),
         "device": k["device"].to_numpy(np.int64), "stream": k["stream"].to_numpy(np.int64),
         "start": k["start"].to_numpy(np.int64), "end": k["end"].to_numpy(np.int64),
         "iteration": k["iteration"].to_numpy(np.int64)})
-    rows["collective"] = rows["name"].map(collective_type)
+    rows["collective"] = _per_distinct(rows["name"], collective_type)
     for col, fill in (("in_nelems", -1), ("out_nelems", -1), ("group_size", -1), ("dtype", ""), ("pg_name", "")):
         rows[col] = fill
     enc = _enclosing(k, p.ops, comm_ops)
@@ -168,7 +191,7 @@ def collective_rows(an: Analysed) -> pd.DataFrame:
         src = comm_ops.iloc[enc[has]]
         for col in ("in_nelems", "out_nelems", "group_size", "dtype", "pg_name"):
             rows.loc[has, col] = src[col].to_numpy()
-        named = src["collective"].map(collective_type).to_numpy(object)
+        named = _per_distinct(src["collective"], collective_type)
         rows.loc[has, "collective"] = np.where(named != "", named, rows.loc[has, "collective"].to_numpy(object))
     args = p.comm_args
     if len(args) and (args["kind"] == "kernel").any():
@@ -178,7 +201,7 @@ def collective_rows(an: Analysed) -> pd.DataFrame:
         found = joined["in_nelems"].notna().to_numpy() & (joined["in_nelems"].fillna(-1).to_numpy() >= 0)
         for col in ("in_nelems", "out_nelems", "group_size", "dtype", "pg_name"):
             rows.loc[found, col] = joined.loc[found, col].to_numpy()
-        named = joined.loc[found, "collective"].map(collective_type).to_numpy(object)
+        named = _per_distinct(joined.loc[found, "collective"], collective_type)
         rows.loc[found, "collective"] = np.where(named != "", named, rows.loc[found, "collective"].to_numpy(object))
     return pd.concat([rows, _nvtx_collectives(an)], ignore_index=True)
 
@@ -195,7 +218,7 @@ def _nvtx_collectives(an: Analysed) -> pd.DataFrame:
         "device": np.full(len(sel), -1, np.int64), "stream": np.full(len(sel), -1, np.int64),
         "start": sel["start"].to_numpy(np.int64), "end": sel["end"].to_numpy(np.int64),
         "iteration": sel["iteration"].to_numpy(np.int64) if "iteration" in sel else -1})
-    out["collective"] = out["name"].map(collective_type)
+    out["collective"] = _per_distinct(out["name"], collective_type)
     out = out[out["collective"].isin(table()["busbw"].keys())]
     for col, fill in (("in_nelems", -1), ("out_nelems", -1), ("group_size", -1), ("dtype", ""), ("pg_name", "")):
         out[col] = fill
@@ -207,7 +230,7 @@ def _sizes_and_bandwidth(rows: pd.DataFrame, world_sizes: dict[int, int]) -> pd.
     for col in ("in_nelems", "out_nelems", "group_size"):
         rows[col] = rows[col].astype(np.int64)
     rows["dur_ns"] = (rows["end"] - rows["start"]).clip(lower=0)
-    elem = rows["dtype"].map(dtype_bytes).to_numpy(np.int64)
+    elem = _per_distinct(rows["dtype"], dtype_bytes).astype(np.int64)
     use_out = rows["collective"].map(table()["message_size_from"]).fillna("in").to_numpy(object) == "out"
     nelems = np.where(use_out, rows["out_nelems"].to_numpy(np.int64), rows["in_nelems"].to_numpy(np.int64))
     known = (nelems >= 0) & (elem > 0)
@@ -218,7 +241,12 @@ def _sizes_and_bandwidth(rows: pd.DataFrame, world_sizes: dict[int, int]) -> pd.
     seconds = rows["dur_ns"].to_numpy(np.float64) / 1e9
     with np.errstate(divide="ignore", invalid="ignore"):
         algbw = np.where(known & (seconds > 0), rows["msg_bytes"].to_numpy(np.float64) / seconds / 1e9, np.nan)
-    factor = np.array([busbw_factor(c, int(n)) or np.nan for c, n in zip(rows["collective"], group)], np.float64)
+    # per distinct (collective, group size): a job's collectives repeat a few
+    kind, kinds = pd.factorize(rows["collective"], use_na_sentinel=False)
+    lo, width = (int(group.min()), int(group.max()) - int(group.min()) + 1) if len(group) else (0, 1)
+    pair_of_row, pairs = pd.factorize(kind.astype(np.int64) * width + (group - lo))
+    factor = np.array([busbw_factor(kinds[int(p) // width], int(p) % width + lo) or np.nan for p in pairs],
+                      np.float64)[pair_of_row]
     rows["algbw_gbps"] = algbw
     rows["busbw_gbps"] = algbw * factor
     rows["call_index"] = rows.groupby(["rank", "source", "collective"], sort=False).cumcount().astype(np.int64)
@@ -279,19 +307,27 @@ def _job_gpu_parts(an: Analysed, aggs: list) -> list[dict | None]:
     lo = np.array([int(agg.row["window_start"]) for agg in aggs], dtype=np.int64)
     hi = np.array([int(agg.row["window_end"]) for agg in aggs], dtype=np.int64)
 
-    def clipped(frame: pd.DataFrame, rows: np.ndarray | None = None):
-        """(aggregation, start, end) of the rows of the chosen ranks, cut to its window; empty ones dropped."""
+    def cut(frame: pd.DataFrame):
+        """(aggregation, start, end) of each row cut to its rank's window, whether it is a chosen rank's and
+        not empty there, and each aggregation's row count."""
         rank = frame["rank"].to_numpy(np.int64)
         at = np.minimum(np.searchsorted(sorted_ranks, rank), max(len(ranks) - 1, 0))
         group = np.where(sorted_ranks[at] == rank, order[at], -1) if len(ranks) else np.full(len(rank), -1)
         s = np.maximum(frame["start"].to_numpy(np.int64), np.where(group >= 0, lo[group], 0))
         e = np.minimum(frame["end"].to_numpy(np.int64), np.where(group >= 0, hi[group], 0))
-        keep = (group >= 0) & (e > s) if rows is None else (group >= 0) & (e > s) & rows
-        return group[keep], s[keep], e[keep], np.bincount(group[group >= 0], minlength=len(ranks))
+        return group, s, e, (group >= 0) & (e > s), np.bincount(group[group >= 0], minlength=len(ranks))
+
+    def clipped(cuts, rows: np.ndarray | None = None):
+        """The cut rows (of ``rows``) kept: empty ones and other ranks' dropped."""
+        group, s, e, ok, count = cuts
+        keep = ok if rows is None else ok & rows
+        return group[keep], s[keep], e[keep], count
 
     nccl = is_nccl_kernel(k["name"])
-    compute, comm, everything = clipped(k, ~nccl), clipped(k, nccl), clipped(k)
-    mem = clipped(m)
+    kernel_cuts = cut(k)  # cut once for the three kinds of kernels
+    compute, comm, everything = clipped(kernel_cuts, ~nccl), clipped(kernel_cuts, nccl), clipped(kernel_cuts)
+    del kernel_cuts
+    mem = clipped(cut(m))
     n = len(ranks)
 
     def union(*parts) -> np.ndarray:
