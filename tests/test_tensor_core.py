@@ -12,9 +12,12 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import sqlite3
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 from conftest import DATA, data_file
 
@@ -323,3 +326,23 @@ def test_nvidia_trace_keeps_tensor_core_words(import_db):
     assert summary["aggregation"]["matrix_units"]["plural"] == "Tensor Cores"
     text = render_summary(summary)
     assert "Tensor Core kernel efficiency" in text and "Using Tensor Cores" in text and "Matrix Core" not in text
+
+
+def test_classify_names_of_a_categorical_judges_only_the_categories_its_rows_use():
+    rx = re.compile(r"ProfilerStep#(\d+)")
+    # "aten::mm" is a category no row uses: the verdict (a number from the name) would fail on it
+    names = pd.Series(pd.Categorical(["ProfilerStep#7", "ProfilerStep#3", "ProfilerStep#7", "ProfilerStep#12"],
+                                     categories=["aten::mm", "ProfilerStep#12", "ProfilerStep#3", "ProfilerStep#7"]))
+    seen = []
+
+    def number(n):
+        seen.append(n)
+        return int(rx.match(n).group(1))
+
+    got = classify_names(names, number, dtype=np.int64)
+    assert got.tolist() == [7, 3, 7, 12] and got.dtype == np.int64
+    assert sorted(seen) == ["ProfilerStep#12", "ProfilerStep#3", "ProfilerStep#7"]  # each used name once
+    # with a missing value, as pd.factorize codes it; and the result equals the per-row verdicts of plain text
+    texts = ["ProfilerStep#7", "aten::mm", "ProfilerStep#7"]
+    for column in (pd.Series(pd.Categorical(texts)), pd.Series(texts, dtype=object)):
+        assert classify_names(column, lambda n: n.startswith("Profiler")).tolist() == [True, False, True]

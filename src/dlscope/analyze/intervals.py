@@ -48,18 +48,18 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
     return v[keep]
 
 
-def coverage(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """For the elementary segments [bounds[i], bounds[i+1]), whether any interval covers each one.
-
-    ``bounds`` must be sorted and contain every interval start and end (after clipping).
-    """
+def covered_by_union(bounds: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For the elementary segments [bounds[i], bounds[i+1]), whether one of the intervals covers each one. The
+    intervals must be sorted and disjoint, as :func:`merge` gives them, and ``bounds`` sorted and holding each
+    start and end: each interval turns the cover on at its start's bound and off at its end's, no two share a
+    bound, so a running count of 0/1 bytes is the mask."""
     n_seg = len(bounds) - 1
     if n_seg <= 0:
         return np.zeros(max(n_seg, 0), dtype=bool)
-    size = len(bounds) + 1
-    delta = (np.bincount(np.searchsorted(bounds, starts), minlength=size)
-             - np.bincount(np.searchsorted(bounds, ends), minlength=size))
-    return np.cumsum(delta)[:n_seg] > 0
+    delta = np.zeros(len(bounds), dtype=np.int8)
+    delta[np.searchsorted(bounds, starts)] = 1
+    delta[np.searchsorted(bounds, ends)] = -1
+    return np.cumsum(delta, dtype=np.int8)[:n_seg].view(bool)
 
 
 def union_per_group(group: np.ndarray, starts: np.ndarray, ends: np.ndarray,

@@ -71,7 +71,7 @@ def classify_names(names: pd.Series, verdict, dtype=bool, memo: dict | None = No
     ``memo``, a dict kept by the caller for this ``verdict``: the ranks of a job repeat the same names)."""
     if len(names) == 0:
         return np.zeros(0, dtype=dtype)
-    codes, uniques = pd.factorize(names, sort=False)
+    codes, uniques, used = _coded(names)
     if memo is None:
         verdicts = np.array([verdict(str(u)) for u in uniques], dtype=dtype)
     else:
@@ -82,7 +82,23 @@ def classify_names(names: pd.Series, verdict, dtype=bool, memo: dict | None = No
             if t not in memo:
                 memo[t] = verdict(t)
         verdicts = np.array([memo[t] for t in text], dtype=dtype)
+    if used is not None:  # verdicts of the categories the rows use, placed at their codes
+        placed = np.zeros(used[-1] + 1 if len(used) else 0, dtype=dtype)
+        placed[used] = verdicts
+        verdicts = placed
     return verdicts[codes]
+
+
+def _coded(names: pd.Series) -> tuple[np.ndarray, pd.Index | np.ndarray, np.ndarray | None]:
+    """(codes, distinct names, None) as ``pd.factorize`` gives them; of a categorical without missing values,
+    its own codes, the categories the rows use and their codes (no hashing of the rows: ~8 ms per 300k)."""
+    if isinstance(names, pd.Series) and isinstance(names.dtype, pd.CategoricalDtype):
+        codes = names.cat.codes.to_numpy()
+        if len(codes) and codes.min() >= 0:
+            used = np.flatnonzero(np.bincount(codes, minlength=len(names.cat.categories)))
+            return codes, names.cat.categories.take(used), used
+    codes, uniques = pd.factorize(names, sort=False)
+    return codes, uniques, None
 
 
 class MatrixUnits(NamedTuple):

@@ -19,6 +19,7 @@ from functools import cache, cached_property
 import numpy as np
 import pandas as pd
 
+from ..analyze.aggregation import id_index
 from ..analyze.categories import graph_launch_ids, matches
 from ..analyze.dtypes import precision
 from ..analyze.tensor_core import MatrixUnits, classify_names, matrix_units
@@ -329,7 +330,8 @@ class RuleFrames:
             frame = self._projected("ops")[_OP_COLUMNS + ["rank"]]
             frame = frame.assign(**{c: frame[c].astype(np.int64) for c in ("tc_eligible", "using_tc")})
             self._cut("ops_all", frame, self._of_row(frame)[1], "op_id", lazy=False)
-            ops = self._made["ops_all"][0].set_index("op_id", drop=False)
+            ops = self._made["ops_all"][0]
+            ops = ops.set_axis(id_index(ops["op_id"].to_numpy(), "op_id"))  # set_index("op_id", drop=False)
             _inherit(ops)
             self._ops_rank = ops["rank"].to_numpy(np.int64)
             self._made["ops_all"] = (ops.drop(columns="rank"), *self._made["ops_all"][1:])
@@ -382,8 +384,10 @@ class RuleFrames:
             from_op = prec != ""
             source = np.where(from_op, "op", np.where(by_name != "", "name", "")).astype(object)
             prec = np.where(from_op, prec, by_name).astype(object)
-            self._made[key] = (k.assign(precision=prec, precision_source=source, eligible_root=root,
-                                        root_node=node, replayed=replayed), lo, hi)
+            index = k.index if isinstance(k, pd.DataFrame) else None
+            self._made[key] = (k.assign(precision=_object_column(prec, index),
+                                        precision_source=_object_column(source, index),
+                                        eligible_root=root, root_node=node, replayed=replayed), lo, hi)
         return self._slice(key, rank, lambda: None)
 
     def ops_named(self, kind: str, rank: int) -> np.ndarray:
@@ -488,8 +492,16 @@ class RuleFrames:
         memo = (made, column, values)
         mask = self._isin.get(memo)
         if mask is None:
-            self.column(key, column, rank)  # the job-wide column, made once
-            mask = np.isin(self._columns[(made, column)], list(values))
+            if made not in self._made and len(self.ranks):
+                self._make_frame(key, int(self.ranks[0]))
+            series = self._made[made][0][column]
+            if isinstance(series.dtype, pd.CategoricalDtype):  # each category matched once, each row by its code
+                hit = np.append(series.cat.categories.isin(list(values)), False)  # code -1 (missing): no match
+                mask = hit[series.cat.codes.to_numpy()]
+            else:  # each distinct text matched once (np.isin compares every object row with every value)
+                self.column(key, column, rank)  # the job-wide column, made once
+                codes, uniques = pd.factorize(self._columns[(made, column)], sort=False)
+                mask = np.append(np.isin(np.asarray(uniques, dtype=object), list(values)), False)[codes]
             mask.flags.writeable = False
             self._isin[memo] = mask
         _, lo, hi = self._made[made]
@@ -554,8 +566,20 @@ class RuleFrames:
         made = self.COLUMNS[key]
         memo = (made, "name codes")
         if memo not in self._columns:
-            self.column(key, "name", rank)  # the job-wide column, made once
-            codes, uniques = pd.factorize(self._columns[(made, "name")], sort=False)
+            if made not in self._made and len(self.ranks):
+                self._make_frame(key, int(self.ranks[0]))
+            series = self._made[made][0]["name"]
+            if isinstance(series.dtype, pd.CategoricalDtype):
+                # the categories' codes numbered by first appearance: what factorizing the names gives, without
+                # hashing every row's text (the benchmark trace's kernel names: 32 ms)
+                by_category = series.cat.codes.to_numpy()
+                known = by_category >= 0
+                codes = np.full(len(by_category), -1, dtype=np.intp)
+                codes[known], first = pd.factorize(by_category[known], sort=False)
+                uniques = np.asarray(series.cat.categories, dtype=object)[first]
+            else:
+                self.column(key, "name", rank)  # the job-wide column, made once
+                codes, uniques = pd.factorize(self._columns[(made, "name")], sort=False)
             self._columns[memo] = codes
             self._name_uniques[made] = np.asarray(uniques, dtype=object)
         _, lo, hi = self._made[made]
@@ -838,12 +862,17 @@ class Context:
 
 def _inherit(ops: pd.DataFrame) -> None:
     """Add ``precision`` and ``eligible_root`` by walking parents level by level (depth ascending)."""
-    n = len(ops)
     ids = ops["op_id"].to_numpy(np.int64)
     parent_pos = ops.index.get_indexer(ops["parent_id"].to_numpy(np.int64))
-    own = classify_names(ops["data_type"].fillna(""), precision, dtype=object)
+    # each op's own precision as a code of the distinct ones (one verdict per distinct data type): the walk
+    # compares and copies integers, not text objects (17 -> 3 ms on the benchmark trace's 283k ops)
+    types, kinds = pd.factorize(ops["data_type"].fillna(""), sort=False)
+    type_code, texts = pd.factorize(np.array([precision(str(t)) for t in kinds], dtype=object), sort=False)
+    texts = np.asarray(texts, dtype=object)
+    code = type_code[types]
+    blank = np.flatnonzero(texts == "")
+    unknown = int(blank[0]) if len(blank) else -1  # no op's own precision is unknown: nothing to inherit
     eligible = ops["tc_eligible"].fillna(0).astype(bool).to_numpy()
-    prec = own.copy()
     root = np.where(eligible, ids, -1)
     depth = ops["depth"].fillna(0).to_numpy(np.int64)
     for d in distinct(depth):
@@ -851,10 +880,17 @@ def _inherit(ops: pd.DataFrame) -> None:
         if len(rows) == 0:
             continue
         par = parent_pos[rows]
-        prec[rows] = np.where(prec[rows] == "", prec[par], prec[rows])
+        mine = code[rows]
+        code[rows] = np.where(mine == unknown, code[par], mine)
         root[rows] = np.where(root[par] >= 0, root[par], root[rows])
-    ops["precision"] = prec if n else pd.Series([], dtype=object)
+    ops["precision"] = _object_column(texts[code], ops.index)
     ops["eligible_root"] = root
+
+
+def _object_column(values: np.ndarray, index: pd.Index | None) -> pd.Series:
+    """Texts made here as a column of objects, as the rules read them: pandas would store them as Arrow strings
+    (~50 ns a row), which the rules' numpy columns turn back into objects (as long again)."""
+    return pd.Series(values, index=index, dtype=object, copy=False)
 
 
 def compile_any(patterns: list[str], flags: int = 0) -> re.Pattern:
