@@ -435,7 +435,7 @@ def _group_numbers(columns: list[pd.Series]) -> np.ndarray:
     for column in columns:  # folded in place: no row-sized array beside the key but the column's codes
         if isinstance(column.dtype, pd.CategoricalDtype):
             codes, n, shift = column.cat.codes.to_numpy(), len(column.cat.categories) + 1, 1
-        elif column.dtype.kind in "ib" and len(column):
+        elif isinstance(column.dtype, np.dtype) and column.dtype.kind in "ib" and len(column):
             # integers of a small span (a rank, a flag) as their offsets: any one code per value numbers the
             # groups alike (the key is numbered by first appearance below), and none is hashed
             values = column.to_numpy()

@@ -22,6 +22,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
+from ..analyze.aggregation import id_index
 from ..analyze.analysis import Analysed
 from ..analyze.attribution import pack_keys
 from ..analyze.dtypes import bytes_per_element
@@ -140,11 +141,8 @@ def _enclosing(kernels: pd.DataFrame, ops: pd.DataFrame, comm_ops: pd.DataFrame)
     out = np.full(len(kernels), -1, dtype=np.int64)
     if comm_ops.empty or kernels.empty:
         return out
-    op_ids, wanted = ops["op_id"].to_numpy(np.int64), kernels["op_id"].to_numpy(np.int64)
-    if len(op_ids) and op_ids[0] == 0 and (np.diff(op_ids) == 1).all():  # ids are row numbers (as analysed)
-        at = np.where((wanted >= 0) & (wanted < len(op_ids)), wanted, -1)
-    else:
-        at = pd.Index(op_ids).get_indexer(wanted)
+    # each kernel's launching op's row (-1: none), by arithmetic where the op ids are consecutive, as analysed
+    at = id_index(ops["op_id"].to_numpy(np.int64)).get_indexer(kernels["op_id"].to_numpy(np.int64))
     launched = np.flatnonzero(at >= 0)  # the kernels whose launching op is known, and that op's row
     at = at[launched]
     keys = ["rank", "pid", "tid"]

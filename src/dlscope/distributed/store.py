@@ -15,30 +15,30 @@ def create_tables(conn: sqlite3.Connection, indexes: bool = True) -> None:
     """Run the DDL statement by statement (executescript would commit the import's transaction); without its
     indexes (``indexes=False``: :func:`create_indexes` once the rows are in, one sort instead of an index
     update per row)."""
-    for statement in _statements():
-        if indexes or not statement.lstrip().upper().startswith("CREATE INDEX"):
-            conn.execute(statement)
+    for statement in _statements(index=False) + (_statements(index=True) if indexes else []):
+        conn.execute(statement)
 
 
 def create_indexes(conn: sqlite3.Connection) -> None:
-    for statement in _statements():
-        if statement.lstrip().upper().startswith("CREATE INDEX"):
-            conn.execute(statement)
+    for statement in _statements(index=True):
+        conn.execute(statement)
 
 
-def _statements() -> list[str]:
+def _statements(index: bool) -> list[str]:
+    """The job DDL's CREATE INDEX statements (``index``), else its other statements, comments left out."""
     out = []
     for statement in DISTRIBUTED_DDL.split(";"):
         lines = [ln for ln in statement.splitlines() if not ln.strip().startswith("--")]
-        if "".join(lines).strip():
-            out.append("\n".join(lines))
+        text = "\n".join(lines)
+        if text.strip() and text.lstrip().upper().startswith("CREATE INDEX") == index:
+            out.append(text)
     return out
 
 
 #: Collectives from which an import ingests them through ADBC before its sqlite3 connection opens
-#: (:func:`ingest_collectives`): the benchmark trace's 10,100 take ~45 ms of sqlite3's ``executemany`` (its
-#: 212k values bound one by one) on the import's last, single-core stretch, ~5 ms of ADBC's ingest; a few
-#: hundred do not pay ADBC's connection.
+#: (:func:`ingest_collectives`): the benchmark trace's 10,100 took ~45 ms of sqlite3's ``executemany`` (its
+#: 212k values bound one by one) on the import's last, single-core stretch, 21-23 ms through ADBC with the
+#: table made and indexed (bench/README.md, h31tail); a few hundred do not pay ADBC's connection.
 INGEST_COLLECTIVES = 2_000
 
 
@@ -50,9 +50,8 @@ def ingest_collectives(db: NewDatabase, figures: tuple[pd.DataFrame, pd.DataFram
     ranks, coll = figures
     if coll is None or len(coll) < INGEST_COLLECTIVES:
         return figures
-    tables = ";".join(s for s in _statements() if not s.lstrip().upper().startswith("CREATE INDEX"))
-    indexes = ";".join(s for s in _statements() if s.lstrip().upper().startswith("CREATE INDEX"))
-    return (ranks, None) if db.ingest(tables, {"collectives": coll}, indexes) else figures
+    written = db.ingest(";".join(_statements(index=False)), {"collectives": coll}, ";".join(_statements(index=True)))
+    return (ranks, None) if written else figures
 
 
 def write_distributed(conn: sqlite3.Connection, an, aggs: list, agg_ids: list[int],
