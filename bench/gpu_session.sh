@@ -25,11 +25,14 @@ LOG="$WORK/session.log"
 : > "$LOG"
 
 pack() {  # logs and counters in one archive; databases and traces 4 to an archive, each well under the 16 MiB a
-    # returned file may have (a 10-iteration LM trace is ~1 MB compressed)
+    # returned file may have (a 10-iteration LM trace is ~1 MB compressed); one to an archive once a long
+    # capture ran (100 LM iterations: ~100 MB of JSON)
+    local per_archive=4
+    [ -n "$(find "$WORK" -name 'long_*' -print -quit)" ] && per_archive=1
     rm -f "$OUT"/*.tgz "$WORK"/.pack_*
     (shopt -s nullglob; cd "$WORK" && tar czf "$OUT/session.tgz" --exclude='*.sqlite' --exclude='*.pt.trace.json*' . &&
-        find . -name '*.sqlite' | sort | split -l 4 - .pack_databases_ &&
-        find . -name '*.pt.trace.json*' | sort | split -l 4 - .pack_traces_ &&
+        find . -name '*.sqlite' | sort | split -l "$per_archive" - .pack_databases_ &&
+        find . -name '*.pt.trace.json*' | sort | split -l "$per_archive" - .pack_traces_ &&
         for list in .pack_*; do tar czf "$OUT/${list#.pack_}.tgz" -T "$list"; done; rm -f .pack_*)
 }
 
@@ -102,6 +105,18 @@ for precision in fp32 amp; do
         done
     done
 done
+
+# 3b. Long captures (ONLY='long_.*'): a real Hopper trace of a few hundred thousand events, for the import's speed
+# and its kernel totals against HTA on a file nobody else recorded (bench/README.md). LONG_STEPS captured steps.
+if [ -n "$ONLY" ]; then
+    LONG_STEPS=${LONG_STEPS:-150}
+    step long_lm_amp_eager 150 "$PY" -m dlscope profile -o "$WORK/long_lm_amp_eager.sqlite" --force --keep-trace \
+        --steps "$LONG_STEPS" --profile-name long_lm_amp_eager --batch-size 16 --sample-unit sequences \
+        -- "$PY" bench/gpu_train_step.py --model transformer --amp --steps $((LONG_STEPS + 4)) --batch-size 16
+    step long_cnn_fp32_w4 150 "$PY" -m dlscope profile -o "$WORK/long_cnn_fp32_w4.sqlite" --force --keep-trace \
+        --steps "$LONG_STEPS" --profile-name long_cnn_fp32_w4 --batch-size 64 --sample-unit images \
+        -- "$PY" bench/gpu_train_step.py --workers 4 --steps $((LONG_STEPS + 4)) --batch-size 64
+fi
 
 # 4. Counters of the training step (eager, FP32 and AMP): the Tensor Core verdicts of cuDNN's and cuBLAS's kernels.
 if [ -n "$NCU" ]; then

@@ -246,6 +246,26 @@ def test_real_variation_after_steady_steps_is_flagged_without_warm_up(tmp_path):
     assert (got["evidence"]["steady_iter_start"], got["evidence"]["steady_iter_stop"]) in {(1, 2), (4, 5)}
 
 
+def test_outliers_recurring_on_both_sides_of_a_short_steady_run_suggest_no_range(tmp_path):
+    """Slow steps at 3, 7 and 10 of 12: the longest steady run (4-6) holds a quarter of them, with outliers
+    before and after it; aggregating it would keep a sliver, so no --iter-start is suggested."""
+    steps = [1.0, 1.0, 1.5, 1.0, 1.0, 1.0, 1.5, 1.0, 1.0, 1.5, 1.0, 1.0]
+    got = findings(_db(tmp_path, _steps_trace(steps), "recur.json"))["iteration_variance"]
+    assert got["evidence"]["iterations"] == [3, 7, 10]
+    assert got["est_saving_ns"] == pytest.approx(3 * 0.5 * MS, abs=3)
+    assert got["evidence"]["steady_iter_start"] is None and "--iter-start" not in got["recommendation"]
+    assert "recur throughout the range (3 of 12 iterations" in got["problem"] and "4 to 6, holds 3" in got["problem"]
+    assert "Uneven steps recur" in got["recommendation"]
+
+
+def test_a_steady_run_holding_most_iterations_is_suggested_despite_outliers_on_both_sides(tmp_path):
+    steps = [1.0, 1.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.5, 1.0]           # 3-9: 7 of 11 iterations
+    got = findings(_db(tmp_path, _steps_trace(steps), "most.json"))["iteration_variance"]
+    assert got["evidence"]["iterations"] == [2, 10]
+    assert (got["evidence"]["steady_iter_start"], got["evidence"]["steady_iter_stop"]) == (3, 9)
+    assert "--iter-start 3 --iter-stop 9" in got["recommendation"] and "recur" not in got["problem"]
+
+
 def test_a_short_step_alone_saves_nothing_and_is_no_finding(tmp_path):
     assert "iteration_variance" not in findings(_db(tmp_path, _steps_trace([1.0, 1.0, 0.1, 1.0, 1.0]), "fast.json"))
 

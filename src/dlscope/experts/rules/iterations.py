@@ -9,7 +9,10 @@ remaining iterations are judged without it.
 Variation: among the iterations after any warm-up (at least ``min_iterations``), an outlier differs from
 their median by more than ``tolerance``. Slower outliers add time; shorter ones (an incomplete step, a step
 that skipped work) are listed but add nothing to the saving. The suggested range is the longest run of
-consecutive steady iterations (at least 2).
+consecutive steady iterations (at least 2), unless the outliers recur on both sides of it and it holds fewer
+than ``min_steady_share`` of the judged iterations: then no stretch is representative (a host-bound run with
+DataLoader workers on an H200: 100 iterations with slow and short steps spread from 9 to 93, longest steady run
+13 iterations) and the advice is to find what differs between steps instead of aggregating a sliver.
 
 The saving is how much the warm-up and the slow outliers add to the aggregated time beyond the median:
 what the suggested range removes from every per-iteration figure, and what fixing a recurring stall saves.
@@ -47,6 +50,15 @@ def steady_range(durations: np.ndarray, iterations: np.ndarray, tolerance: float
     if best_len < 2:
         return -1, -1, outlier
     return int(iterations[best[0]]), int(iterations[best[1]]), outlier
+
+
+def _recurring(numbers: np.ndarray, outlier: np.ndarray, steady: tuple[int, int], min_share: float) -> bool:
+    """Outliers both before and after the steady run, which holds fewer than ``min_share`` of the iterations:
+    aggregating the run would keep a sliver, not the steady state after a warm-up or before a wind-down."""
+    before = bool((outlier & (numbers < steady[0])).any())
+    after = bool((outlier & (numbers > steady[1])).any())
+    held = int(((numbers >= steady[0]) & (numbers <= steady[1])).sum())
+    return before and after and held < min_share * len(numbers)
 
 
 def _listed(numbers, durations, med: float) -> str:
@@ -113,6 +125,7 @@ def iteration_variance(ctx, cfg):
                          f"growth, compilation), excluded from the judgement below")
         evidence["warmup_iteration"] = int(numbers[0])
     outlier = np.zeros(len(rd), dtype=bool)
+    recurring = False
     if len(rd) >= cfg["min_iterations"]:
         first, last, outlier = steady_range(rd, rn, tol)
         med = float(np.median(rd))
@@ -126,8 +139,13 @@ def iteration_variance(ctx, cfg):
             if fast.any():
                 parts.append(f"shorter: {_listed(rn[fast], rd[fast], med)} (an incomplete step or one that skipped "
                              "work; it lowers the average without saving anything)")
-            sentences.append("; ".join(parts))
             steady = (first, last) if first >= 0 else None
+            if steady is not None and _recurring(rn, outlier, steady, cfg["min_steady_share"]):
+                parts.append(f"they recur throughout the range ({int(outlier.sum())} of {len(rn)} iterations off "
+                             f"the median by more than {100 * tol:.0f}%; the longest steady run, {first} to {last}, "
+                             f"holds {last - first + 1})")
+                steady, recurring = None, True
+            sentences.append("; ".join(parts))
             evidence["median_iteration_ns"] = int(med)
     if not sentences or saving <= 0 or ctx.pct(saving) < cfg["min_pct"]:
         return None
@@ -136,6 +154,10 @@ def iteration_variance(ctx, cfg):
         advice = (f"Aggregate the steady iterations only: dlscope aggregate PROFILE.sqlite --iter-start {steady[0]} "
                   f"--iter-stop {steady[1]}; when profiling, skip warm-up with torch.profiler.schedule(wait=1, "
                   f"warmup=1, active=N).")
+    elif recurring:
+        advice = ("Uneven steps recur throughout the range, so no stretch of it is representative: find what differs "
+                  "between the slow steps and the others (data loading, synchronizations, garbage collection, "
+                  "checkpointing, recompilation); until then the per-iteration figures are averages over them.")
     else:
         advice = ("No two consecutive iterations are steady: find what differs between steps (data loading, "
                   "synchronizations, garbage collection, checkpointing, recompilation) before trusting "
