@@ -10,6 +10,7 @@ without a positive estimated saving is dropped unless it says why it has none (:
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -68,8 +69,28 @@ def write_findings(conn: sqlite3.Connection, agg_id: int, findings: list[dict]) 
             "INSERT INTO findings (agg_id, finding_id, rule, severity, problem, recommendation, est_saving_ns, "
         "est_saving_pct, evidence_json, simulated_saving_ns, not_priced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(agg_id, i, f["rule"], f["severity"], f["problem"], f["recommendation"], f["est_saving_ns"],
-          f["est_saving_pct"], json.dumps(f["evidence"], default=_plain), _plain_or_none(f.get("simulated_saving_ns")),
+          f["est_saving_pct"], evidence_json(f["evidence"]), _plain_or_none(f.get("simulated_saving_ns")),
           f.get("not_priced")) for i, f in enumerate(findings)])
+
+
+def evidence_json(evidence) -> str:
+    """Evidence as strict JSON: a missing value (NaN from a pandas column, e.g. an op without a precision in
+    the roofline's evidence) becomes null, since ``NaN`` is not JSON and a browser's or jq's parser rejects it."""
+    try:
+        return json.dumps(evidence, default=_plain, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(evidence), default=_plain, allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) or (hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0):
+        number = float(value) if isinstance(value, float) else value.item()
+        return number if not isinstance(number, float) or math.isfinite(number) else None
+    return value
 
 
 def _plain_or_none(value):

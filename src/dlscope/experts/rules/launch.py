@@ -4,12 +4,18 @@ long as the kernel runs, so the GPU waits for the host between them.
 The saving is the *host-wait* idle time before those kernels (HTA's definition: the kernel's launch call
 started after the GPU's previous activity ended), each gap capped at ``max_launch_gap_us`` so longer CPU
 stalls that CUDA graphs would not remove are not counted.
+
+Kernels replayed from a CUDA graph are not launched one by one: the graph's one launch call runs them all, so
+they are left out (an H200 capture whose forward and backward were graphed was told its 23,160 short kernels
+waited on a "median launch" of 446 µs, the cudaGraphLaunch, and advised to use CUDA graphs). What is judged are
+the kernels still launched one by one, and the advice then is to bring them into the graph.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...analyze.categories import graph_launch_ids
 from ...analyze.intervals import merge
 from ..evidence import fmt_ns, iterations_of, node_ids, plural, top_by
 from ..finding import Finding
@@ -38,14 +44,17 @@ def launch_bound(ctx, cfg):
     start = ctx.col("kernel_facts", "start")
     if len(start) < cfg["min_kernels"]:
         return None
-    pos = ctx.api_rows(ctx.col("kernel_facts", "api_id"))
-    has = pos >= 0
+    api_id = ctx.col("kernel_facts", "api_id")
+    pos = ctx.api_rows(api_id)
+    replayed = np.isin(api_id, graph_launch_ids(ctx.api_calls))
+    has = (pos >= 0) & ~replayed
+    judged = len(start) - int(replayed.sum())
     api_start, api_end = ctx.col("api_calls", "start"), ctx.col("api_calls", "end")
     launch_start = np.where(has, api_start[np.maximum(pos, 0)], start)
     launch_dur = np.where(has, (api_end - api_start)[np.maximum(pos, 0)], 0)
     dur = ctx.col("kernel_facts", "dur")
     short = has & (dur < cfg["short_kernel_us"] * 1000) & (launch_dur >= dur)
-    if short.mean() < cfg["min_short_share"]:
+    if judged < cfg["min_kernels"] or short.sum() < cfg["min_short_share"] * judged:
         return None
     wait = np.minimum(host_wait(ctx, ctx.col("kernel_facts", "device"), start, launch_start),
                       int(cfg["max_launch_gap_us"] * 1000))
@@ -58,15 +67,21 @@ def launch_bound(ctx, cfg):
     n = ctx.config["evidence"]["max_items"]
     waited = np.flatnonzero(wait[short] > 0)
     longest = waited[np.argsort(-wait[short][waited], kind="stable")[:n]]  # nlargest: ties in row order
+    graphed = int(replayed.sum())
+    of = (f"{judged:,} launched one by one; {plural(graphed, 'kernel')} replayed from CUDA graphs are left out: "
+          "one launch call runs a whole graph" if graphed else f"{len(start):,}")
+    capture = ("Cut per-kernel launch overhead: bring the kernels still launched one by one into the CUDA graph "
+               "(capture the whole step, optimizer included, with torch.cuda.graphs or "
+               "torch.compile(mode='reduce-overhead'))" if graphed else
+               "Cut per-kernel launch overhead: capture the step with CUDA graphs (torch.cuda.graphs or "
+               "torch.compile(mode='reduce-overhead'))")
     return Finding(
         "launch_bound",
-        f"{plural(int(short.sum()), 'kernel')} ({100 * short.mean():.0f}% of {len(start):,}) ran shorter than "
+        f"{plural(int(short.sum()), 'kernel')} ({100 * short.sum() / judged:.0f}% of {of}) ran shorter than "
         f"{cfg['short_kernel_us']} µs and no longer than their CPU launch (median kernel "
         f"{fmt_ns(float(np.median(dur[short])))}, median launch {fmt_ns(float(np.median(launch_dur[short])))}); "
         f"the GPU waited {fmt_ns(saving)} for the host to launch them.",
-        ctx.advice("launch_bound",
-                   "Cut per-kernel launch overhead: capture the step with CUDA graphs (torch.cuda.graphs or "
-                   "torch.compile(mode='reduce-overhead'))"
+        ctx.advice("launch_bound", capture
                    + (", fuse small ops with torch.compile, and raise the batch size so each kernel does more work."
                       if ctx.is_training else " and fuse small ops with torch.compile."))
         + f" See {ctx.link('launch_bound')}",
@@ -75,7 +90,7 @@ def launch_bound(ctx, cfg):
          "kernels": _top_names(ctx, short, sk["wait"], n), "iterations": iterations_of(sk["iteration"]),
          "time_ranges": [[int(s - w), int(s)] for s, w in
                          zip(sk["start"][longest], wait[short][longest])],
-         "short_kernels": int(short.sum()), "kernels_total": int(len(start))})
+         "short_kernels": int(short.sum()), "kernels_total": int(len(start)), "graph_replayed_kernels": graphed})
 
 
 def _top_names(ctx, rows: np.ndarray, weight: np.ndarray, n: int) -> list:

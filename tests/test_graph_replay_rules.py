@@ -1,0 +1,113 @@
+"""Rules on CUDA-graph captures (the H200 sessions of 2026-11-27, docs/gpu-sessions.md): kernels replayed from a
+graph are not launched one by one, so `launch_bound` leaves them out (it told a graphed capture to use CUDA
+graphs, its "median launch" being the cudaGraphLaunch), and findings' evidence is strict JSON (an op without a
+precision wrote ``NaN`` into it). Oracles: the raw JSON of real H200 captures read by the standard library."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from experts_helpers import findings
+from raw_kineto import KERNEL_CATS, LAUNCH_CATS, events, is_step_marker
+from trace_builder import KinetoTrace
+
+from dlscope.experts import evidence_json
+from dlscope.pipeline import build_database
+
+H200 = Path(__file__).parent / "data" / "h200"
+GRAPH_LAUNCH = re.compile(r"^(?:cuda|cu|hip)GraphLaunch")
+
+
+def _launches(path: Path) -> dict:
+    """Per kernel launched inside the profiled steps (by its launch call's start): whether a graph launch ran
+    it, and whether it is short (under 10 µs) and no longer than its launch call."""
+    evs = events(path)
+    steps = [e for e in evs if is_step_marker(e.name) and e.name.startswith("ProfilerStep#")]
+    lo, hi = min(e.start for e in steps), max(e.end for e in steps)
+    calls = {e.args.get("correlation"): e for e in evs if e.cat in LAUNCH_CATS}
+    replayed, short = [], []
+    for k in (e for e in evs if e.cat in KERNEL_CATS):
+        call = calls.get(k.args.get("correlation"))
+        if call is None or not lo <= call.start < hi:
+            continue
+        replayed.append(bool(GRAPH_LAUNCH.match(call.name)))
+        short.append(k.end - k.start < 10_000 and call.end - call.start >= k.end - k.start)
+    return {"replayed": np.array(replayed), "short": np.array(short)}
+
+
+def _db(tmp_path, trace: Path) -> Path:
+    return build_database([trace], tmp_path / (trace.name + ".sqlite"), progress=False)
+
+
+def test_kernels_replayed_from_a_graph_are_not_judged_as_launched_one_by_one(tmp_path):
+    """AMP CNN with forward and backward graphed: all kernels together would be launch bound (most are short
+    and their "launch" is the long graph launch); launched one by one are the optimizer's and the loss
+    scaler's, fewer than the rule's ``min_kernels`` (100)."""
+    raw = _launches(H200 / "amp_graphs_w0.pt.trace.json.gz")
+    replayed, short = raw["replayed"], raw["short"]
+    assert replayed.sum() > 0 and len(short) >= 100
+    assert short.mean() >= 0.5                                   # counted as before: a launch-bound finding
+    assert (~replayed).sum() < 100                               # judged one by one: too few to judge
+    assert "launch_bound" not in findings(_db(tmp_path, H200 / "amp_graphs_w0.pt.trace.json.gz"))
+
+
+def test_an_eager_capture_is_judged_on_all_its_kernels(tmp_path):
+    raw = _launches(H200 / "amp_eager_w0.pt.trace.json.gz")
+    assert raw["replayed"].sum() == 0
+    got = findings(_db(tmp_path, H200 / "amp_eager_w0.pt.trace.json.gz"))["launch_bound"]
+    assert got["evidence"]["kernels_total"] == len(raw["short"])
+    assert got["evidence"]["short_kernels"] == int(raw["short"].sum())
+    assert got["evidence"]["graph_replayed_kernels"] == 0
+    assert f"of {len(raw['short']):,})" in got["problem"]
+    assert "capture the step with CUDA graphs" in got["recommendation"]
+
+
+def test_kernels_still_launched_one_by_one_beside_a_graph_are_advised_into_it(tmp_path):
+    """12 steps of 500 µs: 15 kernels of 2 µs each launched one by one (15 µs launch calls, the GPU idle 18 µs
+    before each), then 10 of 2 µs run by graph launches: judged are the 180 launched one by one, all short."""
+    t = KinetoTrace()
+    graph_calls = set()
+    for step in range(12):
+        b = 500.0 * step
+        t.step(step + 1, b, b + 500)
+        t.op("aten::add", b + 5, b + 400)
+        for j in range(15):
+            at = b + 10 + 20 * j
+            t.launch(at, at + 15, "void at::native::vectorized_elementwise_kernel<4>", at + 16, at + 18)
+        for j in range(10):
+            at = b + 320 + 5 * j
+            graph_calls.add(t.launch(at, at + 15, "void gemv_kernel", at + 40 + 3 * j, at + 42 + 3 * j))
+    for e in t.events:
+        if e["cat"] == "cuda_runtime" and e["args"]["correlation"] in graph_calls:
+            e["name"] = "cudaGraphLaunch"
+    db = build_database([t.write(tmp_path / "graph_beside.json")], tmp_path / "graph_beside.sqlite", progress=False)
+    got = findings(db)["launch_bound"]
+    assert got["evidence"]["short_kernels"] == 180 and got["evidence"]["graph_replayed_kernels"] == 120
+    assert "180 kernels (100% of 180 launched one by one; 120 kernels replayed from CUDA graphs" in got["problem"]
+    assert "bring the kernels still launched one by one into the CUDA graph" in got["recommendation"]
+    # 14 kernels a step wait 18 µs each; a step's first waits from the last graph kernel's end (b + 360 + 8·9 + 2)
+    # to b + 500 + 26: 92 µs, except in the first step (no GPU activity before it)
+    assert got["est_saving_ns"] == 12 * 14 * 18_000 + 11 * 92_000
+
+
+def test_evidence_with_a_missing_value_is_stored_as_strict_json():
+    evidence = {"ops": [{"precision": float("nan"), "time": np.float64("nan"), "n": np.int64(3)}],
+                "share": np.float64(0.5), "inf": float("inf")}
+    text = evidence_json(evidence)
+    strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert strict == {"ops": [{"precision": None, "time": None, "n": 3}], "share": 0.5, "inf": None}
+    assert evidence_json({"a": 1.5, "b": [1, 2]}) == json.dumps({"a": 1.5, "b": [1, 2]})
+
+
+def test_a_graph_capture_s_roofline_evidence_is_strict_json(tmp_path):
+    db = _db(tmp_path, H200 / "lm_fp32_graphs_w0_r1.pt.trace.json.gz")
+    with sqlite3.connect(db) as conn:
+        rows = [r[0] for r in conn.execute("SELECT evidence_json FROM findings")]
+    assert rows
+    for text in rows:
+        json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in stored evidence"))
