@@ -22,12 +22,15 @@ Per variant: the write's CPU (best of the rounds and all of them), each table's 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from raw_writer_cpu import forked_write  # noqa: E402 - a bench script beside this one
 
 #: indexes whose keys the benchmark trace's rows arrive in, or nearly (a handful of steps back per 100k rows)
 SORTED = ("kernels_iteration", "kernels_op", "kernels_root_op", "kernels_start", "kernels_device",
@@ -122,18 +125,7 @@ def main() -> None:
                 if os.path.exists(path):
                     os.unlink(path)
                 release_free_memory()
-                read, write = os.pipe()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(read)
-                    spent.clear()
-                    writer.write_raw_file(path, tables)
-                    os.write(write, json.dumps(spent).encode())
-                    os._exit(0)
-                os.close(write)
-                _, status, usage = os.wait4(pid, 0)
-                with os.fdopen(read, "rb") as pipe:
-                    steps = json.loads(pipe.read() or b"{}")
+                status, usage, steps = forked_write(writer, path, tables, spent)
                 if status:
                     sys.exit(f"the writer failed under {variant} ({status})")
                 runs[variant].append({"cpu": usage.ru_utime + usage.ru_stime, "bytes": os.path.getsize(path),

@@ -22,6 +22,23 @@ import time
 STEPS = ("kernel_pairs", "search_keys", "ingest", "indexes", "raw_names", "add_names", "index_names")
 
 
+def forked_write(writer, path: str, tables, spent: dict) -> tuple[int, os.struct_rusage, dict]:
+    """``writer.write_raw_file`` in a forked child: its exit status, its resource usage (``wait4``) and the
+    ``spent`` it recorded (sent back through a pipe)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        spent.clear()
+        writer.write_raw_file(path, tables)
+        os.write(write, json.dumps(spent).encode())
+        os._exit(0)
+    os.close(write)
+    _, status, usage = os.wait4(pid, 0)
+    with os.fdopen(read, "rb") as pipe:
+        return status, usage, json.loads(pipe.read() or b"{}")
+
+
 def child(trace: str, repeat: int) -> None:
     """In one tree's interpreter: analyse once, write ``repeat`` times in forked children, print JSON lines."""
     from dlscope.analyze.analysis import analyse
@@ -57,20 +74,9 @@ def child(trace: str, repeat: int) -> None:
         if os.path.exists(path):
             os.unlink(path)
         release_free_memory()
-        read, write = os.pipe()
         start = time.perf_counter()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            spent.clear()
-            writer.write_raw_file(path, tables)
-            os.write(write, json.dumps(spent).encode())
-            os._exit(0)
-        os.close(write)
-        _, status, usage = os.wait4(pid, 0)
+        status, usage, steps = forked_write(writer, path, tables, spent)
         wall = time.perf_counter() - start
-        steps = json.loads(os.read(read, 10_000) or b"{}")
-        os.close(read)
         if status:
             sys.exit(f"the writer failed ({status})")
         print(json.dumps({"cpu": usage.ru_utime + usage.ru_stime, "user": usage.ru_utime, "sys": usage.ru_stime,
