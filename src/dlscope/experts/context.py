@@ -22,6 +22,7 @@ import pandas as pd
 from ..analyze.aggregation import id_index
 from ..analyze.categories import graph_launch_ids, matches
 from ..analyze.dtypes import precision
+from ..analyze.nesting import levels
 from ..analyze.tensor_core import MatrixUnits, classify_names, matrix_units
 from ..store.schema import DDL
 from .precision_names import kernel_precisions
@@ -875,8 +876,9 @@ def _inherit(ops: pd.DataFrame) -> None:
     eligible = ops["tc_eligible"].fillna(0).astype(bool).to_numpy()
     root = np.where(eligible, ids, -1)
     depth = ops["depth"].fillna(0).to_numpy(np.int64)
-    for d in distinct(depth):
-        rows = np.flatnonzero((depth == d) & (parent_pos >= 0))
+    low = int(depth.min()) if len(depth) else 0
+    for rows in levels(depth - low if low else depth):  # each depth's rows, ascending: one sort, then slices
+        rows = rows[parent_pos[rows] >= 0]
         if len(rows) == 0:
             continue
         par = parent_pos[rows]
