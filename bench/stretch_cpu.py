@@ -137,9 +137,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         parsed = str(args.keep or Path(tmp) / "parsed.pickle")
         if not os.path.exists(parsed):
+            source = Path(args.source).resolve()  # a trace, or a folder of a job's traces
+            paths = sorted(str(p) for p in source.iterdir() if p.is_file()) if source.is_dir() else [str(source)]
             code = ("import pickle, sys; from dlscope.pipeline.executors import load_profiles_parallel; "
-                    "open(sys.argv[2], 'wb').write(pickle.dumps(load_profiles_parallel([sys.argv[1]], 1)))")
-            subprocess.run([sys.executable, "-c", code, str(Path(args.source).resolve()), parsed], check=True,
+                    "open(sys.argv[2], 'wb').write(pickle.dumps(load_profiles_parallel(sys.argv[1].split('\\n'), 1)))")
+            subprocess.run([sys.executable, "-c", code, "\n".join(paths), parsed], check=True,
                            env={**os.environ, "PYTHONPATH": trees[0]})
         best: dict[str, dict[str, float]] = {t: {} for t in trees}
         rounds = 1 if args.profile else args.rounds
