@@ -38,14 +38,14 @@ def test_each_kinds_matrix_is_let_go_before_the_next_track_is_built(import_db, m
     expected = RankTimeline.build(rank, {k: v.copy() for k, v in m.items()}, memory.copy()).to_arrays()
     alive = {kind: weakref.ref(matrix) for kind, matrix in m.items()}
     seen = []
-    built = timeline.Track.of
+    built = timeline._track_arrays
 
-    def of(kind, *args, **kwargs):
+    def track_arrays(kind, *args, **kwargs):  # (a kind's events sorted, their arrays not yet made)
         gc.collect()
         seen.append((kind, sorted(k for k, ref in alive.items() if ref() is not None)))
         return built(kind, *args, **kwargs)
 
-    monkeypatch.setattr(timeline.Track, "of", of)
+    monkeypatch.setattr(timeline, "_track_arrays", track_arrays)
     stored = stored_arrays(m, memory)
     del memory
     # the kinds in the stored order; when a kind's track is built, only it and the kinds after it are held

@@ -321,7 +321,9 @@ def group_stats(code: np.ndarray, n: int, columns: dict[str, np.ndarray]
     """Per group 0..n-1 of ``code``: its row count, and per int64 column its exact (sum, min, max), in one sort
     and ``reduceat`` per column (not a pandas groupby: its set-up dominates small tables); an empty group has
     count, sum, min and max 0."""
-    order = np.argsort(code, kind="stable")
+    # codes as int16 where they fit: numpy's stable sort of 16-bit integers is a radix sort (one pass, no compares)
+    small = bool(len(code)) and -(1 << 15) <= int(code.min()) and int(code.max()) < 1 << 15
+    order = np.argsort(code.astype(np.int16) if small else code, kind="stable")
     sorted_code = code[order]
     first = np.flatnonzero(np.concatenate([[True], sorted_code[1:] != sorted_code[:-1]])) if len(code) else \
         np.zeros(0, dtype=np.int64)
@@ -448,9 +450,11 @@ def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, b
     keys = [kernels[b].to_numpy(np.int64) for b in by] + [np.asarray(codes, dtype=np.int64)]
     group = np.zeros(len(kernels), dtype=np.int64)
     for key in keys:  # groups in order of first appearance (as groupby(sort=False)), one key at a time
-        low = int(key.min(initial=0))
-        group = pd.factorize(group * (int(key.max(initial=0)) - low + 1) + (key - low))[0].astype(np.int64)
-    first = np.unique(group, return_index=True)[1]
+        low, high = int(key.min(initial=0)), int(key.max(initial=0))
+        if high == low and len(key):  # (a constant key, a single trace's rank, splits no group)
+            continue
+        group = pd.factorize(group * (high - low + 1) + (key - low))[0].astype(np.int64)
+    first = _first_rows(group)
     uses_tc = kernels["uses_tc"].to_numpy()
     calls, stats = group_stats(group, len(first), {"dur": kernels["dur"].to_numpy(np.int64),
                                                    "tc": uses_tc.astype(np.int64)})
@@ -460,6 +464,15 @@ def _kernel_summary(kernels: pd.DataFrame, codes: np.ndarray, names: pd.Index, b
                          "uses_tc": stats["tc"][2].astype(uses_tc.dtype), "calls": calls, "gpu_time_ns": total,
                          "avg_ns": total / np.maximum(calls, 1), "min_ns": low_ns, "max_ns": high_ns,
                          "name_code": code})  # one frame, not a column inserted after (~3 ms each)
+
+
+def _first_rows(codes: np.ndarray) -> np.ndarray:
+    """The first row of each code, codes numbered by first appearance (``pd.factorize``'s): where their running
+    maximum steps up (what ``np.unique(codes, return_index=True)[1]`` gives, without its sort)."""
+    if not len(codes):
+        return np.zeros(0, np.intp)
+    seen = np.maximum.accumulate(codes)
+    return np.flatnonzero(np.r_[True, seen[1:] > seen[:-1]])
 
 
 def _text_values(values: pd.Index | pd.Series):
@@ -812,8 +825,10 @@ class _JobGroups:
         lo = np.array([windows[r][0] for r in job.ranks], dtype=np.int64)
         hi = np.array([windows[r][1] for r in job.ranks], dtype=np.int64)
         roots = job.ops.iloc[job.roots]
-        api, memops = (_rows(an.profile.table(n), _in_profiled(an.profile.table(n), job.profiled))
-                       for n in ("api_calls", "memops"))
+        # (only the columns read below taken: not a copy of each table's rows in every column)
+        api, memops = (_rows(an.profile.table(n)[cols], _in_profiled(an.profile.table(n), job.profiled))
+                       for n, cols in (("api_calls", ["op_id", "start", "end"]),
+                                       ("memops", ["root_op_id", "start", "end"])))
         ops = an.profile.table("ops")
         root_of = pd.Series(ops["root_id"].to_numpy(), index=id_index(ops["op_id"].to_numpy()))
         api_node = _lookup(job.node_of, _lookup(root_of, api["op_id"]))
@@ -895,13 +910,29 @@ def _in_profiled(frame: pd.DataFrame, profiled: dict[int, np.ndarray]) -> np.nda
     rank, it = frame["rank"].to_numpy(np.int64), frame["iteration"].to_numpy(np.int64)
     if len(profiled) == 1:  # one rank (a single trace): no grouping by rank needed
         (r, numbers), = profiled.items()
-        return (rank == r) & np.isin(it, numbers)
+        return (rank == r) & in_small(it, numbers)
     # one integer key per (rank, iteration), every rank's profiled keys looked up at once
     wanted_rank = np.repeat(np.array(list(profiled), dtype=np.int64), [len(n) for n in profiled.values()])
     wanted_it = np.concatenate([np.asarray(n, dtype=np.int64) for n in profiled.values()])
     low = min(int(it.min(initial=0)), int(wanted_it.min(initial=0)))
     width = max(int(it.max(initial=0)), int(wanted_it.max(initial=0))) - low + 1
-    return np.isin(rank * width + (it - low), wanted_rank * width + (wanted_it - low))
+    return in_small(rank * width + (it - low), wanted_rank * width + (wanted_it - low))
+
+
+def in_small(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """``np.isin(values, wanted)`` of integers whose wanted values span a small range (iteration numbers): looked
+    up in a table of that range (``np.isin`` compares every value with each of a few dozen wanted in turn)."""
+    values, wanted = np.asarray(values), np.asarray(wanted)
+    if not len(wanted) or values.dtype.kind not in "iu" or wanted.dtype.kind not in "iu":
+        return np.isin(values, wanted)
+    lo, hi = int(wanted.min()), int(wanted.max())
+    if hi - lo > 1 << 22:
+        return np.isin(values, wanted)
+    table = np.zeros(hi - lo + 2, bool)  # (the last slot: every value outside the range)
+    table[wanted.astype(np.int64) - lo] = True
+    at = values.astype(np.int64) - lo
+    at[(at < 0) | (at > hi - lo)] = hi - lo + 1
+    return table[at]
 
 
 def _rank_major(frame: pd.DataFrame, at: list[np.ndarray]) -> tuple[pd.DataFrame, list[slice]]:
@@ -940,7 +971,7 @@ def _aggregate_rank(an: Analysed, rank: int, chosen: pd.DataFrame, job: _JobTabl
     i = job.ranks.index(rank)
     ak = job.ak.iloc[job.ak_at[i]]
     # the rank's op calls as two columns (its frame is cut out only where a rank alone's tables are made)
-    in_ops = np.isin(_rank_column(fr, "ops", "iteration"), profiled)
+    in_ops = in_small(_rank_column(fr, "ops", "iteration"), profiled)
     roots = np.flatnonzero(in_ops & (_rank_column(fr, "ops", "parent_id") < 0))
     if gpus is None:  # no device or an empty window: the rank's own table
         gpus = _gpu_table(fr, lo, hi, wall, ak).assign(rank=rank)

@@ -209,8 +209,14 @@ def _nvtx_collectives(an: Analysed) -> pd.DataFrame:
     r = an.profile.ranges
     kernel_ranks = set(an.profile.kernels["rank"].unique().tolist())
     _, nvtx = _patterns()
-    distinct = {n: bool(nvtx.match(n)) for n in pd.unique(r["name"])}
-    sel = r[r["name"].map(distinct).fillna(False).to_numpy(bool) & ~r["rank"].isin(kernel_ranks).to_numpy()]
+    # names judged only on the ranks without kernels (none, in a trace with kernels: no name read at all)
+    rankless = ~r["rank"].isin(kernel_ranks).to_numpy()
+    named = np.zeros(len(r), bool)
+    if rankless.any():
+        names = r["name"][rankless]
+        distinct = {n: bool(nvtx.match(n)) for n in pd.unique(names)}
+        named[rankless] = names.map(distinct).fillna(False).to_numpy(bool)
+    sel = r[named & rankless]
     out = pd.DataFrame({
         "rank": sel["rank"].to_numpy(np.int64), "source": "nvtx", "name": sel["name"].to_numpy(object),
         "device": np.full(len(sel), -1, np.int64), "stream": np.full(len(sel), -1, np.int64),

@@ -22,6 +22,7 @@ import pandas as pd
 from ..analyze.aggregation import id_index
 from ..analyze.categories import graph_launch_ids, matches
 from ..analyze.dtypes import precision
+from ..analyze.nesting import levels
 from ..analyze.tensor_core import MatrixUnits, classify_names, matrix_units
 from ..store.schema import DDL
 from .precision_names import kernel_precisions
@@ -301,7 +302,9 @@ class RuleFrames:
         def make():
             k, m = self.overlapping_all("kernels"), self.overlapping_all("memops")
             rank = np.concatenate([k["rank"].to_numpy(np.int64), m["rank"].to_numpy(np.int64)])
-            order = np.argsort(rank, kind="stable")
+            # (rows already in rank order, as a single trace's: taken as joined, no gather of each column)
+            order = slice(None) if not len(rank) or bool((rank[1:] >= rank[:-1]).all()) else \
+                np.argsort(rank, kind="stable")
             kind = np.concatenate([np.full(len(k), "kernel", dtype=object), m["kind"].to_numpy(object)])
             both = pd.DataFrame({c: np.concatenate([k[c].to_numpy(), m[c].to_numpy()])[order]
                                  for c in ("device", "start", "end")} | {"kind": pd.Series(kind[order], dtype=object)},
@@ -875,8 +878,9 @@ def _inherit(ops: pd.DataFrame) -> None:
     eligible = ops["tc_eligible"].fillna(0).astype(bool).to_numpy()
     root = np.where(eligible, ids, -1)
     depth = ops["depth"].fillna(0).to_numpy(np.int64)
-    for d in distinct(depth):
-        rows = np.flatnonzero((depth == d) & (parent_pos >= 0))
+    low = int(depth.min()) if len(depth) else 0
+    for rows in levels(depth - low if low else depth):  # each depth's rows, ascending: one sort, then slices
+        rows = rows[parent_pos[rows] >= 0]
         if len(rows) == 0:
             continue
         par = parent_pos[rows]

@@ -41,11 +41,22 @@ def top_by(frame: pd.DataFrame | Mapping[str, np.ndarray], key: str, weight: str
         return [v.item() if hasattr(v, "item") else v for v in s.index[:n]]
     # integer weights: groupby(sort=False).sum() then Series.sort_values(ascending=False) (pandas' nargsort:
     # quicksort of the reversed sums, reversed back), without their per-call cost
-    keys = np.asarray(frame[key])
-    if keys.dtype.kind in "iu":  # no missing key
-        codes, uniques = first_seen(keys)
+    column = frame[key]
+    if isinstance(column, pd.Series) and isinstance(column.dtype, pd.CategoricalDtype):
+        # a categorical's own codes numbered by first appearance (no text of a row made or hashed)
+        cat = column.cat.codes.to_numpy(np.int64)
+        named = np.flatnonzero(cat >= 0)  # missing keys: -1, dropped as groupby drops them
+        codes = np.full(len(cat), -1, np.int64)
+        used = np.zeros(0, np.int64)
+        if len(named):
+            codes[named], used = first_seen(cat[named])
+        uniques = np.asarray(column.cat.categories, dtype=object)[used]
     else:
-        codes, uniques = pd.factorize(keys, sort=False)  # missing keys: -1, dropped as groupby drops them
+        keys = np.asarray(column)
+        if keys.dtype.kind in "iu":  # no missing key
+            codes, uniques = first_seen(keys)
+        else:
+            codes, uniques = pd.factorize(keys, sort=False)  # missing keys: -1, dropped as groupby drops them
     sums = np.zeros(len(uniques), dtype=np.int64)
     np.add.at(sums, codes[codes >= 0], w[codes >= 0].astype(np.int64))
     order = np.arange(len(sums))[::-1][sums[::-1].argsort(kind="quicksort")][::-1]

@@ -324,6 +324,17 @@ def _lexsort_pairs(major: np.ndarray, time: np.ndarray, minor: np.ndarray, sub: 
     return idx
 
 
+def _member(values: np.ndarray, few: np.ndarray) -> np.ndarray:
+    """``np.isin(values, few)`` of integers, ``few`` a short list: each value searched among them sorted (``isin``
+    compares every value with each of a few dozen in turn: 11 ms for the ops' starts against 51 iterations')."""
+    few = np.unique(few)
+    if not len(few):
+        return np.zeros(len(values), bool)
+    at = np.searchsorted(few, values)
+    np.minimum(at, len(few) - 1, out=at)
+    return few[at] == values
+
+
 def _text_codes(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
     """(code of each row, -1 where missing; the distinct texts) of a text column, categorical or not."""
     if isinstance(column.dtype, pd.CategoricalDtype):
@@ -423,7 +434,7 @@ class _Builder:
         starts = its["start"].to_numpy(np.int64)
         cols = ["rank", "pid", "tid", "start"]
         cpu_rg = job.ranges[job.ranges["device"] < 0]
-        cpu = pd.concat([frame.loc[np.isin(frame["start"].to_numpy(np.int64), starts), cols]
+        cpu = pd.concat([frame.loc[_member(frame["start"].to_numpy(np.int64), starts), cols]
                          for frame in (job.ops, cpu_rg)], ignore_index=True).drop_duplicates(["rank", "start"])
         hit = its[["rank", "start"]].merge(cpu, on=["rank", "start"], how="left")
         busiest = self._busiest_threads(coded)

@@ -20,6 +20,7 @@ import pandas as pd
 from ..analyze.categories import graph_launch_ids, matches
 from ..analyze.dtypes import precision as dtype_precision
 from ..analyze.intervals import merge, sorted_unique
+from ..analyze.nesting import levels
 from ..errors import DlscopeError
 from ..experts.precision_names import kernel_precisions
 from ..roofline.ceilings import find_ceilings
@@ -327,23 +328,28 @@ def amp_candidates(g: Graph) -> pd.DataFrame:
     is_math = np.array([bool(math.search(n)) and not not_math.search(n) for n in distinct], bool)[name_code]
     pos = positions(ops["op_id"].to_numpy(np.int64))
     own = np.array([dtype_precision(x) if x else "" for x in pd.unique(ops["data_type"])], object)
-    prec_op = own[pd.factorize(ops["data_type"])[0]] if len(ops) else np.zeros(0, object)
+    # each op's own precision as a code of the distinct texts: the walk below compares and copies integers
+    own_code, texts = pd.factorize(own) if len(own) else (np.zeros(0, np.int64), np.zeros(0, object))
+    texts = np.asarray(texts, object)
+    code = own_code[pd.factorize(ops["data_type"])[0]].astype(np.int64) if len(ops) else np.zeros(0, np.int64)
+    blank = np.flatnonzero(texts == "")
+    unknown = int(blank[0]) if len(blank) else -2  # (no op's own precision unknown: none inherits)
     # inherit: the nearest op up the tree with a precision; eligible: it or an enclosing op is eligible
     parent = ops["parent_id"].to_numpy(np.int64)
     depth = ops["depth"].to_numpy(np.int64)
-    # (one walk down the levels for both: what ``op_flags`` does for the flag)
-    prec = prec_op.copy()
+    # (one walk down the levels for both: what ``op_flags`` does for the flag; the levels from one sort)
     eligible = ops["tc_eligible"].to_numpy(np.int64) > 0
-    for d in np.unique(depth[depth > 0]):
-        rows = np.flatnonzero((depth == d) & (parent >= 0))
+    for rows in levels(depth)[1:]:
+        rows = rows[parent[rows] >= 0]
         prow = pos[parent[rows]]
         found = prow >= 0
-        ok = found & (prec[rows] == "")
-        prec[rows[ok]] = prec[prow[ok]]
-        eligible[rows[found]] |= eligible[prow[found]]
+        rows, prow = rows[found], prow[found]
+        mine = code[rows]
+        code[rows] = np.where(mine == unknown, code[prow], mine)
+        eligible[rows] |= eligible[prow]
     krow = pos[act["op_id"].to_numpy(np.int64)[k_rows]]
     has = krow >= 0
-    kprec = np.where(has, prec[np.maximum(krow, 0)] if len(ops) else "", "").astype(object)
+    kprec = np.where(has, texts[code[np.maximum(krow, 0)]] if len(ops) else "", "").astype(object)
     by_name = kernel_precisions(pd.Series(np.asarray(distinct, object), dtype=object))[name_code]
     kprec = np.where(kprec == "", by_name, kprec)
     kernel_row = positions(job.kernels["kernel_id"].to_numpy(np.int64))
