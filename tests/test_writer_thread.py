@@ -111,3 +111,51 @@ def test_stop_if_given_up_does_nothing_outside_a_background_thread():
     thread.start()
     thread.join()
     assert seen == [None]
+
+
+def test_a_call_after_another_begins_when_it_ends_and_its_caller_does_not_wait():
+    interval = sys.getswitchinterval()
+    release, order = threading.Event(), []
+
+    def first():
+        assert release.wait(5)
+        order.append("first")
+        return 1
+
+    before = ThreadCall(first)
+    after = ThreadCall(lambda: order.append("second") or 2, after=before)  # returns at once
+    assert order == [] and after.is_alive()
+    release.set()
+    assert after.result() == 2 and order == ["first", "second"]
+    assert sys.getswitchinterval() == interval  # the chain's first saved it; its last put it back
+
+
+def test_a_call_after_one_that_failed_fails_with_its_error_without_running():
+    ran = []
+
+    def failing():
+        raise OSError("disk full")
+
+    after = ThreadCall(lambda: ran.append(1), after=ThreadCall(failing))
+    with pytest.raises(OSError, match="disk full"):
+        after.result()
+    assert ran == []
+
+
+def test_killing_the_last_call_of_a_chain_gives_up_the_ones_before_it():
+    """The first (a writer between its batches) is told to stop, so the caller's kill does not wait for its work."""
+    started, seen = threading.Event(), []
+
+    def working():
+        started.set()
+        for _ in range(500):  # ~5 s unless given up
+            stop_if_given_up()
+            threading.Event().wait(0.01)
+        seen.append("finished")
+
+    before = ThreadCall(working)
+    after = ThreadCall(lambda: seen.append("second"), after=before)
+    assert started.wait(5)
+    after.kill()
+    assert not before.is_alive() and not after.is_alive() and seen == []
+    assert isinstance(before.error, GivenUp) and isinstance(after.error, GivenUp)

@@ -413,23 +413,31 @@ class ThreadCall(threading.Thread):
 
     SWITCH_INTERVAL_S = 0.0005
 
-    def __init__(self, fn: Callable[..., Any], *args: Any):
+    def __init__(self, fn: Callable[..., Any], *args: Any, after: ThreadCall | None = None):
+        """``after``: a call this one begins after (it fails with that one's error), so the caller hands work
+        to the background without waiting for the work before it; nobody waits for ``after`` but this one."""
         super().__init__(name="dlscope-background", daemon=True)
-        self.fn, self.args = fn, args
+        self.fn, self.args, self.after = fn, args, after
         self.given_up = threading.Event()  # set by kill(): the work ends at its next check (stop_if_given_up)
         self.value: Any = None
         self.error: BaseException | None = None
-        self.saved_interval = sys.getswitchinterval()
+        # the interval before the first of a chain, put back when the caller has its result
+        self.saved_interval: float = after.saved_interval if after is not None else sys.getswitchinterval()
         sys.setswitchinterval(min(self.saved_interval, self.SWITCH_INTERVAL_S))
         self.start()
 
     def run(self) -> None:
         try:
+            if self.after is not None:
+                self.after.join()
+                if self.after.error is not None:
+                    raise self.after.error
+                stop_if_given_up()
             self.value = self.fn(*self.args)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by result()
             self.error = e
         finally:
-            self.args = ()
+            self.args, self.after = (), None
 
     def result(self) -> Any:
         self.join()
@@ -440,7 +448,10 @@ class ThreadCall(threading.Thread):
 
     def kill(self) -> None:
         """A thread cannot be killed: it is told to stop at its next :func:`stop_if_given_up` and waited for
-        (its result is dropped)."""
+        (its result is dropped), the calls it was to follow first."""
+        after = self.after
+        if after is not None:
+            after.kill()
         self.given_up.set()
         try:
             self.result()
