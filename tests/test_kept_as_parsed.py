@@ -39,12 +39,15 @@ def test_the_analysis_leaves_the_tables_kept_as_parsed_as_they_were(trace):
 def test_the_analysis_changes_the_tables_it_hands_over_no_more(trace):
     profile = load_profiles_parallel([data_file(*trace)], None, None, None, lambda *a, **k: None, None)
     handed: dict = {}
+    calls: list[list[str]] = []
 
     def final(tables):
-        assert not handed  # once
+        assert not set(tables) & set(handed)  # each once
+        calls.append(sorted(tables))
         handed.update({name: (frame, frame.copy(deep=True)) for name, frame in tables.items()})
 
     an = analyse(profile, None, final)
+    assert calls == [["api_calls", "memops", "ranges", "syncs"], ["kernels"]]  # the kernels once their waves are in
     assert sorted(handed) == sorted(FINAL_BEFORE_OPS) and len(handed["kernels"][0]) > 0
     for name, (frame, copy) in handed.items():
         assert an.profile.table(name) is frame, name  # the very frame the analysis ends with
@@ -102,21 +105,22 @@ def test_a_database_written_partly_during_the_analysis_equals_one_written_after_
 
 
 @pytest.mark.parametrize("trace", [QWEN, NCCL])
-def test_a_database_written_in_three_parts_on_writer_threads_equals_one_written_after_the_analysis(
+def test_a_database_written_in_four_parts_on_writer_threads_equals_one_written_after_the_analysis(
         trace, tmp_path, monkeypatch, written):
     """The kept tables as the analysis starts, the tables it finishes part-way as it hands them over (each part
-    with its own indexes, the kernels' search keys paired with the ops' names written later), the rest after it:
-    the same rows, indexes and searched names as one part written after the analysis."""
+    with its own indexes, the kernels' search keys paired with the ops' names written later), the rest after it,
+    each part after the one before on a writer thread: the same rows, indexes and searched names as one part
+    written after the analysis."""
     monkeypatch.setattr(build, "EARLY_ROWS", 1)  # these traces are small: written early all the same
     monkeypatch.setattr(build, "BESIDE_SECONDS_PER_ROW", 1.0)  # their rows outweigh their rank: writer threads
     parts = build.build_database([data_file(*trace)], tmp_path / "parts.sqlite", progress=False)
-    assert len(written) == 3 and set(written[0]) <= set(KEPT_AS_PARSED)
-    assert written[1] == sorted(FINAL_BEFORE_OPS) and "ops" in written[2]
-    assert sorted(written[0] + written[1] + written[2]) == sorted(set(written[0] + written[1] + written[2]))
+    assert len(written) == 4 and set(written[0]) <= set(KEPT_AS_PARSED)
+    assert written[1:3] == [["api_calls", "memops", "ranges", "syncs"], ["kernels"]] and "ops" in written[3]
+    assert len(sum(written, [])) == len(set(sum(written, [])))  # each table in one part
     monkeypatch.setattr(build, "KEPT_AS_PARSED", ())
     monkeypatch.setattr(build, "_hand_over_pays", lambda *_: False)  # everything after the analysis, in one part
     whole = build.build_database([data_file(*trace)], tmp_path / "whole.sqlite", progress=False)
-    assert len(written) == 4
+    assert len(written) == 5
     assert _tables(parts) == _tables(whole)
     assert _indexes(parts) == _indexes(whole) and len(_indexes(whole)) > 20
     conn = sqlite3.connect(parts)
@@ -150,7 +154,7 @@ def test_an_import_failing_after_the_analysis_handed_tables_over_leaves_no_file(
     monkeypatch.setattr(build, "BESIDE_SECONDS_PER_ROW", 1.0)
     with pytest.raises(DlscopeError, match="999"):
         build.build_database([data_file(*QWEN)], tmp_path / "r.sqlite", progress=False, iter_start=999)
-    assert written == [["gpus", "memory"], sorted(FINAL_BEFORE_OPS)]
+    assert written == [["gpus", "memory"], ["api_calls", "memops", "ranges", "syncs"], ["kernels"]]
     assert list(tmp_path.iterdir()) == []
 
 

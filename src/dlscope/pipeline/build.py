@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..analyze.aggregation import resolve_range
-from ..analyze.analysis import KEPT_AS_PARSED, Analysed, analyse, profile_ranks
+from ..analyze.analysis import FINAL_BEFORE_OPS, KEPT_AS_PARSED, Analysed, analyse, profile_ranks
 from ..analyze.timeline import matrices_by_rank, stored_arrays
 from ..distributed import write_distributed
 from ..distributed.figures import collective_rows as job_collective_rows
@@ -168,17 +168,22 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                 db = opened.enter_context(writer.atomic_database(db_path, force))
                 db.write_raw(early, last=False, fork=False)
 
+            pays: list[bool] = []
+
             def final(tables: dict[str, pd.DataFrame]) -> None:
                 """The tables the analysis has finished part-way through it, handed to a writer thread (after the
                 one before) with their indexes, while the analysis goes on: on the core it leaves idle."""
                 nonlocal db
-                if budget or not _hand_over_pays(profile, tables):
+                if not pays:
+                    pays.append(not budget and _hand_over_pays(profile))
+                if not pays[0]:
                     return
                 if db is None:
                     db = opened.enter_context(writer.atomic_database(db_path, force))
                 # shallow copies: the writer's own frames, whatever columns the import adds to the tables later
-                db.write_raw({name: frame.copy(deep=False) for name, frame in tables.items()}, first=not early,
-                             last=False, fork=False, own_indexes=True, op_names=profile.ops[["op_id", "name"]])
+                db.write_raw({name: frame.copy(deep=False) for name, frame in tables.items()},
+                             first=not early and not handed, last=False, fork=False, own_indexes=True,
+                             op_names=profile.ops[["op_id", "name"]] if "kernels" in tables else None)
                 handed.update(tables)
             step("analysing")
             an = analyse(profile, key_node, final)
@@ -272,10 +277,11 @@ def _ranks_outweigh_rows(profile: Profile, ranks: int) -> bool:
     return ranks * BESIDE_SECONDS_PER_RANK >= rows * BESIDE_SECONDS_PER_ROW
 
 
-def _hand_over_pays(profile: Profile, tables: dict[str, pd.DataFrame]) -> bool:
-    """The tables final part-way through the analysis are written then where they hold ``EARLY_ROWS`` or more
-    and the writer after the analysis is a thread that can follow theirs (a forked one would wait for it)."""
-    rows = sum(len(frame) for frame in tables.values())
+def _hand_over_pays(profile: Profile) -> bool:
+    """The tables final part-way through the analysis (``FINAL_BEFORE_OPS``) are written then where they hold
+    ``EARLY_ROWS`` or more and the writer after the analysis is a thread that can follow theirs (a forked one
+    would wait for them)."""
+    rows = sum(len(profile.table(name)) for name in FINAL_BEFORE_OPS)
     return rows >= EARLY_ROWS and not _ranks_outweigh_rows(profile, len(profile_ranks(profile)))
 
 
