@@ -113,37 +113,47 @@ def test_stop_if_given_up_does_nothing_outside_a_background_thread():
     assert seen == [None]
 
 
-def test_a_call_after_another_begins_when_it_ends_and_its_caller_does_not_wait():
+def test_work_handed_to_a_running_thread_runs_after_its_work_there_and_its_caller_does_not_wait():
     interval = sys.getswitchinterval()
-    release, order = threading.Event(), []
+    release, order, threads = threading.Event(), [], []
 
     def first():
         assert release.wait(5)
         order.append("first")
+        threads.append(threading.current_thread())
         return 1
 
-    before = ThreadCall(first)
-    after = ThreadCall(lambda: order.append("second") or 2, after=before)  # returns at once
-    assert order == [] and after.is_alive()
+    def second():
+        order.append("second")
+        threads.append(threading.current_thread())
+        return 2
+
+    call = ThreadCall(first)
+    assert call.then(second)  # returns at once
+    assert order == [] and call.is_alive()
     release.set()
-    assert after.result() == 2 and order == ["first", "second"]
-    assert sys.getswitchinterval() == interval  # the chain's first saved it; its last put it back
+    assert call.result() == 2 and order == ["first", "second"] and threads == [call, call]
+    assert not call.then(second) and order == ["first", "second"]  # ended: nothing taken
+    assert sys.getswitchinterval() == interval
 
 
-def test_a_call_after_one_that_failed_fails_with_its_error_without_running():
-    ran = []
+def test_work_after_a_failure_is_dropped_and_the_failure_is_the_result():
+    ran, release = [], threading.Event()
 
     def failing():
+        assert release.wait(5)
         raise OSError("disk full")
 
-    after = ThreadCall(lambda: ran.append(1), after=ThreadCall(failing))
+    call = ThreadCall(failing)
+    assert call.then(lambda: ran.append(1))
+    release.set()
     with pytest.raises(OSError, match="disk full"):
-        after.result()
-    assert ran == []
+        call.result()
+    assert ran == [] and not call.then(lambda: ran.append(2)) and ran == []
 
 
-def test_killing_the_last_call_of_a_chain_gives_up_the_ones_before_it():
-    """The first (a writer between its batches) is told to stop, so the caller's kill does not wait for its work."""
+def test_killing_a_thread_stops_its_work_and_drops_what_was_handed_after_it():
+    """Stopped between its steps, so the caller's kill does not wait for its work; what was queued never runs."""
     started, seen = threading.Event(), []
 
     def working():
@@ -153,9 +163,8 @@ def test_killing_the_last_call_of_a_chain_gives_up_the_ones_before_it():
             threading.Event().wait(0.01)
         seen.append("finished")
 
-    before = ThreadCall(working)
-    after = ThreadCall(lambda: seen.append("second"), after=before)
+    call = ThreadCall(working)
+    assert call.then(lambda: seen.append("second"))
     assert started.wait(5)
-    after.kill()
-    assert not before.is_alive() and not after.is_alive() and seen == []
-    assert isinstance(before.error, GivenUp) and isinstance(after.error, GivenUp)
+    call.kill()
+    assert not call.is_alive() and seen == [] and isinstance(call.error, GivenUp)

@@ -413,31 +413,44 @@ class ThreadCall(threading.Thread):
 
     SWITCH_INTERVAL_S = 0.0005
 
-    def __init__(self, fn: Callable[..., Any], *args: Any, after: ThreadCall | None = None):
-        """``after``: a call this one begins after (it fails with that one's error), so the caller hands work
-        to the background without waiting for the work before it; nobody waits for ``after`` but this one."""
+    def __init__(self, fn: Callable[..., Any], *args: Any):
         super().__init__(name="dlscope-background", daemon=True)
-        self.fn, self.args, self.after = fn, args, after
+        self.work: list[tuple[Callable[..., Any], tuple]] = [(fn, args)]
+        self.lock = threading.Lock()
+        self.ended = False  # no more work taken (:meth:`then`)
         self.given_up = threading.Event()  # set by kill(): the work ends at its next check (stop_if_given_up)
         self.value: Any = None
         self.error: BaseException | None = None
-        # the interval before the first of a chain, put back when the caller has its result
-        self.saved_interval: float = after.saved_interval if after is not None else sys.getswitchinterval()
+        self.saved_interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self.saved_interval, self.SWITCH_INTERVAL_S))
         self.start()
 
+    def then(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """``fn(*args)`` on this thread once its work so far is done (its value the result), the caller going on
+        at once; False, nothing taken, where the thread has ended. One thread for work handed over piece by piece:
+        a thread started per piece would allocate in an arena of its own while the one before still runs."""
+        with self.lock:
+            if self.ended:
+                return False
+            self.work.append((fn, args))
+            return True
+
     def run(self) -> None:
         try:
-            if self.after is not None:
-                self.after.join()
-                if self.after.error is not None:
-                    raise self.after.error
+            while True:
+                with self.lock:
+                    if not self.work:
+                        self.ended = True
+                        return
+                    fn, args = self.work.pop(0)
                 stop_if_given_up()
-            self.value = self.fn(*self.args)
+                self.value = fn(*args)
+                del fn, args  # (the tables handed over, let go once written)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by result()
             self.error = e
-        finally:
-            self.args, self.after = (), None
+            with self.lock:
+                self.ended = True
+                self.work.clear()
 
     def result(self) -> Any:
         self.join()
@@ -448,10 +461,7 @@ class ThreadCall(threading.Thread):
 
     def kill(self) -> None:
         """A thread cannot be killed: it is told to stop at its next :func:`stop_if_given_up` and waited for
-        (its result is dropped), the calls it was to follow first."""
-        after = self.after
-        if after is not None:
-            after.kill()
+        (its result is dropped, the work handed to it after that dropped too)."""
         self.given_up.set()
         try:
             self.result()

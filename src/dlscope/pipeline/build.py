@@ -171,8 +171,8 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             pays: list[bool] = []
 
             def final(tables: dict[str, pd.DataFrame]) -> None:
-                """The tables the analysis has finished part-way through it, handed to a writer thread (after the
-                one before) with their indexes, while the analysis goes on: on the core it leaves idle."""
+                """The tables the analysis has finished part-way through it, handed to the writer thread (after
+                its work so far) with their indexes, while the analysis goes on: on the core it leaves idle."""
                 nonlocal db
                 if not pays:
                     pays.append(not budget and _hand_over_pays(profile))

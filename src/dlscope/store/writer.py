@@ -360,24 +360,23 @@ class NewDatabase:
         part creates the file, the ``last`` builds the indexes not built yet (a whole import is one part; a job
         imported rank by rank, one part per rank and a last one; an import may hand its tables over as each
         becomes final, each part building its own tables' indexes: ``own_indexes``). One writer at a time: a
-        part on a thread follows the raw tables' thread before it there (the caller goes on), any other waits
-        for it here. ``timelines``: the timeline arrays, built there too unless this process takes them first
-        (``write_raw_file``). ``fork=False``: a thread even where a child could be forked (it shares the pages
+        part for a thread goes to the raw tables' writer thread still running, after its work (the caller goes
+        on: :meth:`ThreadCall.then`), any other waits for the writer before it here. ``timelines``: the
+        timeline arrays, built there too unless this process takes them first (``write_raw_file``). ``fork=False``: a thread even where a child could be forked (it shares the pages
         the importing process goes on to rewrite, which a forked child would keep a second copy of).
         ``op_names``: see :func:`write_raw_file`."""
-        thread = not fork or not can_fork()
-        before = self.raw_writer if thread and self._raw_thread() else None
-        if not isinstance(before, ThreadCall):
-            before = None
+        args = (self.path, tables, first, last, timelines, own_indexes, op_names)
+        if not fork or not can_fork():
+            running = self.raw_writer if self._raw_thread() else None
+            if isinstance(running, ThreadCall) and running.then(write_raw_file, *args):
+                return
             self._wait_raw()
-        if thread:
-            self.raw_writer = ThreadCall(write_raw_file, self.path, tables, first, last, timelines, own_indexes,
-                                         op_names, after=before)
+            self.raw_writer = ThreadCall(write_raw_file, *args)
             return
+        self._wait_raw()
         read, write = os.pipe()  # its writing end lives in the forked writer only: closed when it exits
         try:
-            self.raw_writer = ForkedCall(write_raw_file, self.path, tables, first, last, timelines, own_indexes,
-                                         op_names)
+            self.raw_writer = ForkedCall(write_raw_file, *args)
         except BaseException:
             os.close(read)
             raise
