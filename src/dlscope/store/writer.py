@@ -362,9 +362,10 @@ class NewDatabase:
         becomes final, each part building its own tables' indexes: ``own_indexes``). One writer at a time: a
         part for a thread goes to the raw tables' writer thread still running, after its work (the caller goes
         on: :meth:`ThreadCall.then`), any other waits for the writer before it here. ``timelines``: the
-        timeline arrays, built there too unless this process takes them first (``write_raw_file``). ``fork=False``: a thread even where a child could be forked (it shares the pages
-        the importing process goes on to rewrite, which a forked child would keep a second copy of).
-        ``op_names``: see :func:`write_raw_file`."""
+        timeline arrays, built there too unless this process takes them first (``write_raw_file``).
+        ``fork=False``: a thread even where a child could be forked (it shares the pages the importing process
+        goes on to rewrite, which a forked child would keep a second copy of). ``op_names``: see
+        :func:`write_raw_file`."""
         args = (self.path, tables, first, last, timelines, own_indexes, op_names)
         if not fork or not can_fork():
             running = self.raw_writer if self._raw_thread() else None
