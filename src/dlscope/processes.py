@@ -436,6 +436,8 @@ class ThreadCall(threading.Thread):
             return True
 
     def run(self) -> None:
+        fn: Callable[..., Any] | None = None
+        args: tuple = ()
         try:
             while True:
                 with self.lock:
@@ -445,8 +447,9 @@ class ThreadCall(threading.Thread):
                     fn, args = self.work.pop(0)
                 stop_if_given_up()
                 self.value = fn(*args)
-                del fn, args  # (the tables handed over, let go once written)
+                fn, args = None, ()  # (the tables handed over, let go once written)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by result()
+            fn, args = None, ()  # (not kept alive by the error's traceback)
             self.error = e
             with self.lock:
                 self.ended = True
