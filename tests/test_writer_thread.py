@@ -111,3 +111,60 @@ def test_stop_if_given_up_does_nothing_outside_a_background_thread():
     thread.start()
     thread.join()
     assert seen == [None]
+
+
+def test_work_handed_to_a_running_thread_runs_after_its_work_there_and_its_caller_does_not_wait():
+    interval = sys.getswitchinterval()
+    release, order, threads = threading.Event(), [], []
+
+    def first():
+        assert release.wait(5)
+        order.append("first")
+        threads.append(threading.current_thread())
+        return 1
+
+    def second():
+        order.append("second")
+        threads.append(threading.current_thread())
+        return 2
+
+    call = ThreadCall(first)
+    assert call.then(second)  # returns at once
+    assert order == [] and call.is_alive()
+    release.set()
+    assert call.result() == 2 and order == ["first", "second"] and threads == [call, call]
+    assert not call.then(second) and order == ["first", "second"]  # ended: nothing taken
+    assert sys.getswitchinterval() == interval
+
+
+def test_work_after_a_failure_is_dropped_and_the_failure_is_the_result():
+    ran, release = [], threading.Event()
+
+    def failing():
+        assert release.wait(5)
+        raise OSError("disk full")
+
+    call = ThreadCall(failing)
+    assert call.then(lambda: ran.append(1))
+    release.set()
+    with pytest.raises(OSError, match="disk full"):
+        call.result()
+    assert ran == [] and not call.then(lambda: ran.append(2)) and ran == []
+
+
+def test_killing_a_thread_stops_its_work_and_drops_what_was_handed_after_it():
+    """Stopped between its steps, so the caller's kill does not wait for its work; what was queued never runs."""
+    started, seen = threading.Event(), []
+
+    def working():
+        started.set()
+        for _ in range(500):  # ~5 s unless given up
+            stop_if_given_up()
+            threading.Event().wait(0.01)
+        seen.append("finished")
+
+    call = ThreadCall(working)
+    assert call.then(lambda: seen.append("second"))
+    assert started.wait(5)
+    call.kill()
+    assert not call.is_alive() and seen == [] and isinstance(call.error, GivenUp)

@@ -415,7 +415,9 @@ class ThreadCall(threading.Thread):
 
     def __init__(self, fn: Callable[..., Any], *args: Any):
         super().__init__(name="dlscope-background", daemon=True)
-        self.fn, self.args = fn, args
+        self.work: list[tuple[Callable[..., Any], tuple]] = [(fn, args)]
+        self.lock = threading.Lock()
+        self.ended = False  # no more work taken (:meth:`then`)
         self.given_up = threading.Event()  # set by kill(): the work ends at its next check (stop_if_given_up)
         self.value: Any = None
         self.error: BaseException | None = None
@@ -423,13 +425,35 @@ class ThreadCall(threading.Thread):
         sys.setswitchinterval(min(self.saved_interval, self.SWITCH_INTERVAL_S))
         self.start()
 
+    def then(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """``fn(*args)`` on this thread once its work so far is done (its value the result), the caller going on
+        at once; False, nothing taken, where the thread has ended. One thread for work handed over piece by piece:
+        a thread started per piece would allocate in an arena of its own while the one before still runs."""
+        with self.lock:
+            if self.ended:
+                return False
+            self.work.append((fn, args))
+            return True
+
     def run(self) -> None:
+        fn: Callable[..., Any] | None = None
+        args: tuple = ()
         try:
-            self.value = self.fn(*self.args)
+            while True:
+                with self.lock:
+                    if not self.work:
+                        self.ended = True
+                        return
+                    fn, args = self.work.pop(0)
+                stop_if_given_up()
+                self.value = fn(*args)
+                fn, args = None, ()  # (the tables handed over, let go once written)
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by result()
+            fn, args = None, ()  # (not kept alive by the error's traceback)
             self.error = e
-        finally:
-            self.args = ()
+            with self.lock:
+                self.ended = True
+                self.work.clear()
 
     def result(self) -> Any:
         self.join()
@@ -440,7 +464,7 @@ class ThreadCall(threading.Thread):
 
     def kill(self) -> None:
         """A thread cannot be killed: it is told to stop at its next :func:`stop_if_given_up` and waited for
-        (its result is dropped)."""
+        (its result is dropped, the work handed to it after that dropped too)."""
         self.given_up.set()
         try:
             self.result()

@@ -5,7 +5,7 @@ Core verdicts and per-op-instance metrics. Aggregations (``aggregation.py``) are
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -92,10 +92,13 @@ class Analysed:
 
     @property
     def ranks(self) -> list[int]:
-        ranks = set()
-        for name in ("ops", "kernels", "ranges", "api_calls", "memops"):
-            ranks.update(self.profile.table(name)["rank"].unique().tolist())
-        return sorted(int(r) for r in ranks) or [0]
+        return profile_ranks(self.profile)
+
+
+def profile_ranks(profile: Profile) -> list[int]:
+    """The ranks with ops, kernels, ranges, API calls or memory operations ([0]: none), sorted."""
+    return [int(r) for r in _distinct_ranks([profile.table(name) for name in
+                                             ("ops", "kernels", "ranges", "api_calls", "memops")])] or [0]
 
 
 class _RankTables(Mapping):
@@ -338,10 +341,17 @@ def _categorical(code: np.ndarray, words: list[str]) -> pd.Categorical:
 #: The raw tables that :func:`analyse` leaves as they are (the same frames, no column added or changed): the import
 #: may write them while it analyses (tests/test_kept_as_parsed.py holds it to that on real traces).
 KEPT_AS_PARSED = ("gpus", "memory", "comm_args")
+#: The raw tables whose every column is set once their iterations are (the kernels: and their Tensor Core verdicts
+#: and waves), before the ops' scopes, nodes and metrics, about half the analysis: :func:`analyse` hands them to
+#: ``final`` then, and changes them no more (tests/test_kept_as_parsed.py holds it to that on real traces).
+FINAL_BEFORE_OPS = ("ranges", "api_calls", "memops", "syncs", "kernels")
 
 
-def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
-    """Attribute GPU activity to ops and iterations and compute per-op-instance metrics."""
+def analyse(profile: Profile, key_node: str | None = None,
+            final: Callable[[dict[str, pd.DataFrame]], None] | None = None) -> Analysed:
+    """Attribute GPU activity to ops and iterations and compute per-op-instance metrics. ``final``: given the
+    ``FINAL_BEFORE_OPS`` tables as soon as they are final, the kernels last, in two calls (the import writes them
+    while the analysis goes on)."""
     links = link_launches(profile.api_calls, {"kernels": profile.kernels, "memops": profile.memops,
                                               "syncs": profile.syncs})
     tree, api_op_row = _promote_launching_ranges(profile, links)
@@ -363,6 +373,21 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     found = find_job_iterations(ops, ranges, [int(r) for r in ranks], key_node, _activity_spans(profile))
     iterations, methods, candidates = found.iterations, found.methods, found.candidates
 
+    # GPU activity belongs to the iteration its launching call starts in: all but the kernels are then final, the
+    # kernels with their Tensor Core verdicts and waves
+    for frame, time_col in ((ranges, "start"), (api_calls, "start"), (kernels, "launch_ts"),
+                            (memops, "launch_ts"), (syncs, "launch_ts")):
+        put_column(frame, "iteration", narrow_ints(_assign_by_rank(frame, time_col, iterations)))
+    if final is not None:
+        final({name: profile.table(name) for name in FINAL_BEFORE_OPS if name != "kernels"})
+    kernels["uses_tc"] = classify_names(kernels["name"], kernel_uses_tc)
+    waves = kernel_waves(kernels, profile.gpus)
+    for col in WAVE_COLUMNS:
+        kernels[col] = waves.pop(col)  # the Series itself (same index): shared, not copied
+    del waves
+    if final is not None:
+        final({"kernels": kernels})
+
     # ranges that are a rank's iterations are not a scope of its ops
     steps = iterations[iterations["rank"].map(methods) != "whole_profile"]
     step_keys = pd.MultiIndex.from_frame(steps[["rank", "name"]])
@@ -373,20 +398,11 @@ def analyse(profile: Profile, key_node: str | None = None) -> Analysed:
     # the columns go in last, where they always were
     node = _op_nodes(ops, tree)
 
-    # an op belongs to the iteration its op node (root) starts in; GPU activity to its launching call's
+    # an op belongs to the iteration its op node (root) starts in
     roots = tree.root
     put_column(ops, "iteration", narrow_ints(_assign_by_rank(ops, "start", iterations)[roots] if len(ops)
                                              else np.zeros(0, np.int64)))
-    for frame, time_col in ((ranges, "start"), (api_calls, "start"), (kernels, "launch_ts"),
-                            (memops, "launch_ts"), (syncs, "launch_ts")):
-        put_column(frame, "iteration", narrow_ints(_assign_by_rank(frame, time_col, iterations)))
     iterations["end"] = _iteration_ends(iterations, ops, kernels, memops)
-
-    kernels["uses_tc"] = classify_names(kernels["name"], kernel_uses_tc)
-    waves = kernel_waves(kernels, profile.gpus)
-    for col in WAVE_COLUMNS:
-        kernels[col] = waves.pop(col)  # the Series itself (same index): shared, not copied
-    del waves
     _op_metrics(ops, kernels, memops, tree)
     python_tree = analyse_frames(ops, profile.python_frames)
     _put_op_nodes(ops, tree, _nodes_by_data_type(node, ops["data_type"]))

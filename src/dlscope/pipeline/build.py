@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..analyze.aggregation import resolve_range
-from ..analyze.analysis import KEPT_AS_PARSED, Analysed, analyse
+from ..analyze.analysis import FINAL_BEFORE_OPS, KEPT_AS_PARSED, Analysed, analyse, profile_ranks
 from ..analyze.timeline import matrices_by_rank, stored_arrays
 from ..distributed import write_distributed
 from ..distributed.figures import collective_rows as job_collective_rows
@@ -159,7 +159,7 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
                                        rules_config=rules_config, reading=reading, critical_path=critical_path)
     with _progress(progress) as step, _gc_paused(), arrow_from_malloc(), ExitStack() as opened:
         ncu = [(p, read_ncu_csv(p)) for p in counters]
-        an, windows, early = None, [], {}
+        an, windows, early, handed = None, [], {}, set[str]()
         db: writer.NewDatabase | None = None
         if traces:
             profile = load_profiles_parallel(traces, workers, scheduler, max_memory, step, reading)
@@ -167,8 +167,26 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             if early:  # written by a thread while the analysis runs on one core (a bad range removes the file)
                 db = opened.enter_context(writer.atomic_database(db_path, force))
                 db.write_raw(early, last=False, fork=False)
+
+            pays: list[bool] = []
+
+            def final(tables: dict[str, pd.DataFrame]) -> None:
+                """The tables the analysis has finished part-way through it, handed to the writer thread (after
+                its work so far) with their indexes, while the analysis goes on: on the core it leaves idle."""
+                nonlocal db
+                if not pays:
+                    pays.append(not budget and _hand_over_pays(profile))
+                if not pays[0]:
+                    return
+                if db is None:
+                    db = opened.enter_context(writer.atomic_database(db_path, force))
+                # shallow copies: the writer's own frames, whatever columns the import adds to the tables later
+                db.write_raw({name: frame.copy(deep=False) for name, frame in tables.items()},
+                             first=not early and not handed, last=False, fork=False, own_indexes=True,
+                             op_names=profile.ops[["op_id", "name"]] if "kernels" in tables else None)
+                handed.update(tables)
             step("analysing")
-            an = analyse(profile, key_node)
+            an = analyse(profile, key_node, final)
             for rank in an.ranks:  # a bad --iter-start/--iter-stop fails here, before the database is complete
                 # each rank's iterations: known before its aggregation, a replay beside it walks them
                 its = resolve_range(an, rank, iter_start, iter_stop)["iteration"]
@@ -179,8 +197,9 @@ def build_database(trace_paths: Sequence[str | Path], db_path: str | Path, *, pr
             # the timeline arrays: built by the writer after its indexes, or here first if this process is idle
             timelines = FirstComer(partial(timeline_arrays, an)) if an is not None else None
             if an is not None:
-                db.write_raw({name: frame for name, frame in _raw_tables(an).items() if name not in early},
-                             first=not early, timelines=timelines, fork=_replay_beside_pays(an))
+                db.write_raw({name: frame for name, frame in _raw_tables(an).items()
+                              if name not in early and name not in handed},
+                             first=not early and not handed, timelines=timelines, fork=_replay_beside_pays(an))
                 if budget:  # one stage at a time: the writer's ingest beside the rules' frames would add
                     # ~0.7x the tables to the import's peak (bench/README.md, "h27big")
                     db.wait_written()
@@ -250,8 +269,20 @@ def _replay_beside_pays(an: Analysed) -> bool:
     ranks, the importing process rewrites (the rules, the replay) pages a forked writer keeps a copy of for most
     of its run (~45 MiB of the benchmark trace's peak), while the writer's work is ADBC's, run without the GIL;
     where the ranks outweigh the rows, the per-rank Python work would hold the GIL the writer's steps wait for."""
-    rows = sum(len(an.profile.table(name)) for name in an.RAW)
-    return len(an.ranks) * BESIDE_SECONDS_PER_RANK >= rows * BESIDE_SECONDS_PER_ROW
+    return _ranks_outweigh_rows(an.profile, len(an.ranks))
+
+
+def _ranks_outweigh_rows(profile: Profile, ranks: int) -> bool:
+    rows = sum(len(profile.table(name)) for name in Analysed.RAW)
+    return ranks * BESIDE_SECONDS_PER_RANK >= rows * BESIDE_SECONDS_PER_ROW
+
+
+def _hand_over_pays(profile: Profile) -> bool:
+    """The tables final part-way through the analysis (``FINAL_BEFORE_OPS``) are written then where they hold
+    ``EARLY_ROWS`` or more and the writer after the analysis is a thread that can follow theirs (a forked one
+    would wait for them)."""
+    rows = sum(len(profile.table(name)) for name in FINAL_BEFORE_OPS)
+    return rows >= EARLY_ROWS and not _ranks_outweigh_rows(profile, len(profile_ranks(profile)))
 
 
 @contextmanager

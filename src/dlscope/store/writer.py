@@ -6,6 +6,7 @@ import datetime as dt
 import errno
 import json
 import os
+import re
 import sqlite3
 import stat
 import threading
@@ -70,12 +71,16 @@ def insert_frame(conn: sqlite3.Connection, table: str, frame: pd.DataFrame) -> N
 
 
 def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = True, indexes: bool = True,
-                   timelines: FirstComer | None = None) -> None:
-    """Create the database file (``create``), bulk-load raw tables, then build every index (``indexes``).
+                   timelines: FirstComer | None = None, own_indexes: bool = False,
+                   op_names: pd.DataFrame | None = None) -> None:
+    """Create the database file (``create``), bulk-load raw tables, then build every index (``indexes``: the
+    last part; those an earlier part built are left as they are) and number the searched names.
 
     ``tables`` uses the model's names; ``ops`` is stored as op_nodes + op_instances. A job imported rank by
-    rank appends each rank's tables and builds the indexes once, after the last. ``timelines``: the ranks'
+    rank appends each rank's tables and builds the indexes once, after the last; a part whose tables are
+    complete builds their indexes right after their rows (``own_indexes``). ``timelines``: the ranks'
     timeline arrays, built and stored here after the indexes unless the caller, idle first, took them.
+    ``op_names``: the ops' op_id and name, for the kernels' search keys where the kernels go before the ops.
     """
     conn = sqlite3.connect(path)
     try:
@@ -92,8 +97,9 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
     finally:
         conn.close()
     kernels = tables.get("kernels")
-    if kernels is not None and "search_key" in columns_of["kernels"]:
-        pairs = kernel_pairs(kernels, tables.get("ops"))
+    search = "search_key" in columns_of["kernels"]
+    if kernels is not None and search:
+        pairs = kernel_pairs(kernels, tables.get("ops", op_names))
         tables = {**tables, "kernels": kernels.assign(search_key=search_keys(pairs))}
     else:
         pairs = None
@@ -101,8 +107,14 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
         with _ArrowIngest(path, columns_of) as ingest:
             for name, frame in tables.items():
                 ingest.add(name, frame)
-            if indexes:  # right after the rows, on the same connection
-                ingest.execute_script(INDEXES + (SEARCH_INDEXES if "search_key" in columns_of["kernels"] else ""))
+            # right after the rows, on the same connection
+            if indexes:
+                built = {name for (name,) in ingest.rows("SELECT name FROM sqlite_master WHERE type = 'index'")}
+                ingest.execute_script(index_sql(search, lambda name, _: name not in built))
+            elif own_indexes:
+                stored = {part for name in tables for part in (("op_nodes", "op_instances") if name == "ops"
+                                                              else (name,))}
+                ingest.execute_script(index_sql(search, lambda _, table: table in stored))
     stop_if_given_up()
     # the ranks' timeline arrays here unless the caller, its own work done, has already taken them
     build_timelines = timelines is not None and timelines.take()
@@ -124,6 +136,16 @@ def write_raw_file(path: str, tables: dict[str, pd.DataFrame], create: bool = Tr
             conn.commit()
         finally:
             conn.close()
+
+
+_CREATE_INDEX = re.compile(r"CREATE INDEX (\w+) ON (\w+)")
+
+
+def index_sql(search: bool, which: Callable[[str, str], bool]) -> str:
+    """The schema's CREATE INDEX statements (``INDEXES``, and ``SEARCH_INDEXES`` where ``search``) that ``which``
+    takes by index name and table name, in the schema's order."""
+    statements = [sql.strip() for sql in (INDEXES + (SEARCH_INDEXES if search else "")).split(";") if sql.strip()]
+    return ";\n".join(sql for sql in statements if which(*_CREATE_INDEX.match(sql).groups()))  # type: ignore[union-attr]
 
 
 def root_op_names(kernels: pd.DataFrame, ops: pd.DataFrame | None) -> pd.Series:
@@ -331,27 +353,42 @@ class NewDatabase:
         self.send_filled: Callable[[], None] | None = None  # sends it the replay's column (ingest_agg_tables)
 
     def write_raw(self, tables: dict[str, pd.DataFrame], first: bool = True, last: bool = True,
-                  timelines: FirstComer | None = None, fork: bool = True) -> None:
+                  timelines: FirstComer | None = None, fork: bool = True, own_indexes: bool = False,
+                  op_names: pd.DataFrame | None = None) -> None:
         """Write raw tables in the background (a forked child that reads the tables copy-on-write, its end
         readable at ``raw_ended``, or a thread where this process must not fork): the ``first``
-        part creates the file, the ``last`` builds the indexes (a whole import is one part; a job imported
-        rank by rank, one part per rank and a last one). A part waits for the one before: one writer at a
-        time. ``timelines``: the timeline arrays, built there too unless this process takes them first
-        (``write_raw_file``). ``fork=False``: a thread even where a child could be forked (it shares the pages
-        the importing process goes on to rewrite, which a forked child would keep a second copy of)."""
-        self._wait_raw()
+        part creates the file, the ``last`` builds the indexes not built yet (a whole import is one part; a job
+        imported rank by rank, one part per rank and a last one; an import may hand its tables over as each
+        becomes final, each part building its own tables' indexes: ``own_indexes``). One writer at a time: a
+        part for a thread goes to the raw tables' writer thread still running, after its work (the caller goes
+        on: :meth:`ThreadCall.then`), any other waits for the writer before it here. ``timelines``: the
+        timeline arrays, built there too unless this process takes them first (``write_raw_file``).
+        ``fork=False``: a thread even where a child could be forked (it shares the pages the importing process
+        goes on to rewrite, which a forked child would keep a second copy of). ``op_names``: see
+        :func:`write_raw_file`."""
+        args = (self.path, tables, first, last, timelines, own_indexes, op_names)
         if not fork or not can_fork():
-            self.raw_writer = ThreadCall(write_raw_file, self.path, tables, first, last, timelines)
+            running = self.raw_writer if self._raw_thread() else None
+            if isinstance(running, ThreadCall) and running.then(write_raw_file, *args):
+                return
+            self._wait_raw()
+            self.raw_writer = ThreadCall(write_raw_file, *args)
             return
+        self._wait_raw()
         read, write = os.pipe()  # its writing end lives in the forked writer only: closed when it exits
         try:
-            self.raw_writer = ForkedCall(write_raw_file, self.path, tables, first, last, timelines)
+            self.raw_writer = ForkedCall(write_raw_file, *args)
         except BaseException:
             os.close(read)
             raise
         finally:
             os.close(write)
         self.raw_ended = read
+
+    def _raw_thread(self) -> bool:
+        """The background writer is a thread writing raw tables (no aggregation writer waits on it)."""
+        return (isinstance(self.raw_writer, ThreadCall) and self.queued_writer is None and not self.agg_writer
+                and self.send_filled is None)
 
     def _close_raw_ended(self) -> None:
         if self.raw_ended >= 0:
