@@ -111,3 +111,14 @@ def test_a_graph_capture_s_roofline_evidence_is_strict_json(tmp_path):
     assert rows
     for text in rows:
         json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in stored evidence"))
+
+
+def test_a_graph_capture_s_roofline_finding_names_no_precision_and_no_graph_advice(tmp_path):
+    """The first H200 session's AMP CNN with 4 workers, graphed: its modelled math is a GradScaler scalar FP64
+    reciprocal beside FP32 casts. The finding named "fp64" as its math and advised CUDA graphs."""
+    trace = H200 / "amp_graphs_w4.pt.trace.json.gz"
+    assert _launches(trace)["replayed"].sum() > 0                  # the raw JSON: kernels run by graph launches
+    got = findings(_db(tmp_path, trace))["roofline_quadrant"]
+    assert "so no precision dominates" in got["problem"] and "fp64" not in got["problem"]
+    assert got["evidence"]["dominant_precision"] is None
+    assert "CUDA Graphs" not in got["recommendation"]

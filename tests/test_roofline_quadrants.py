@@ -115,3 +115,28 @@ def test_run_of_copies_alone_has_memory_utilization_and_no_dominant_precision():
     assert util["memory_utilization_pct"] == pytest.approx(50.0)
     assert util["compute_utilization_pct"] == 0.0
     assert util["dominant_precision"] is None and util["dominant_tensor_cores"] is False
+
+
+def test_a_sliver_of_math_beside_copies_names_no_dominant_precision():
+    """A 1 ms scalar FP64 op with FLOPs beside 19 ms of FP32 casts without any: math is 5 % of the placed time,
+    under ``min_math_share`` (10 %), so no precision dominates and no precision hint follows; at 2 ms of 20 it
+    is 10 % and FP64 dominates."""
+    cast = {"time_ns": 19e6, "flops": 0, "bytes": 1e9, "peak": 50e12, "precision": "fp32", "tensor_cores": False,
+            "family": "data_movement"}
+    scalar = {"time_ns": 1e6, "flops": 1.0, "bytes": 8.0, "peak": 25e12, "precision": "fp64", "tensor_cores": False,
+              "family": "elementwise"}
+    util = run_utilization([cast, scalar], 4e12, "9.0", "ops")
+    assert util["math_time_pct"] == pytest.approx(5.0)
+    assert util["dominant_precision"] is None and util["dominant_tensor_cores"] is False
+    more = run_utilization([{**cast, "time_ns": 18e6}, {**scalar, "time_ns": 2e6}], 4e12, "9.0", "ops")
+    assert more["math_time_pct"] == pytest.approx(10.0) and more["dominant_precision"] == "fp64"
+
+
+def test_a_run_that_replays_graphs_is_not_told_to_use_them():
+    point = {"time_ns": 1e6, "flops": 0.05 * 19.5e12 * 1e-3, "bytes": 0.05 * 1.555e12 * 1e-3, "peak": 19.5e12,
+             "precision": "fp32", "tensor_cores": False, "family": "gemm"}
+    eager = run_utilization([point], 1.555e12, "8.0", "ops")
+    graphed = run_utilization([point], 1.555e12, "8.0", "ops", graphs=True)
+    assert eager["quadrant"] == graphed["quadrant"] == "both_low"
+    assert any("CUDA Graphs" in a for a in eager["advice"])
+    assert not any("CUDA Graphs" in a for a in graphed["advice"]) and len(graphed["advice"]) == len(eager["advice"]) - 1

@@ -27,6 +27,11 @@ def high_utilization() -> float:
     return float(_advice()["high_utilization"])
 
 
+def min_math_share() -> float:
+    """Below this share of the placed ops' time in ops doing math, no precision dominates the run."""
+    return float(_advice()["min_math_share"])
+
+
 def min_modelled_share() -> float:
     """Below this share of the op GPU time, the modelled ops are too few to judge the run's quadrant."""
     return float(_advice()["min_modelled_share"])
@@ -50,7 +55,7 @@ def _cc_at_least(cc: str | None, minimum: str) -> bool:
 
 
 def advice(which: str | None, precision: str | None, tensor_cores: bool | None, family: str | None,
-           cc: str | None, vendor: str | None = None, peaks: Iterable[str] = ()) -> list[str]:
+           cc: str | None, vendor: str | None = None, peaks: Iterable[str] = (), graphs: bool = False) -> list[str]:
     """The hints of a quadrant whose conditions hold for the run's dominant work. ``min_cc`` is an NVIDIA
     compute capability: it never holds on an AMD GPU, whose traces carry the GFX version in the same field;
     ``vendors`` needs the GPU's vendor known and listed; ``peaks`` needs those ceilings in the GPU's table."""
@@ -71,6 +76,8 @@ def advice(which: str | None, precision: str | None, tensor_cores: bool | None, 
             continue
         if "families" in when and family not in when["families"]:
             continue
+        if "graphs" in when and graphs != when["graphs"]:
+            continue
         hints.append(hint["text"])
     return hints
 
@@ -87,9 +94,10 @@ def point_utilization(flops: float | None, nbytes: float | None, time_ns: float 
 
 
 def run_utilization(points: list[dict], dram: float | None, cc: str | None, basis: str,
-                    vendor: str | None = None, peaks: Iterable[str] = ()) -> dict | None:
+                    vendor: str | None = None, peaks: Iterable[str] = (), graphs: bool = False) -> dict | None:
     """Run-level utilization over points with keys time_ns, flops, bytes, peak, precision, tensor_cores,
-    family (ops of an aggregation, or counter-profiled kernels); None without a point on a roof."""
+    family (ops of an aggregation, or counter-profiled kernels); None without a point on a roof. ``graphs``:
+    the run already replays CUDA/HIP graphs (hints with ``"graphs": false`` are left out)."""
     placed = [p for p in points if p.get("time_ns") and p["time_ns"] > 0 and p.get("flops") is not None
               and (p.get("peak") or p["flops"] == 0)]              # copies and fills: time and bytes, no math
     if not placed or not dram or not any(p.get("peak") for p in placed):
@@ -101,8 +109,11 @@ def run_utilization(points: list[dict], dram: float | None, cc: str | None, basi
     for p in (p for p in placed if p["flops"]):
         key = (p.get("precision"), bool(p.get("tensor_cores")))
         by_time[key] = by_time.get(key, 0.0) + p["time_ns"]
-    # No op with math (a CUDA-graph run whose modelled ops are copies and fills): no dominant precision
-    precision, tensor = max(by_time, key=lambda k: (by_time[k], str(k))) if by_time else (None, False)
+    # Little or no math (a CUDA-graph run whose modelled ops are copies and fills, beside a scalar op or two):
+    # no dominant precision, and no precision hint follows one
+    math_share = sum(by_time.values()) / (seconds * 1e9)
+    precision, tensor = (max(by_time, key=lambda k: (by_time[k], str(k))) if math_share >= min_math_share()
+                         else (None, False))
     families: dict[str, float] = {}
     for p in placed:
         if p.get("family"):
@@ -113,5 +124,6 @@ def run_utilization(points: list[dict], dram: float | None, cc: str | None, basi
             "compute_utilization_pct": 100.0 * compute, "memory_utilization_pct": 100.0 * memory,
             "high_utilization_pct": 100.0 * high_utilization(), "quadrant": which,
             "quadrant_label": _advice()["quadrants"][which]["label"] if which else None,
+            "math_time_pct": 100.0 * math_share,
             "dominant_precision": precision, "dominant_tensor_cores": tensor, "dominant_family": family,
-            "advice": advice(which, precision, tensor, family, cc, vendor, peaks)}
+            "advice": advice(which, precision, tensor, family, cc, vendor, peaks, graphs)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...analyze.categories import graph_launch_ids
 from ...roofline.analysis import node_cost, place, roof_of
 from ...roofline.quadrants import run_utilization
 from ..evidence import fmt_ns
@@ -87,7 +88,8 @@ def roofline_quadrant(ctx, cfg):
     points, placed = _modelled(ctx, ceilings)
     dram = ceilings.bandwidth["dram"]
     cc = None if ctx.compute_capability is None else f"{ctx.compute_capability:.1f}"
-    util = run_utilization(points, dram, cc, "ops", ceilings.vendor, list(ceilings.flops))
+    util = run_utilization(points, dram, cc, "ops", ceilings.vendor, list(ceilings.flops),
+                           graphs=len(graph_launch_ids(ctx.api_calls)) > 0)
     if util is None or util["quadrant"] not in cfg["quadrants"]:
         return None
     target = cfg["target_pct_of_roof"] / 100.0
@@ -111,12 +113,16 @@ def roofline_quadrant(ctx, cfg):
            "saving_ns": saved[top_rows], "bound": _texts(placed["bound"], top_rows)}
     worst = {c: values[0] for c, values in top.items()}
     units = f" on {ctx.matrix_units.plural}" if util["dominant_tensor_cores"] else ""
+    math = (f"the math with the most GPU time is {util['dominant_precision']}{units}" if util["dominant_precision"]
+            else f"only {util['math_time_pct']:.1f}% of that time is math (the rest copies, fills and casts), so no "
+                 "precision dominates" if util["math_time_pct"] > 0 else
+            "none of that time is math (copies, fills and casts), so no precision dominates")
     problem = (
         f"The {len(placed['node_id'])} modelled op nodes ({fmt_ns(int(gpu_time.sum()))} of GPU time) sit in the "
         f"{util['quadrant_label']} quadrant of the roofline: compute utilization "
         f"{util['compute_utilization_pct']:.1f}%, memory utilization {util['memory_utilization_pct']:.1f}% of "
-        f"{ceilings.name} (high from {util['high_utilization_pct']:.0f}%); the math with the most GPU time is "
-        f"{util['dominant_precision']}{units}, the op family with the most is "
+        f"{ceilings.name} (high from {util['high_utilization_pct']:.0f}%); {math}; the op family with the most "
+        f"GPU time is "
         f"{util['dominant_family'] or 'unknown'}. The op furthest below its roof, "
         f"{worst['op_name']}, runs at {worst['pct_of_ceiling']:.1f}% of its {worst['bound']} roof for "
         f"{fmt_ns(int(worst['gpu_time_ns']))}.")
