@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 from ..analyze.aggregation import CATEGORIES, CATEGORY_LABELS
+from ..analyze.gpu_timing import timed_on_gpu
 from ..analyze.iterations import GUESSED
 from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..analyze.throughput import throughput, throughput_facts
@@ -103,7 +104,47 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
                 "peak_flops_per_s": row.get("peak_flops_per_s"), "precision": row.get("mfu_precision"),
                 "mfu": row.get("mfu")},
         **critical_path_section(conn, agg_id, row),
+        **({} if whole else iteration_on_gpu_section(conn, agg_id)),
     }
+
+
+#: per profiled iteration of an aggregation: its window and the end of the GPU activity its calls launched in a
+#: table (kernels or memops). Exact and cheap: an activity starting more than the table's longest duration before
+#: the iteration's last-starting one ends before that one does, so only the tail of the (rank, iteration, start)
+#: index is read.
+_GPU_ENDS_SQL = """
+SELECT i.iteration, i.start, i."end", (
+    SELECT MAX(a."end") FROM {table} a WHERE a.rank = i.rank AND a.iteration = i.iteration AND a.start >= (
+        SELECT MAX(start) FROM {table} WHERE rank = i.rank AND iteration = i.iteration) - (SELECT MAX(dur) FROM {table}))
+FROM agg_iterations i WHERE i.agg_id = ? AND i.profiled = 1 ORDER BY i.iteration"""
+
+
+def iteration_on_gpu_section(conn: sqlite3.Connection, agg_id: int) -> dict:
+    """``{"iteration_on_gpu_ns": {"min", "median", "max", "slowest_iteration", "median_lag"}}`` where the GPU ran
+    behind the CPU (``analyze.gpu_timing``, with the ``iteration_variance`` rule's packaged ``tolerance``), else {}:
+    the key is absent where the windows time the iterations."""
+    import numpy as np
+
+    from ..experts.config import default_config
+
+    rows = None
+    for table in ("kernels", "memops"):
+        if _has_table(conn, table):
+            got = np.array([[-1 if v is None else v for v in r]
+                            for r in conn.execute(_GPU_ENDS_SQL.format(table=table), (agg_id,))], np.int64)
+            if rows is not None and len(got):
+                got[:, 3] = np.maximum(got[:, 3], rows[:, 3])
+            rows = got
+    if rows is None or len(rows) < 2:
+        return {}
+    timed = timed_on_gpu(rows[:, 3], rows[:, 1], rows[:, 2], default_config()["iteration_variance"]["tolerance"])
+    if timed is None:
+        return {}
+    d = timed.durations
+    slowest = int(np.argmax(d))   # the first of the longest, as the windows' slowest_iteration
+    return {"iteration_on_gpu_ns": {
+        "min": int(d.min()), "median": round_ns(statistics.median(d.tolist())), "max": int(d[slowest]),
+        "slowest_iteration": int(rows[slowest, 0]), "median_lag": timed.lag_ns}}
 
 
 def critical_path_section(conn: sqlite3.Connection, agg_id: int, row: dict) -> dict:
@@ -207,6 +248,13 @@ def summary_dict(db_path: str | Path, agg_id: int | None = None, rank: int | Non
         return out
     finally:
         conn.close()
+
+
+def on_gpu_text(on_gpu: dict) -> str:
+    """The iterations timed on the GPU, said beside the windows' 'Iteration time'."""
+    return (f"on the GPU: min {fmt_ns(on_gpu['min'])}, median {fmt_ns(on_gpu['median'])}, max {fmt_ns(on_gpu['max'])} "
+            f"(iteration {on_gpu['slowest_iteration']}); the GPU ran {fmt_ns(on_gpu['median_lag'])} behind the CPU "
+            "on the median, so the windows above time the CPU's pace")
 
 
 def system_text(facts: dict | None) -> str:
@@ -479,6 +527,7 @@ def render_summary(summary: dict) -> str:
         ("Iteration time", "n/a" if not a.get("iteration_ns") else
          f"min {fmt_ns(a['iteration_ns']['min'])}, median {fmt_ns(a['iteration_ns']['median'])}, "
          f"max {fmt_ns(a['iteration_ns']['max'])} (iteration {a['iteration_ns']['slowest_iteration']})"),
+        *((("", on_gpu_text(a["iteration_on_gpu_ns"])),) if a.get("iteration_on_gpu_ns") else ()),
         ("GPU utilization", fmt_pct(a["gpu_utilization"]) if p["kernel_count"] else "n/a (no GPU kernels)"),
         (f"{units.singular} kernel efficiency", fmt_pct(a["tc_kernel_efficiency"])
          if a["tc_kernel_efficiency"] is not None else f"n/a (no kernels of {units.singular}-eligible ops)"),

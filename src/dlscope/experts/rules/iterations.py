@@ -22,13 +22,16 @@ the GPU is the bottleneck and the CPU queues work ahead, the windows time the CP
 holds every earlier iteration's unfinished GPU work (an H200 capture: nine 8 ms windows, then a 372 ms one,
 for iterations that each took 44 ms of GPU time). When the iterations' GPU work ends, on the median, later than
 ``tolerance`` of a window after their windows, each iteration is timed on the GPU instead: from the end of the
-previous iteration's GPU work to the end of its own (the first from its window's start).
+previous iteration's GPU work to the end of its own (the first from its window's start): ``analyze.gpu_timing``,
+which the summary uses too.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ...analyze import gpu_timing
+from ...analyze.gpu_timing import GpuTimed
 from ..evidence import fmt_ns
 from ..finding import Finding
 from ..registry import rule
@@ -66,33 +69,12 @@ def _listed(numbers, durations, med: float) -> str:
                      for i, x in zip(numbers, durations))
 
 
-def gpu_ends(ctx, numbers: np.ndarray) -> np.ndarray:
-    """The end of each iteration's last kernel or memory operation (attributed by launching call), -1 where it
-    launched none."""
-    ends = np.full(len(numbers), -1, np.int64)
-    for table in ("kernels", "memops"):
-        iteration = ctx.col(table, "iteration")
-        if len(iteration):
-            at = np.searchsorted(numbers, iteration.astype(np.int64))
-            ok = (at < len(numbers)) & (numbers[np.minimum(at, len(numbers) - 1)] == iteration)
-            np.maximum.at(ends, at[ok], ctx.col(table, "end").astype(np.int64)[ok])
-    return ends
-
-
-def gpu_timed(ctx, numbers: np.ndarray, tolerance: float) -> tuple[np.ndarray, np.ndarray, int] | None:
-    """(durations, starts, median lag) of the iterations timed on the GPU where the GPU ran behind the CPU (see
-    the module's docstring), else None."""
-    if len(numbers) < 2:
-        return None
-    ends = gpu_ends(ctx, numbers)
-    if (ends < 0).any() or (np.diff(ends) <= 0).any():
-        return None
-    start, end = ctx.iteration_col("start").astype(np.int64), ctx.iteration_col("end").astype(np.int64)
-    lag = float(np.median(ends[:-1] - end[:-1]))
-    if lag <= tolerance * float(np.median(end[:-1] - start[:-1])):
-        return None
-    starts = np.concatenate([start[:1], ends[:-1]])
-    return (ends - starts).astype(np.float64), starts, int(lag)
+def gpu_timed(ctx, numbers: np.ndarray, tolerance: float) -> GpuTimed | None:
+    """The iterations timed on the GPU where the GPU ran behind the CPU (``analyze.gpu_timing``), else None."""
+    return gpu_timing.gpu_timed(
+        np.concatenate([ctx.col("kernels", "iteration"), ctx.col("memops", "iteration")]).astype(np.int64),
+        np.concatenate([ctx.col("kernels", "end"), ctx.col("memops", "end")]).astype(np.int64),
+        numbers, ctx.iteration_col("start"), ctx.iteration_col("end"), tolerance)
 
 
 @rule("iteration_variance")
@@ -106,7 +88,7 @@ def iteration_variance(ctx, cfg):
     ranges = np.column_stack([its["start"].to_numpy(np.int64), its["end"].to_numpy(np.int64)])
     on_gpu = gpu_timed(ctx, numbers, tol)
     if on_gpu is not None:
-        d, starts, lag = on_gpu
+        d, starts, lag = on_gpu.durations.astype(np.float64), on_gpu.starts, on_gpu.lag_ns
         ranges = np.column_stack([starts, starts + d.astype(np.int64)])
     first_of_profile = int(ctx.aggregation.iterations["iteration"].to_numpy().min())
     rest_med = float(np.median(d[1:]))
