@@ -114,8 +114,9 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
 #: index is read.
 _GPU_ENDS_SQL = """
 SELECT i.iteration, i.start, i."end", (
-    SELECT MAX(a."end") FROM {table} a WHERE a.rank = i.rank AND a.iteration = i.iteration AND a.start >= (
-        SELECT MAX(start) FROM {table} WHERE rank = i.rank AND iteration = i.iteration) - (SELECT MAX(dur) FROM {table}))
+    SELECT MAX(a."end") FROM {table} a WHERE a.rank = i.rank AND a.iteration = i.iteration
+    AND a.start >= (SELECT MAX(start) FROM {table} WHERE rank = i.rank AND iteration = i.iteration)
+                   - (SELECT MAX(dur) FROM {table}))
 FROM agg_iterations i WHERE i.agg_id = ? AND i.profiled = 1 ORDER BY i.iteration"""
 
 
