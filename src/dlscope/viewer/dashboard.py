@@ -140,6 +140,7 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
                                "ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
         if db.has("agg_ops") else []
     out["iterations"] = iteration_series(db, a)
+    out["iteration_on_gpu"] = iteration_on_gpu(db, agg)
     simulated = "simulated_saving_ns" if db.has("findings") and any(
         r[1] == "simulated_saving_ns" for r in db.execute('PRAGMA table_info("findings")')) else "NULL"
     not_priced = "not_priced" if db.has("findings") and any(
@@ -155,6 +156,16 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
     # all findings a scenario models, priced together by replay (whatif.stored): overlaps counted once
     out["findings_combined_saving_ns"] = agg.get("findings_combined_saving_ns")
     return out
+
+
+def iteration_on_gpu(db: ProfileDB, agg: dict) -> dict | None:
+    """The summary's iterations timed on the GPU (``iteration_on_gpu_ns``) where the GPU ran behind the CPU,
+    else None."""
+    from dlscope.present.summary import iteration_on_gpu_section
+
+    if agg.get("iteration_method") == "whole_profile" or not db.has("agg_iterations"):
+        return None
+    return iteration_on_gpu_section(db.connection(), agg["agg_id"]).get("iteration_on_gpu_ns")
 
 
 def memory_chart(db: ProfileDB, agg_id: int, rank: int | None = None) -> dict | None:

@@ -13,6 +13,8 @@ const TIPS = {
   total: "The number of iterations found in the profile.",
   profiled: "The number of iterations aggregated: from Start Iteration to Stop Iteration, inclusive.",
   avg: "Wall clock time divided by the number of profiled iterations.",
+  on_gpu: "The GPU ran behind the CPU (the CPU queued iterations ahead), so the iteration windows time the CPU's pace: each iteration timed on the GPU instead, from the end of the previous iteration's GPU work to the end of its own (the first from its window's start).",
+  lag: "How long after its CPU window an iteration's GPU work ended, on the median of the profiled iterations but the last.",
   op_nodes: "Ops at the level the model's code calls them (the outermost framework ops, e.g. aten::linear for nn.Linear); the ops nested in them are counted in them, never twice.",
   tc_eligible_op_nodes: "Op nodes whose type can run on Tensor Cores (GEMM, convolution, attention, RNN families), or that contain such an op.",
   op_nodes_using_tc: "TC eligible op nodes with at least one Tensor Core kernel beneath them.",
@@ -47,6 +49,15 @@ export function linkify(text) {
     else out.append(part);
   });
   return out;
+}
+
+/** The iterations timed on the GPU (the summary's iteration_on_gpu_ns), only where the GPU ran behind the CPU. */
+function onGpuRows(g, ms) {
+  if (!g) return [];
+  const figures = el("span", { "data-testid": "iteration-on-gpu", "data-min": g.min, "data-median": g.median, "data-max": g.max, "data-slowest": g.slowest_iteration },
+    ms(g.min), " / ", ms(g.median), " / ", ms(g.max), ` (iteration ${g.slowest_iteration})`);
+  const lag = el("span", { "data-testid": "gpu-lag", "data-ns": g.median_lag }, ms(g.median_lag));
+  return [["Iteration Time on the GPU (ms): min / median / max", figures, TIPS.on_gpu], ["GPU Behind the CPU (ms, median)", lag, TIPS.lag]];
 }
 
 function kv(rows) {
@@ -176,6 +187,7 @@ export function renderDashboard(content, data) {
     ["Profiled Iterations", a.iterations_profiled, TIPS.profiled],
     ["Start Iteration", a.iter_start], ["Stop Iteration", a.iter_stop],
     ["Average Iteration Time (ms)", ms(a.avg_iteration_ns), TIPS.avg],
+    ...onGpuRows(d.iteration_on_gpu, ms),
     ["Key Node", a.key_node || "(default)"], ["Iteration Method", a.iteration_method],
     [`Throughput (${tp.unit}/s)`, tp.samples_per_s === null ? null : tp.samples_per_s.toFixed(1), TIPS.throughput],
     ["Reader Cost (ms per iteration)", ms(tp.reader_cost_ns), TIPS.reader],
