@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import data_file, requires_shared
 from test_gpu_behind_cpu import LM_GRAPHS, MS, US, _queued_trace, _raw_steps
 
-from dlscope.analyze.gpu_timing import gpu_timed, iteration_gpu_ends, timed_on_gpu
+from dlscope.analyze.gpu_timing import gpu_timed, iteration_gpu_ends, packaged_tolerance, timed_on_gpu
 from dlscope.format import fmt_ns
 from dlscope.pipeline import build_database
 from dlscope.present.html_report import render_html_report
@@ -20,6 +21,12 @@ from dlscope.present.summary import render_summary, summary_dict
 
 AMP_EAGER = Path(__file__).parent / "data" / "h200" / "amp_eager_w0.pt.trace.json.gz"
 TOLERANCE = 0.15   # iteration_variance's tolerance in data/rules.json
+
+
+def test_the_summary_reads_the_rules_packaged_tolerance():
+    from dlscope.experts.config import default_config
+
+    assert packaged_tolerance() == default_config()["iteration_variance"]["tolerance"] == TOLERANCE
 
 
 def test_gpu_ends_take_each_iterations_last_activity_and_ignore_other_iterations():
@@ -133,3 +140,15 @@ def test_an_eager_capture_keeps_its_windows(tmp_path):
     s = summary_dict(db)
     assert s["aggregation"]["iteration_ns"] is not None and "iteration_on_gpu_ns" not in s["aggregation"]
     assert "on the GPU:" not in render_summary(s)
+
+
+@pytest.mark.slow
+@requires_shared
+def test_a_v100_run_behind_its_cpu_is_timed_on_the_gpu_as_its_raw_json_says(tmp_path):
+    """HTA's V100 trace (../shared/data): CPU windows of 35 to 185 ms, ~95.6 ms each on the GPU."""
+    path = data_file("kineto", "hta_v100_ns_resolution_5steps.pt.trace.json.gz")
+    numbers, gpu, lag = raw_on_gpu(path)
+    a = summary_dict(build_database([path], tmp_path / "v100.sqlite", progress=False))["aggregation"]
+    assert (a["iter_start"], a["iter_stop"]) == (numbers[0], numbers[-1])
+    assert a["iteration_on_gpu_ns"] == {"min": min(gpu), "median": round(statistics.median(gpu)), "max": max(gpu),
+                                        "slowest_iteration": numbers[gpu.index(max(gpu))], "median_lag": lag}

@@ -14,6 +14,9 @@ the iterations the same way.
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+from importlib import resources
 from typing import NamedTuple
 
 import numpy as np
@@ -25,6 +28,14 @@ class GpuTimed(NamedTuple):
     durations: np.ndarray  # int64 ns: the end of the previous iteration's GPU work to the end of its own
     starts: np.ndarray     # int64 ns: where each is timed from (the first: its window's start)
     lag_ns: int            # the median of (GPU work's end − window's end) over all but the last iteration
+
+
+@lru_cache(maxsize=1)
+def packaged_tolerance() -> float:
+    """The ``iteration_variance`` rule's packaged ``tolerance`` (data/rules.json), read without loading the expert
+    systems (16 ms that ``dlscope summary`` does not otherwise spend)."""
+    rules = json.loads(resources.files("dlscope.data").joinpath("rules.json").read_text())
+    return float(rules["iteration_variance"]["tolerance"])
 
 
 def iteration_gpu_ends(activity_iteration, activity_end, numbers) -> np.ndarray:

@@ -7,8 +7,10 @@ import sqlite3
 import statistics
 from pathlib import Path
 
+import numpy as np
+
 from ..analyze.aggregation import CATEGORIES, CATEGORY_LABELS
-from ..analyze.gpu_timing import timed_on_gpu
+from ..analyze.gpu_timing import packaged_tolerance, timed_on_gpu
 from ..analyze.iterations import GUESSED
 from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..analyze.throughput import throughput, throughput_facts
@@ -124,10 +126,6 @@ def iteration_on_gpu_section(conn: sqlite3.Connection, agg_id: int) -> dict:
     """``{"iteration_on_gpu_ns": {"min", "median", "max", "slowest_iteration", "median_lag"}}`` where the GPU ran
     behind the CPU (``analyze.gpu_timing``, with the ``iteration_variance`` rule's packaged ``tolerance``), else {}:
     the key is absent where the windows time the iterations."""
-    import numpy as np
-
-    from ..experts.config import default_config
-
     rows = None
     for table in ("kernels", "memops"):
         if _has_table(conn, table):
@@ -138,7 +136,7 @@ def iteration_on_gpu_section(conn: sqlite3.Connection, agg_id: int) -> dict:
             rows = got
     if rows is None or len(rows) < 2:
         return {}
-    timed = timed_on_gpu(rows[:, 3], rows[:, 1], rows[:, 2], default_config()["iteration_variance"]["tolerance"])
+    timed = timed_on_gpu(rows[:, 3], rows[:, 1], rows[:, 2], packaged_tolerance())
     if timed is None:
         return {}
     d = timed.durations
