@@ -65,6 +65,17 @@ def run_tree(parsed: str, repeat: int) -> None:
                       "figures": _digest({"ranks": ranks, "collectives": collectives})}))
 
 
+def parse_to_pickle(source: str | Path, tree: str, out: str) -> None:
+    """The parsed profile of a trace (or a folder of a job's traces), by ``tree``'s parser in a child, pickled to
+    ``out``: every tree then analyses the same input."""
+    source = Path(source).resolve()
+    paths = sorted(str(p) for p in source.iterdir() if p.is_file()) if source.is_dir() else [str(source)]
+    code = ("import pickle, sys; from dlscope.pipeline.executors import load_profiles_parallel; "
+            "open(sys.argv[2], 'wb').write(pickle.dumps(load_profiles_parallel(sys.argv[1].split('\\n'), 1)))")
+    subprocess.run([sys.executable, "-c", code, "\n".join(paths), out], check=True,
+                   env={**os.environ, "PYTHONPATH": tree})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", nargs="?")
@@ -79,12 +90,7 @@ def main() -> None:
     trees = [str(Path(t).resolve()) for t in args.tree]
     with tempfile.TemporaryDirectory() as tmp:
         parsed = os.path.join(tmp, "parsed.pickle")
-        source = Path(args.source)
-        paths = sorted(str(p) for p in source.iterdir() if p.is_file()) if source.is_dir() else [str(source)]
-        code = ("import pickle, sys; from dlscope.pipeline.executors import load_profiles_parallel; "
-                "open(sys.argv[2], 'wb').write(pickle.dumps(load_profiles_parallel(sys.argv[1].split('\\n'), 1)))")
-        subprocess.run([sys.executable, "-c", code, "\n".join(paths), parsed], check=True,
-                       env={**os.environ, "PYTHONPATH": trees[0]})
+        parse_to_pickle(args.source, trees[0], parsed)
         best: dict[str, dict[str, float]] = {t: {} for t in trees}
         for r in range(args.rounds):
             for tree in trees:

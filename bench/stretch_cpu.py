@@ -25,6 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from main_thread_cpu import parse_to_pickle  # noqa: E402 - a bench script beside this one
+
 STEPS = ("aggregate_ranks", "rank_figures", "replay_init", "replay_figures", "timeline_arrays")
 
 
@@ -136,13 +140,8 @@ def main() -> None:
     trees = [str(Path(t).resolve()) for t in args.tree]
     with tempfile.TemporaryDirectory() as tmp:
         parsed = str(args.keep or Path(tmp) / "parsed.pickle")
-        if not os.path.exists(parsed):
-            source = Path(args.source).resolve()  # a trace, or a folder of a job's traces
-            paths = sorted(str(p) for p in source.iterdir() if p.is_file()) if source.is_dir() else [str(source)]
-            code = ("import pickle, sys; from dlscope.pipeline.executors import load_profiles_parallel; "
-                    "open(sys.argv[2], 'wb').write(pickle.dumps(load_profiles_parallel(sys.argv[1].split('\\n'), 1)))")
-            subprocess.run([sys.executable, "-c", code, "\n".join(paths), parsed], check=True,
-                           env={**os.environ, "PYTHONPATH": trees[0]})
+        if not os.path.exists(parsed):  # a trace, or a folder of a job's traces
+            parse_to_pickle(args.source, trees[0], parsed)
         best: dict[str, dict[str, float]] = {t: {} for t in trees}
         rounds = 1 if args.profile else args.rounds
         for r in range(rounds):
