@@ -5,8 +5,11 @@ DataLoader workers 0 or more, so one short GPU session records the variants dlsc
     dlscope profile -o amp_graphs_w4.sqlite -- python bench/gpu_train_step.py --amp --cuda-graphs --workers 4
 
 --cuda-graphs captures the model's forward and backward with ``torch.cuda.make_graphed_callables`` (the loss and
-the optimizer stay eager). --amp autocasts to FP16 on a GPU (with a GradScaler) and BF16 on a CPU. Runs on a CPU
-too (without --cuda-graphs), which is how the script is tested where no GPU is lent.
+the optimizer stay eager); --whole-step-graph captures the whole FP32 step (forward, loss, backward and the
+optimizer's step) as one CUDA graph replayed once a step (PyTorch's whole-network capture), to check what the
+`cuda-graphs` what-if predicts for a capture that graphs only the forward and backward. Unprofiled only: the step
+has no optimizer.step() call left for a profiler to count. --amp autocasts to FP16 on a GPU (with a GradScaler)
+and BF16 on a CPU. Runs on a CPU too (without the graphs), which is how the script is tested where no GPU is lent.
 """
 
 import argparse
@@ -83,13 +86,19 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--amp", action="store_true", help="autocast (FP16 + GradScaler on a GPU, BF16 on a CPU)")
     parser.add_argument("--cuda-graphs", action="store_true", help="replay forward and backward as CUDA graphs")
+    parser.add_argument("--whole-step-graph", action="store_true",
+                        help="replay the whole FP32 step (optimizer included) as one CUDA graph")
     parser.add_argument("--model", choices=("cnn", "transformer"), default="cnn",
                         help="the small CNN on images, or a small transformer LM on token sequences")
     args = parser.parse_args()
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.cuda_graphs and device != "cuda":
-        print("gpu_train_step.py: --cuda-graphs needs a GPU (torch sees none)", file=sys.stderr)
+    if (args.cuda_graphs or args.whole_step_graph) and device != "cuda":
+        print("gpu_train_step.py: CUDA graphs need a GPU (torch sees none)", file=sys.stderr)
+        return 2
+    if args.whole_step_graph and (args.amp or args.cuda_graphs):
+        print("gpu_train_step.py: --whole-step-graph is FP32 and alone (a GradScaler's step syncs on the host)",
+              file=sys.stderr)
         return 2
     torch.manual_seed(0)
     lm = args.model == "transformer"
@@ -111,6 +120,9 @@ def main() -> int:
         with autocast():                                     # it warms up on a side stream, then captures
             net = torch.cuda.make_graphed_callables(net, (sample,))
 
+    if args.whole_step_graph:
+        return _whole_step_graph(net, optimizer, loader, lm, args)
+
     start = time.perf_counter()
     steps = 0
     for x, y in loader:
@@ -130,6 +142,45 @@ def main() -> int:
             f"workers={args.workers}")
     print(f"gpu_train_step ({mode}, {device}): {steps} steps, loss {loss.item():.4f}, "
           f"{1e3 * elapsed / max(steps, 1):.2f} ms/step")
+    return 0
+
+
+def _whole_step_graph(net, optimizer, loader, lm: bool, args) -> int:
+    """Warm up on a side stream, capture forward, loss, backward and the optimizer's step once, then replay the
+    graph each step after copying the batch into its static inputs."""
+    def step_of(x, y):
+        out = net(x)
+        loss = nn.functional.cross_entropy(out.flatten(0, -2) if lm else out, y.flatten() if lm else y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    batches = iter(loader)
+    x0, y0 = next(batches)
+    static_x, static_y = x0.cuda(), y0.cuda()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            step_of(static_x, static_y)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    optimizer.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_loss = step_of(static_x, static_y)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    steps = 0
+    for x, y in batches:
+        static_x.copy_(x, non_blocking=True)
+        static_y.copy_(y, non_blocking=True)
+        graph.replay()
+        steps += 1
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    print(f"gpu_train_step ({args.model} fp32 whole-step graph workers={args.workers}, cuda): {steps} steps, "
+          f"loss {static_loss.item():.4f}, {1e3 * elapsed / max(steps, 1):.2f} ms/step")
     return 0
 
 
