@@ -274,3 +274,14 @@ def test_exposed_communication_and_memory_on_multi_gpu_training(rules, import_db
     assert got["est_saving_ns"] == _minus(comm, comp, agg["window_start"], agg["window_end"])
     assert "gpu_memory_underutilized" not in rules(V100R1)   # 40% of 32 GB reserved
     assert "exposed_communication" not in rules(W0)
+
+
+def test_stored_evidence_is_strict_json_where_an_op_has_no_precision(import_db):
+    """ResNet-50 with 4 workers: one of the roofline finding's ops has no precision, which was stored as the
+    non-JSON token ``NaN``; every finding's evidence must parse as strict JSON, that op's precision null."""
+    conn, _ = _raw(import_db, W4)
+    rows = conn.execute("SELECT rule, evidence_json FROM findings").fetchall()
+    assert rows
+    parsed = {rule: json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in stored evidence"))
+              for rule, text in rows}
+    assert None in {op["precision"] for op in parsed["roofline_quadrant"]["ops"]}

@@ -656,6 +656,12 @@ class Context:
         return self.frames.in_iterations("api_calls", self.rank)
 
     @cached_property
+    def graph_launches(self) -> np.ndarray:
+        """The api_ids of the rank's calls in the profiled iterations that launch a whole CUDA/HIP graph
+        (``analyze.categories.graph_launch_ids``): kernels they ran were not launched one by one."""
+        return graph_launch_ids(self.api_calls)
+
+    @cached_property
     def ops(self) -> pd.DataFrame:
         """Op instances of the profiled iterations, with ``precision`` (own or nearest ancestor's input
         dtype) and ``eligible_root`` (the outermost TC-eligible op around it, -1 if none)."""

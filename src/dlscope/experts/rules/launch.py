@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analyze.categories import graph_launch_ids
 from ...analyze.intervals import merge
 from ..evidence import fmt_ns, iterations_of, node_ids, plural, top_by
 from ..finding import Finding
@@ -46,7 +45,7 @@ def launch_bound(ctx, cfg):
         return None
     api_id = ctx.col("kernel_facts", "api_id")
     pos = ctx.api_rows(api_id)
-    replayed = np.isin(api_id, graph_launch_ids(ctx.api_calls))
+    replayed = np.isin(api_id, ctx.graph_launches)
     has = (pos >= 0) & ~replayed
     judged = len(start) - int(replayed.sum())
     api_start, api_end = ctx.col("api_calls", "start"), ctx.col("api_calls", "end")

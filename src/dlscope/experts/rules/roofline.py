@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analyze.categories import graph_launch_ids
 from ...roofline.analysis import node_cost, place, roof_of
 from ...roofline.quadrants import run_utilization
 from ..evidence import fmt_ns
@@ -89,7 +88,7 @@ def roofline_quadrant(ctx, cfg):
     dram = ceilings.bandwidth["dram"]
     cc = None if ctx.compute_capability is None else f"{ctx.compute_capability:.1f}"
     util = run_utilization(points, dram, cc, "ops", ceilings.vendor, list(ceilings.flops),
-                           graphs=len(graph_launch_ids(ctx.api_calls)) > 0)
+                           graphs=len(ctx.graph_launches) > 0)
     if util is None or util["quadrant"] not in cfg["quadrants"]:
         return None
     target = cfg["target_pct_of_roof"] / 100.0
