@@ -144,5 +144,26 @@ if [ -n "$ONLY" ]; then
     done
 fi
 
+# 7. The cuda-graphs what-if on a capture that already graphs forward and backward (ONLY='^(env|wsg_.*)$'): the
+# FP32 transformer LM at 16 sequences, eager, --cuda-graphs and --whole-step-graph unprofiled twice each (in turn,
+# so drift shows in both), beside 100-iteration captures of the eager and the graphed step and `dlscope whatif
+# cuda-graphs` of each (docs/gpu-sessions.md, fourth session). Not in a full session.
+if [ -n "$ONLY" ]; then
+    WSG=(--model transformer --batch-size 16 --steps 104)
+    for run in 1 2; do
+        step "wsg_eager_r$run" 60 "$PY" bench/gpu_train_step.py "${WSG[@]}"
+        step "wsg_graphs_r$run" 60 "$PY" bench/gpu_train_step.py "${WSG[@]}" --cuda-graphs
+        step "wsg_whole_r$run" 60 "$PY" bench/gpu_train_step.py "${WSG[@]}" --whole-step-graph
+    done
+    for mode in eager graphs; do
+        flags=()
+        [ "$mode" = graphs ] && flags+=(--cuda-graphs)
+        step "wsg_capture_$mode" 120 "$PY" -m dlscope profile -o "$WORK/wsg_$mode.sqlite" --force --steps 100 \
+            --profile-name "wsg_$mode" --batch-size 16 --sample-unit sequences -- "$PY" bench/gpu_train_step.py \
+            "${WSG[@]}" "${flags[@]}"
+        step "wsg_whatif_$mode" 60 "$PY" -m dlscope whatif "$WORK/wsg_$mode.sqlite" cuda-graphs --json
+    done
+fi
+
 echo "done: $(grep -c 'rc=0' "$LOG") of $(wc -l < "$LOG") steps succeeded" | tee -a "$LOG"
 pack
