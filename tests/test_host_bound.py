@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -89,9 +90,31 @@ def raw_host_wait(path: Path) -> dict:
         split["cpu_op"] += in_ops - in_api
         split["cpu_other"] += (e - s) - in_ops
     in_loading = sum(_covered(loading, s, e) for s, e, _ in waits)
+    by_op: dict = {}
+    for s, e, call in waits:  # the outermost cpu_op open on the launching thread at the call: the op node
+        outer = [x for x in _outermost(evs, (call.pid, call.tid)) if x.start <= call.start < x.end]
+        if outer:
+            by_op[outer[0].name] = by_op.get(outer[0].name, 0) + (e - s) - _covered(loading, s, e)
     return {"wait": sum(e - s for s, e, _ in waits) - in_loading, "loading": in_loading, "split": split,
             "waiting": sum(1 for s, e, _ in waits if e - s > _covered(loading, s, e)),
-            "judged": judged, "replayed": replayed}
+            "judged": judged, "replayed": replayed, "top_op": max(by_op, key=by_op.get) if by_op else None}
+
+
+_OUTER: dict = {}
+
+
+def _outermost(evs, thread) -> list:
+    """The cpu_ops of a thread that no other cpu_op of it encloses."""
+    if (id(evs), thread) not in _OUTER:
+        ops = sorted((x for x in evs if x.cat == "cpu_op" and (x.pid, x.tid) == thread),
+                     key=lambda x: (x.start, -x.end))
+        outer, end = [], None
+        for x in ops:
+            if end is None or x.start >= end:
+                outer.append(x)
+                end = x.end
+        _OUTER[(id(evs), thread)] = outer
+    return _OUTER[(id(evs), thread)]
 
 
 def _db(tmp_path, trace: Path) -> Path:
@@ -110,7 +133,8 @@ def test_host_wait_of_real_captures_matches_their_raw_json(tmp_path, name):
     H200: the finding's wait, waiting kernels and the launching threads' split are the raw JSON's."""
     trace = H200 / f"{name}.pt.trace.json.gz"
     raw = raw_host_wait(trace)
-    got = findings(_db(tmp_path, trace))
+    db = _db(tmp_path, trace)
+    got = findings(db)
     f = got["host_bound"]
     assert raw["replayed"] == 0 and f["evidence"]["graph_replayed_kernels"] == 0
     assert f["est_saving_ns"] == raw["wait"] and f["evidence"]["host_wait_ns"] == raw["wait"]
@@ -123,6 +147,10 @@ def test_host_wait_of_real_captures_matches_their_raw_json(tmp_path, name):
     assert "torch.compile(mode='reduce-overhead')" in f["recommendation"]
     assert "raise the batch size" in f["recommendation"]          # both are training steps
     assert f["evidence"]["node_ids"] and f["evidence"]["iterations"] == [2, 3, 4, 5, 6]
+    assert f"The longest waits come before the kernels of {raw['top_op']} (" in f["problem"]
+    with sqlite3.connect(db) as conn:                               # evidence names op nodes: outermost ops
+        nodes = {r[0] for r in conn.execute("SELECT node_id FROM agg_ops")}
+    assert set(f["evidence"]["node_ids"]) <= nodes
     assert "launch_bound" not in got                              # subsumed where host_bound fires
 
 

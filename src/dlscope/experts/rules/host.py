@@ -18,6 +18,7 @@ gpu_gaps' 1 ms.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ...analyze.intervals import merge
 from ..evidence import fmt_ns, iterations_of, node_ids, plural, top_by
@@ -63,7 +64,8 @@ def host_bound(ctx, cfg):
     split = _host_split(ctx, rows, ws[rows], we[rows], loader)
     graphed = int(facts.replayed.sum())
     n = ctx.config["evidence"]["max_items"]
-    op_id, iteration = ctx.col("kernel_facts", "op_id")[rows], ctx.col("kernel_facts", "iteration")[rows]
+    # op nodes are the outermost ops (agg_ops): each waiting kernel's root op, not the op that launched it
+    op_id, iteration = ctx.col("kernel_facts", "root_op_id")[rows], ctx.col("kernel_facts", "iteration")[rows]
     launched = op_id >= 0
     longest = rows[np.argsort(-wait[rows], kind="stable")[:n]]  # nlargest: ties in row order
     its = iterations_of(iteration)
@@ -82,6 +84,7 @@ def host_bound(ctx, cfg):
         f"({ctx.pct(saving):.1f}% of the aggregated time, {fmt_ns(saving / n_its)} per iteration"
         + (f"; GPU utilization {100 * util:.1f}%" if util is not None else "")
         + (f"; averaged over {n_devices} GPUs" if n_devices > 1 else "") + "). "
+        + _where(ctx, op_id, wait[rows], saving / max(int(wait.sum()), 1))
         + "Meanwhile the launching threads were " + ", ".join(
             f"{100 * split[p] / max(sum(split.values()), 1):.0f}% {HOST_WORDS[p]}"
             for p in sorted(HOST_PARTS, key=lambda p: -split[p])) + ".")
@@ -107,6 +110,21 @@ def host_bound(ctx, cfg):
          "host_wait_ns": int(wait.sum()), "dataloader_wait_ns": int(loading.sum()), "host_split_ns": split,
          "per_iteration_ns": dict(zip(its, per_it.tolist())), "short_kernels": int(short.sum()),
          "launch_bound": bool(launch_bound), "devices": [int(d) for d in distinct(device[rows])]})
+
+
+def _where(ctx, op_id: np.ndarray, wait: np.ndarray, scale: float, k: int = 3) -> str:
+    """The outermost ops, by name, whose kernels waited longest (``op_id``: each kernel's outermost op; ``scale``:
+    the per-GPU share of the summed wait), as a sentence; empty when no waiting kernel has a launching op."""
+    pos = ctx.op_rows(op_id)
+    names, w = ctx.col("ops_all", "name")[pos[pos >= 0]], wait[pos >= 0]
+    if not len(names):
+        return ""
+    codes, uniques = pd.factorize(names, sort=False)
+    sums = np.zeros(len(uniques), np.int64)
+    np.add.at(sums, codes, w)
+    top = np.argsort(-sums, kind="stable")[:k]
+    return "The longest waits come before the kernels of " + ", ".join(
+        f"{uniques[i]} ({fmt_ns(sums[i] * scale)})" for i in top) + ". "
 
 
 def _opens_window(ctx, device: np.ndarray, start: np.ndarray) -> np.ndarray:
