@@ -60,7 +60,7 @@ def raw_host_wait(path: Path) -> dict:
     busy = {d: _merged(v) for d, v in busy.items()}
     opens = {d: {s: i for i, (s, _) in enumerate(v)} for d, v in busy.items()}
     loading = _merged((e.start, e.end) for e in evs if e.cat == "cpu_op" and "DataLoader" in e.name)
-    waits, replayed, judged = [], 0, 0
+    waits, replayed, judged, ended = [], 0, 0, set()
     for k in (e for e in evs if e.cat in KERNEL_CATS):
         call = calls.get(k.args.get("correlation"))
         if call is None or not lo <= call.start < hi:
@@ -71,11 +71,12 @@ def raw_host_wait(path: Path) -> dict:
         judged += 1
         d = k.args.get("device")
         i = opens[d].get(k.start)
-        if i is None:
-            continue                       # the device was busy when it started
+        if i is None or (d, k.start) in ended:
+            continue                       # the device was busy when it started, or the idle is counted
         began = max(busy[d][i - 1][1] if i else lo, lo)
         if call.start >= (busy[d][i - 1][1] if i else lo) and k.start > began:
             waits.append((began, k.start, call))
+            ended.add((d, k.start))
     split = {"cuda_api": 0, "cpu_op": 0, "cpu_other": 0}
     threads: dict = {}
     for s, e, call in waits:
@@ -227,6 +228,26 @@ def test_a_host_bound_trace_gets_its_wait_by_hand(tmp_path):
     assert "launch_bound" not in got
     assert "raise the batch size" not in f["recommendation"]      # no backward: inference
     assert f["severity"] == "high"                                 # 3.9 of ~10 ms
+
+
+def test_an_idle_ended_by_two_kernels_at_once_counts_once(tmp_path):
+    """10 steps of 1000 µs, each with 5 pairs of 50 µs kernels on two streams starting at the same microsecond
+    (b + 150 + 200j), launched 77 and 78 µs into the 150 µs idle before them (the previous pair ended at
+    b + 200j; a step's first pair waits from the previous step's last, ended at b, or from the window's start):
+    50 idles of 150 µs, each counted once although two kernels end it."""
+    t = KinetoTrace()
+    for i in range(10):
+        b = 1000.0 * i
+        t.step(i + 1, b, b + 1000)
+        for j in range(5):
+            at = b + 150 + 200 * j
+            for stream in (7, 8):
+                t.launch(at - 80 + stream, at - 79 + stream, "ampere_sgemm_64x32_nn", at, at + 50, stream=stream)
+    db = build_database([t.write(tmp_path / "pairs.json")], tmp_path / "pairs.sqlite", progress=False)
+    raw = raw_host_wait(tmp_path / "pairs.json")
+    f = findings(db)["host_bound"]
+    assert f["est_saving_ns"] == raw["wait"] == 50 * 150 * US
+    assert f["evidence"]["waiting_kernels"] == raw["waiting"] == 50 and f["evidence"]["kernels_judged"] == 100
 
 
 def test_a_gpu_bound_trace_is_not_host_bound(tmp_path):
