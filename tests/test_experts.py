@@ -21,7 +21,7 @@ from dlscope.pipeline import build_database
 US = 1000
 RULE_IDS = {"amp_not_enabled", "tc_eligible_not_using_tc", "tc_shape_alignment", "gpu_underutilized",
             "dataloader_bottleneck", "pageable_memcpy", "sync_memcpy", "sync_api", "gpu_gaps", "launch_bound",
-            "unfused_optimizer", "fusion_candidates", "layout_transposes", "cudnn_benchmark_off",
+            "host_bound", "unfused_optimizer", "fusion_candidates", "layout_transposes", "cudnn_benchmark_off",
             "iteration_variance", "gpu_memory_underutilized", "gpu_memory_near_capacity", "exposed_communication",
             "tail_effect", "roofline_quadrant"}
 HALF = {"Input type": ["c10::Half", "c10::Half"]}
@@ -226,7 +226,7 @@ def test_launch_bound_kernels_evidence_sums_the_wait_per_name_on_the_job_name_co
 
     import numpy as np
 
-    from dlscope.experts.rules.launch import _top_names
+    from dlscope.experts.rules.launch import top_names
 
     names = np.array(["a", "b", "c", "d", "e", "f", "unused"], dtype=object)
     codes = np.array([1, 0, -1, 1, 2, 0, 3, 3], dtype=np.int64)       # b a ? b c a d d
@@ -235,6 +235,6 @@ def test_launch_bound_kernels_evidence_sums_the_wait_per_name_on_the_job_name_co
     frames = SimpleNamespace(name_codes=lambda key, rank: (codes, names))
     ctx = SimpleNamespace(frames=frames, rank=0)
     # b: 3 + 3 = 6, a: 4 + 1 = 5, d: 9, c: 1; the unnamed 100 left out
-    assert _top_names(ctx, rows, wait[rows], 3) == ["d", "b", "a"]
-    assert _top_names(ctx, rows, wait[rows], 10) == ["d", "b", "a", "c"]
-    assert _top_names(ctx, np.zeros(8, dtype=bool), wait[:0], 3) == []
+    assert top_names(ctx, rows, wait[rows], 3) == ["d", "b", "a"]
+    assert top_names(ctx, rows, wait[rows], 10) == ["d", "b", "a", "c"]
+    assert top_names(ctx, np.zeros(8, dtype=bool), wait[:0], 3) == []

@@ -25,9 +25,9 @@ US = 1000
 MS = 1000 * US
 #: the rules whose advice is about a GPU (the oracle for CPU-only runs; written out here on purpose)
 GPU_FAMILY = {"amp_not_enabled", "tc_eligible_not_using_tc", "tc_shape_alignment", "gpu_underutilized",
-              "pageable_memcpy", "sync_memcpy", "sync_api", "gpu_gaps", "launch_bound", "unfused_optimizer",
-              "fusion_candidates", "layout_transposes", "cudnn_benchmark_off", "gpu_memory_underutilized",
-              "exposed_communication"}
+              "pageable_memcpy", "sync_memcpy", "sync_api", "gpu_gaps", "launch_bound", "host_bound",
+              "unfused_optimizer", "fusion_candidates", "layout_transposes", "cudnn_benchmark_off",
+              "gpu_memory_underutilized", "exposed_communication"}
 SGEMM = "ampere_sgemm_128x64_nn"                                   # FP32 on CUDA cores (cuBLAS naming)
 TF32_GEMM = ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>"
              "(cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1::Params)")

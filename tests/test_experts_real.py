@@ -195,9 +195,16 @@ def test_gpu_gaps_located_and_silent_when_gpu_busy(rules):
 
 
 def test_launch_bound_fires_on_short_kernels_and_not_on_busy_gpu(rules):
-    got = rules(W4)["launch_bound"]
+    got = rules(W0)["launch_bound"]           # short launches; the GPU's other waits are data loading
     assert got["evidence"]["short_kernels"] > 1000
     assert "launch_bound" not in rules(NS)
+
+
+def test_host_bound_subsumes_launch_bound_and_is_silent_on_a_busy_gpu(rules):
+    got = rules(W4)["host_bound"]             # 4 workers: the step waits on the host, not on data loading
+    assert got["evidence"]["launch_bound"] and got["evidence"]["short_kernels"] > 1000
+    assert "Launch-bound:" in got["problem"] and "launch_bound" not in rules(W4)
+    assert "host_bound" not in rules(W0) and "host_bound" not in rules(NS)
 
 
 def test_unfused_optimizer_fires_on_per_parameter_sgd_only(rules):

@@ -1,7 +1,8 @@
 """Rules on CUDA-graph captures (the H200 sessions of 2026-11-27, docs/gpu-sessions.md): kernels replayed from a
-graph are not launched one by one, so `launch_bound` leaves them out (it told a graphed capture to use CUDA
-graphs, its "median launch" being the cudaGraphLaunch), and findings' evidence is strict JSON (an op without a
-precision wrote ``NaN`` into it). Oracles: the raw JSON of real H200 captures read by the standard library."""
+graph are not launched one by one, so `launch_bound` (and `host_bound`, which subsumes it) leaves them out (it
+told a graphed capture to use CUDA graphs, its "median launch" being the cudaGraphLaunch), and findings' evidence
+is strict JSON (an op without a precision wrote ``NaN`` into it). Oracles: the raw JSON of real H200 captures
+read by the standard library."""
 
 from __future__ import annotations
 
@@ -56,10 +57,20 @@ def test_kernels_replayed_from_a_graph_are_not_judged_as_launched_one_by_one(tmp
     assert "launch_bound" not in findings(_db(tmp_path, H200 / "amp_graphs_w0.pt.trace.json.gz"))
 
 
+def _without_host_bound(tmp_path, db: Path) -> dict:
+    """The findings with host_bound disabled: launch_bound is a case of it, and gives way where it fires."""
+    config = tmp_path / "no_host_bound.json"
+    config.write_text(json.dumps({"host_bound": {"enabled": False}}))
+    return findings(db, config)
+
+
 def test_an_eager_capture_is_judged_on_all_its_kernels(tmp_path):
     raw = _launches(H200 / "amp_eager_w0.pt.trace.json.gz")
     assert raw["replayed"].sum() == 0
-    got = findings(_db(tmp_path, H200 / "amp_eager_w0.pt.trace.json.gz"))["launch_bound"]
+    db = _db(tmp_path, H200 / "amp_eager_w0.pt.trace.json.gz")
+    host = findings(db)["host_bound"]                      # the broader finding, saying what launch_bound would
+    assert host["evidence"]["launch_bound"] and host["evidence"]["short_kernels"] == int(raw["short"].sum())
+    got = _without_host_bound(tmp_path, db)["launch_bound"]
     assert got["evidence"]["kernels_total"] == len(raw["short"])
     assert got["evidence"]["short_kernels"] == int(raw["short"].sum())
     assert got["evidence"]["graph_replayed_kernels"] == 0
@@ -86,7 +97,14 @@ def test_kernels_still_launched_one_by_one_beside_a_graph_are_advised_into_it(tm
         if e["cat"] == "cuda_runtime" and e["args"]["correlation"] in graph_calls:
             e["name"] = "cudaGraphLaunch"
     db = build_database([t.write(tmp_path / "graph_beside.json")], tmp_path / "graph_beside.sqlite", progress=False)
-    got = findings(db)["launch_bound"]
+    host = findings(db)["host_bound"]
+    # host_bound (which subsumes launch_bound here) counts the same waits, uncapped, plus the first step's first
+    # kernel, idle from the window's start (26 µs); not the 52 µs before each graph's first kernel (from the last
+    # kernel launched one by one, b + 308, to b + 360): a graph launch runs those
+    assert host["est_saving_ns"] == 12 * 14 * 18_000 + 11 * 92_000 + 26_000
+    assert host["evidence"]["graph_replayed_kernels"] == 120 and host["evidence"]["kernels_judged"] == 180
+    assert "bring them into the graph" in host["recommendation"]
+    got = _without_host_bound(tmp_path, db)["launch_bound"]
     assert got["evidence"]["short_kernels"] == 180 and got["evidence"]["graph_replayed_kernels"] == 120
     assert "180 kernels (100% of 180 launched one by one; 120 kernels replayed from CUDA graphs" in got["problem"]
     assert "bring the kernels still launched one by one into the CUDA graph" in got["recommendation"]

@@ -4,7 +4,8 @@ change is worth. ``evaluate`` runs every registered rule; ``write_findings`` sto
 Each rule lives in its own module under ``experts/rules`` and registers itself (``registry.rule``); its
 thresholds live in ``data/rules.json`` and can be overridden with ``--rules-config FILE``. Two things are
 decided here, once, for every rule: GPU rules do not run on a profile without GPU kernels, and a finding
-without a positive estimated saving is dropped unless it says why it has none (:func:`priced`).
+without a positive estimated saving is dropped unless it says why it has none (:func:`priced`), and the
+finding of a rule another subsumes is dropped where that one fires (``registry.SUBSUMES``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from .config import load_config
 from .context import Context, RuleFrames
 from .finding import Finding
-from .registry import GPU_RULES, as_list, load_rules
+from .registry import GPU_RULES, as_list, load_rules, subsumed
 from .report import write_expert_report
 
 __all__ = ["evaluate", "write_findings", "write_expert_report", "Finding", "Context", "RuleFrames", "load_config"]
@@ -45,6 +46,8 @@ def evaluate(tables: Mapping, aggregation, rules_config: Path | str | None = Non
         for finding in as_list(check(ctx, cfg)):
             if priced(finding) or unpriced_risk(finding):
                 out.append(finding.to_dict(ctx.wall, config["severity"], int(config["evidence"]["max_items"])))
+    gone = subsumed({f["rule"] for f in out})
+    out = [f for f in out if f["rule"] not in gone]
     out.sort(key=lambda f: (_SEVERITY_ORDER[f["severity"]], -(f["est_saving_ns"] or 0), f["rule"]))
     return out
 

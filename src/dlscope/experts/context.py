@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache, cached_property
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,7 @@ from .precision_names import kernel_precisions
 from .spans import Span, distinct
 
 HALF = ("fp16", "bf16")
+T = TypeVar("T")
 
 
 @cache
@@ -635,6 +637,14 @@ class Context:
         self._busy: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._api_order: tuple[np.ndarray, np.ndarray] | None = None
         self._iteration_cols: dict[str, np.ndarray] = {}
+        self._derived: dict[str, object] = {}
+
+    def derived(self, key: str, make: Callable[[], T]) -> T:
+        """``make()``, made once per context under ``key``: a fact several rules derive from the same columns
+        (the kernels' launch calls and host waits, read by ``launch_bound`` and ``host_bound``)."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ loading
 

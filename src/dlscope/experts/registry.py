@@ -15,19 +15,29 @@ RULES: dict[str, Callable] = {}
 #: the rules whose advice is about a GPU (Tensor Cores, CUDA copies and syncs, kernels, GPU memory): they do
 #: not run on a profile without GPU kernels
 GPU_RULES: set[str] = set()
+#: rule id -> the narrower rules it subsumes: where it fires, their findings are dropped (it says what they
+#: would have said, with its own, larger saving); where it stays silent, they speak for themselves
+SUBSUMES: dict[str, tuple[str, ...]] = {}
 
 
-def rule(rule_id: str, *, gpu: bool = False) -> Callable:
+def rule(rule_id: str, *, gpu: bool = False, subsumes: tuple[str, ...] = ()) -> Callable:
     """Register ``check(ctx, cfg)`` under a stable rule id; ``gpu=True`` for GPU advice (skipped when the
-    profile ran no GPU kernel)."""
+    profile ran no GPU kernel); ``subsumes``: rules whose finding is a case of this one's (:data:`SUBSUMES`)."""
     def register(check: Callable) -> Callable:
         if rule_id in RULES and RULES[rule_id] is not check:
             raise ValueError(f"rule id {rule_id!r} registered twice")
         RULES[rule_id] = check
         if gpu:
             GPU_RULES.add(rule_id)
+        if subsumes:
+            SUBSUMES[rule_id] = tuple(subsumes)
         return check
     return register
+
+
+def subsumed(fired: set[str]) -> set[str]:
+    """The rules whose findings give way to a broader rule among ``fired``."""
+    return {narrow for broad in fired for narrow in SUBSUMES.get(broad, ())}
 
 
 def load_rules() -> dict[str, Callable]:

@@ -504,7 +504,8 @@ ASSUMES = {
 
 #: the expert rules whose finding a scenario prices: rule -> the scenario (a rule's own subset of it)
 RULE_SCENARIOS = {"dataloader_bottleneck": "no-dataloader", "sync_api": "no-sync", "sync_memcpy": "no-sync",
-                  "pageable_memcpy": "no-sync", "launch_bound": "cuda-graphs", "amp_not_enabled": "amp"}
+                  "pageable_memcpy": "no-sync", "launch_bound": "cuda-graphs", "host_bound": "cuda-graphs",
+                  "amp_not_enabled": "amp"}
 
 
 def for_rule(rule: str) -> Scenario | None:

@@ -254,8 +254,9 @@ class Replay:
                        savings, priced["combined_saving_ns"])
 
 
-#: the rules whose scenarios :meth:`Replay.plan_ahead` prepares, cheapest first (one of each scenario)
-PLANNED_AHEAD = ("sync_api", "sync_memcpy", "dataloader_bottleneck", "amp_not_enabled", "launch_bound")
+#: the rules whose scenarios :meth:`Replay.plan_ahead` prepares, cheapest first (one of each scenario: cuda-graphs
+#: is host_bound's and launch_bound's, prepared once for both; host_bound, the broader, is the likelier finding)
+PLANNED_AHEAD = ("sync_api", "sync_memcpy", "dataloader_bottleneck", "amp_not_enabled", "host_bound")
 
 
 class _Shared:

@@ -13,6 +13,8 @@ the kernels still launched one by one, and the advice then is to bring them into
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ...analyze.intervals import merge
@@ -38,25 +40,65 @@ def host_wait(ctx, device: np.ndarray, start: np.ndarray, launch_start: np.ndarr
     return out
 
 
-@rule("launch_bound", gpu=True)
-def launch_bound(ctx, cfg):
+@dataclass(frozen=True)
+class Launches:
+    """Per kernel of the aggregation (a row of ``kernel_facts``): how the host launched it."""
+
+    one_by_one: np.ndarray  # its launch call is known and launched it alone (not a CUDA/HIP graph launch)
+    replayed: np.ndarray  # run by a graph launch call
+    launch_start: np.ndarray  # its launch call's start (the kernel's own start where no call is known)
+    launch_dur: np.ndarray  # its launch call's duration (0 where none is known)
+    wait: np.ndarray  # :func:`host_wait` before it, uncapped; 0 unless launched one by one
+
+
+def launches(ctx) -> Launches:
+    """The aggregation's kernels and their launch calls, found once per context (``launch_bound`` and
+    ``host_bound`` read them)."""
+    return ctx.derived("launches", lambda: _launches(ctx))
+
+
+def _launches(ctx) -> Launches:
     start = ctx.col("kernel_facts", "start")
-    if len(start) < cfg["min_kernels"]:
-        return None
     api_id = ctx.col("kernel_facts", "api_id")
     pos = ctx.api_rows(api_id)
     replayed = np.isin(api_id, ctx.graph_launches)
     has = (pos >= 0) & ~replayed
-    judged = len(start) - int(replayed.sum())
     api_start, api_end = ctx.col("api_calls", "start"), ctx.col("api_calls", "end")
     launch_start = np.where(has, api_start[np.maximum(pos, 0)], start)
     launch_dur = np.where(has, (api_end - api_start)[np.maximum(pos, 0)], 0)
+    wait = host_wait(ctx, ctx.col("kernel_facts", "device"), start, launch_start) if len(start) else \
+        np.zeros(0, np.int64)
+    return Launches(has, replayed, launch_start, launch_dur, np.where(has, wait, 0))
+
+
+def short_launches(ctx, cfg) -> np.ndarray:
+    """Per kernel: launched one by one, shorter than ``short_kernel_us`` and no longer than its launch call
+    (``cfg``: launch_bound's thresholds)."""
+    facts = launches(ctx)
     dur = ctx.col("kernel_facts", "dur")
-    short = has & (dur < cfg["short_kernel_us"] * 1000) & (launch_dur >= dur)
-    if judged < cfg["min_kernels"] or short.sum() < cfg["min_short_share"] * judged:
+    return facts.one_by_one & (dur < cfg["short_kernel_us"] * 1000) & (facts.launch_dur >= dur)
+
+
+def launch_bound_holds(ctx, cfg) -> bool:
+    """launch_bound's conditions on the kernels (before its saving is judged): at least ``min_kernels`` not
+    replayed from a graph, and at least ``min_short_share`` of them short launches (``cfg``: its thresholds)."""
+    start = ctx.col("kernel_facts", "start")
+    if len(start) < cfg["min_kernels"]:
+        return False
+    judged = len(start) - int(launches(ctx).replayed.sum())
+    return judged >= cfg["min_kernels"] and short_launches(ctx, cfg).sum() >= cfg["min_short_share"] * judged
+
+
+@rule("launch_bound", gpu=True)
+def launch_bound(ctx, cfg):
+    if not launch_bound_holds(ctx, cfg):
         return None
-    wait = np.minimum(host_wait(ctx, ctx.col("kernel_facts", "device"), start, launch_start),
-                      int(cfg["max_launch_gap_us"] * 1000))
+    start, dur = ctx.col("kernel_facts", "start"), ctx.col("kernel_facts", "dur")
+    facts = launches(ctx)
+    replayed, launch_dur = facts.replayed, facts.launch_dur
+    judged = len(start) - int(replayed.sum())
+    short = short_launches(ctx, cfg)
+    wait = np.minimum(facts.wait, int(cfg["max_launch_gap_us"] * 1000))
     saving = int(wait[short].sum())
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
@@ -86,13 +128,13 @@ def launch_bound(ctx, cfg):
         + f" See {ctx.link('launch_bound')}",
         saving,
         {"node_ids": node_ids(ctx, top_by({c: v[launched] for c, v in sk.items()}, "op_id", "wait", n)),
-         "kernels": _top_names(ctx, short, sk["wait"], n), "iterations": iterations_of(sk["iteration"]),
+         "kernels": top_names(ctx, short, sk["wait"], n), "iterations": iterations_of(sk["iteration"]),
          "time_ranges": [[int(s - w), int(s)] for s, w in
                          zip(sk["start"][longest], wait[short][longest])],
          "short_kernels": int(short.sum()), "kernels_total": int(len(start)), "graph_replayed_kernels": graphed})
 
 
-def _top_names(ctx, rows: np.ndarray, weight: np.ndarray, n: int) -> list:
+def top_names(ctx, rows: np.ndarray, weight: np.ndarray, n: int) -> list:
     """``top_by`` of the kernel names at ``rows`` of the rank's kernels (``weight`` per row), on the job's name
     codes instead of the names (a rank's hashing of its names cost more than the rule's work); rows without a
     name are left out, as ``top_by`` leaves them out."""
