@@ -91,29 +91,29 @@ def test_a_graph_capture_s_na_figures_say_the_matrix_products_were_replayed(grap
     assert a["kernel_time_ns"] == raw["time"]
     # the figures keep PRODUCT.md's definitions: no eligible op, no FLOPs invented for the replays
     assert a["tc_kernel_efficiency"] is None and a["mfu"]["mfu"] is None and a["mfu"]["model_flops"] == 0
-    notes = a["notes"]
     share = f"{100 * raw['replayed_time'] / raw['time']:.1f}%"
-    assert notes["tc_kernel_efficiency"].startswith("no Tensor Core-eligible op ran kernels: the matrix products ran "
-                                                    "replayed from CUDA graphs")
+    assert a["tc_kernel_efficiency_note"].startswith("no Tensor Core-eligible op ran kernels: the matrix products "
+                                                     "ran replayed from CUDA graphs")
     assert (f"{fmt_ns(raw['replayed_time'])} of the {fmt_ns(raw['time'])} of kernel time ({share}) was replayed"
-            in notes["tc_kernel_efficiency"])
-    assert f"{fmt_ns(raw['replayed_tc_time'])} on Tensor Cores" in notes["tc_kernel_efficiency"]
-    assert notes["mfu"].startswith("no op with a FLOP model ran: ")
-    assert "replayed from CUDA graphs, which record no input shapes" in notes["mfu"]
+            in a["tc_kernel_efficiency_note"])
+    assert f"{fmt_ns(raw['replayed_tc_time'])} on Tensor Cores" in a["tc_kernel_efficiency_note"]
+    assert a["mfu_note"].startswith("no op with a FLOP model ran: ")
+    assert "replayed from CUDA graphs, which record no input shapes" in a["mfu_note"]
     m = a["model_summary"]
     assert (m["tc_eligible_op_nodes"], m["op_nodes_using_tc"]) == (0, 2)      # the independent counts stay
-    assert notes["model"] == ("the 2 using them are CUDA graph replays (GraphedBackward, Graphed): the eligible ops "
-                              "they replay are not in the trace")
+    assert a["model_summary_note"] == ("the 2 using them are CUDA graph replays (GraphedBackward, Graphed): the "
+                                       "eligible ops they replay are not in the trace")
     text = " ".join(render_summary(s).split())
     assert "is unknown" not in text and "no kernels of Tensor Core-eligible ops" not in text
-    assert f"MFU n/a ({' '.join(notes['mfu'].split())})" in text
-    assert f"Tensor Core kernel efficiency n/a ({' '.join(notes['tc_kernel_efficiency'].split())})" in text
-    assert f"2 using them; 0.0% of op GPU time in eligible op nodes; {notes['model']}" in text
+    assert f"MFU n/a ({' '.join(a['mfu_note'].split())})" in text
+    assert f"Tensor Core kernel efficiency n/a ({' '.join(a['tc_kernel_efficiency_note'].split())})" in text
+    assert f"2 using them; 0.0% of op GPU time in eligible op nodes; {a['model_summary_note']}" in text
 
 
 def test_the_report_the_dashboard_and_diff_say_what_the_summary_says(graphed):
     db = graphed("lm_fp32_graphs_w0_r1")
-    notes = summary_dict(db)["aggregation"]["notes"]
+    a = summary_dict(db)["aggregation"]
+    notes = {k: a[k] for k in ("tc_kernel_efficiency_note", "mfu_note", "model_summary_note")}
     html = render_html_report(db)
     for note in notes.values():
         assert note and note.replace("'", "&#39;") in html
@@ -121,8 +121,8 @@ def test_the_report_the_dashboard_and_diff_say_what_the_summary_says(graphed):
     dash = dashboard_data(ProfileDB(db), None)
     assert dash["notes"] == notes
     run = load_run(db)                                    # dlscope diff / check say why a metric is n/a
-    assert metric_value(run, "mfu", False) == (None, notes["mfu"])
-    assert metric_value(run, "tc_kernel_efficiency", False) == (None, notes["tc_kernel_efficiency"])
+    assert metric_value(run, "mfu", False) == (None, notes["mfu_note"])
+    assert metric_value(run, "tc_kernel_efficiency", False) == (None, notes["tc_kernel_efficiency_note"])
 
 
 def test_an_eager_capture_has_nothing_to_say_about_graphs(graphed):
@@ -130,9 +130,9 @@ def test_an_eager_capture_has_nothing_to_say_about_graphs(graphed):
     assert _raw(H200 / "fp32_eager_w0.pt.trace.json.gz")["replayed"] == 0
     a = summary_dict(graphed("fp32_eager_w0"))["aggregation"]
     assert a["graph_replay"] is None
-    assert a["tc_kernel_efficiency"] is not None and a["notes"]["tc_kernel_efficiency"] is None
-    assert a["notes"]["model"] is None
-    assert a["mfu"]["mfu"] is not None and a["notes"]["mfu"] is None
+    assert a["tc_kernel_efficiency"] is not None and a["tc_kernel_efficiency_note"] is None
+    assert a["model_summary_note"] is None
+    assert a["mfu"]["mfu"] is not None and a["mfu_note"] is None
 
 
 #: hand-made kernels: an eager GEMM under aten::mm (shapes recorded) and graph-replayed ones under Graphed
@@ -173,18 +173,18 @@ def test_figures_beside_graph_replays_say_what_they_leave_out(tmp_path):
     facts = a["graph_replay"]
     assert (facts["kernel_count"], facts["kernel_time_ns"], facts["tc_kernel_time_ns"]) == (8, 160_000, 40_000)
     assert (facts["matrix_kernel_count"], facts["matrix_kernel_time_ns"]) == (8, 160_000)
-    assert a["notes"]["tc_kernel_efficiency"] == (
+    assert a["tc_kernel_efficiency_note"] == (
         "of the eligible ops' kernels; left out are the kernels replayed from CUDA graphs (Graphed), whose "
         "capturing ops are not in the trace: 160.00 µs of the 240.00 µs of kernel time (66.7%) was replayed, "
         "160.00 µs of it matrix products, 40.00 µs on Tensor Cores")
-    assert a["notes"]["mfu"] == ("the ops with shapes only; 160.00 µs of matrix-product kernels (8 kernels) ran "
+    assert a["mfu_note"] == ("the ops with shapes only; 160.00 µs of matrix-product kernels (8 kernels) ran "
                                  "replayed from CUDA graphs, which record no input shapes, so their FLOPs are not "
                                  "counted")
     assert (a["model_summary"]["tc_eligible_op_nodes"], a["model_summary"]["op_nodes_using_tc"]) == (1, 2)
-    assert a["notes"]["model"] == ("1 of the 2 using them is a CUDA graph replay (Graphed): the eligible ops it "
+    assert a["model_summary_note"] == ("1 of the 2 using them is a CUDA graph replay (Graphed): the eligible ops it "
                                    "replays are not in the trace")
     eager = summary_dict(_mixed(tmp_path, graph=False))["aggregation"]
-    assert eager["graph_replay"] is None and eager["notes"]["mfu"] is None
+    assert eager["graph_replay"] is None and eager["mfu_note"] is None
 
 
 def test_no_matrix_products_is_not_called_an_unknown_peak(tmp_path):
@@ -199,7 +199,7 @@ def test_no_matrix_products_is_not_called_an_unknown_peak(tmp_path):
     db = build_database([t.write(tmp_path / "add.json")], tmp_path / "add.sqlite", progress=False)
     s = summary_dict(db)
     assert s["aggregation"]["mfu"]["model_flops"] == 0
-    assert s["aggregation"]["notes"]["mfu"] == ("no matrix products (GEMM, convolution, attention) among the ops "
+    assert s["aggregation"]["mfu_note"] == ("no matrix products (GEMM, convolution, attention) among the ops "
                                                 "with recorded shapes")
     text = " ".join(render_summary(s).split())
     assert "MFU n/a (no matrix products (GEMM, convolution, attention) among the ops with recorded shapes)" in text

@@ -142,8 +142,8 @@ def metric_value(run: Run, name: str, per_iter: bool) -> tuple[float | None, str
                       "(mark steps with ProfilerStep/dlscope.step(), or import with --key-node)")
     raw = a.get(spec["source"])
     if raw is None:
-        if run.notes.get(name):
-            return None, run.notes[name]
+        if run.notes.get(f"{name}_note"):
+            return None, run.notes[f"{name}_note"]
         why = {"tc_kernel_efficiency": "no kernels of Tensor-Core-eligible ops",
                "gpu_utilization": "no GPU kernels",
                "throughput": "the batch size is unknown: import with --batch-size or --samples-per-step",

@@ -145,7 +145,7 @@ def model_note(model_summary: dict, facts: dict | None) -> str | None:
 
 def figure_notes(conn: sqlite3.Connection, aggregation: dict, units_singular: str = "Tensor Core",
                  units_plural: str = "Tensor Cores") -> dict:
-    """``{"graph_replay": facts or None, "tc_kernel_efficiency": note, "mfu": note, "model": note}`` for an
+    """``{"graph_replay": facts or None, "tc_kernel_efficiency_note", "mfu_note", "model_summary_note"}`` for an
     aggregation (a row of ``aggregations`` or the summary JSON's section; each note None when there is nothing
     to say): the one place the summary, the HTML report and the viewer's dashboard read these words from."""
     facts = graph_replay_facts(conn, int(aggregation["agg_id"]))
@@ -158,5 +158,5 @@ def figure_notes(conn: sqlite3.Connection, aggregation: dict, units_singular: st
     if not isinstance(model, dict):
         model = {"op_nodes_using_tc": aggregation.get("op_nodes_using_tc")}
     return {"graph_replay": facts,
-            "tc_kernel_efficiency": tc_efficiency_note(aggregation, facts, units_singular, units_plural),
-            "mfu": mfu_note(mfu, facts), "model": model_note(model, facts)}
+            "tc_kernel_efficiency_note": tc_efficiency_note(aggregation, facts, units_singular, units_plural),
+            "mfu_note": mfu_note(mfu, facts), "model_summary_note": model_note(model, facts)}

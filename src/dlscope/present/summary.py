@@ -114,11 +114,10 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
 
 
 def _notes(conn: sqlite3.Connection, row: dict, units: MatrixUnits) -> dict:
-    """``graph_replay`` (the kernels replayed from CUDA graphs, or None) and ``notes`` (why Tensor Core kernel
-    efficiency and MFU are n/a or what they leave out, what the Model line's counts hold): ``graph_replay``'s
-    words, which the HTML report and the viewer's dashboard show too."""
-    notes = figure_notes(conn, row, units.singular, units.plural)
-    return {"graph_replay": notes.pop("graph_replay"), "notes": notes}
+    """``graph_replay`` (the kernels replayed from CUDA graphs, or None) and the ``*_note`` keys (why Tensor Core
+    kernel efficiency and MFU are n/a or what they leave out, what the Model line's counts hold):
+    ``present.graph_replay``'s words, which the HTML report, the viewer's dashboard and diff show too."""
+    return figure_notes(conn, row, units.singular, units.plural)
 
 
 #: per profiled iteration of an aggregation: its window and the end of the GPU activity its calls launched in a
@@ -534,11 +533,10 @@ def render_summary(summary: dict) -> str:
              f"{m.get('op_nodes_using_tc', 0):,} using them"
              + (f"; {m['tc_eligible_gpu_time_pct']:.1f}% of op GPU time in eligible op nodes"
                 if m.get("tc_eligible_gpu_time_pct") is not None else ""))
-    notes = a.get("notes") or {}
-    if notes.get("model"):
-        model += f"; {notes['model']}"
+    if a.get("model_summary_note"):
+        model += f"; {a['model_summary_note']}"
     eff = a["tc_kernel_efficiency"]
-    eff_note = notes.get("tc_kernel_efficiency") or (
+    eff_note = a.get("tc_kernel_efficiency_note") or (
         None if eff is not None else f"no kernels of {units.singular}-eligible ops")
     for label, value in (
         ("Iterations", its), ("Wall clock", fmt_ns(a["wall_clock_ns"])),
@@ -557,7 +555,7 @@ def render_summary(summary: dict) -> str:
          "off), so every GPU figure is n/a"),
         ("Model", model),
         ("Throughput", _throughput_text(a.get("throughput") or {})),
-        ("MFU", _mfu_text(a.get("mfu") or {}, notes.get("mfu"))),
+        ("MFU", _mfu_text(a.get("mfu") or {}, a.get("mfu_note"))),
         ("Ops", f"{p['op_count']:,} op calls (every level)"),
         *(() if title else (("GPUs", escape(gpu_list_text(p["gpus"]))),)),
     ):
