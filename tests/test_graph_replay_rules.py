@@ -140,3 +140,68 @@ def test_a_graph_capture_s_roofline_finding_names_no_precision_and_no_graph_advi
     assert "so no precision dominates" in got["problem"] and "fp64" not in got["problem"]
     assert got["evidence"]["dominant_precision"] is None
     assert "CUDA Graphs" not in got["recommendation"]
+
+
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>, std::array<char*, 3ul> >"
+MUL = "void at::native::vectorized_elementwise_kernel<4, at::native::MulFunctor<float>, std::array<char*, 3ul> >"
+
+
+def _chains(tmp_path, graphed) -> dict:
+    """12 steps of 400 µs, each with 6 chains add (8 µs) + 3 µs gap + mul (6 µs), 23 µs apart, under an op that
+    is not Tensor Core-eligible; ``graphed(j)``: whether chain j of a step is replayed from a CUDA graph (its two
+    launch calls are cudaGraphLaunch)."""
+    t = KinetoTrace()
+    graph_calls = set()
+    for step in range(12):
+        b = 400.0 * step
+        t.step(step + 1, b, b + 400)
+        t.op("Graphed", b + 1, b + 390)
+        for j in range(6):
+            at = b + 50 + 40 * j
+            calls = (t.launch(b + 5 + 10 * j, b + 6 + 10 * j, ADD, at, at + 8),
+                     t.launch(b + 7 + 10 * j, b + 8 + 10 * j, MUL, at + 11, at + 17))
+            if graphed(j):
+                graph_calls.update(calls)
+    for e in t.events:
+        if e["cat"] == "cuda_runtime" and e["args"]["correlation"] in graph_calls:
+            e["name"] = "cudaGraphLaunch"
+    name = f"chains_{sum(map(graphed, range(6)))}"
+    return findings(build_database([t.write(tmp_path / f"{name}.json")], tmp_path / f"{name}.sqlite",
+                                   progress=False))["fusion_candidates"]
+
+
+def test_fusion_of_chains_launched_one_by_one_is_priced_with_their_gaps(tmp_path):
+    """Each of the 72 chains: its kernels' time minus the longest (6 µs) plus its gap (3 µs)."""
+    got = _chains(tmp_path, lambda j: False)
+    assert got["est_saving_ns"] == 72 * 9_000
+    assert got["evidence"]["graph_replayed_occurrences"] == 0 and got["evidence"]["occurrences"] == 72
+    assert got["problem"].startswith("1 short kernel sequence repeats on the same stream; the most costly, ")
+    assert got["problem"].endswith("Fusing the sequence would save about 648.00 µs of launches, gaps and repeated "
+                                   "memory passes.")
+
+
+def test_fusion_of_chains_replayed_from_a_graph_is_not_priced_by_launches_the_graph_removed(tmp_path):
+    """All 72 chains replayed: priced by their repeated memory pass only (6 µs each); the 3 µs between their
+    kernels inside the graph is said, not counted."""
+    got = _chains(tmp_path, lambda j: True)
+    assert got["est_saving_ns"] == 72 * 6_000
+    ev = got["evidence"]
+    assert (ev["occurrences"], ev["graph_replayed_occurrences"]) == (72, 72)
+    assert (ev["graph_replayed_saving_ns"], ev["graph_replayed_gaps_not_counted_ns"]) == (72 * 6_000, 72 * 3_000)
+    assert ev["patterns"][0]["graph_replayed_occurrences"] == 72
+    assert "repeats on the same stream, all replayed from CUDA graphs; " in got["problem"]
+    assert got["problem"].endswith("would save about 432.00 µs of repeated memory passes (the graph already removed "
+                                   "their launches; the 216.00 µs between their kernels inside the graph is not "
+                                   "counted).")
+    assert "launches, gaps" not in got["problem"]
+
+
+def test_fusion_beside_a_graph_prices_each_chain_by_how_it_ran(tmp_path):
+    """Chains 0-2 of a step launched one by one (9 µs each), 3-5 replayed (6 µs each)."""
+    got = _chains(tmp_path, lambda j: j >= 3)
+    assert got["est_saving_ns"] == 36 * 9_000 + 36 * 6_000
+    ev = got["evidence"]
+    assert (ev["graph_replayed_occurrences"], ev["graph_replayed_saving_ns"]) == (36, 36 * 6_000)
+    assert got["problem"].endswith("would save about 540.00 µs of launches, gaps and repeated memory passes "
+                                   "(216.00 µs of it in the 36 occurrences replayed from CUDA graphs, priced by "
+                                   "their memory passes only: the graph already removed their launches).")

@@ -128,7 +128,7 @@ def test_no_shapes_means_no_model_flops(tmp_path):
     t.launch(110, 120, "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn", 200, 600)
     db = build_database([t.write(tmp_path / "t.json")], tmp_path / "t.sqlite", progress=False)
     assert summary_dict(db)["aggregation"]["mfu"] == dict.fromkeys(
-        ("model_flops_per_iteration", "achieved_flops_per_s", "peak_flops_per_s", "precision", "mfu"))
+        ("model_flops", "model_flops_per_iteration", "achieved_flops_per_s", "peak_flops_per_s", "precision", "mfu"))
 
 
 H100_BF16_DENSE = 989.4e12  # NVIDIA H100 SXM datasheet: 989.4 TFLOPS BF16 Tensor Core (1,979 "with sparsity")

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..analyze.throughput import throughput, throughput_facts
 from ..errors import DlscopeError
+from ..present.graph_replay import figure_notes
 from ..store import reader
 
 
@@ -45,6 +46,8 @@ class Run:
     devices: list[int] = field(default_factory=list)
     #: the math precision: {"dominant", "share", "ns": {precision: kernel time}} (see :func:`run_precision`)
     precision: dict = field(default_factory=dict)
+    #: why Tensor Core kernel efficiency / MFU are n/a (``present.graph_replay.figure_notes``, the summary's words)
+    notes: dict = field(default_factory=dict)
 
     @property
     def iterations(self) -> int | None:
@@ -82,9 +85,11 @@ def load_run(db_path: str | Path, agg_id: int | None = None) -> Run:
                                                  "ORDER BY device", (agg_id,))]
         devices = used if used or not agg.get("kernel_count") else sorted(gpus)
         ops = table("agg_ops")
+        notes = figure_notes(conn, agg)
+        notes.pop("graph_replay")
         return Run(Path(db_path), meta.get("profile_name") or Path(db_path).stem, agg, ops,
                    table("agg_op_types"), table("agg_kernels"), [gpus.get(d) or "?" for d in devices], devices,
-                   run_precision(table("agg_op_kernels"), ops, table("agg_kernels")))
+                   run_precision(table("agg_op_kernels"), ops, table("agg_kernels")), notes)
     finally:
         conn.close()
 
@@ -137,6 +142,8 @@ def metric_value(run: Run, name: str, per_iter: bool) -> tuple[float | None, str
                       "(mark steps with ProfilerStep/dlscope.step(), or import with --key-node)")
     raw = a.get(spec["source"])
     if raw is None:
+        if run.notes.get(f"{name}_note"):
+            return None, run.notes[f"{name}_note"]
         why = {"tc_kernel_efficiency": "no kernels of Tensor-Core-eligible ops",
                "gpu_utilization": "no GPU kernels",
                "throughput": "the batch size is unknown: import with --batch-size or --samples-per-step",

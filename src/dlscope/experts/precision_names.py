@@ -33,12 +33,19 @@ def _rules() -> tuple[re.Pattern, re.Pattern, tuple[tuple[re.Pattern, str], ...]
 
 
 @lru_cache(maxsize=65536)
+def is_math_kernel(name: str) -> bool:
+    """Whether the name is a GEMM / convolution / attention kernel (``math_kernel``, not ``not_math``), whatever
+    its precision."""
+    math, not_math, _ = _rules()
+    return bool(name) and math.search(name) is not None and not_math.search(name) is None
+
+
+@lru_cache(maxsize=65536)
 def kernel_precision(name: str) -> str:
     """'fp32', 'tf32', 'fp16', 'bf16', 'fp8', 'int8', 'fp64', or '' when the name does not tell."""
-    math, not_math, patterns = _rules()
-    if not name or not math.search(name) or not_math.search(name):
+    if not is_math_kernel(name):
         return ""
-    for pattern, precision in patterns:
+    for pattern, precision in _rules()[2]:
         if pattern.search(name):
             return precision
     return ""

@@ -21,6 +21,7 @@ from ..nanoseconds import round_ns
 from ..roofline.quadrants import min_modelled_share
 from ..store import reader
 from ..system import stored_facts
+from .graph_replay import figure_notes, mfu_note
 from .memory import memory_section
 from .python_stacks import python_lines, python_section
 
@@ -101,13 +102,22 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
                          "tc_eligible": bool(t[5]), "using_tc": bool(t[6])} for t in top],
         "matrix_units": units._asdict(),
         "throughput": throughput(row, None if whole else row["iterations_profiled"], facts),
-        "mfu": {"model_flops_per_iteration": row.get("model_flops_per_iteration"),
+        "mfu": {"model_flops": row.get("model_flops"),
+                "model_flops_per_iteration": row.get("model_flops_per_iteration"),
                 "achieved_flops_per_s": row.get("achieved_flops_per_s"),
                 "peak_flops_per_s": row.get("peak_flops_per_s"), "precision": row.get("mfu_precision"),
                 "mfu": row.get("mfu")},
         **critical_path_section(conn, agg_id, row),
         **({} if whole else iteration_on_gpu_section(conn, agg_id)),
+        **_notes(conn, row, units),
     }
+
+
+def _notes(conn: sqlite3.Connection, row: dict, units: MatrixUnits) -> dict:
+    """``graph_replay`` (the kernels replayed from CUDA graphs, or None) and the ``*_note`` keys (why Tensor Core
+    kernel efficiency and MFU are n/a or what they leave out, what the Model line's counts hold):
+    ``present.graph_replay``'s words, which the HTML report, the viewer's dashboard and diff show too."""
+    return figure_notes(conn, row, units.singular, units.plural)
 
 
 #: per profiled iteration of an aggregation: its window and the end of the GPU activity its calls launched in a
@@ -428,15 +438,18 @@ def _throughput_text(t: dict) -> str:
     return f"{rate}; {reader}"
 
 
-def _mfu_text(mfu: dict) -> str:
-    """"41.2% (1.29 PFLOP/s of model FLOPs against the dense BF16 peak of 3.12 PFLOP/s; …)" or why it is n/a."""
-    if mfu.get("model_flops_per_iteration") is None:
-        return "n/a (no op recorded input shapes: record them with record_shapes=True)"
-    flops = f"{mfu['model_flops_per_iteration'] / 1e9:,.2f} GFLOP of matrix products per iteration"
+def _mfu_text(mfu: dict, note: str | None = None) -> str:
+    """"41.2% (1.29 PFLOP/s of model FLOPs against the dense BF16 peak of 3.12 PFLOP/s; …)" or why it is n/a
+    (``note``: ``graph_replay.mfu_note``'s words)."""
+    if note is None and mfu.get("mfu") is None:
+        note = mfu_note(mfu, None)
+    per_it = mfu.get("model_flops_per_iteration")
+    flops = f"{per_it / 1e9:,.2f} GFLOP of matrix products per iteration" if per_it is not None else ""
     if mfu.get("mfu") is None:
-        return f"n/a ({flops}; the GPU's dense peak at {mfu.get('precision') or 'that precision'} is unknown)"
+        return f"n/a ({'; '.join(t for t in (flops if per_it else '', note) if t)})"
     return (f"{100 * mfu['mfu']:.1f}% ({mfu['achieved_flops_per_s'] / 1e12:,.2f} TFLOP/s achieved of the dense "
-            f"{str(mfu['precision']).upper()} peak, {mfu['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s; {flops})")
+            f"{str(mfu['precision']).upper()} peak, {mfu['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s"
+            + "".join(f"; {t}" for t in (flops, note) if t) + ")")
 
 
 def _render_memory(console, memory: dict | None, escape) -> None:
@@ -520,6 +533,11 @@ def render_summary(summary: dict) -> str:
              f"{m.get('op_nodes_using_tc', 0):,} using them"
              + (f"; {m['tc_eligible_gpu_time_pct']:.1f}% of op GPU time in eligible op nodes"
                 if m.get("tc_eligible_gpu_time_pct") is not None else ""))
+    if a.get("model_summary_note"):
+        model += f"; {a['model_summary_note']}"
+    eff = a["tc_kernel_efficiency"]
+    eff_note = a.get("tc_kernel_efficiency_note") or (
+        None if eff is not None else f"no kernels of {units.singular}-eligible ops")
     for label, value in (
         ("Iterations", its), ("Wall clock", fmt_ns(a["wall_clock_ns"])),
         ("Average iteration", fmt_ns(a["avg_iteration_ns"])),
@@ -528,8 +546,8 @@ def render_summary(summary: dict) -> str:
          f"max {fmt_ns(a['iteration_ns']['max'])} (iteration {a['iteration_ns']['slowest_iteration']})"),
         *((("", on_gpu_text(a["iteration_on_gpu_ns"])),) if a.get("iteration_on_gpu_ns") else ()),
         ("GPU utilization", fmt_pct(a["gpu_utilization"]) if p["kernel_count"] else "n/a (no GPU kernels)"),
-        (f"{units.singular} kernel efficiency", fmt_pct(a["tc_kernel_efficiency"])
-         if a["tc_kernel_efficiency"] is not None else f"n/a (no kernels of {units.singular}-eligible ops)"),
+        (f"{units.singular} kernel efficiency", ("n/a" if eff is None else fmt_pct(eff))
+         + (f" ({eff_note})" if eff_note else "")),
         ("Kernels", f"{p['kernel_count']:,} in the profile ({fmt_ns(p['kernel_time_ns'])}); "
                     f"{a['kernel_count']:,} in the aggregation ({fmt_ns(a['kernel_time_ns'])})"
          if p["kernel_count"] or not p["op_count"] else
@@ -537,7 +555,7 @@ def render_summary(summary: dict) -> str:
          "off), so every GPU figure is n/a"),
         ("Model", model),
         ("Throughput", _throughput_text(a.get("throughput") or {})),
-        ("MFU", _mfu_text(a.get("mfu") or {})),
+        ("MFU", _mfu_text(a.get("mfu") or {}, a.get("mfu_note"))),
         ("Ops", f"{p['op_count']:,} op calls (every level)"),
         *(() if title else (("GPUs", escape(gpu_list_text(p["gpus"]))),)),
     ):

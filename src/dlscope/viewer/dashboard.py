@@ -139,6 +139,7 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
                                "using_tc FROM agg_ops WHERE agg_id = ? AND gpu_time_ns > 0 "
                                "ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
         if db.has("agg_ops") else []
+    out["notes"] = figure_notes_of(db, agg)
     out["iterations"] = iteration_series(db, a)
     out["iteration_on_gpu"] = iteration_on_gpu(db, agg)
     simulated = "simulated_saving_ns" if db.has("findings") and any(
@@ -156,6 +157,19 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
     # all findings a scenario models, priced together by replay (whatif.stored): overlaps counted once
     out["findings_combined_saving_ns"] = agg.get("findings_combined_saving_ns")
     return out
+
+
+def figure_notes_of(db: ProfileDB, agg: dict) -> dict:
+    """Why Tensor Core kernel efficiency and MFU are n/a or what they leave out, and what the Model Summary's
+    counts hold (``present.graph_replay.figure_notes``, the summary's and the HTML report's words)."""
+    from dlscope.analyze.tensor_core import rank_matrix_units
+    from dlscope.present.graph_replay import figure_notes
+
+    conn = db.connection()
+    units = rank_matrix_units(conn, agg.get("rank")) if db.has("gpus") else None
+    notes = figure_notes(conn, agg, *((units.singular, units.plural) if units else ()))
+    notes.pop("graph_replay")
+    return notes
 
 
 def iteration_on_gpu(db: ProfileDB, agg: dict) -> dict | None:

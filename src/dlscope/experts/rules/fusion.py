@@ -6,6 +6,13 @@ them, outside the optimizer step (unfused_optimizer owns that) and not all of on
 loop, not a chain). For every occurrence the saving is its kernels' time minus the longest one plus the
 gaps between them: a fused kernel launches once and passes over memory once, so roughly the longest piece
 remains. Patterns are taken greedily by saving, each kernel counted in at most one.
+
+An occurrence whose kernels were all replayed from a CUDA graph (launched by a graph launch call,
+``Context.graph_launches``) is priced by its repeated memory passes only (its kernels' time minus the longest):
+the graph already removed its launches, and what lies between its kernels is the graph's node-to-node latency
+and its memset/memcpy nodes, not launch latency that fusing would remove. Its gaps are left out and said in the
+evidence (an H200 transformer captured with its forward and backward graphed was told fusing would save 35 ms
+"of launches, gaps and repeated memory passes", the launches being those the graph had removed).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import re
 
 import numpy as np
 
-from ..evidence import fmt_ns, node_ids, short_kernel
+from ..evidence import fmt_ns, node_ids, plural, short_kernel
 from ..finding import Finding
 from ..registry import rule
 from ..spans import distinct
@@ -99,17 +106,27 @@ def _windows(order: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: int) -> np
     return order[first[:, None] + np.arange(size)]
 
 
-def _gains(rows: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Per occurrence (a row of ``rows``): its kernels' time minus the longest, plus the gaps inside it."""
-    gaps = (start[rows[:, 1:]] - end[rows[:, :-1]]).clip(0).sum(axis=1)
+def _gaps(rows: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per occurrence (a row of ``rows``): the idle time between its kernels."""
+    return (start[rows[:, 1:]] - end[rows[:, :-1]]).clip(0).sum(axis=1)
+
+
+def _gains(rows: np.ndarray, start: np.ndarray, end: np.ndarray, dur: np.ndarray,
+           replayed: np.ndarray | None = None) -> np.ndarray:
+    """Per occurrence (a row of ``rows``): its kernels' time minus the longest, plus the gaps inside it unless all
+    its kernels were replayed from a CUDA graph (``replayed``: per kernel row)."""
+    gaps = _gaps(rows, start, end)
+    if replayed is not None:
+        gaps = np.where(replayed[rows].all(axis=1), 0, gaps)
     return dur[rows].sum(axis=1) - dur[rows].max(axis=1) + gaps
 
 
 def _occurrences(codes: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.ndarray, sizes: range,
                  start: np.ndarray, end: np.ndarray, dur: np.ndarray,
-                 min_count: float = 0) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
+                 min_count: float = 0,
+                 replayed: np.ndarray | None = None) -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
     """Each pattern (tuple of name codes, not all one name) occurring at least ``min_count`` times -> its
-    occurrences' rows and gains."""
+    occurrences' rows and gains (:func:`_gains`)."""
     out = {}
     for size in sizes:
         rows = _windows(order, lo, hi, size)
@@ -118,7 +135,7 @@ def _occurrences(codes: np.ndarray, order: np.ndarray, lo: np.ndarray, hi: np.nd
         rows, pattern = rows[mixed], pattern[mixed]
         if not len(rows):
             continue
-        gains = _gains(rows, start, end, dur)
+        gains = _gains(rows, start, end, dur, replayed)
         distinct, which, by = _distinct_rows(pattern)  # by: occurrences of a pattern stay in run order
         counts = np.bincount(which, minlength=len(distinct))
         frequent = np.flatnonzero(counts >= min_count)
@@ -156,13 +173,14 @@ def fusion_candidates(ctx, cfg):
     if not keep.any():
         return None
     k = {c: ctx.col("kernel_facts", c)[keep] for c in ("device", "stream", "iteration", "start", "end", "dur", "op_id")}
+    replayed = np.isin(ctx.col("kernel_facts", "api_id")[keep], ctx.graph_launches)
     codes, names = _factorized(*ctx.frames.name_codes("kernel_facts", ctx.rank), keep)
     start, end, dur = k["start"], k["end"], k["dur"]
     order, lo, hi = _runs(k, int(cfg["short_kernel_us"] * 1000), int(cfg["max_gap_us"] * 1000))
     n_its = max(len(ctx.iteration_col("iteration")), 1)
     min_occ = cfg["min_occurrences_per_iteration"] * n_its
     occurrences = _occurrences(codes, order, lo, hi, range(cfg["min_length"], cfg["max_length"] + 1),
-                               start, end, dur, min_occ)
+                               start, end, dur, min_occ, replayed)
     scored = sorted(((int(gains.sum()), p) for p, (rows, gains) in occurrences.items()), reverse=True)
     used = np.zeros(len(start), dtype=bool)
     chosen = []
@@ -184,11 +202,27 @@ def fusion_candidates(ctx, cfg):
     text = " + ".join(short_kernel(names[c]) for c in pattern)
     ex_rows = np.concatenate([rs[:n].ravel() for _, _, _, rs in chosen])
     ex_ops = k["op_id"][ex_rows]
+    # occurrences wholly replayed from CUDA graphs, per chosen pattern (patterns differ in length)
+    graphed = [replayed[rs].all(axis=1) for _, _, _, rs in chosen]
+    occurrences_n, graphed_n = sum(len(g) for g in graphed), int(sum(g.sum() for g in graphed))
+    replayed_rows = [rs[g] for (_, _, _, rs), g in zip(chosen, graphed)]
+    graphed_saving = sum(int(_gains(rs, start, end, dur, replayed).sum()) for rs in replayed_rows)
+    graphed_gaps = sum(int(_gaps(rs, start, end).sum()) for rs in replayed_rows)
+    kinds = f"{plural(len(chosen), 'short kernel sequence')} repeat{'s' if len(chosen) == 1 else ''} on the same stream"
+    if graphed_n == occurrences_n:
+        kinds += ", all replayed from CUDA graphs"
+        what = (f"of repeated memory passes (the graph already removed their launches; the {fmt_ns(graphed_gaps)} "
+                "between their kernels inside the graph is not counted)")
+    elif graphed_n:
+        what = (f"of launches, gaps and repeated memory passes ({fmt_ns(graphed_saving)} of it in the "
+                f"{graphed_n:,} occurrences replayed from CUDA graphs, priced by their memory passes only: "
+                "the graph already removed their launches)")
+    else:
+        what = "of launches, gaps and repeated memory passes"
     return Finding(
         "fusion_candidates",
-        f"{len(chosen)} short kernel sequences repeat on the same stream; the most costly, {text}, occurs "
-        f"{count / n_its:,.0f} times per iteration. Fusing the {len(chosen)} sequences would save about "
-        f"{fmt_ns(saving)} of launches, gaps and repeated memory passes.",
+        f"{kinds}; the most costly, {text}, occurs {count / n_its:,.0f} times per iteration. Fusing the "
+        f"{'sequence' if len(chosen) == 1 else f'{len(chosen)} sequences'} would save about {fmt_ns(saving)} {what}.",
         ctx.advice("fusion_candidates",
                    "Fuse these elementwise/normalization chains: torch.compile the model (or the block), use fused "
                    "modules (e.g. fused bias+activation, fused layer norm), or write a Triton kernel for the hot "
@@ -197,5 +231,8 @@ def fusion_candidates(ctx, cfg):
         {"node_ids": node_ids(ctx, ex_ops[ex_ops >= 0]), "kernels": [names[c] for c in pattern],
          "iterations": [int(i) for i in distinct(k["iteration"])],
          "time_ranges": [[int(start[r[0]]), int(end[r[-1]])] for r in rows_all[:n]],
-         "patterns": [{"kernels": [names[c] for c in p], "occurrences": c, "saving_ns": g}
-                      for g, p, c, _ in chosen]})
+         "patterns": [{"kernels": [names[c] for c in p], "occurrences": c, "saving_ns": g,
+                       "graph_replayed_occurrences": int(gr.sum())}
+                      for (g, p, c, _), gr in zip(chosen, graphed)],
+         "occurrences": occurrences_n, "graph_replayed_occurrences": graphed_n,
+         "graph_replayed_saving_ns": graphed_saving, "graph_replayed_gaps_not_counted_ns": graphed_gaps})

@@ -168,10 +168,13 @@ export function renderDashboard(content, data) {
     ["All Other Kernels", k.other[0], COLORS.non_tensor_core_ns]], { center: ns(total[0]), empty: "No GPU kernels or memory operations ran in this aggregation." }));
 
   // Tensor Core kernel efficiency
+  // why a figure is n/a or what it leaves out (present/graph_replay.py: the summary's and the report's words)
+  const notes = d.notes || {};
   const eff = a.tc_kernel_efficiency;
   const eBox = chartBox();
   grid.append(panel(`Tensor Core Kernel Efficiency${of}`, "p-tce", eBox,
-    eff === null ? el("p", { class: "na", text: "No Tensor Core eligible ops ran kernels: efficiency cannot be computed." }) : null));
+    eff === null ? el("p", { class: "na", "data-testid": "tce-note", text: `Efficiency cannot be computed: ${notes.tc_kernel_efficiency_note || "no Tensor Core eligible ops ran kernels"}.` })
+      : notes.tc_kernel_efficiency_note ? el("p", { class: "hint", "data-testid": "tce-note", text: `Efficiency ${notes.tc_kernel_efficiency_note}.` }) : null));
   if (eff !== null) charts.push(() => donut(eBox, [["Tensor Core kernels", eff, COLORS.tensor_core_ns], ["Other kernels of eligible ops", 1 - eff, COLORS.idle]],
     { fmt: (v) => pct(v), exact: (v) => `${(v * 100).toFixed(4)} %`, center: pct(eff) }));
 
@@ -179,9 +182,11 @@ export function renderDashboard(content, data) {
   const tp = d.throughput;
   const secs = (v) => (v === null || v === undefined ? null : el("span", { title: exactNs(v), text: (v / 1e9).toFixed(3) }));
   const ms = (v) => (v === null || v === undefined ? null : el("span", { title: exactNs(v), text: (v / 1e6).toFixed(3) }));
+  const noted = (v, note, id) => (!note ? v : v === null ? el("span", { class: "na", "data-testid": id, text: `${NA} (${note})` })
+    : el("span", { "data-testid": id, title: note, text: String(v) }));
   grid.append(panel(`Performance Summary${of}`, "p-summary", kv([
     ["Wall Clock Time (s)", secs(a.wall_clock_ns), TIPS.wall],
-    ["Tensor Core Kernel Efficiency (%)", eff === null ? null : (eff * 100).toFixed(1), TIPS.tce],
+    ["Tensor Core Kernel Efficiency (%)", noted(eff === null ? null : (eff * 100).toFixed(1), notes.tc_kernel_efficiency_note, "tce-na"), TIPS.tce],
     ["GPU Utilization (%)", util === null ? null : (util * 100).toFixed(1), TIPS.util],
     ["Total Iterations", d.total_iterations, TIPS.total],
     ["Profiled Iterations", a.iterations_profiled, TIPS.profiled],
@@ -193,7 +198,7 @@ export function renderDashboard(content, data) {
     ["Reader Cost (ms per iteration)", ms(tp.reader_cost_ns), TIPS.reader],
     ["Reader Cost / Batch Cost (%)", tp.reader_cost_ratio === null ? null : (tp.reader_cost_ratio * 100).toFixed(1), TIPS.reader_ratio],
     ["Model FLOPs per Iteration (GFLOP)", a.model_flops_per_iteration === null ? null : (a.model_flops_per_iteration / 1e9).toFixed(3), TIPS.model_flops],
-    [`MFU (%)${a.mfu_precision ? ` · ${a.mfu_precision.toUpperCase()} dense peak` : ""}`, a.mfu === null ? null : (a.mfu * 100).toFixed(1), TIPS.mfu],
+    [`MFU (%)${a.mfu_precision ? ` · ${a.mfu_precision.toUpperCase()} dense peak` : ""}`, noted(a.mfu === null ? null : (a.mfu * 100).toFixed(1), notes.mfu_note, "mfu-na"), TIPS.mfu],
   ]), el("p", { class: "hint", "data-testid": "summary-raw", text: "" })));
 
   // Model summary (seed 000: DLProf's op nodes and Tensor Core eligibility)
@@ -203,7 +208,7 @@ export function renderDashboard(content, data) {
     ["TC Eligible Op Nodes", a.tc_eligible_op_nodes, TIPS.tc_eligible_op_nodes],
     ["Op Nodes Using TC", a.op_nodes_using_tc, TIPS.op_nodes_using_tc],
     ["GPU Time in TC Eligible Op Nodes (%)", share === null || share === undefined ? null : share.toFixed(1), TIPS.tc_eligible_share],
-  ])));
+  ]), notes.model_summary_note ? el("p", { class: "hint", "data-testid": "model-note", text: `${notes.model_summary_note[0].toUpperCase()}${notes.model_summary_note.slice(1)}.` }) : null));
 
   // Iteration summary
   const itBox = el("div", { class: "chart wide" });

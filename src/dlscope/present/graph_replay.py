@@ -1,0 +1,162 @@
+"""What CUDA-graph replays do to the figures of an aggregation, and the one text that says so.
+
+In a graphed capture (torch.cuda.graphs, ``torch.compile(mode="reduce-overhead")``) the forward and backward kernels
+are replayed by one ``cudaGraphLaunch`` under torch's ``Graphed`` / ``GraphedBackward`` op nodes: the aten ops
+that captured them (with their op types and input shapes) are not in the trace. By PRODUCT.md's definitions such
+kernels belong to no Tensor Core-eligible op and carry no FLOP model, so Tensor Core kernel efficiency and MFU can
+be n/a although the GPU ran matrix products for most of the step. Nothing is invented for them (no FLOPs, no
+eligibility); the figures stay as defined, and their n/a (or their note) says why, with how much kernel time
+was replayed. The summary (text and JSON), the HTML report and the viewer's dashboard all take their words from
+:func:`figure_notes`.
+
+The facts are read from the database (the aggregation's kernels whose launch call is a graph launch, by
+``analyze.categories``' ``graph_launch`` pattern; matrix products by the kernel's name, ``precision_names``):
+only aggregations that contain a graph launch cost more than one indexed look-up.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ..analyze.categories import patterns
+from ..experts.precision_names import is_math_kernel
+from ..format import fmt_ns, fmt_pct
+
+
+def _has_tables(conn: sqlite3.Connection, *names: str) -> bool:
+    got = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+    return all(n in got for n in names)
+
+
+def graph_replay_facts(conn: sqlite3.Connection, agg_id: int) -> dict | None:
+    """The aggregation's kernels replayed from CUDA/HIP graphs (launched by a graph launch call in its profiled
+    iterations): ``kernel_count``, ``kernel_time_ns``, ``tc_kernel_time_ns`` (those using Tensor Cores),
+    ``matrix_kernel_count`` / ``matrix_kernel_time_ns`` (GEMM, convolution and attention kernels by name),
+    ``op_nodes`` (the op types of the aggregation's op nodes they ran under, by GPU time) and ``tc_op_nodes``
+    (those of them that use Tensor Cores without being eligible); None when no kernel was replayed from a graph."""
+    if not _has_tables(conn, "kernels", "api_calls", "agg_iterations"):
+        return None
+    rx = patterns()["graph_launch"]
+    window = ("JOIN agg_iterations i ON i.agg_id = ? AND i.profiled = 1 AND i.rank = a.rank "
+              "AND i.iteration = a.iteration")
+    names = [r[0] for r in conn.execute(
+        f"SELECT DISTINCT a.name FROM api_calls a {window} WHERE a.name LIKE '%GraphLaunch%'", (agg_id,))
+        if r[0] and rx.search(r[0])]
+    if not names:
+        return None
+    marks = ", ".join("?" * len(names))
+    calls = f"SELECT a.api_id FROM api_calls a {window} WHERE a.name IN ({marks})"
+    rows = conn.execute(
+        "SELECT k.name, COUNT(*), SUM(k.dur), SUM(CASE WHEN k.uses_tc = 1 THEN k.dur ELSE 0 END) FROM kernels k "
+        f"WHERE k.api_id IN ({calls}) GROUP BY k.name", (agg_id, *names)).fetchall()
+    if not rows:
+        return None
+    math = [r for r in rows if is_math_kernel(r[0] or "")]
+    nodes = []
+    if _has_tables(conn, "op_instances", "agg_ops"):
+        nodes = conn.execute(
+            "SELECT COALESCE(NULLIF(o.op_type, ''), o.op_name), o.using_tc, o.tc_eligible FROM agg_ops o "
+            "WHERE o.agg_id = ? AND o.node_id IN ("
+            "SELECT oi.node_id FROM kernels k JOIN op_instances oi ON oi.op_id = k.root_op_id "
+            f"WHERE k.api_id IN ({calls})) ORDER BY o.gpu_time_ns DESC, o.op_name",
+            (agg_id, agg_id, *names)).fetchall()
+    return {"kernel_count": sum(r[1] for r in rows), "kernel_time_ns": sum(r[2] or 0 for r in rows),
+            "tc_kernel_time_ns": sum(r[3] or 0 for r in rows),
+            "matrix_kernel_count": sum(r[1] for r in math), "matrix_kernel_time_ns": sum(r[2] or 0 for r in math),
+            "op_nodes": list(dict.fromkeys(n[0] for n in nodes)),
+            "tc_op_nodes": list(dict.fromkeys(n[0] for n in nodes if n[1] and not n[2]))}
+
+
+def _names(names: list[str], most: int = 3) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _replayed(facts: dict, kernel_time_ns: int | None, units_plural: str) -> str:
+    """'423.96 ms of the 436.22 ms of kernel time (97.2%) was replayed, 356.83 ms of it matrix products, 25.73 ms
+    on Tensor Cores'."""
+    t = facts["kernel_time_ns"]
+    of = (f" of the {fmt_ns(kernel_time_ns)} of kernel time ({fmt_pct(t / kernel_time_ns)})"
+          if kernel_time_ns else " of kernel time")
+    text = f"{fmt_ns(t)}{of} was replayed"
+    if facts["matrix_kernel_time_ns"]:
+        text += f", {fmt_ns(facts['matrix_kernel_time_ns'])} of it matrix products"
+    if facts["tc_kernel_time_ns"]:
+        text += f", {fmt_ns(facts['tc_kernel_time_ns'])} on {units_plural}"
+    return text
+
+
+def _under(facts: dict) -> str:
+    return f" ({_names(facts['op_nodes'])})" if facts["op_nodes"] else ""
+
+
+def tc_efficiency_note(aggregation: dict, facts: dict | None, units_singular: str = "Tensor Core",
+                       units_plural: str = "Tensor Cores") -> str | None:
+    """Why the Tensor Core kernel efficiency is n/a, or what it leaves out; None when there is nothing to say."""
+    if aggregation.get("tc_kernel_efficiency") is None and not aggregation.get("kernel_count"):
+        return "no GPU kernels"
+    if facts is None or not (facts["matrix_kernel_time_ns"] or facts["tc_kernel_time_ns"]):
+        return None if aggregation.get("tc_kernel_efficiency") is not None else \
+            f"no kernels of {units_singular}-eligible ops"
+    replayed = _replayed(facts, aggregation.get("kernel_time_ns"), units_plural)
+    if aggregation.get("tc_kernel_efficiency") is None:
+        return (f"no {units_singular}-eligible op ran kernels: the matrix products ran replayed from CUDA graphs, "
+                f"under the op nodes replaying them{_under(facts)}, not the ops that captured them; {replayed}")
+    return (f"of the eligible ops' kernels; left out are the kernels replayed from CUDA graphs{_under(facts)}, "
+            f"whose capturing ops are not in the trace: {replayed}")
+
+
+def mfu_note(mfu: dict, facts: dict | None) -> str | None:
+    """Why MFU is n/a, or what it leaves out; None when there is nothing to say. ``mfu``: the summary JSON's
+    ``aggregation.mfu`` (``model_flops``: the window's total; ``model_flops_per_iteration`` None without
+    iterations)."""
+    replay = ""
+    if facts is not None and facts["matrix_kernel_time_ns"] > 0:
+        replay = (f"{fmt_ns(facts['matrix_kernel_time_ns'])} of matrix-product kernels "
+                  f"({facts['matrix_kernel_count']:,} kernels) ran replayed from CUDA graphs, which record no input "
+                  "shapes, so their FLOPs are not counted")
+    total = mfu.get("model_flops")
+    if total is None:
+        total = mfu.get("model_flops_per_iteration")  # a summary without the window's total
+    if total is None:
+        shapes = "no op recorded input shapes: record them with record_shapes=True"
+        return f"{shapes}; besides, {replay}" if replay else shapes
+    if mfu.get("mfu") is not None:
+        return f"the ops with shapes only; {replay}" if replay else None
+    if not total:
+        return (f"no op with a FLOP model ran: {replay}" if replay else
+                "no matrix products (GEMM, convolution, attention) among the ops with recorded shapes")
+    if not mfu.get("precision"):
+        return "the precision of the matrix products is unknown (their ops recorded no floating-point dtypes)"
+    return f"the GPU's dense peak at {mfu['precision']} is unknown"
+
+
+def model_note(model_summary: dict, facts: dict | None) -> str | None:
+    """What the Model line's 'N using them' holds when op nodes that replay CUDA graphs use Tensor Cores without
+    being eligible (PRODUCT.md counts the two independently); None otherwise."""
+    if facts is None or not facts["tc_op_nodes"]:
+        return None
+    n, using = len(facts["tc_op_nodes"]), model_summary.get("op_nodes_using_tc") or 0
+    which = (("the one using them is" if using == 1 else f"1 of the {using:,} using them is") if n == 1 else
+             f"the {n:,} using them are" if n == using else f"{n:,} of the {using:,} using them are")
+    return (f"{which} {'CUDA graph replays' if n > 1 else 'a CUDA graph replay'} ({_names(facts['tc_op_nodes'])}): "
+            f"the eligible ops {'they replay' if n > 1 else 'it replays'} are not in the trace")
+
+
+def figure_notes(conn: sqlite3.Connection, aggregation: dict, units_singular: str = "Tensor Core",
+                 units_plural: str = "Tensor Cores") -> dict:
+    """``{"graph_replay": facts or None, "tc_kernel_efficiency_note", "mfu_note", "model_summary_note"}`` for an
+    aggregation (a row of ``aggregations`` or the summary JSON's section; each note None when there is nothing
+    to say): the one place the summary, the HTML report and the viewer's dashboard read these words from."""
+    facts = graph_replay_facts(conn, int(aggregation["agg_id"]))
+    mfu = aggregation.get("mfu")
+    if not isinstance(mfu, dict):  # a stored row: the MFU figures are its columns
+        mfu = {"model_flops": aggregation.get("model_flops"),
+               "model_flops_per_iteration": aggregation.get("model_flops_per_iteration"),
+               "precision": aggregation.get("mfu_precision"), "mfu": aggregation.get("mfu")}
+    model = aggregation.get("model_summary")
+    if not isinstance(model, dict):
+        model = {"op_nodes_using_tc": aggregation.get("op_nodes_using_tc")}
+    return {"graph_replay": facts,
+            "tc_kernel_efficiency_note": tc_efficiency_note(aggregation, facts, units_singular, units_plural),
+            "mfu_note": mfu_note(mfu, facts), "model_summary_note": model_note(model, facts)}
