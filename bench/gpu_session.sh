@@ -162,6 +162,10 @@ if [ -n "$ONLY" ]; then
             --profile-name "wsg_$mode" --batch-size 16 --sample-unit sequences -- "$PY" bench/gpu_train_step.py \
             "${WSG[@]}" "${flags[@]}"
         step "wsg_whatif_$mode" 60 "$PY" -m dlscope whatif "$WORK/wsg_$mode.sqlite" cuda-graphs --json
+        # 10 iterations with the raw trace kept: small enough for tests/data (the 100-iteration database is not)
+        step "wsg_trace_$mode" 60 "$PY" -m dlscope profile -o "$WORK/lm_fp32_${mode}_b16.sqlite" --force --keep-trace \
+            --steps 10 --profile-name "lm_fp32_${mode}_b16" --batch-size 16 --sample-unit sequences -- \
+            "$PY" bench/gpu_train_step.py --model transformer --batch-size 16 --steps 14 "${flags[@]}"
     done
 fi
 
