@@ -77,7 +77,7 @@ def graphed(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("name", ["fp32_graphs_w0", "lm_fp32_graphs_w0_r1"])
+@pytest.mark.parametrize("name", ["fp32_graphs_w0", "lm_fp32_graphs_w0_r1", "lm_fp32_graphs_b16"])
 def test_a_graph_capture_s_na_figures_say_the_matrix_products_were_replayed(graphed, name):
     raw = _raw(H200 / f"{name}.pt.trace.json.gz")
     assert raw["replayed"] and raw["replayed_tc_time"]                    # the raw JSON: GEMMs run by graph launches
