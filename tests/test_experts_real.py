@@ -292,3 +292,27 @@ def test_stored_evidence_is_strict_json_where_an_op_has_no_precision(import_db):
     parsed = {rule: json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in stored evidence"))
               for rule, text in rows}
     assert None in {op["precision"] for op in parsed["roofline_quadrant"]["ops"]}
+
+
+@pytest.mark.parametrize("parts", [W4, NCCL, V100R1, DIFF_A100], ids=lambda p: p[1].split(".")[0])
+def test_every_op_node_a_finding_names_is_an_op_node_of_its_aggregation(import_db, parts):
+    """The viewer's drill-down lists a finding's op nodes from agg_ops, which holds the outermost ops (PRODUCT.md's
+    op nodes). Rules that name the op launching a kernel (an ``nccl:all_reduce`` under ``record_param_comms``, a
+    kernel's inner aten op) named nested ops' nodes that no aggregation table holds: "Ops concerned (2)" showed
+    one row. Every named node must be one of the aggregation's op nodes, and a nested op counts as its outermost op,
+    found here by following ``ops.parent_id`` in SQL."""
+    conn, _ = _raw(import_db, parts)
+    rows = conn.execute("SELECT agg_id, rule, evidence_json FROM findings").fetchall()
+    named = 0
+    for agg_id, rule, text in rows:
+        ids = json.loads(text).get("node_ids") or []
+        nodes = {r[0] for r in conn.execute("SELECT node_id FROM agg_ops WHERE agg_id = ?", (agg_id,))}
+        assert set(ids) <= nodes, rule
+        named += len(ids)
+    assert named
+    roots = dict(conn.execute(  # every op's outermost op's node, by the parent chain
+        "WITH RECURSIVE up(op_id, at) AS (SELECT op_id, op_id FROM ops UNION ALL "
+        "SELECT up.op_id, o.parent_id FROM up JOIN ops o ON o.op_id = up.at WHERE o.parent_id >= 0) "
+        "SELECT up.op_id, o.node_id FROM up JOIN ops o ON o.op_id = up.at WHERE o.parent_id < 0"))
+    outermost = set(roots.values())
+    assert all(i in outermost for _, _, text in rows for i in json.loads(text).get("node_ids") or [])

@@ -72,9 +72,19 @@ def longest_ranges(starts, ends, n: int) -> list[list[int]]:
 
 
 def node_ids(ctx, op_ids) -> list[int]:
-    """Op node ids (agg_ops.node_id) of op instances, in first-seen order."""
+    """Op node ids (agg_ops.node_id) of op instances, in first-seen order. An op node is an outermost op
+    (PRODUCT.md): a nested op counts as the op node it runs under, so the viewer finds every id in agg_ops (a
+    rule that names the op launching a kernel, e.g. an ``nccl:all_reduce`` under ``record_param_comms``,
+    named a node that no aggregation table holds)."""
     pos = ctx.op_rows(op_ids)
-    nodes = ctx.col("ops_all", "node_id")[pos[pos >= 0]]
+    pos = pos[pos >= 0]
+    parent = ctx.col("ops_all", "parent_id")
+    moving = np.arange(len(pos))
+    while len(moving):  # one nesting level a round, for the few ops a finding names
+        up = ctx.op_rows(parent[pos[moving]])
+        moving, up = moving[up >= 0], up[up >= 0]
+        pos[moving] = up
+    nodes = ctx.col("ops_all", "node_id")[pos]
     return [int(x) for x in first_seen(nodes)[1]]
 
 
