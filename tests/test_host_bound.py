@@ -254,6 +254,27 @@ def test_an_idle_ended_by_two_kernels_at_once_counts_once(tmp_path):
     assert f["evidence"]["waiting_kernels"] == raw["waiting"] == 50 and f["evidence"]["kernels_judged"] == 100
 
 
+
+def test_launch_bound_also_counts_an_idle_ended_by_two_kernels_once(tmp_path):
+    """launch_bound (host_bound disabled) on short launches in pairs: 10 steps of 1000 µs, each with 10 pairs of 5 µs
+    kernels on two streams starting at the same microsecond (b + 100 + 80j), each launched by a 6 µs call starting
+    20 and 10 µs before it, after the previous pair ended (at b + 25 + 80j): 9 idles of 75 µs a step, and in steps
+    2..10 one more before the first pair, from the previous step's last pair (ended at b - 175), capped at
+    max_launch_gap_us (100 µs); the first kernel of the trace has no idle before it. Each idle counts once:
+    9 × 75 + 9 × (9 × 75 + 100) = 7,650 µs (two kernels to an idle counted 15,300)."""
+    t = KinetoTrace()
+    for i in range(10):
+        b = 1000.0 * i
+        t.step(i + 1, b, b + 1000)
+        for j in range(10):
+            at = b + 100 + 80 * j
+            for stream, ahead in ((7, 20), (8, 10)):
+                t.launch(at - ahead, at - ahead + 6, "void elementwise_kernel", at, at + 5, stream=stream)
+    db = build_database([t.write(tmp_path / "short_pairs.json")], tmp_path / "short_pairs.sqlite", progress=False)
+    f = findings(db, _config(tmp_path, {"host_bound": {"enabled": False}}))["launch_bound"]
+    assert f["est_saving_ns"] == 7650 * US
+    assert f["evidence"]["short_kernels"] == 200
+
 def test_a_gpu_bound_trace_is_not_host_bound(tmp_path):
     """10 steps whose 10 kernels of 100 µs are all launched in the step's first 20 µs: the GPU runs them back
     to back from 5 µs to 10,005 µs; the only idle is the 5 µs before the first kernel."""

@@ -26,7 +26,7 @@ from ..finding import Finding
 from ..registry import rule
 from ..spans import covered_lengths, distinct
 from .dataloader import loader_intervals
-from .launch import launch_bound_holds, launches, short_launches, top_names
+from .launch import launch_bound_holds, launches, once_per_idle, short_launches, top_names
 
 #: what the launching threads did while the GPU waited, in the critical path's words (whatif.graph.CATEGORIES)
 HOST_PARTS = ("cpu_op", "cpu_other", "cuda_api")
@@ -49,7 +49,7 @@ def host_bound(ctx, cfg):
     since = np.where(first & (facts.launch_start >= lo), start - lo, facts.wait)
     since = np.where(facts.one_by_one, since, 0)
     ws, we = np.maximum(start - since, lo), np.minimum(start, hi)  # the wait inside the window
-    waited = _once_per_idle((since > 0) & (we > ws), device, start)
+    waited = once_per_idle((since > 0) & (we > ws), device, start)
     ws, we = np.where(waited, ws, 0), np.where(waited, we, 0)
     loader = loader_intervals(ctx)[:2]
     loading = covered_lengths(loader, ws, we)
@@ -125,17 +125,6 @@ def _where(ctx, op_id: np.ndarray, wait: np.ndarray, scale: float, k: int = 3) -
     top = np.argsort(-sums, kind="stable")[:k]
     return "The longest waits come before the kernels of " + ", ".join(
         f"{uniques[i]} ({fmt_ns(sums[i] * scale)})" for i in top) + ". "
-
-
-def _once_per_idle(waited: np.ndarray, device: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """``waited`` with one kernel per idle stretch: kernels of two streams that start at the same instant after
-    the same idle (a trace in whole microseconds has them) end it together, and it counts once (the first row)."""
-    rows = np.flatnonzero(waited)
-    order = rows[np.lexsort((start[rows], device[rows]))]
-    again = (device[order][1:] == device[order][:-1]) & (start[order][1:] == start[order][:-1])
-    out = waited.copy()
-    out[order[1:][again]] = False
-    return out
 
 
 def _opens_window(ctx, device: np.ndarray, start: np.ndarray) -> np.ndarray:

@@ -48,7 +48,8 @@ class Launches:
     replayed: np.ndarray  # run by a graph launch call
     launch_start: np.ndarray  # its launch call's start (the kernel's own start where no call is known)
     launch_dur: np.ndarray  # its launch call's duration (0 where none is known)
-    wait: np.ndarray  # :func:`host_wait` before it, uncapped; 0 unless launched one by one
+    wait: np.ndarray  # :func:`host_wait` before it, uncapped; 0 unless launched one by one, and counted once
+    # for kernels that end the same idle together (:func:`once_per_idle`)
 
 
 def launches(ctx) -> Launches:
@@ -66,9 +67,21 @@ def _launches(ctx) -> Launches:
     api_start, api_end = ctx.col("api_calls", "start"), ctx.col("api_calls", "end")
     launch_start = np.where(has, api_start[np.maximum(pos, 0)], start)
     launch_dur = np.where(has, (api_end - api_start)[np.maximum(pos, 0)], 0)
-    wait = host_wait(ctx, ctx.col("kernel_facts", "device"), start, launch_start) if len(start) else \
-        np.zeros(0, np.int64)
-    return Launches(has, replayed, launch_start, launch_dur, np.where(has, wait, 0))
+    device = ctx.col("kernel_facts", "device")
+    wait = host_wait(ctx, device, start, launch_start) if len(start) else np.zeros(0, np.int64)
+    wait = np.where(has, wait, 0)
+    return Launches(has, replayed, launch_start, launch_dur, np.where(once_per_idle(wait > 0, device, start), wait, 0))
+
+
+def once_per_idle(waited: np.ndarray, device: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """``waited`` with one kernel per idle stretch: kernels of two streams that start at the same instant after
+    the same idle (a trace in whole microseconds has them) end it together, and it counts once (the first row)."""
+    rows = np.flatnonzero(waited)
+    order = rows[np.lexsort((start[rows], device[rows]))]
+    again = (device[order][1:] == device[order][:-1]) & (start[order][1:] == start[order][:-1])
+    out = waited.copy()
+    out[order[1:][again]] = False
+    return out
 
 
 def short_launches(ctx, cfg) -> np.ndarray:
