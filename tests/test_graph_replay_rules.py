@@ -205,3 +205,25 @@ def test_fusion_beside_a_graph_prices_each_chain_by_how_it_ran(tmp_path):
     assert got["problem"].endswith("would save about 540.00 µs of launches, gaps and repeated memory passes "
                                    "(216.00 µs of it in the 36 occurrences replayed from CUDA graphs, priced by "
                                    "their memory passes only: the graph already removed their launches).")
+
+
+def test_amp_on_a_graph_capture_names_the_replays_not_eligible_ops(tmp_path):
+    """The FP32 LM captured with its forward and backward graphed (H200, fourth session): the AMP finding said
+    "2 ops were eligible for FP16/BF16 Tensor Cores" while the summary's Model line says 0 eligible op nodes (a
+    replay is no eligible op type). It now names them as the raw JSON has them: the ops under which a
+    cudaGraphLaunch ran kernels, here `Graphed` and the autograd node around `GraphedBackward`."""
+    trace = H200 / "lm_fp32_graphs_b16.pt.trace.json.gz"
+    evs = events(trace)
+    launches = [e for e in evs if e.cat in LAUNCH_CATS and GRAPH_LAUNCH.match(e.name)]
+    ops = [e for e in evs if e.cat == "cpu_op"]
+    outer = set()
+    for call in launches:  # the outermost op open on the call's thread at its start
+        around = [o for o in ops if o.tid == call.tid and o.start <= call.start < o.end]
+        outer.add(min(around, key=lambda o: (o.start, -o.end)).name)
+    db = build_database([trace], tmp_path / "graphed.sqlite", progress=False)
+    problem = findings(db)["amp_not_enabled"]["problem"]
+    assert problem.startswith(f"{len(outer)} CUDA graph replays ran matrix products eligible for FP16/BF16 Tensor "
+                              "Cores but none are using FP16/BF16")
+    assert len(outer) == 2 and "were eligible" not in problem
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT SUM(tc_eligible) FROM agg_ops").fetchone()[0] == 0

@@ -131,10 +131,16 @@ def amp_not_enabled(ctx, cfg):
         how += (f", {'all' if replayed == single_time else fmt_ns(replayed)} replayed from CUDA graphs and judged by "
                 "the kernels' names (the ops that captured them are not in the trace)")
     none_or_few = "none are" if half_time == 0 else "almost none are"
-    n_ops = len(distinct(single["root_node"]))
+    # a graph replay's op node is not a Tensor Core-eligible op (PRODUCT.md; the summary's Model line counts it so):
+    # it is named for what it is, not counted among the eligible ops
+    replays = len(distinct(single["root_node"][single["replayed"]]))
+    n_ops = len(distinct(single["root_node"][~single["replayed"]]))
+    who = ([f"{plural(n_ops, 'op')} {'was' if n_ops == 1 else 'were'} eligible for FP16/BF16 {units}"] if n_ops else [])
+    if replays:
+        who.append(f"{plural(replays, 'CUDA graph replay')} ran matrix products eligible for FP16/BF16 {units}")
     return Finding(
         "amp_not_enabled",
-        f"{plural(n_ops, 'op')} {'was' if n_ops == 1 else 'were'} eligible for FP16/BF16 {units} but {none_or_few} "
+        f"{' and '.join(who)} but {none_or_few} "
         f"using FP16/BF16: their kernels ran {fmt_ns(single_time)} in FP32 ({100 * single_time / all_time:.1f}% of "
         f"all kernel time){how}: {', and '.join(parts)}.",
         f"{ctx.advice('amp_not_enabled', AMP_ADVICE[ctx.run_kind])} See {ctx.link('amp_not_enabled')}",
