@@ -252,8 +252,10 @@ def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]
     """Each expert finding whose advice a scenario models, priced by replay (its saving over the aggregation,
     as findings count theirs), and all of them together (overlaps counted once). ``unchanged``: the unchanged
     replay when the caller has it already; ``replays``: replays by the scenarios applied, kept by a caller that
-    prices the windows of every rank on one graph (a scenario changes the whole job, whatever the window)."""
+    prices the windows of every rank on one graph (a scenario changes the whole job, whatever the window); without
+    it each scenario's replay is let go once priced."""
     base = win.wall((unchanged or solve(g, Weights.measured(g))).t)
+    shared = replays is not None
     replays = {} if replays is None else replays
     rows: list[dict] = []
     used: list[Scenario] = []
@@ -271,6 +273,9 @@ def price_findings(g: Graph, win: Windows, findings: list[tuple[str, int | None]
             used.append(sc)
         rows.append({"rule": rule, "scenario": sc.name, "est_saving_ns": estimate,
                      "simulated_saving_ns": base - win.wall(r.t)})
+        if not shared:  # no other window reads it: one scenario's times alive at a time (a vertex each)
+            del r
+            replays.clear()
     together = base - win.wall(_replayed(g, used, replays, unchanged).t) if used else None
     return {"findings": rows, "combined_saving_ns": together}
 

@@ -170,11 +170,13 @@ class Replay:
         except Exception as e:  # noqa: BLE001 - a profile the replay cannot read still imports, saying why
             self.note = f"the dependency graph could not be built ({_one_line(e)})"
         self.replays: dict = {}  # a scenario changes the whole job: replayed once for every rank's window
+        self.keep_replays = False  # set once more than one window is known (:meth:`walk_ahead`, :meth:`figures`)
         self._shared: _Shared | None = None  # what every rank's walk reads
         self._walks: dict[tuple, _Walk | Exception] = {}
 
     def walk_ahead(self, windows: list[tuple[int, int, int]]) -> None:
         """Walk these windows now (their failures kept for :meth:`figures` to note)."""
+        self.keep_replays = self.keep_replays or len(windows) > 1  # the aggregations to come: more than one window
         for rank, iter_start, iter_stop in windows if self.note is None else []:
             try:
                 self.walk(rank, iter_start, iter_stop)
@@ -235,6 +237,9 @@ class Replay:
     def figures(self, requests: list[tuple]) -> list[Figures]:
         """Each aggregation's figures (``requests``: :func:`request` of each)."""
         out = []
+        # one window (a single trace's import): nothing reads a scenario's replay again, so each is let go once
+        # priced (the 2.9 GB trace's replays hold ~30M vertex times each)
+        self.keep_replays = self.keep_replays or len(requests) > 1
         for rank, iter_start, iter_stop, rules in requests:
             if self.note is not None:
                 out.append(Figures(note=self.note))
@@ -247,7 +252,7 @@ class Replay:
 
     def _figures(self, walk: _Walk, rules: list[tuple[str, int | None]]) -> Figures:
         assert self.g is not None and self.base is not None
-        priced = price_findings(self.g, walk.win, rules, self.base, self.replays)
+        priced = price_findings(self.g, walk.win, rules, self.base, self.replays if self.keep_replays else None)
         rows = iter(priced["findings"])  # price_findings lists the findings a scenario models, in their order
         savings = [next(rows)["simulated_saving_ns"] if for_rule(rule) else None for rule, _ in rules]
         return Figures(None, walk.nodes, walk.node_ns, walk.kernel_names, walk.kernel_ns, walk.cells, walk.cell_ns,

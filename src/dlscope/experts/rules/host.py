@@ -160,10 +160,18 @@ def _host_split(ctx, rows: np.ndarray, ws: np.ndarray, we: np.ndarray, loader: t
     pos = ctx.api_rows(ctx.col("kernel_facts", "api_id")[rows])
     pid, tid = ctx.col("api_calls", "pid")[pos], ctx.col("api_calls", "tid")[pos]
     threads, which = _threads(pid, tid)
-    api_pid, api_tid = ctx.col("api_calls", "pid"), ctx.col("api_calls", "tid")
-    op_pid, op_tid = ctx.col("ops_all", "pid"), ctx.col("ops_all", "tid")
+    # Only what overlaps some wait is looked at, and of the ops only the outermost: an op starts inside its parent,
+    # so each outermost op and all beneath it cover one stretch, from its start to the latest end beneath it
+    # (:func:`_outermost_extents`). A 2.9 GB trace's 17M ops and 12.7M calls, merged whole three times, cost the
+    # import 18 s and 330 MB.
     api_start, api_end = ctx.col("api_calls", "start"), ctx.col("api_calls", "end")
-    op_start, op_end = ctx.col("ops_all", "start"), ctx.col("ops_all", "end")
+    api = np.flatnonzero(_touching(api_start, api_end, ws, we))
+    api_start, api_end = api_start[api], api_end[api]
+    api_pid, api_tid = ctx.col("api_calls", "pid")[api], ctx.col("api_calls", "tid")[api]
+    root, op_start, op_end = _outermost_extents(ctx)
+    op = np.flatnonzero(_touching(op_start, op_end, ws, we))
+    op_start, op_end, root = op_start[op], op_end[op], root[op]
+    op_pid, op_tid = ctx.col("ops_all", "pid")[root], ctx.col("ops_all", "tid")[root]
     out = dict.fromkeys(HOST_PARTS, 0)
     for t, (p, th) in enumerate(threads.tolist()):
         mine = which == t
@@ -187,3 +195,30 @@ def _threads(pid: np.ndarray, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.stack([keys >> 32, keys & (2**32 - 1)], axis=1), which.reshape(-1)
     threads, which = np.unique(np.stack([pid, tid], axis=1), axis=0, return_inverse=True)
     return threads, which.reshape(-1)
+
+
+def _touching(starts: np.ndarray, ends: np.ndarray, ws: np.ndarray, we: np.ndarray) -> np.ndarray:
+    """Per interval [starts, ends): whether it overlaps some window [ws, we) (the windows' union, sorted and
+    disjoint: the last window that starts before an interval ends is the one with the latest end)."""
+    s, e = merge(ws, we)
+    if not len(s):
+        return np.zeros(len(starts), bool)
+    j = np.searchsorted(s, ends, side="left") - 1
+    return (j >= 0) & (e[np.maximum(j, 0)] > starts)
+
+
+def _outermost_extents(ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, start, end) per outermost op of the rank (``ops_all`` rows at depth 0): from its start to the latest
+    end of any op beneath it. Each op starts while its parent is open, so an outermost op and everything beneath it
+    cover exactly that stretch, and the union of all the rank's ops on a thread is the union of these."""
+    depth = ctx.col("ops_all", "depth")
+    parent, end = ctx.col("ops_all", "parent_id"), ctx.col("ops_all", "end").astype(np.int64)
+    top = np.arange(len(depth))  # each op's outermost op's row, found one nesting level at a time
+    for level in range(1, int(depth.max()) + 1 if len(depth) else 0):
+        rows = np.flatnonzero(depth == level)
+        up = ctx.op_rows(parent[rows])
+        top[rows] = np.where(up >= 0, top[np.maximum(up, 0)], rows)
+    roots = np.flatnonzero(top == np.arange(len(top)))  # depth 0, and any op whose parent is not among them
+    latest = np.full(len(depth), np.iinfo(np.int64).min)
+    np.maximum.at(latest, top, end)
+    return roots, ctx.col("ops_all", "start")[roots].astype(np.int64), latest[roots]
