@@ -234,25 +234,31 @@ def test_a_host_bound_trace_gets_its_wait_by_hand(tmp_path):
     assert f["severity"] == "high"                                 # 3.9 of ~10 ms
 
 
+def _pairs(tmp_path, name: str, kernel: str, offsets: list[float], dur: float, call) -> Path:
+    """10 steps of 1000 µs (step i from b = 1000 i); at each offset of a step, a pair of ``dur`` µs kernels on
+    streams 7 and 8 starting at the same microsecond (b + offset), each launched by a call on
+    ``call(at, stream)`` -> (start, end)."""
+    t = KinetoTrace()
+    for i in range(10):
+        b = 1000.0 * i
+        t.step(i + 1, b, b + 1000)
+        for offset in offsets:
+            at = b + offset
+            for stream in (7, 8):
+                t.launch(*call(at, stream), kernel, at, at + dur, stream=stream)
+    return build_database([t.write(tmp_path / f"{name}.json")], tmp_path / f"{name}.sqlite", progress=False)
+
 def test_an_idle_ended_by_two_kernels_at_once_counts_once(tmp_path):
     """10 steps of 1000 µs, each with 5 pairs of 50 µs kernels on two streams starting at the same microsecond
     (b + 150 + 200j), launched 77 and 78 µs into the 150 µs idle before them (the previous pair ended at
     b + 200j; a step's first pair waits from the previous step's last, ended at b, or from the window's start):
     50 idles of 150 µs, each counted once although two kernels end it."""
-    t = KinetoTrace()
-    for i in range(10):
-        b = 1000.0 * i
-        t.step(i + 1, b, b + 1000)
-        for j in range(5):
-            at = b + 150 + 200 * j
-            for stream in (7, 8):
-                t.launch(at - 80 + stream, at - 79 + stream, "ampere_sgemm_64x32_nn", at, at + 50, stream=stream)
-    db = build_database([t.write(tmp_path / "pairs.json")], tmp_path / "pairs.sqlite", progress=False)
+    db = _pairs(tmp_path, "pairs", "ampere_sgemm_64x32_nn", [150 + 200 * j for j in range(5)], 50,
+                lambda at, stream: (at - 80 + stream, at - 79 + stream))
     raw = raw_host_wait(tmp_path / "pairs.json")
     f = findings(db)["host_bound"]
     assert f["est_saving_ns"] == raw["wait"] == 50 * 150 * US
     assert f["evidence"]["waiting_kernels"] == raw["waiting"] == 50 and f["evidence"]["kernels_judged"] == 100
-
 
 
 def test_launch_bound_also_counts_an_idle_ended_by_two_kernels_once(tmp_path):
@@ -262,15 +268,9 @@ def test_launch_bound_also_counts_an_idle_ended_by_two_kernels_once(tmp_path):
     2..10 one more before the first pair, from the previous step's last pair (ended at b - 175), capped at
     max_launch_gap_us (100 µs); the first kernel of the trace has no idle before it. Each idle counts once:
     9 × 75 + 9 × (9 × 75 + 100) = 7,650 µs (two kernels to an idle counted 15,300)."""
-    t = KinetoTrace()
-    for i in range(10):
-        b = 1000.0 * i
-        t.step(i + 1, b, b + 1000)
-        for j in range(10):
-            at = b + 100 + 80 * j
-            for stream, ahead in ((7, 20), (8, 10)):
-                t.launch(at - ahead, at - ahead + 6, "void elementwise_kernel", at, at + 5, stream=stream)
-    db = build_database([t.write(tmp_path / "short_pairs.json")], tmp_path / "short_pairs.sqlite", progress=False)
+    ahead = {7: 20, 8: 10}
+    db = _pairs(tmp_path, "short_pairs", "void elementwise_kernel", [100 + 80 * j for j in range(10)], 5,
+                lambda at, stream: (at - ahead[stream], at - ahead[stream] + 6))
     f = findings(db, _config(tmp_path, {"host_bound": {"enabled": False}}))["launch_bound"]
     assert f["est_saving_ns"] == 7650 * US
     assert f["evidence"]["short_kernels"] == 200
