@@ -130,12 +130,14 @@ def _config(tmp_path, rules: dict) -> Path:
 
 @pytest.mark.parametrize("name, iterations", [("lm_amp_eager_w0", [2, 3, 4, 5, 6]),
                                               ("fp32_eager_w0", [2, 3, 4, 5, 6]),
-                                              ("lm_fp32_eager_b16", list(range(2, 12)))])
+                                              ("lm_fp32_eager_b16", list(range(2, 12))),
+                                              *((name, [2, 3, 4, 5, 6]) for name in
+                                                ("amp_eager_w0", "fp32_eager_w4", "amp_eager_w4"))])
 def test_host_wait_of_real_captures_matches_their_raw_json(tmp_path, name, iterations):
     """The AMP transformer LM (GPU 8 % busy), the FP32 CNN with in-process data loading, and the FP32 LM at 16
     sequences (GPU 50 % busy: FP32 GEMMs too long for launch_bound, the case host_bound was made for; CUDA graphs
-    took its step from 24 to 12.7-12.9 ms), all eager on an H200: the finding's wait, waiting kernels and the
-    launching threads' split are the raw JSON's."""
+    took its step from 24 to 12.7-12.9 ms), and the CNN in AMP and with 4 DataLoader workers, all eager on an
+    H200: the finding's wait, waiting kernels and the launching threads' split are the raw JSON's."""
     trace = H200 / f"{name}.pt.trace.json.gz"
     raw = raw_host_wait(trace)
     db = _db(tmp_path, trace)
