@@ -7,6 +7,7 @@ import io
 import json
 import math
 import sqlite3
+import threading
 import zipfile
 
 import pytest
@@ -266,9 +267,11 @@ def test_trace_names_stay_data(client):
 def test_reaggregation_runs_in_background_and_reloads(tmp_path):
     path = make_profile_db(tmp_path / "re.sqlite")
     calls = []
+    answered = threading.Event()  # the job holds until its 202 was read: a loaded machine finished it first
 
     def fake_aggregate(db_path, iter_start, iter_stop, key_node):
         calls.append((db_path, iter_start, iter_stop, key_node))
+        answered.wait(10)
         conn = sqlite3.connect(db_path)
         conn.execute("INSERT INTO aggregations (agg_id, rank, iter_start, iter_stop, key_node) VALUES (2, 0, ?, ?, ?)",
                      (iter_start, iter_stop, key_node))
@@ -282,6 +285,7 @@ def test_reaggregation_runs_in_background_and_reloads(tmp_path):
         job = c.post("/api/aggregate", content=json.dumps({"iter_start": 2, "iter_stop": 3, "key_node": "aten::relu"}),
                      headers=OWN_PAGE)
         assert job.status_code == 202 and job.json()["state"] == "underway"
+        answered.set()
         for _ in range(100):
             state = c.get(f"/api/jobs/{job.json()['id']}").json()
             if state["state"] != "underway":
