@@ -10,7 +10,8 @@ import time
 
 import pytest
 from conftest import data_file
-from test_store_writer import _children, _partly_replayed, _path_rows, _two_rank_aggs
+from process_watch import children
+from test_store_writer import _partly_replayed, _path_rows, _two_rank_aggs
 
 from dlscope.errors import DlscopeError
 from dlscope.pipeline import build_database
@@ -103,7 +104,7 @@ def test_a_failure_with_a_writer_waiting_beside_the_rules_leaves_no_file_and_no_
                 raise OSError(28, "No space left on device")
             return ingest(ingest_, table, *args)
         monkeypatch.setattr(writer, "_ingest_agg_table", failing)
-    before = _children()
+    before = children()
     with pytest.raises((DlscopeError, ZeroDivisionError)) as failed:
         with writer.atomic_database(tmp_path / "a.sqlite", force=False) as db:
             db.write_raw({})
@@ -117,7 +118,7 @@ def test_a_failure_with_a_writer_waiting_beside_the_rules_leaves_no_file_and_no_
         assert text.startswith(f"{tmp_path / 'a.sqlite'}: writing the database failed") and "\n" not in text
         assert "No space left" in text
     assert list(tmp_path.iterdir()) == []
-    assert _children() <= before
+    assert children() <= before
 
 
 def _rows(path) -> dict[str, list[tuple]]:

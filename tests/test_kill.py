@@ -22,26 +22,9 @@ from pathlib import Path
 
 import pytest
 from conftest import data_file
-from test_processes import alive, wait_gone
+from process_watch import descendants, wait_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")]
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (from /proc: each process's parent)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return {p for p in found if alive(p)}
 
 
 IMPORT = """

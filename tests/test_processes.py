@@ -12,25 +12,7 @@ import time
 
 import pytest
 from conftest import data_file
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for a reaper has ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_gone(pids: list[int], seconds: float = 5.0) -> list[int]:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        left = [p for p in pids if alive(p)]
-        if not left:
-            return []
-        time.sleep(0.05)
-    return [p for p in pids if alive(p)]
+from process_watch import alive, wait_gone
 
 
 def _python(code: str, **kw) -> subprocess.Popen:

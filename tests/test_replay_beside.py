@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from process_watch import alive, children, wait_gone
 from test_critical_path_stored import US, _db, _stored
-from test_processes import alive, wait_gone
 from test_whatif_handmade import _sync_trace
 
 import dlscope.pipeline.build as build_module
@@ -24,15 +24,6 @@ from dlscope.processes import ChildFailed, FirstComer, ForkedCall, fork_pays
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
               pytest.mark.skipif(not fork_pays(), reason="the replay runs beside only where a fork pays")]
-
-
-def _children() -> set[int]:
-    """This process's live children (read from /proc)."""
-    found: set[int] = set()
-    for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{task}/children") as f:
-            found.update(int(p) for p in f.read().split())
-    return {p for p in found if alive(p)}
 
 
 def _build_noting_its_pid(monkeypatch, folder: Path, then=None) -> None:
@@ -50,10 +41,10 @@ def _build_noting_its_pid(monkeypatch, folder: Path, then=None) -> None:
 
 def test_the_replay_runs_in_a_child_and_stores_the_hand_computed_path(tmp_path, monkeypatch):
     _build_noting_its_pid(monkeypatch, tmp_path / "pids")
-    before = _children()
+    before = children()
     db = _db(tmp_path, _sync_trace())
     (pid,) = [int(p.name) for p in (tmp_path / "pids").iterdir()]
-    assert pid != os.getpid() and not alive(pid) and _children() <= before
+    assert pid != os.getpid() and not alive(pid) and children() <= before
     s = _stored(db, 1)  # test_critical_path_stored works these out by hand
     assert s["ops"] == {"aten::mm": 120 * US, "aten::relu": 40 * US, "aten::add": 20 * US}
     assert s["kernels"] == {"volta_sgemm_128x64_nn": 100 * US, "relu_kernel": 40 * US}
@@ -123,10 +114,10 @@ def test_a_replay_child_that_dies_leaves_the_database_written_with_the_note(tmp_
     """Killed (out of memory, say): the import still writes every other figure; the critical path's note says
     what became of the child."""
     _build_noting_its_pid(monkeypatch, tmp_path / "pids", then=lambda: os.kill(os.getpid(), signal.SIGKILL))
-    before = _children()
+    before = children()
     db = _db(tmp_path, _sync_trace())
     (pid,) = [int(p.name) for p in (tmp_path / "pids").iterdir()]
-    assert pid != os.getpid() and wait_gone([pid]) == [] and _children() <= before
+    assert pid != os.getpid() and wait_gone([pid]) == [] and children() <= before
     s = _stored(db, 1)
     assert s["row"][1] == "the critical path could not be computed (its process killed by signal SIGKILL)"
     assert set(s["ops"].values()) == {None} and set(s["kernels"].values()) == {None} and s["path"] == []
@@ -168,13 +159,13 @@ def test_an_import_failing_while_the_replay_runs_kills_it_and_leaves_no_file(tmp
     out = tmp_path / "out"
     out.mkdir()
     trace = _sync_trace().write(tmp_path / "t.json")
-    before = _children()
+    before = children()
     started = time.monotonic()
     with pytest.raises(type(failure)):
         build_database([trace], out / "t.sqlite", progress=False)
     (pid,) = [int(p.name) for p in pids.iterdir()]
     assert time.monotonic() - started < 20
-    assert wait_gone([pid]) == [] and _children() <= before
+    assert wait_gone([pid]) == [] and children() <= before
     assert list(out.iterdir()) == []
 
 

@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import data_file
-from test_processes import wait_gone
-from test_replay_beside import _children
+from process_watch import children, wait_gone
 
 import dlscope.pipeline.build as build_module
 import dlscope.whatif.stored as stored
@@ -157,12 +156,12 @@ def test_an_import_failing_after_some_groups_were_priced_leaves_no_file_and_no_c
     monkeypatch.setattr(per_rank, "evaluate", failing)
     out = tmp_path / "out"
     out.mkdir()
-    before = _children()
+    before = children()
     with pytest.raises(DlscopeError, match="a rule failed"):
         build_database([job], out / "job.sqlite", progress=False)
     (child, groups), = [(int(p.name), p.read_text().split()) for p in (tmp_path / "priced").iterdir()]
     assert child != os.getpid() and groups == ["2", "2"]
-    assert wait_gone([child]) == [] and _children() <= before
+    assert wait_gone([child]) == [] and children() <= before
     assert list(out.iterdir()) == []
 
 

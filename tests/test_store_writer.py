@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import data_file
+from process_watch import children
 
 from dlscope.errors import DlscopeError
 from dlscope.pipeline import build_database
@@ -292,13 +293,6 @@ def test_the_background_writer_gets_the_replays_column_and_writes_rows_without_o
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
-def _children() -> set[int]:
-    import os
-
-    return {int(p) for p in os.listdir("/proc") if p.isdigit()
-            and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1] == str(os.getpid())}
-
-
 @pytest.mark.parametrize("where", ["importing process", "background writer"])
 def test_a_failure_while_the_aggregation_tables_are_written_leaves_no_file_and_no_writer(tmp_path, monkeypatch,
                                                                                          where):
@@ -316,7 +310,7 @@ def test_a_failure_while_the_aggregation_tables_are_written_leaves_no_file_and_n
                 raise OSError(28, "No space left on device")
             return ingest(ingest_, table, *args)
         monkeypatch.setattr(writer, "_ingest_agg_table", failing)  # the forked writer inherits it
-    before = _children()
+    before = children()
     with pytest.raises(DlscopeError) as failed:
         with writer.atomic_database(tmp_path / "a.sqlite", force=False) as db:
             pending = db.write_agg_tables(_two_rank_aggs(), writer.BEFORE_REPLAY)
@@ -325,7 +319,7 @@ def test_a_failure_while_the_aggregation_tables_are_written_leaves_no_file_and_n
     assert text.startswith(f"{tmp_path / 'a.sqlite'}: writing the database failed") and "\n" not in text
     assert ("ZeroDivisionError" if where == "importing process" else "No space left") in text
     assert list(tmp_path.iterdir()) == []
-    assert _children() <= before
+    assert children() <= before
 
 
 def test_where_dlscope_must_not_fork_a_thread_writes_the_aggregation_tables_the_same(tmp_path, monkeypatch):
