@@ -5,7 +5,8 @@ Each rule lives in its own module under ``experts/rules`` and registers itself (
 thresholds live in ``data/rules.json`` and can be overridden with ``--rules-config FILE``. Two things are
 decided here, once, for every rule: GPU rules do not run on a profile without GPU kernels, and a finding
 without a positive estimated saving is dropped unless it says why it has none (:func:`priced`), and the
-finding of a rule another subsumes is dropped where that one fires (``registry.SUBSUMES``).
+finding of a rule another subsumes is dropped where that one fires (``registry.SUBSUMES``), and a finding that
+names its cause's rule (``Finding.refers``) points to that rule's finding where it fired.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import math
 import sqlite3
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from .config import load_config
@@ -38,18 +40,29 @@ def evaluate(tables: Mapping, aggregation, rules_config: Path | str | None = Non
     """
     config = frames.rules_config(rules_config) if frames is not None else load_config(rules_config)
     ctx = Context(config, tables, aggregation, frames)
-    out = []
+    kept: list[Finding] = []
     for rule_id, check in load_rules().items():
         cfg = config.get(rule_id, {})
         if not cfg.get("enabled", True) or (rule_id in GPU_RULES and not ctx.has_gpu):
             continue
-        for finding in as_list(check(ctx, cfg)):
-            if priced(finding) or unpriced_risk(finding):
-                out.append(finding.to_dict(ctx.wall, config["severity"], int(config["evidence"]["max_items"])))
-    gone = subsumed({f["rule"] for f in out})
-    out = [f for f in out if f["rule"] not in gone]
+        kept.extend(f for f in as_list(check(ctx, cfg)) if priced(f) or unpriced_risk(f))
+    gone = subsumed({f.rule for f in kept})
+    kept = [f for f in kept if f.rule not in gone]
+    fired = {f.rule for f in kept}
+    out = [referred(f, fired).to_dict(ctx.wall, config["severity"], int(config["evidence"]["max_items"]))
+           for f in kept]
     out.sort(key=lambda f: (_SEVERITY_ORDER[f["severity"]], -(f["est_saving_ns"] or 0), f["rule"]))
     return out
+
+
+def referred(finding: Finding, fired: set[str]) -> Finding:
+    """``finding`` with the recommendation it gives where the first of its ``refers`` rules fired (that rule's
+    finding says what to change and what it saves), named in the evidence's ``see_findings``; else as it is."""
+    for cause, recommendation in finding.refers.items():
+        if cause in fired and cause != finding.rule:
+            return replace(finding, recommendation=recommendation,
+                           evidence={**finding.evidence, "see_findings": [cause]})
+    return finding
 
 
 def priced(finding: Finding) -> bool:

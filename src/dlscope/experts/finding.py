@@ -24,6 +24,10 @@ class Finding:
     evidence: dict = field(default_factory=dict)
     severity: str | None = None
     not_priced: str | None = None
+    #: rule id -> the recommendation to give instead where that rule fired in the same aggregation, first match
+    #: wins: a symptom (idle gaps, low utilization) whose cause has its own finding points to it rather than
+    #: repeating its advice (``experts.evaluate`` picks; the evidence's ``see_findings`` names the rule)
+    refers: dict[str, str] = field(default_factory=dict)
 
     @property
     def has_saving(self) -> bool:

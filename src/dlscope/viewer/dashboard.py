@@ -61,6 +61,16 @@ def evidence_links(evidence_json: str | None) -> dict:
     return out
 
 
+def referred_rules(evidence_json: str | None) -> list[str]:
+    """The rules whose findings say what to change for this finding's cause (``see_findings``, set by
+    ``experts.referred``): the dashboard links them; [] when none or unreadable."""
+    try:
+        see = (json.loads(evidence_json) if evidence_json else {}).get("see_findings")
+    except (ValueError, AttributeError):
+        return []
+    return see if isinstance(see, list) and all(isinstance(v, str) for v in see) else []
+
+
 def _rows(db: ProfileDB, sql: str, params=()) -> list[dict]:
     conn = db.connection()
     cur = conn.execute(sql, params)
@@ -152,7 +162,8 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
                          "WHERE agg_id = ? ORDER BY finding_id", (a,)) \
         if db.has("findings") else []
     for f in findings:
-        f["links"] = evidence_links(f.pop("evidence_json"))
+        evidence = f.pop("evidence_json")
+        f["links"], f["see_findings"] = evidence_links(evidence), referred_rules(evidence)
     out["findings"] = findings
     # all findings a scenario models, priced together by replay (whatif.stored): overlaps counted once
     out["findings_combined_saving_ns"] = agg.get("findings_combined_saving_ns")

@@ -1,6 +1,13 @@
 """GPU gaps (nsys analyze's gpu_gaps, with a DL-sized threshold): idle stretches of a device inside the
 profiled iterations, located by the kernels (and their ops) on either side. The saving is the idle time
-in such gaps, averaged over the GPUs."""
+in such gaps, averaged over the GPUs.
+
+What the host did meanwhile is measured, not guessed: data loading (on any thread), else, on the thread that
+launched the kernel after the gap, a CUDA API call, an op, or neither (Python between ops), as ``host_bound``
+splits its waits (:func:`.host.host_split`). The advice follows the largest part, and where the rule that owns
+that cause fired (``dataloader_bottleneck``, ``host_bound``) the recommendation points to its finding, which
+prices the change, instead of repeating it (``Finding.refers``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,17 @@ from ..evidence import fmt_ns, node_ids, short_kernel
 from ..finding import Finding
 from ..registry import rule
 from ..spans import distinct, gaps_in_windows
+from .dataloader import GPU_ADVICE, loader_intervals
+from .host import HOST_PARTS, HOST_WORDS, host_advice, host_split
+
+#: the parts of the gaps' time by what the host did, in the problem's words (``HOST_WORDS`` for the rest)
+PART_WORDS = {"dataloader": "loading data", **HOST_WORDS,
+              "unknown": "on no known thread (the kernel after the gap has no launch call in the trace)"}
+#: the part -> the rule whose finding owns that cause
+CAUSES = {"dataloader": "dataloader_bottleneck", **dict.fromkeys(HOST_PARTS, "host_bound")}
+GENERIC = ("Find what the CPU does during these gaps (data loading, synchronizations, Python work between ops), "
+           "move it off the critical path or overlap it with GPU work, and add NVTX / record_function ranges "
+           "around suspect code.")
 
 
 @rule("gpu_gaps", gpu=True)
@@ -45,6 +63,10 @@ def gpu_gaps(ctx, cfg):
                 kernels.append(kernel_name[row])
     s0, e0, dev0, it0 = found[0]
     prev, nxt = located[0]
+    launched = neighbours.after_each(idle_dev, idle_e)  # the kernel that ended each gap (-1: none)
+    api_id = np.where(launched >= 0, ctx.col("kernel_facts", "api_id")[np.maximum(launched, 0)], -1)
+    split = host_split(ctx, api_id, idle_s, idle_e, loader_intervals(ctx)[:2])
+    top_part = max(split, key=lambda part: split[part])
 
     def describe(row: int) -> str:
         if row < 0:
@@ -57,15 +79,29 @@ def gpu_gaps(ctx, cfg):
         "gpu_gaps",
         f"{len(idle_s):,} idle gaps of at least {fmt_ns(min_gap)} inside iterations leave the GPU idle for "
         f"{fmt_ns(saving)} ({ctx.pct(saving):.1f}% of the aggregated time); the largest, {fmt_ns(e0 - s0)} on GPU "
-        f"{dev0} in iteration {it0}, lies between {describe(prev)} and {describe(nxt)}.",
-        "Find what the CPU does during these gaps (data loading, synchronizations, Python work between ops), "
-        "move it off the critical path or overlap it with GPU work, and add NVTX / record_function ranges "
-        f"around suspect code. See {ctx.link('gpu_gaps')}",
+        f"{dev0} in iteration {it0}, lies between {describe(prev)} and {describe(nxt)}. Meanwhile the host was "
+        + ", ".join(f"{100 * split[part] / int(length.sum()):.0f}% {PART_WORDS[part]}"
+                    for part in sorted(split, key=lambda part: -split[part])
+                    if round(100 * split[part] / int(length.sum()))) + ".",
+        f"{_advice(ctx, top_part)} See {ctx.link('gpu_gaps')}",
         saving,
         {"node_ids": node_ids(ctx, before_ops + after_ops), "kernels": list(dict.fromkeys(kernels)),
          "iterations": [int(i) for i in distinct(idle_it)],
          "time_ranges": [[int(g[0]), int(g[1])] for g in found], "gap_count": len(idle_s),
-         "devices": [int(d) for d in distinct(idle_dev)]})
+         "devices": [int(d) for d in distinct(idle_dev)], "host_split_ns": split},
+        refers=({CAUSES[top_part]: f"{100 * split[top_part] / int(length.sum()):.0f}% of the gaps' time the host "
+                 f"was {PART_WORDS[top_part]}: the {CAUSES[top_part]} finding says what to change and what it saves. "
+                 f"See {ctx.link('gpu_gaps')}"} if top_part in CAUSES else {}))
+
+
+def _advice(ctx, part: str) -> str:
+    """What to change for the largest part of the gaps' time, in the words of the rule that owns that cause."""
+    if part == "dataloader":
+        return f"Most of the gaps' time is data loading. {ctx.advice('dataloader_bottleneck', GPU_ADVICE)}"
+    if part in HOST_PARTS:
+        return (f"Most of the gaps' time the host was {PART_WORDS[part]} while the GPU waited for its next launch. "
+                + ctx.advice("host_bound", host_advice(ctx, graphed=False)))
+    return GENERIC
 
 
 class _Neighbours:
@@ -85,6 +121,17 @@ class _Neighbours:
         rows, ends = self.by_end.get(int(device), (np.zeros(0, np.int64),) * 2)
         i = int(np.searchsorted(ends, t, side="right"))
         return int(rows[i - 1]) if i > 0 else -1
+
+    def after_each(self, device: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """:meth:`after` for each (device, moment) pair at once."""
+        out = np.full(len(t), -1, dtype=np.int64)
+        for dev in distinct(device).tolist():
+            mine = np.flatnonzero(device == dev)
+            rows, starts = self.by_start.get(int(dev), (np.zeros(0, np.int64),) * 2)
+            i = np.searchsorted(starts, t[mine], side="left")
+            found = i < len(rows)
+            out[mine[found]] = rows[i[found]]
+        return out
 
     def after(self, device: int, t: int) -> int:
         """The row of the kernel of ``device`` starting first at or after ``t`` (-1 when none)."""

@@ -61,7 +61,8 @@ def host_bound(ctx, cfg):
     saving = int(wait.sum()) // n_devices
     if ctx.pct(saving) < cfg["min_pct"]:
         return None
-    split = _host_split(ctx, rows, ws[rows], we[rows], loader)
+    split = host_split(ctx, ctx.col("kernel_facts", "api_id")[rows], ws[rows], we[rows], loader)
+    split = {part: split[part] for part in HOST_PARTS}  # (its data loading is dataloader_wait_ns; each has a call)
     graphed = int(facts.replayed.sum())
     n = ctx.config["evidence"]["max_items"]
     # op nodes are the outermost ops (agg_ops): each waiting kernel's root op, not the op that launched it
@@ -100,7 +101,7 @@ def host_bound(ctx, cfg):
                     "(DataLoader workers remove it, not CUDA graphs).")
     return Finding(
         "host_bound", problem,
-        ctx.advice("host_bound", _advice(ctx, graphed)) + f" See {ctx.link('host_bound')}",
+        ctx.advice("host_bound", host_advice(ctx, graphed)) + f" See {ctx.link('host_bound')}",
         saving,
         {"node_ids": node_ids(ctx, top_by({"op_id": op_id[launched], "wait": wait[rows][launched]}, "op_id",
                                           "wait", n)),
@@ -139,7 +140,8 @@ def _opens_window(ctx, device: np.ndarray, start: np.ndarray) -> np.ndarray:
     return out
 
 
-def _advice(ctx, graphed: int) -> str:
+def host_advice(ctx, graphed: int) -> str:
+    """What to change where the host is the bottleneck (PyTorch's words; ``ctx.advice`` gives other frameworks')."""
     batch = (", and raise the batch size so each launch does more work (the host's cost per step stays the same, "
              "the GPU's grows)" if ctx.is_training else "")
     if graphed:
@@ -154,10 +156,17 @@ def _advice(ctx, graphed: int) -> str:
             f"fused=True, and fused layers such as scaled_dot_product_attention){batch}.")
 
 
-def _host_split(ctx, rows: np.ndarray, ws: np.ndarray, we: np.ndarray, loader: tuple) -> dict[str, int]:
-    """What each waiting kernel's launching thread did during its wait (data loading left out): inside a CUDA
-    API call, else inside an op, else between ops; ns per part of ``HOST_PARTS``."""
-    pos = ctx.api_rows(ctx.col("kernel_facts", "api_id")[rows])
+def host_split(ctx, api_ids: np.ndarray, ws: np.ndarray, we: np.ndarray, loader: tuple) -> dict[str, int]:
+    """What the host did during each window [ws, we) in which the GPU waited, in ns per part: ``dataloader`` where
+    data loading (on any thread) covers it, else, on the thread that made the API call ``api_ids[i]`` (the launch
+    that ended the wait), the parts of ``HOST_PARTS``: inside a CUDA API call, else inside an op, else between
+    ops; ``unknown`` where no such call is in the trace. Shared by ``host_bound`` and ``gpu_gaps``."""
+    api_pos = ctx.api_rows(api_ids)
+    in_loading = covered_lengths(loader, ws, we)
+    out = {"dataloader": int(in_loading.sum()), **dict.fromkeys(HOST_PARTS, 0),
+           "unknown": int(((we - ws) - in_loading)[api_pos < 0].sum())}
+    known = api_pos >= 0
+    pos, ws, we = api_pos[known], ws[known], we[known]
     pid, tid = ctx.col("api_calls", "pid")[pos], ctx.col("api_calls", "tid")[pos]
     threads, which = _threads(pid, tid)
     # Only what overlaps some wait is looked at, and of the ops only the outermost: an op starts inside its parent,
@@ -172,7 +181,6 @@ def _host_split(ctx, rows: np.ndarray, ws: np.ndarray, we: np.ndarray, loader: t
     op = np.flatnonzero(_touching(op_start, op_end, ws, we))
     op_start, op_end, root = op_start[op], op_end[op], root[op]
     op_pid, op_tid = ctx.col("ops_all", "pid")[root], ctx.col("ops_all", "tid")[root]
-    out = dict.fromkeys(HOST_PARTS, 0)
     for t, (p, th) in enumerate(threads.tolist()):
         mine = which == t
         s, e = ws[mine], we[mine]

@@ -1,5 +1,9 @@
 """GPU underutilization (DLProf's rule): kernels run less than half the wall clock; names the largest
-non-GPU category of the resource breakdown, whose time (GPU idle by construction) is the saving."""
+non-GPU category of the resource breakdown, whose time (GPU idle by construction) is the saving.
+
+It is a symptom: where the rule that owns its largest category's cause fired (data loading:
+``dataloader_bottleneck``; the host's own work: ``host_bound``, or ``launch_bound``), the recommendation points
+to that finding, which says what to change and prices it by replay, rather than repeating its advice."""
 
 from __future__ import annotations
 
@@ -21,6 +25,11 @@ ADVICE = {
 }
 
 
+#: the non-GPU category -> the rules whose finding owns its cause, first fired first
+CAUSES = {"dataloader": ("dataloader_bottleneck",), "cpu": ("host_bound", "launch_bound")}
+CAUSE_WORDS = {"dataloader": "It is time spent loading data",
+               "cpu": "It is the host's own work (framework ops, Python, kernel launches) while the GPU waits"}
+
 #: batch-size advice is for training runs only (an inference batch is set by the requests)
 BATCH = ", and raise the batch size so each step does more work per launch"
 
@@ -34,13 +43,16 @@ def gpu_underutilized(ctx, cfg):
     top = max(parts, key=parts.get)
     idle = gaps(ctx.busy(kinds=("kernel",)), *ctx.window)
     n = ctx.config["evidence"]["max_items"]
+    share = (f"{CATEGORY_LABELS[top]} has the highest non-GPU share at {ctx.pct(parts[top]):.1f}% "
+             f"({fmt_ns(parts[top])}).")
     return Finding(
         "gpu_underutilized",
         f"The GPU is underutilized: only {100 * util:.1f}% of the aggregated wall clock "
         f"({fmt_ns(ctx.wall)}) has a kernel running.",
-        f"{CATEGORY_LABELS[top]} has the highest non-GPU share at {ctx.pct(parts[top]):.1f}% ({fmt_ns(parts[top])}). "
-        f"{ADVICE[top].format(batch=BATCH if ctx.is_training else '')} See {ctx.link('gpu_underutilized')}",
+        f"{share} {ADVICE[top].format(batch=BATCH if ctx.is_training else '')} See {ctx.link('gpu_underutilized')}",
         parts[top],
         {"iterations": [int(i) for i in ctx.iteration_col("iteration")],
          "time_ranges": longest_ranges(*idle, n), "dominant_category": top,
-         "breakdown_ns": {c: int(ctx.agg[f"{c}_ns"] or 0) for c in CATEGORIES}})
+         "breakdown_ns": {c: int(ctx.agg[f"{c}_ns"] or 0) for c in CATEGORIES}},
+        refers={cause: f"{share} {CAUSE_WORDS[top]}: the {cause} finding says what to change and what it saves. "
+                       f"See {ctx.link('gpu_underutilized')}" for cause in CAUSES.get(top, ())})

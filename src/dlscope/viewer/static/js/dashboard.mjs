@@ -222,6 +222,7 @@ export function renderDashboard(content, data) {
   else itBox.replaceWith(el("p", { class: "na", text: "No iterations were found in this profile." }));
 
   // Expert systems
+  const anchored = new Set();
   const rows = d.findings.map((f) => {
     const links = f.links || {};
     const drill = Object.keys(links).length ? el("a", { class: "drill", href: viewUrl("finding", { finding: f.finding_id }), title: "Show the ops, kernels or iterations concerned", text: "»" }) : null;
@@ -231,9 +232,14 @@ export function renderDashboard(content, data) {
     const tl = when ? el("a", { class: "drill timeline-link", href: viewUrl("timeline", { rank: shownRank(), start: when[0], end: when[1] }), title: "Open the timeline at this finding's first evidence time range", "data-testid": "finding-timeline", text: "⏱" }) : null;
     const simulated = f.simulated_saving_ns !== null && f.simulated_saving_ns !== undefined
       ? el("div", { class: "simulated", "data-ns": String(f.simulated_saving_ns), title: `${exactNs(f.simulated_saving_ns)}: the advice replayed on the dependency graph (dlscope whatif)`, text: `Simulated saving: ${ns(f.simulated_saving_ns)}` }) : null;
-    return el("tr", { class: `sev-${f.severity || "info"}` }, el("td", { class: "drill-cell" }, drill, tl),
+    // a symptom whose cause has its own finding: a link to that finding's row, which says what to change
+    const see = (f.see_findings || []).filter((rule) => d.findings.some((g) => g.rule === rule)).map((rule) =>
+      el("a", { class: "see-finding", href: `#finding-${rule}`, "data-testid": "see-finding", text: `→ ${rule}` }));
+    const anchor = f.rule && !anchored.has(f.rule) ? `finding-${f.rule}` : null;  // a rule's first finding
+    anchored.add(f.rule);
+    return el("tr", { class: `sev-${f.severity || "info"}`, id: anchor }, el("td", { class: "drill-cell" }, drill, tl),
       el("td", {}, el("span", { class: "rule", text: f.rule || "" }), el("div", { text: f.problem || "" }), saving, unpriced, simulated),
-      el("td", {}, linkify(f.recommendation)));
+      el("td", {}, linkify(f.recommendation), ...see));
   });
   const combinedNs = d.findings_combined_saving_ns;
   const combined = combinedNs !== null && combinedNs !== undefined

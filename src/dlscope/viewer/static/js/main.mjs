@@ -76,7 +76,9 @@ function navbar() {
 }
 
 let first = true;
+let shownAt = null;  // the page (path and query) last rendered: a change of the #fragment alone is an in-page jump
 async function render() {
+  shownAt = location.pathname + location.search;
   const content = document.getElementById("content");
   let data = boot.initial;
   if (!first) {
@@ -94,7 +96,7 @@ async function render() {
   window.scrollTo(0, scroll);
 }
 
-window.addEventListener("popstate", () => render());
+window.addEventListener("popstate", () => { if (location.pathname + location.search !== shownAt) render(); });
 navbar();
 render();
 resumeJob();
