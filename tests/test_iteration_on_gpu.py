@@ -5,17 +5,19 @@ whose CPU queues iterations ahead, and an eager AMP capture where it does not.""
 
 from __future__ import annotations
 
+import sqlite3
 import statistics
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import data_file, requires_shared
+from experts_helpers import findings
 from test_gpu_behind_cpu import LM_GRAPHS, MS, US, _queued_trace, _raw_steps
 
 from dlscope.analyze.gpu_timing import gpu_timed, iteration_gpu_ends, packaged_tolerance, timed_on_gpu
 from dlscope.format import fmt_ns
-from dlscope.pipeline import build_database
+from dlscope.pipeline import aggregate, build_database
 from dlscope.present.html_report import render_html_report
 from dlscope.present.summary import render_summary, summary_dict
 
@@ -152,3 +154,26 @@ def test_a_v100_run_behind_its_cpu_is_timed_on_the_gpu_as_its_raw_json_says(tmp_
     assert (a["iter_start"], a["iter_stop"]) == (numbers[0], numbers[-1])
     assert a["iteration_on_gpu_ns"] == {"min": min(gpu), "median": round(statistics.median(gpu)), "max": max(gpu),
                                         "slowest_iteration": numbers[gpu.index(max(gpu))], "median_lag": lag}
+
+
+def test_the_summary_times_iterations_with_the_tolerance_the_rules_ran_with(tmp_path):
+    """The queued trace's GPU runs 12.53 ms behind windows of 1 ms (above): timed on the GPU with the packaged
+    tolerance (0.15 × 1 ms); with ``--rules-config`` setting it to 20 (20 ms > 12.53 ms), neither the rule (which
+    then flags the 21 ms last window, over 20 × the 1 ms median) nor the summary times it on the GPU; a
+    re-aggregation with the packaged rules does again; each aggregation row keeps the tolerance it used."""
+    config = tmp_path / "rules.json"
+    config.write_text('{"iteration_variance": {"tolerance": 20}}')
+    trace = _queued_trace([5, 5, 10, 5, 5]).write(tmp_path / "queued.json")
+    db = build_database([trace], tmp_path / "loose.sqlite", progress=False, rules_config=config)
+    s = summary_dict(db)
+    assert "iteration_on_gpu_ns" not in s["aggregation"] and "on the GPU:" not in render_summary(s)
+    assert "timed_on_gpu" not in findings(db)["iteration_variance"]["evidence"]   # the rule read the windows too
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT gpu_timing_tolerance FROM aggregations").fetchall() == [(20.0,)]
+    (agg_id,) = aggregate(db, 1, 5, None)[:1]                 # re-aggregated with the packaged rules
+    s = summary_dict(db, agg_id)
+    assert s["aggregation"]["iteration_on_gpu_ns"]["median_lag"] == 12_530 * US
+    assert findings(db)["iteration_variance"]["evidence"]["timed_on_gpu"] is True  # iteration 3: 10 of 5 ms
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT gpu_timing_tolerance FROM aggregations WHERE agg_id = ?",
+                            (agg_id,)).fetchone() == (TOLERANCE,)

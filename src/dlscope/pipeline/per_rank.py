@@ -61,7 +61,7 @@ def aggregate_ranks(an: Analysed, iter_start: int | None, iter_stop: int | None,
         frames = RuleFrames({name: an.profile.table(name) for name in an.RAW}, bounds).make_all()
         results = []
         for rank, agg in zip(ranks, aggs):
-            results.append((agg, evaluate(an.rank_tables(rank), agg, rules_config, frames)))
+            results.append((agg, _evaluated(an, agg, rank, frames, rules_config)))
             if evaluated is not None:
                 evaluated(*results[-1])
         return results
@@ -104,4 +104,11 @@ def _rank_aggregation(job: JobAggregation, flops: JobMFU, rank: int) -> Aggregat
 def _rank_results(an: Analysed, job: JobAggregation, flops: JobMFU, frames: RuleFrames, rank: int,
                   rules_config) -> tuple[Aggregation, list[dict]]:
     agg = _rank_aggregation(job, flops, rank)
-    return agg, evaluate(an.rank_tables(rank), agg, rules_config, frames)
+    return agg, _evaluated(an, agg, rank, frames, rules_config)
+
+
+def _evaluated(an: Analysed, agg: Aggregation, rank: int, frames: RuleFrames, rules_config) -> list[dict]:
+    """The rank's findings; its aggregation row records the tolerance that told whether its iterations are timed
+    on the GPU, so the summary times them as the rules did (``--rules-config`` included)."""
+    agg.row["gpu_timing_tolerance"] = float(frames.rules_config(rules_config)["iteration_variance"]["tolerance"])
+    return evaluate(an.rank_tables(rank), agg, rules_config, frames)

@@ -134,7 +134,8 @@ FROM agg_iterations i WHERE i.agg_id = ? AND i.profiled = 1 ORDER BY i.iteration
 
 def iteration_on_gpu_section(conn: sqlite3.Connection, agg_id: int) -> dict:
     """``{"iteration_on_gpu_ns": {"min", "median", "max", "slowest_iteration", "median_lag"}}`` where the GPU ran
-    behind the CPU (``analyze.gpu_timing``, with the ``iteration_variance`` rule's packaged ``tolerance``), else {}:
+    behind the CPU (``analyze.gpu_timing``, with the ``iteration_variance`` tolerance the aggregation was made with),
+    else {}:
     the key is absent where the windows time the iterations."""
     rows = None
     for table in ("kernels", "memops"):
@@ -146,7 +147,7 @@ def iteration_on_gpu_section(conn: sqlite3.Connection, agg_id: int) -> dict:
             rows = got
     if rows is None or len(rows) < 2:
         return {}
-    timed = timed_on_gpu(rows[:, 3], rows[:, 1], rows[:, 2], packaged_tolerance())
+    timed = timed_on_gpu(rows[:, 3], rows[:, 1], rows[:, 2], _gpu_timing_tolerance(conn, agg_id))
     if timed is None:
         return {}
     d = timed.durations
@@ -154,6 +155,16 @@ def iteration_on_gpu_section(conn: sqlite3.Connection, agg_id: int) -> dict:
     return {"iteration_on_gpu_ns": {
         "min": int(d.min()), "median": round_ns(statistics.median(d.tolist())), "max": int(d[slowest]),
         "slowest_iteration": int(rows[slowest, 0]), "median_lag": timed.lag_ns}}
+
+
+def _gpu_timing_tolerance(conn: sqlite3.Connection, agg_id: int) -> float:
+    """The tolerance the aggregation's rules ran with (``aggregations.gpu_timing_tolerance``); the packaged one
+    for a database written before that column (its rules ran with it unless ``--rules-config`` said otherwise)."""
+    if has_column(conn, "aggregations", "gpu_timing_tolerance"):
+        row = conn.execute("SELECT gpu_timing_tolerance FROM aggregations WHERE agg_id = ?", (agg_id,)).fetchone()
+        if row is not None and row[0] is not None:
+            return float(row[0])
+    return packaged_tolerance()
 
 
 def critical_path_section(conn: sqlite3.Connection, agg_id: int, row: dict) -> dict:

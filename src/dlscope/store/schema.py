@@ -141,6 +141,9 @@ CREATE TABLE comm_args (
 -- model_flops: the matrix-product FLOPs of the profiled iterations' ops (docs/metrics.md, "MFU"), NULL when no op
 -- recorded shapes; mfu = achieved_flops_per_s (model FLOPs / wall clock) / peak_flops_per_s (the GPU's dense peak
 -- at mfu_precision), NULL when that peak is unknown.
+-- gpu_timing_tolerance: the iteration_variance rule's tolerance in force when the aggregation was made (its
+-- --rules-config, else data/rules.json): where the GPU ran behind the CPU by more than this share of the median
+-- window, the iterations are timed on the GPU, by the rule and the summary alike; NULL in databases written before.
 CREATE TABLE aggregations (
     agg_id INTEGER PRIMARY KEY, run_id INTEGER, created_at TEXT, rank INTEGER, iter_start INTEGER, iter_stop INTEGER,
     key_node TEXT, iteration_method TEXT, iterations_profiled INTEGER, window_start INTEGER,
@@ -151,7 +154,7 @@ CREATE TABLE aggregations (
     cpu_ns INTEGER, other_ns INTEGER, op_count INTEGER, op_nodes INTEGER, tc_eligible_op_nodes INTEGER,
     op_nodes_using_tc INTEGER, tc_eligible_gpu_time_pct REAL, reader_cost_ns INTEGER, model_flops INTEGER,
     model_flops_per_iteration INTEGER, achieved_flops_per_s REAL, peak_flops_per_s REAL, mfu_precision TEXT, mfu REAL,
-    findings_combined_saving_ns INTEGER, critical_path_note TEXT
+    findings_combined_saving_ns INTEGER, critical_path_note TEXT, gpu_timing_tolerance REAL
 );
 
 CREATE TABLE agg_gpus (
