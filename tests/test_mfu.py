@@ -13,8 +13,9 @@ from conftest import data_file
 from raw_kineto import flops_at_op_level
 from trace_builder import KinetoTrace
 
+from dlscope.format import readable_value
 from dlscope.pipeline import build_database
-from dlscope.present.summary import summary_dict
+from dlscope.present.summary import render_summary, summary_dict
 
 torch = pytest.importorskip("torch")
 FlopCounterMode = pytest.importorskip("torch.utils.flop_counter").FlopCounterMode
@@ -50,9 +51,16 @@ def test_model_flops_equal_torch_flop_counter_on_a_cnn_training_step(tmp_path):
 
     flops, counted, db = _captured(tmp_path, step, "cnn")
     assert counted > 0 and flops == counted
-    mfu = summary_dict(db)["aggregation"]["mfu"]
+    summary = summary_dict(db)
+    mfu = summary["aggregation"]["mfu"]
     assert mfu["model_flops_per_iteration"] == counted and mfu["precision"] == "fp32"
     assert mfu["mfu"] is None and mfu["peak_flops_per_s"] is None  # a CPU run: no GPU peak to divide by
+    # its n/a says so (not "the GPU's dense peak at fp32 is unknown") and gives torch's count over the wall clock
+    rate = counted / (summary["aggregation"]["wall_clock_ns"] / 1e9)
+    line = " ".join(render_summary(summary).split())
+    assert (f"no GPU kernels ran, and MFU measures against a GPU's dense peak; on the CPU the step did "
+            f"{readable_value('achieved_flops_per_s', rate)} of matrix products over its wall clock") in line
+    assert "dense peak at" not in line
 
 
 class _Block(torch.nn.Module):

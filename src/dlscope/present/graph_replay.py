@@ -20,7 +20,7 @@ import sqlite3
 
 from ..analyze.categories import patterns
 from ..experts.precision_names import is_math_kernel
-from ..format import fmt_ns, fmt_pct
+from ..format import fmt_ns, fmt_pct, readable_value
 
 
 def _has_tables(conn: sqlite3.Connection, *names: str) -> bool:
@@ -106,10 +106,11 @@ def tc_efficiency_note(aggregation: dict, facts: dict | None, units_singular: st
             f"whose capturing ops are not in the trace: {replayed}")
 
 
-def mfu_note(mfu: dict, facts: dict | None) -> str | None:
+def mfu_note(mfu: dict, facts: dict | None, gpu_ran: bool = True) -> str | None:
     """Why MFU is n/a, or what it leaves out; None when there is nothing to say. ``mfu``: the summary JSON's
     ``aggregation.mfu`` (``model_flops``: the window's total; ``model_flops_per_iteration`` None without
-    iterations)."""
+    iterations); ``gpu_ran``: whether the aggregation ran GPU kernels (a CPU run has no GPU peak to measure
+    against: its ops' FLOP rate is said instead)."""
     replay = ""
     if facts is not None and facts["matrix_kernel_time_ns"] > 0:
         replay = (f"{fmt_ns(facts['matrix_kernel_time_ns'])} of matrix-product kernels "
@@ -126,6 +127,11 @@ def mfu_note(mfu: dict, facts: dict | None) -> str | None:
     if not total:
         return (f"no op with a FLOP model ran: {replay}" if replay else
                 "no matrix products (GEMM, convolution, attention) among the ops with recorded shapes")
+    if not gpu_ran:
+        rate = mfu.get("achieved_flops_per_s")
+        return ("no GPU kernels ran, and MFU measures against a GPU's dense peak"
+                + (f"; on the CPU the step did {readable_value('achieved_flops_per_s', float(rate))} of matrix "
+                   "products over its wall clock" if rate else ""))
     if not mfu.get("precision"):
         return "the precision of the matrix products is unknown (their ops recorded no floating-point dtypes)"
     return f"the GPU's dense peak at {mfu['precision']} is unknown"
@@ -153,10 +159,12 @@ def figure_notes(conn: sqlite3.Connection, aggregation: dict, units_singular: st
     if not isinstance(mfu, dict):  # a stored row: the MFU figures are its columns
         mfu = {"model_flops": aggregation.get("model_flops"),
                "model_flops_per_iteration": aggregation.get("model_flops_per_iteration"),
+               "achieved_flops_per_s": aggregation.get("achieved_flops_per_s"),
                "precision": aggregation.get("mfu_precision"), "mfu": aggregation.get("mfu")}
     model = aggregation.get("model_summary")
     if not isinstance(model, dict):
         model = {"op_nodes_using_tc": aggregation.get("op_nodes_using_tc")}
     return {"graph_replay": facts,
             "tc_kernel_efficiency_note": tc_efficiency_note(aggregation, facts, units_singular, units_plural),
-            "mfu_note": mfu_note(mfu, facts), "model_summary_note": model_note(model, facts)}
+            "mfu_note": mfu_note(mfu, facts, gpu_ran=bool(aggregation.get("kernel_count"))),
+            "model_summary_note": model_note(model, facts)}
