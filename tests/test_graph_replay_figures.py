@@ -119,7 +119,7 @@ def test_the_report_the_dashboard_and_diff_say_what_the_summary_says(graphed):
         assert note and note.replace("'", "&#39;") in html
     assert "is unknown" not in html
     dash = dashboard_data(ProfileDB(db), None)
-    assert dash["notes"] == notes
+    assert {k: dash["notes"][k] for k in notes} == notes and dash["notes"]["mfu_lower_bound"] is False  # n/a
     run = load_run(db)                                    # dlscope diff / check say why a metric is n/a
     assert metric_value(run, "mfu", False) == (None, notes["mfu_note"])
     assert metric_value(run, "tc_kernel_efficiency", False) == (None, notes["tc_kernel_efficiency_note"])
@@ -177,14 +177,19 @@ def test_figures_beside_graph_replays_say_what_they_leave_out(tmp_path):
         "of the eligible ops' kernels; left out are the kernels replayed from CUDA graphs (Graphed), whose "
         "capturing ops are not in the trace: 160.00 µs of the 240.00 µs of kernel time (66.7%) was replayed, "
         "160.00 µs of it matrix products, 40.00 µs on Tensor Cores")
-    assert a["mfu_note"] == ("the ops with shapes only; 160.00 µs of matrix-product kernels (8 kernels) ran "
-                                 "replayed from CUDA graphs, which record no input shapes, so their FLOPs are not "
-                                 "counted")
+    assert a["mfu_note"] == ("a lower bound: it counts the ops with a FLOP model only; 160.00 µs of matrix-product "
+                             "kernels (8 kernels) ran replayed from CUDA graphs, which record no input shapes, so "
+                             "their FLOPs are not counted")
+    assert a["mfu_lower_bound"] is True and a["mfu_unmodelled"]["kernel_time_ns"] == 160_000
     assert (a["model_summary"]["tc_eligible_op_nodes"], a["model_summary"]["op_nodes_using_tc"]) == (1, 2)
     assert a["model_summary_note"] == ("1 of the 2 using them is a CUDA graph replay (Graphed): the eligible ops it "
                                    "replays are not in the trace")
     eager = summary_dict(_mixed(tmp_path, graph=False))["aggregation"]
-    assert eager["graph_replay"] is None and eager["mfu_note"] is None
+    # without the graph launches the 160 µs still ran under the Graphed op node, which has no FLOP model
+    assert eager["graph_replay"] is None and eager["mfu_lower_bound"] is True
+    assert eager["mfu_note"] == ("a lower bound: it counts the ops with a FLOP model only; 160.00 µs of the 240.00 µs "
+                                 "of matrix-product kernel time (66.7%, 8 kernels) ran under op nodes without a FLOP "
+                                 "model (Graphed 160.00 µs), so their FLOPs are not counted")
 
 
 def test_no_matrix_products_is_not_called_an_unknown_peak(tmp_path):

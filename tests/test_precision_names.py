@@ -52,6 +52,12 @@ NAMES = {
      "cutlass::bfloat16_t> >(int)"): "bf16",
     "void cutlass::device_kernel<dpsk::grouped_gemm::cuda::fp8_dptp128c_acc::GemmKernel>(int)": "fp8",
     "sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128": "fp8",
+    # trtllm-gen (TensorRT-LLM) kernels of a B200 vLLM MoE (../shared/data): MXFP4 x MXFP8 and FP8 attention
+    ("bmm_Bfloat16_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN_transOut_schedP2x1x2x3_"
+     "biasM_bN_tmaOpt_clmp_dynBatch_sm100f"): "fp8",
+    ("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN_transOut_schedP2x1x2x3_"
+     "biasM_bN_tma_tmaOpt_clmp_swiGlu_dynBatch_sm100f"): "fp8",
+    "fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128PersistentContext": "fp8",
     "turing_int8_i8816gemm_128x128_nn": "int8",
     "ampere_dgemm_64x64_nn": "fp64",
     # not math kernels, or names that do not tell

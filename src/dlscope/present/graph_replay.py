@@ -12,6 +12,12 @@ was replayed. The summary (text and JSON), the HTML report and the viewer's dash
 The facts are read from the database (the aggregation's kernels whose launch call is a graph launch, by
 ``analyze.categories``' ``graph_launch`` pattern; matrix products by the kernel's name, ``precision_names``):
 only aggregations that contain a graph launch cost more than one indexed look-up.
+
+A graph replay is one case of matrix products MFU cannot count: any op node without a FLOP model leaves its
+kernels' FLOPs out (a custom op such as vLLM's fused MoE, a ``torch.compile``'d ``CompiledFunction``, a backward
+node of an old trace that recorded no shapes). :func:`unmodelled_matrix_work` finds them in the aggregation's
+op-node × kernel table, and the MFU note says how much of the matrix-product kernel time they ran: there MFU
+understates what the GPU did.
 """
 
 from __future__ import annotations
@@ -67,6 +73,42 @@ def graph_replay_facts(conn: sqlite3.Connection, agg_id: int) -> dict | None:
             "tc_op_nodes": list(dict.fromkeys(n[0] for n in nodes if n[1] and not n[2]))}
 
 
+def unmodelled_matrix_work(conn: sqlite3.Connection, agg_id: int) -> dict | None:
+    """The aggregation's matrix-product kernels (using Tensor Cores, or GEMM, convolution and attention kernels by
+    name) that ran under op nodes without a FLOP model (``agg_ops.model_flops`` null or 0): ``kernel_time_ns``,
+    ``kernel_count``, ``matrix_kernel_time_ns`` (all matrix-product kernel time under op nodes) and ``op_nodes``
+    (``[name, ns]`` by time); None when there are none, or when no op node has the column."""
+    if not _has_tables(conn, "agg_op_kernels", "agg_ops") or not any(
+            r[1] == "model_flops" for r in conn.execute('PRAGMA table_info("agg_ops")')):
+        return None
+    rows = conn.execute(
+        "SELECT o.op_name, k.kernel_name, k.uses_tc, k.calls, k.gpu_time_ns, COALESCE(o.model_flops, 0) "
+        "FROM agg_op_kernels k JOIN agg_ops o ON o.agg_id = k.agg_id AND o.node_id = k.node_id "
+        "WHERE k.agg_id = ?", (agg_id,)).fetchall()
+    math = [r for r in rows if r[2] == 1 or is_math_kernel(r[1] or "")]
+    left = [r for r in math if not r[5]]
+    if not left:
+        return None
+    by_node: dict[str, int] = {}
+    for name, _, _, _, ns, _ in left:
+        by_node[name] = by_node.get(name, 0) + int(ns or 0)
+    return {"kernel_time_ns": sum(int(r[4] or 0) for r in left), "kernel_count": sum(int(r[3] or 0) for r in left),
+            "matrix_kernel_time_ns": sum(int(r[4] or 0) for r in math),
+            "op_nodes": [[n, t] for n, t in sorted(by_node.items(), key=lambda item: (-item[1], item[0]))]}
+
+
+def _unmodelled_text(work: dict) -> str:
+    """'5.70 ms of the 6.49 ms of matrix-product kernel time (87.9%, 144 kernels) ran under op nodes without a
+    FLOP model (vllm::moe_forward 5.21 ms, …), so their FLOPs are not counted'."""
+    t, of = work["kernel_time_ns"], work["matrix_kernel_time_ns"]
+    nodes = work["op_nodes"]
+    shown = ", ".join(f"{name} {fmt_ns(ns)}" for name, ns in nodes[:3]) + (
+        f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+    return (f"{fmt_ns(t)} of the {fmt_ns(of)} of matrix-product kernel time ({fmt_pct(t / of) if of else 'n/a'}, "
+            f"{work['kernel_count']:,} kernels) ran under op nodes without a FLOP model ({shown}), so their FLOPs "
+            "are not counted")
+
+
 def _names(names: list[str], most: int = 3) -> str:
     shown = ", ".join(names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
@@ -106,24 +148,31 @@ def tc_efficiency_note(aggregation: dict, facts: dict | None, units_singular: st
             f"whose capturing ops are not in the trace: {replayed}")
 
 
-def mfu_note(mfu: dict, facts: dict | None, gpu_ran: bool = True) -> str | None:
+#: how a computed MFU that leaves matrix products out is qualified (summary, HTML report, dashboard)
+LOWER_BOUND = "a lower bound"
+
+
+def mfu_note(mfu: dict, facts: dict | None, gpu_ran: bool = True, unmodelled: dict | None = None) -> str | None:
     """Why MFU is n/a, or what it leaves out; None when there is nothing to say. ``mfu``: the summary JSON's
     ``aggregation.mfu`` (``model_flops``: the window's total; ``model_flops_per_iteration`` None without
     iterations); ``gpu_ran``: whether the aggregation ran GPU kernels (a CPU run has no GPU peak to measure
-    against: its ops' FLOP rate is said instead)."""
+    against: its ops' FLOP rate is said instead); ``unmodelled``: :func:`unmodelled_matrix_work` (said where no
+    CUDA graph replay explains the FLOPs left out)."""
     replay = ""
     if facts is not None and facts["matrix_kernel_time_ns"] > 0:
         replay = (f"{fmt_ns(facts['matrix_kernel_time_ns'])} of matrix-product kernels "
                   f"({facts['matrix_kernel_count']:,} kernels) ran replayed from CUDA graphs, which record no input "
                   "shapes, so their FLOPs are not counted")
+    elif unmodelled is not None:
+        replay = _unmodelled_text(unmodelled)
     total = mfu.get("model_flops")
     if total is None:
         total = mfu.get("model_flops_per_iteration")  # a summary without the window's total
-    if total is None:
+    if total is None:  # no shapes at all: every op node lacks a model, and only a graph replay adds a reason
         shapes = "no op recorded input shapes: record them with record_shapes=True"
-        return f"{shapes}; besides, {replay}" if replay else shapes
+        return f"{shapes}; besides, {replay}" if replay and facts else shapes
     if mfu.get("mfu") is not None:
-        return f"the ops with shapes only; {replay}" if replay else None
+        return f"{LOWER_BOUND}: it counts the ops with a FLOP model only; {replay}" if replay else None
     if not total:
         return (f"no op with a FLOP model ran: {replay}" if replay else
                 "no matrix products (GEMM, convolution, attention) among the ops with recorded shapes")
@@ -151,10 +200,12 @@ def model_note(model_summary: dict, facts: dict | None) -> str | None:
 
 def figure_notes(conn: sqlite3.Connection, aggregation: dict, units_singular: str = "Tensor Core",
                  units_plural: str = "Tensor Cores") -> dict:
-    """``{"graph_replay": facts or None, "tc_kernel_efficiency_note", "mfu_note", "model_summary_note"}`` for an
+    """``{"graph_replay": facts or None, "tc_kernel_efficiency_note", "mfu_note", "mfu_unmodelled" (matrix-product
+    kernels under op nodes without a FLOP model, or None), "mfu_lower_bound", "model_summary_note"}`` for an
     aggregation (a row of ``aggregations`` or the summary JSON's section; each note None when there is nothing
     to say): the one place the summary, the HTML report and the viewer's dashboard read these words from."""
     facts = graph_replay_facts(conn, int(aggregation["agg_id"]))
+    unmodelled = unmodelled_matrix_work(conn, int(aggregation["agg_id"]))
     mfu = aggregation.get("mfu")
     if not isinstance(mfu, dict):  # a stored row: the MFU figures are its columns
         mfu = {"model_flops": aggregation.get("model_flops"),
@@ -166,5 +217,8 @@ def figure_notes(conn: sqlite3.Connection, aggregation: dict, units_singular: st
         model = {"op_nodes_using_tc": aggregation.get("op_nodes_using_tc")}
     return {"graph_replay": facts,
             "tc_kernel_efficiency_note": tc_efficiency_note(aggregation, facts, units_singular, units_plural),
-            "mfu_note": mfu_note(mfu, facts, gpu_ran=bool(aggregation.get("kernel_count"))),
+            "mfu_note": mfu_note(mfu, facts, gpu_ran=bool(aggregation.get("kernel_count")), unmodelled=unmodelled),
+            "mfu_unmodelled": unmodelled,
+            # MFU has a value but matrix products ran under op nodes it cannot count (graph replays included)
+            "mfu_lower_bound": mfu.get("mfu") is not None and unmodelled is not None,
             "model_summary_note": model_note(model, facts)}

@@ -449,16 +449,18 @@ def _throughput_text(t: dict) -> str:
     return f"{rate}; {reader}"
 
 
-def _mfu_text(mfu: dict, note: str | None = None) -> str:
+def _mfu_text(mfu: dict, note: str | None = None, lower_bound: bool = False) -> str:
     """"41.2% (1.29 PFLOP/s of model FLOPs against the dense BF16 peak of 3.12 PFLOP/s; …)" or why it is n/a
-    (``note``: ``graph_replay.mfu_note``'s words)."""
+    (``note``: ``graph_replay.mfu_note``'s words; ``lower_bound``: "≥ " before a value that leaves matrix products
+    out)."""
     if note is None and mfu.get("mfu") is None:
         note = mfu_note(mfu, None)
     per_it = mfu.get("model_flops_per_iteration")
     flops = f"{per_it / 1e9:,.2f} GFLOP of matrix products per iteration" if per_it is not None else ""
     if mfu.get("mfu") is None:
         return f"n/a ({'; '.join(t for t in (flops if per_it else '', note) if t)})"
-    return (f"{100 * mfu['mfu']:.1f}% ({mfu['achieved_flops_per_s'] / 1e12:,.2f} TFLOP/s achieved of the dense "
+    return (f"{'≥ ' if lower_bound else ''}{100 * mfu['mfu']:.1f}% ({mfu['achieved_flops_per_s'] / 1e12:,.2f} "
+            "TFLOP/s achieved of the dense "
             f"{str(mfu['precision']).upper()} peak, {mfu['peak_flops_per_s'] / 1e12:,.1f} TFLOP/s"
             + "".join(f"; {t}" for t in (flops, note) if t) + ")")
 
@@ -566,7 +568,7 @@ def render_summary(summary: dict) -> str:
          "off), so every GPU figure is n/a"),
         ("Model", model),
         ("Throughput", _throughput_text(a.get("throughput") or {})),
-        ("MFU", _mfu_text(a.get("mfu") or {}, a.get("mfu_note"))),
+        ("MFU", _mfu_text(a.get("mfu") or {}, a.get("mfu_note"), bool(a.get("mfu_lower_bound")))),
         ("Ops", f"{p['op_count']:,} op calls (every level)"),
         *(() if title else (("GPUs", escape(gpu_list_text(p["gpus"]))),)),
     ):

@@ -198,7 +198,7 @@ export function renderDashboard(content, data) {
     ["Reader Cost (ms per iteration)", ms(tp.reader_cost_ns), TIPS.reader],
     ["Reader Cost / Batch Cost (%)", tp.reader_cost_ratio === null ? null : (tp.reader_cost_ratio * 100).toFixed(1), TIPS.reader_ratio],
     ["Model FLOPs per Iteration (GFLOP)", a.model_flops_per_iteration === null ? null : (a.model_flops_per_iteration / 1e9).toFixed(3), TIPS.model_flops],
-    [`MFU (%)${a.mfu_precision ? ` · ${a.mfu_precision.toUpperCase()} dense peak` : ""}`, noted(a.mfu === null ? null : (a.mfu * 100).toFixed(1), notes.mfu_note, "mfu-na"), TIPS.mfu],
+    [`MFU (%)${a.mfu_precision ? ` · ${a.mfu_precision.toUpperCase()} dense peak` : ""}`, noted(a.mfu === null ? null : `${notes.mfu_lower_bound ? "≥ " : ""}${(a.mfu * 100).toFixed(1)}`, notes.mfu_note, "mfu-na"), TIPS.mfu],
   ]), el("p", { class: "hint", "data-testid": "summary-raw", text: "" })));
 
   // Model summary (seed 000: DLProf's op nodes and Tensor Core eligibility)
