@@ -287,6 +287,32 @@ def test_a_drop_in_tensor_core_use_is_never_called_better(pair):
         assert m["new"] < m["base"] and m["verdict"] == "worse", name
 
 
+def test_a_drop_in_tensor_core_time_is_a_regression_and_a_longer_iteration_is_not(pair, tmp_path, import_db):
+    """Swapped, the hand-made pair's Tensor Core kernel time per iteration falls 400 → 200 µs: a regression. A run
+    whose iteration grows from 1 to 3 ms while its Tensor Core GEMM grows from 400 to 600 µs has a smaller Tensor
+    Core share (40 % → 20 %) but lost no Tensor Core work: the share is "worse", and no regression is claimed."""
+    base, new = pair
+    assert [r["metric"] for r in compare(new, base)["regressions"]] == ["tensor_core_share"]
+    short, long = (import_db(_steps(tmp_path / name, step_us, gemm_us)) for name, step_us, gemm_us in
+                   (("short.json", 1000, 400), ("long.json", 3000, 600)))
+    d = compare(short, long)
+    tc, share = _metric(d, "tc_kernel_time"), _metric(d, "tensor_core_share")
+    assert (tc["base"], tc["new"]) == (400 * US, 600 * US)
+    assert (share["base"], share["new"], share["verdict"]) == (pytest.approx(0.4), pytest.approx(0.2), "worse")
+    assert d["regressions"] == []
+
+
+def _steps(path, step_us: int, gemm_us: int):
+    """2 steps of ``step_us``, each running one FP16 Tensor Core GEMM of ``gemm_us`` from 100 µs into the step."""
+    t = KinetoTrace()
+    for i in range(2):
+        s = step_us * i
+        t.step(i + 1, s, s + step_us)
+        t.op("aten::mm", s + 10, s + 20, **{"Input Dims": [[64, 32], [32, 64]]})
+        t.launch(s + 11, s + 14, TC_KERNEL, s + 100, s + 100 + gemm_us)
+    return t.write(path)
+
+
 def test_like_for_like_runs_get_no_warning(handmade):
     assert handmade["warnings"] == [] and handmade["regressions"] == []
 

@@ -261,11 +261,14 @@ def _warnings(base: Run, new: Run) -> list[dict]:
 
 
 def _regressions(metrics: list[dict]) -> list[dict]:
-    """Losses of Tensor Core use, said as regressions: the Tensor Core share (or time) fell or vanished."""
+    """Losses of Tensor Core use, said as regressions: the Tensor Core share fell or vanished with the Tensor Core
+    kernel time. A share that fell only because the iteration grew (the Tensor Core time held or rose: work was
+    added elsewhere, none left the Tensor Cores) is the share metric's "worse", not a lost use."""
     m = {x["metric"]: x for x in metrics}
     share, time = m.get("tensor_core_share"), m.get("tc_kernel_time")
     out = []
-    if share and share["verdict"] == "worse" and share["base"]:
+    held = time is not None and time["base"] is not None and time["new"] is not None and time["new"] >= time["base"]
+    if share and share["verdict"] == "worse" and share["base"] and not held:
         lost = not share["new"]
         out.append({"metric": "tensor_core_share", "base": share["base"], "new": share["new"],
                     "text": f"Tensor Core share {'lost' if lost else 'fell'}: "
