@@ -196,7 +196,9 @@ def check_dashboard(pg, db: Path, s: dict) -> None:
         else f"{tp['reader_cost_ratio'] * 100:.1f}",
         "Model FLOPs per Iteration (GFLOP)": na if mfu["model_flops_per_iteration"] is None
         else f"{mfu['model_flops_per_iteration'] / 1e9:.3f}",
-        f"MFU (%){precision}": noted(na if mfu["mfu"] is None else f"{mfu['mfu'] * 100:.1f}", a.get("mfu_note"))})
+        f"MFU (%){precision}": noted(na if mfu["mfu"] is None else
+                                    f"{'≥ ' if a.get('mfu_lower_bound') else ''}{mfu['mfu'] * 100:.1f}",
+                                    a.get("mfu_note"))})
     assert kv(pg, "p-summary") == expected
     titles = kv_titles(pg, "p-summary")
     assert titles["Wall Clock Time (s)"] == exact(a["wall_clock_ns"])
