@@ -177,7 +177,7 @@ def host_split(ctx, api_ids: np.ndarray, ws: np.ndarray, we: np.ndarray, loader:
     api = np.flatnonzero(_touching(api_start, api_end, ws, we))
     api_start, api_end = api_start[api], api_end[api]
     api_pid, api_tid = ctx.col("api_calls", "pid")[api], ctx.col("api_calls", "tid")[api]
-    root, op_start, op_end = _outermost_extents(ctx)
+    root, op_start, op_end = ctx.derived("outermost_op_extents", lambda: _outermost_extents(ctx))
     op = np.flatnonzero(_touching(op_start, op_end, ws, we))
     op_start, op_end, root = op_start[op], op_end[op], root[op]
     op_pid, op_tid = ctx.col("ops_all", "pid")[root], ctx.col("ops_all", "tid")[root]
@@ -218,7 +218,8 @@ def _touching(starts: np.ndarray, ends: np.ndarray, ws: np.ndarray, we: np.ndarr
 def _outermost_extents(ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, start, end) per outermost op of the rank (``ops_all`` rows at depth 0): from its start to the latest
     end of any op beneath it. Each op starts while its parent is open, so an outermost op and everything beneath it
-    cover exactly that stretch, and the union of all the rank's ops on a thread is the union of these."""
+    cover exactly that stretch, and the union of all the rank's ops on a thread is the union of these. Made once
+    per rank (``host_bound`` and ``gpu_gaps`` both split by it); it holds a row per outermost op only."""
     depth = ctx.col("ops_all", "depth")
     parent, end = ctx.col("ops_all", "parent_id"), ctx.col("ops_all", "end").astype(np.int64)
     top = np.arange(len(depth))  # each op's outermost op's row, found one nesting level at a time
