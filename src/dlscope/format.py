@@ -22,6 +22,21 @@ def fmt_ns(ns: float | None) -> str:
     return f"{ns:,.0f} ns"
 
 
+def fmt_shapes(input_shapes: str | None) -> str:
+    """An op's recorded input shapes (``agg_ops.input_shapes``, JSON) as "888×2880, 640×2880, 640": the tensors
+    only (scalars and empty lists left out); "" when none or unreadable."""
+    import json
+
+    try:
+        shapes = json.loads(input_shapes) if input_shapes else []
+    except ValueError:
+        return ""
+    if not isinstance(shapes, list):
+        return ""
+    return ", ".join("×".join(str(d) for d in s) for s in shapes
+                     if isinstance(s, list) and s and all(isinstance(d, int) for d in s))
+
+
 def fmt_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 

@@ -16,7 +16,7 @@ from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..analyze.throughput import throughput, throughput_facts
 from ..distributed import summary_ranks
 from ..distributed.job import collective_calls, describe_gpus, job_section, physical_gpus, rank_agg_id, run_aggregations
-from ..format import fmt_bytes, fmt_ns, fmt_pct
+from ..format import fmt_bytes, fmt_ns, fmt_pct, fmt_shapes
 from ..nanoseconds import round_ns
 from ..roofline.quadrants import min_modelled_share
 from ..store import reader
@@ -68,7 +68,7 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
     whole = row["iteration_method"] == "whole_profile"
     guessed = row["iteration_method"] in GUESSED
     top = conn.execute(
-        "SELECT op_name, op_type, direction, gpu_time_ns, calls, tc_eligible, using_tc FROM agg_ops "
+        "SELECT op_name, op_type, direction, gpu_time_ns, calls, tc_eligible, using_tc, input_shapes FROM agg_ops "
         "WHERE agg_id = ? AND gpu_time_ns > 0 ORDER BY gpu_time_ns DESC LIMIT 10", (agg_id,)).fetchall()
     durations = sorted(r[0] for r in conn.execute(
         "SELECT duration_ns FROM agg_iterations WHERE agg_id = ? AND profiled = 1", (agg_id,)))
@@ -99,7 +99,8 @@ def _aggregation_section(conn: sqlite3.Connection, agg_id: int, candidates: dict
         "gpus": [dict(zip(("rank", "device", "busy_ns", "utilization", "kernel_count", "kernel_time_ns"), g))
                  for g in gpus],
         "top_gpu_ops": [{"op_name": t[0], "op_type": t[1], "direction": t[2], "gpu_time_ns": t[3], "calls": t[4],
-                         "tc_eligible": bool(t[5]), "using_tc": bool(t[6])} for t in top],
+                         "tc_eligible": bool(t[5]), "using_tc": bool(t[6]), "input_shapes": t[7] or ""}
+                        for t in top],
         "matrix_units": units._asdict(),
         "throughput": throughput(row, None if whole else row["iterations_profiled"], facts),
         "mfu": {"model_flops": row.get("model_flops"),
@@ -415,9 +416,13 @@ def _render_roofline(console, roofline: dict | None, escape, counters_only: bool
             where = f" (modelled op nodes, {fmt_pct(share)} of op GPU time)" if share is not None else ""
             console.print(escape(f"  Run{where}: {figures} ({util['quadrant_label']})"
                                  + (f"; {util['advice'][0]}" if util.get("advice") else "")))
-    for op in roofline.get("furthest_below", [])[:3]:
+    shown = roofline.get("furthest_below", [])[:3]
+    names = [op["op_name"] for op in shown]
+    for op in shown:
         pct = op.get("pct_of_ceiling")
-        console.print(escape(f"  {op['op_name']}: {fmt_pct(pct / 100 if pct is not None else None)} of its "
+        shapes = fmt_shapes(op.get("input_shapes")) if names.count(op["op_name"]) > 1 else ""
+        console.print(escape(f"  {op['op_name']}{f' ({shapes})' if shapes else ''}: "
+                             f"{fmt_pct(pct / 100 if pct is not None else None)} of its "
                              f"{op.get('bound')} ceiling, {fmt_ns(op.get('gpu_time_ns'))} GPU time"))
 
 
@@ -590,8 +595,12 @@ def render_summary(summary: dict) -> str:
         top = Table(title="Top 10 GPU ops", title_justify="left")
         for col in ("GPU time", "Op", "Type", "Calls", f"{units.short} eligible", f"Using {units.short}"):
             top.add_column(escape(col), justify="right" if col in ("GPU time", "Calls") else "left")
+        names = [op["op_name"] for op in a["top_gpu_ops"]]
         for op in a["top_gpu_ops"]:
-            top.add_row(fmt_ns(op["gpu_time_ns"]), escape(op["op_name"][:60]), escape(op["op_type"][:30]),
+            # op nodes of one name differ by their shapes (or direction, scope): shown where the name repeats
+            shapes = fmt_shapes(op.get("input_shapes")) if names.count(op["op_name"]) > 1 else ""
+            top.add_row(fmt_ns(op["gpu_time_ns"]), escape(op["op_name"][:60] + (f"\n{shapes[:60]}" if shapes else "")),
+                        escape(op["op_type"][:30]),
                         f"{op['calls']:,}", "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")
         console.print(top)
     _render_roofline(console, summary.get("roofline"), escape)

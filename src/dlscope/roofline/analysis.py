@@ -213,7 +213,8 @@ def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) ->
         precision, tensor, peak = roof_of(cost, row.using_tc, ceilings)
         flops, nbytes = cost.flops * calls, cost.bytes * calls
         op = {"node_id": int(row.node_id), "op_name": row.op_name, "op_type": row.op_type,
-              "direction": row.direction, "scope": row.scope, "family": cost.family, "calls": calls,
+              "direction": row.direction, "scope": row.scope, "input_shapes": row.input_shapes or "",
+              "family": cost.family, "calls": calls,
               "precision": precision, "tensor_cores": tensor, "flops": flops, "bytes": nbytes,
               "flops_per_call": cost.flops, "bytes_per_call": cost.bytes, "gpu_time_ns": int(row.gpu_time_ns),
               "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None,
@@ -332,7 +333,7 @@ def _summary(ops: list[dict], unmodelled_ns: int, total_ns: int) -> dict:
         o["est_saving_ns"] = int(o["gpu_time_ns"] * (1 - min(pct, 100.0) / 100.0)) if pct is not None else None
     ranked = sorted((o for o in placed if o.get("est_saving_ns") is not None),
                     key=lambda o: (-o["est_saving_ns"], o["node_id"]))
-    furthest = [{k: o[k] for k in ("node_id", "op_name", "bound", "precision", "pct_of_ceiling",
+    furthest = [{k: o[k] for k in ("node_id", "op_name", "input_shapes", "bound", "precision", "pct_of_ceiling",
                                    "gpu_time_ns", "est_saving_ns")} for o in ranked[:FURTHEST_BELOW]]
     has_roofs = bool(placed) or not ops
     return {

@@ -11,6 +11,7 @@ from typing import Any
 from dlscope.analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from dlscope.analyze.throughput import throughput, throughput_facts
 from dlscope.distributed.job import describe_gpus, physical_gpus
+from dlscope.format import fmt_shapes
 from dlscope.system import panel_rows
 from dlscope.viewer.profile_db import ProfileDB
 
@@ -146,9 +147,11 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
         "SELECT COUNT(DISTINCT iteration) FROM agg_iterations WHERE agg_id = ?", (a,))[0] \
         if db.has("agg_iterations") and agg["iterations_profiled"] is not None else None
     out["top_ops"] = _rows(db, "SELECT gpu_time_ns, node_id, op_name, direction, op_type, calls, tc_eligible, "
-                               "using_tc FROM agg_ops WHERE agg_id = ? AND gpu_time_ns > 0 "
+                               "using_tc, input_shapes FROM agg_ops WHERE agg_id = ? AND gpu_time_ns > 0 "
                                "ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
         if db.has("agg_ops") else []
+    for op in out["top_ops"]:  # shown under a name that repeats: what tells its op nodes apart
+        op["shapes"] = fmt_shapes(op.pop("input_shapes"))
     out["notes"] = figure_notes_of(db, agg)
     out["iterations"] = iteration_series(db, a)
     out["iteration_on_gpu"] = iteration_on_gpu(db, agg)
