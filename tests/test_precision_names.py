@@ -58,6 +58,9 @@ NAMES = {
     ("bmm_MxE4m3_MxE2m1MxE4m3_Fp32_t128x16x256u2_s3_et128x16_m128x16x32_cga1x1x1_16dp256b_rM_TN_transOut_schedP2x1x2x3_"
      "biasM_bN_tma_tmaOpt_clmp_swiGlu_dynBatch_sm100f"): "fp8",
     "fmhaSm100aKernel_QkvE4m3OBfloat16H64PagedKvCausalP16VarSeqQ128Kv128PersistentContext": "fp8",
+    # both operands in FP4 (E2m1): Blackwell's FP4 rate, whatever the output type
+    "bmm_Bfloat16_E2m1E2m1_Fp32_t128x8x512u2_s6_et128x8_m128x8x64_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f": "fp4",
+    "bmm_E2m1_E2m1E2m1_Fp32_t128x8x512u2_s6_et128x8_m128x8x64_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f": "fp4",
     "turing_int8_i8816gemm_128x128_nn": "int8",
     "ampere_dgemm_64x64_nn": "fp64",
     # not math kernels, or names that do not tell

@@ -216,7 +216,7 @@ def _verdict(metrics: list[dict], fmt) -> str:
 
 
 PRECISION_LABELS = {"fp32": "FP32 (CUDA cores)", "tf32": "TF32 (Tensor Cores)", "fp16": "FP16", "bf16": "BF16",
-                    "fp8": "FP8", "int8": "INT8", "fp64": "FP64"}
+                    "fp8": "FP8", "fp4": "FP4", "int8": "INT8", "fp64": "FP64"}
 #: a precision mix counts as changed when the dominant precision differs, or one run computes at least this
 #: share of its math in a precision the other does not use at all
 PRECISION_MIN_SHARE = 0.1

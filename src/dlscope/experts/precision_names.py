@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 #: every precision the classifier can answer ('' = unknown)
-PRECISIONS = ("fp8", "int8", "fp64", "bf16", "fp16", "tf32", "fp32")
+PRECISIONS = ("fp8", "fp4", "int8", "fp64", "bf16", "fp16", "tf32", "fp32")
 #: precisions that run on Tensor Cores by construction (FP32 does only as TF32, said by uses_tc)
-TENSOR_CORE_ONLY = ("tf32", "fp8", "int8")
+TENSOR_CORE_ONLY = ("tf32", "fp8", "fp4", "int8")
 
 
 @lru_cache(maxsize=1)

@@ -33,6 +33,7 @@ PEAK_FIELDS: dict[tuple[str, bool], tuple[str, ...]] = {
     ("fp16", True): ("fp16_tensor_flops_dense",),
     ("bf16", True): ("bf16_tensor_flops_dense",),
     ("fp8", True): ("fp8_tensor_flops_dense",),
+    ("fp4", True): ("fp4_tensor_flops_dense",),
     ("int8", True): ("int8_tensor_ops_dense",),
     # CUDA-core half precision: the whitepaper's non-Tensor rate where known, else the FP32 pipe rate.
     ("fp16", False): ("fp16_flops", "fp32_flops"),
@@ -47,7 +48,7 @@ FLOP_CEILINGS = {
     "fp16": "fp16_flops", "bf16": "bf16_flops",
     "tf32_tensor": "tf32_tensor_flops_dense", "fp16_tensor": "fp16_tensor_flops_dense",
     "bf16_tensor": "bf16_tensor_flops_dense", "fp8_tensor": "fp8_tensor_flops_dense",
-    "int8_tensor": "int8_tensor_ops_dense",
+    "fp4_tensor": "fp4_tensor_flops_dense", "int8_tensor": "int8_tensor_ops_dense",
 }
 LEVELS = ("l1", "l2", "dram")
 #: ERT's no-FMA ceilings (CUDA-core precisions): the rate of a code with no FMA instruction, half the FMA peak.
