@@ -22,7 +22,7 @@ from .host import HOST_PARTS, HOST_WORDS, host_advice, host_split
 
 #: the parts of the gaps' time by what the host did, in the problem's words (``HOST_WORDS`` for the rest)
 PART_WORDS = {"dataloader": "loading data", **HOST_WORDS,
-              "unknown": "on no known thread (the kernel after the gap has no launch call in the trace)"}
+              "unknown": "unaccounted for (no kernel with a launch call in the trace follows the gap)"}
 #: the part -> the rule whose finding owns that cause
 CAUSES = {"dataloader": "dataloader_bottleneck", **dict.fromkeys(HOST_PARTS, "host_bound")}
 GENERIC = ("Find what the CPU does during these gaps (data loading, synchronizations, Python work between ops), "
