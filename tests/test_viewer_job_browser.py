@@ -19,6 +19,8 @@ import pytest
 from conftest import data_file, sql
 from test_viewer_browser import Server, ready, shot
 
+from dlscope.format import fmt_shapes
+
 pytestmark = [pytest.mark.browser, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
@@ -212,10 +214,17 @@ def check_dashboard(pg, db: Path, s: dict) -> None:
                                  "GPU Time in TC Eligible Op Nodes (%)": na if share is None else f"{share:.1f}"}
     # top 10 GPU ops: the summary's list (ties in any order)
     top = pg.locator(".p-top tbody tr")
-    shown = [(top.nth(i).locator("td").nth(1).inner_text(), top.nth(i).locator("td span").first.get_attribute("title"),
+    shown = [(top.nth(i).locator("td").nth(1).locator("a").inner_text(),
+              top.nth(i).locator("td span").first.get_attribute("title"),
               top.nth(i).locator("td.num").nth(1).inner_text()) for i in range(top.count())]
     assert sorted(shown) == sorted((o["op_name"], exact(o["gpu_time_ns"]), f"{o['calls']:,}") for o in a["top_gpu_ops"])
     assert [x[1] for x in shown] == [exact(o["gpu_time_ns"]) for o in a["top_gpu_ops"]]
+    # a name that repeats shows its shapes (the summary's input_shapes), one that does not shows none
+    names = [o["op_name"] for o in a["top_gpu_ops"]]
+    hints = {(x[0], x[1]): top.nth(i).get_by_test_id("top-op-shapes").all_inner_texts() for i, x in enumerate(shown)}
+    assert hints == {(o["op_name"], exact(o["gpu_time_ns"])):
+                     [fmt_shapes(o["input_shapes"])] if names.count(o["op_name"]) > 1 and fmt_shapes(o["input_shapes"])
+                     else [] for o in a["top_gpu_ops"]}
     # expert systems: every saving, the time exact on hover and the share as a percentage once
     savings = pg.locator(".p-experts .saving")
     with_saving = [f for f in s["findings"] if f["est_saving_ns"]]
