@@ -53,7 +53,7 @@ def test_the_gaps_host_time_is_split_as_worked_by_hand(gap_db):
     got = findings(gap_db)
     f = got["gpu_gaps"]
     assert f["est_saving_ns"] == 3 * 4_000 * US and f["evidence"]["gap_count"] == 3
-    assert f["evidence"]["host_split_ns"] == {"dataloader": 3 * 2_000 * US, "cuda_api": 3 * 110 * US,
+    assert f["evidence"]["host_split_ns"] == {"queued": 0, "dataloader": 3 * 2_000 * US, "cuda_api": 3 * 110 * US,
                                               "cpu_op": 3 * 1_000 * US, "cpu_other": 3 * 890 * US, "unknown": 0}
     assert ("Meanwhile the host was 50% loading data, 25% in framework ops, 22% between ops (Python, the framework's "
             "dispatch), 3% in CUDA API calls.") in f["problem"]
@@ -71,16 +71,41 @@ def test_gaps_point_to_the_data_loading_finding_where_it_fired(gap_db, tmp_path)
     silent.write_text('{"dataloader_bottleneck": {"enabled": false}}')
     alone = findings(gap_db, silent)
     assert "dataloader_bottleneck" not in alone
-    assert alone["gpu_gaps"]["recommendation"].startswith("Most of the gaps' time is data loading. Load batches in "
-                                                          "parallel with the step: DataLoader(num_workers=N>0")
+    assert alone["gpu_gaps"]["recommendation"].startswith(
+        "The largest part of the gaps' time is data loading. Load batches in parallel with the step: "
+        "DataLoader(num_workers=N>0")
     assert "see_findings" not in alone["gpu_gaps"]["evidence"]
+
+
+def test_a_gap_before_a_kernel_queued_earlier_is_not_the_host_s(tmp_path):
+    """3 steps of 10,000 µs: kernel A on stream 7 runs [b + 120, b + 1120); kernel B, launched at b + 200 on stream
+    8, starts only at b + 4120 (it waited for something on the GPU side): 3,000 µs a step in which the host cannot
+    be the cause, whatever it did; the idles after B (from b + 4620) are short of 1 ms only at the last step's end,
+    so each step also has a 5,500 µs idle tail up to the next step that a later launch ends."""
+    t = KinetoTrace()
+    for i in range(3):
+        b = 10_000.0 * i
+        t.step(i + 1, b, b + 10_000)
+        t.op("aten::relu", b + 90, b + 115)
+        t.launch(b + 100, b + 110, "vectorized_elementwise_kernel", b + 120, b + 1120)
+        t.op("aten::mm", b + 190, b + 215)
+        t.launch(b + 200, b + 210, "ampere_sgemm_128x64_nn", b + 4120, b + 4620, stream=8)
+    db = build_database([t.write(tmp_path / "queued.json")], tmp_path / "queued.sqlite", progress=False)
+    f = findings(db)["gpu_gaps"]
+    split = f["evidence"]["host_split_ns"]
+    assert split["queued"] == 3 * 3_000 * US
+    assert "For " in f["problem"] and "the next kernel had been launched before the gap began" in f["problem"]
+    if max(split, key=lambda part: split[part]) == "queued":
+        assert f["recommendation"].startswith("The largest part of the gaps' time the GPU had its next kernel queued")
+        assert "see_findings" not in f["evidence"]
 
 
 def raw_gaps(path: Path, windows: list[tuple[int, int]], min_gap: int) -> dict:
     """The GPU gaps of a capture by the rule's definition, from its raw JSON: per device, the stretches of at least
-    ``min_gap`` inside each window covered by no kernel, copy or memset; per gap, what the host did meanwhile: data
-    loading (a DataLoader op on any thread), else, on the thread of the launch call of the device's next kernel,
-    a CUDA runtime/driver call, else a cpu_op, else neither (no next kernel, or none with a call: unknown)."""
+    ``min_gap`` inside each window covered by no kernel, copy or memset; per gap: queued where the device's next
+    kernel was launched before the gap began, else what the host did meanwhile: data loading (a DataLoader op on
+    any thread), else, on the thread of that kernel's launch call, a CUDA runtime/driver call, else a cpu_op, else
+    neither (no next kernel, or none with a call: unknown)."""
     evs = events(path)
     calls = {e.args.get("correlation"): e for e in evs if e.cat in LAUNCH_CATS}
     busy: dict = {}
@@ -93,7 +118,7 @@ def raw_gaps(path: Path, windows: list[tuple[int, int]], min_gap: int) -> dict:
     loading = _merged((e.start, e.end) for e in evs if (_op(e) or e.cat == "user_annotation")
                       and "dataloader" in e.name.lower())  # torch 2 records the batch fetch as a user annotation
     promoted = _annotations_standing_for_ops(evs)
-    split = dict.fromkeys(("dataloader", "cuda_api", "cpu_op", "cpu_other", "unknown"), 0)
+    split = dict.fromkeys(("queued", "dataloader", "cuda_api", "cpu_op", "cpu_other", "unknown"), 0)
     total, threads = 0, {}
     for device, spans in busy.items():
         merged = _merged(spans)
@@ -104,10 +129,13 @@ def raw_gaps(path: Path, windows: list[tuple[int, int]], min_gap: int) -> dict:
                 if e - s < min_gap:
                     continue
                 total += e - s
-                in_loading = _covered(loading, s, e)
-                split["dataloader"] += in_loading
                 nxt = next((k for k in after if k.start >= e), None)
                 call = calls.get(nxt.args.get("correlation")) if nxt is not None else None
+                if call is not None and call.start < s:   # launched before the gap: it waited for something else
+                    split["queued"] += e - s
+                    continue
+                in_loading = _covered(loading, s, e)
+                split["dataloader"] += in_loading
                 if call is None:
                     split["unknown"] += (e - s) - in_loading
                     continue
@@ -167,6 +195,8 @@ def test_the_gaps_and_their_host_split_match_the_raw_json(tmp_path, trace):
     top = max(raw["split"], key=lambda part: raw["split"][part])
     if top == "dataloader":
         assert "dataloader_bottleneck" in f["recommendation"] or "data loading" in f["recommendation"]
+    elif top == "queued":
+        assert f["recommendation"].startswith("The largest part of the gaps' time the GPU had its next kernel queued")
     elif top != "unknown":
         assert "host_bound" in f["recommendation"] or "waited for its next launch" in f["recommendation"]
 

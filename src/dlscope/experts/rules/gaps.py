@@ -2,11 +2,13 @@
 profiled iterations, located by the kernels (and their ops) on either side. The saving is the idle time
 in such gaps, averaged over the GPUs.
 
-What the host did meanwhile is measured, not guessed: data loading (on any thread), else, on the thread that
-launched the kernel after the gap, a CUDA API call, an op, or neither (Python between ops), as ``host_bound``
-splits its waits (:func:`.host.host_split`). The advice follows the largest part, and where the rule that owns
-that cause fired (``dataloader_bottleneck``, ``host_bound``) the recommendation points to its finding, which
-prices the change, instead of repeating it (``Finding.refers``).
+What kept the GPU idle is measured, not guessed. Where the kernel after a gap was launched before the gap began,
+the GPU had work queued and waited for a dependency (another stream, an event, a collective): the host is not
+the cause (``host_bound`` counts only the opposite case). Elsewhere, what the host did meanwhile: data loading (on
+any thread), else, on the thread that launched the kernel after the gap, a CUDA API call, an op, or neither (Python
+between ops), as ``host_bound`` splits its waits (:func:`.host.host_split`). The advice follows the largest part,
+and where the rule that owns that cause fired (``dataloader_bottleneck``, ``host_bound``) the recommendation
+points to its finding, which prices the change, instead of repeating it (``Finding.refers``).
 """
 
 from __future__ import annotations
@@ -19,15 +21,23 @@ from ..registry import rule
 from ..spans import distinct, gaps_in_windows
 from .dataloader import GPU_ADVICE, loader_intervals
 from .host import HOST_PARTS, HOST_WORDS, host_advice, host_split
+from .launch import launches
 
-#: the parts of the gaps' time by what the host did, in the problem's words (``HOST_WORDS`` for the rest)
-PART_WORDS = {"dataloader": "loading data", **HOST_WORDS,
-              "unknown": "unaccounted for (no kernel with a launch call in the trace follows the gap)"}
+#: what the host did during the gaps, in the problem's words after "the host was" (``HOST_WORDS`` for the rest)
+PART_WORDS = {"dataloader": "loading data", **HOST_WORDS}
+#: the parts no host activity explains, each as a sentence after "For N% of it"
+OTHER_WORDS = {"queued": "the next kernel had been launched before the gap began: it waited for another stream, an "
+                         "event or a collective, not for the host",
+               "unknown": "no launching thread is known (no kernel follows the gap, or its launch call lies outside "
+                          "the aggregated iterations)"}
 #: the part -> the rule whose finding owns that cause
 CAUSES = {"dataloader": "dataloader_bottleneck", **dict.fromkeys(HOST_PARTS, "host_bound")}
 GENERIC = ("Find what the CPU does during these gaps (data loading, synchronizations, Python work between ops), "
            "move it off the critical path or overlap it with GPU work, and add NVTX / record_function ranges "
            "around suspect code.")
+QUEUED = ("The largest part of the gaps' time the GPU had its next kernel queued already and waited for a dependency: "
+          "open the timeline at the longest gaps to see which stream, event or collective it waited for, then overlap "
+          "that work with compute (other streams, asynchronous collectives) or take it off the step's critical path.")
 
 
 @rule("gpu_gaps", gpu=True)
@@ -63,10 +73,9 @@ def gpu_gaps(ctx, cfg):
                 kernels.append(kernel_name[row])
     s0, e0, dev0, it0 = found[0]
     prev, nxt = located[0]
-    launched = neighbours.after_each(idle_dev, idle_e)  # the kernel that ended each gap (-1: none)
-    api_id = np.where(launched >= 0, ctx.col("kernel_facts", "api_id")[np.maximum(launched, 0)], -1)
-    split = host_split(ctx, api_id, idle_s, idle_e, loader_intervals(ctx)[:2])
+    split = _split(ctx, neighbours, idle_s, idle_e, idle_dev)
     top_part = max(split, key=lambda part: split[part])
+    total = int(length.sum())
 
     def describe(row: int) -> str:
         if row < 0:
@@ -79,29 +88,52 @@ def gpu_gaps(ctx, cfg):
         "gpu_gaps",
         f"{len(idle_s):,} idle gaps of at least {fmt_ns(min_gap)} inside iterations leave the GPU idle for "
         f"{fmt_ns(saving)} ({ctx.pct(saving):.1f}% of the aggregated time); the largest, {fmt_ns(e0 - s0)} on GPU "
-        f"{dev0} in iteration {it0}, lies between {describe(prev)} and {describe(nxt)}. Meanwhile the host was "
-        + ", ".join(f"{100 * split[part] / int(length.sum()):.0f}% {PART_WORDS[part]}"
-                    for part in sorted(split, key=lambda part: -split[part])
-                    if round(100 * split[part] / int(length.sum()))) + ".",
+        f"{dev0} in iteration {it0}, lies between {describe(prev)} and {describe(nxt)}." + _split_text(split, total),
         f"{_advice(ctx, top_part)} See {ctx.link('gpu_gaps')}",
         saving,
         {"node_ids": node_ids(ctx, before_ops + after_ops), "kernels": list(dict.fromkeys(kernels)),
          "iterations": [int(i) for i in distinct(idle_it)],
          "time_ranges": [[int(g[0]), int(g[1])] for g in found], "gap_count": len(idle_s),
          "devices": [int(d) for d in distinct(idle_dev)], "host_split_ns": split},
-        refers=({CAUSES[top_part]: f"{100 * split[top_part] / int(length.sum()):.0f}% of the gaps' time the host "
-                 f"was {PART_WORDS[top_part]}: the {CAUSES[top_part]} finding says what to change and what it saves. "
+        refers=({CAUSES[top_part]: f"{100 * split[top_part] / total:.0f}% of the gaps' time the host was "
+                 f"{PART_WORDS[top_part]}: the {CAUSES[top_part]} finding says what to change and what it saves. "
                  f"See {ctx.link('gpu_gaps')}"} if top_part in CAUSES else {}))
+
+
+def _split(ctx, neighbours: _Neighbours, idle_s: np.ndarray, idle_e: np.ndarray, idle_dev: np.ndarray) -> dict:
+    """Each gap's time by what kept the GPU idle (ns per part): ``queued`` where the kernel after the gap was
+    launched before the gap began (``host_bound``'s test the other way round: the GPU had work and waited for a
+    dependency), else what the host did meanwhile (:func:`.host.host_split`: data loading, then the launching
+    thread's CUDA calls, ops and the time between them; ``unknown`` without a launching thread)."""
+    launched = neighbours.after_each(idle_dev, idle_e)  # the kernel that ended each gap (-1: none)
+    api_id = np.where(launched >= 0, ctx.col("kernel_facts", "api_id")[np.maximum(launched, 0)], -1)
+    pos = ctx.api_rows(api_id)  # its launch call, a graph launch included (it queued the whole graph)
+    queued = (pos >= 0) & (ctx.col("api_calls", "start")[np.maximum(pos, 0)] < idle_s)
+    api_id = api_id[~queued]
+    waited = host_split(ctx, api_id, idle_s[~queued], idle_e[~queued], loader_intervals(ctx)[:2])
+    return {"queued": int((idle_e - idle_s)[queued].sum()), **waited}
+
+
+def _split_text(split: dict, total: int) -> str:
+    """" Meanwhile the host was 62% between ops (…), 12% in framework ops. For 25% of it the next kernel had been
+    launched before the gap began: …" (parts under half a percent left out)."""
+    pct = {part: 100 * ns / total for part, ns in split.items()}
+    host = [part for part in sorted(PART_WORDS, key=lambda part: -split[part]) if round(pct[part])]
+    text = (" Meanwhile the host was " + ", ".join(f"{pct[part]:.0f}% {PART_WORDS[part]}" for part in host) + "."
+            if host else "")
+    return text + "".join(f" For {pct[part]:.0f}% of it {OTHER_WORDS[part]}." for part in OTHER_WORDS
+                          if round(pct[part]))
 
 
 def _advice(ctx, part: str) -> str:
     """What to change for the largest part of the gaps' time, in the words of the rule that owns that cause."""
     if part == "dataloader":
-        return f"Most of the gaps' time is data loading. {ctx.advice('dataloader_bottleneck', GPU_ADVICE)}"
+        return f"The largest part of the gaps' time is data loading. {ctx.advice('dataloader_bottleneck', GPU_ADVICE)}"
     if part in HOST_PARTS:
-        return (f"Most of the gaps' time the host was {PART_WORDS[part]} while the GPU waited for its next launch. "
-                + ctx.advice("host_bound", host_advice(ctx, graphed=False)))
-    return GENERIC
+        graphed = int(launches(ctx).replayed.sum())
+        return (f"The largest part of the gaps' time the host was {PART_WORDS[part]} while the GPU waited for its next "
+                f"launch. {ctx.advice('host_bound', host_advice(ctx, graphed))}")
+    return QUEUED if part == "queued" else GENERIC
 
 
 class _Neighbours:
