@@ -57,6 +57,25 @@ def test_matrix_products_under_a_custom_op_make_mfu_a_lower_bound(tmp_path):
     assert f'<div class="value">&ge; {fmt_pct(a["mfu"]["mfu"])}</div>' in render_html_report(db)
 
 
+def test_a_graph_replayed_outside_any_op_makes_mfu_a_lower_bound_too(tmp_path):
+    """A bare ``g.replay()`` with no op around it: its 4 × 30 µs Tensor Core GEMM has no op node, so only the graph
+    facts know it; the note and the "≥" agree."""
+    t = KinetoTrace()
+    for step in range(4):
+        b = 1000.0 * step
+        t.step(step + 1, b, b + 1000)
+        t.op("aten::mm", b + 10, b + 60, **{"Input Dims": [[64, 64], [64, 64]], "Input type": ["c10::Half"] * 2})
+        t.launch(b + 20, b + 30, TC_GEMM, b + 100, b + 200)
+        t.launch(b + 300, b + 320, TC_GEMM, b + 400, b + 430)
+        t.events[-2]["name"] = "cudaGraphLaunch"
+    db = build_database([t.write(tmp_path / "bare.json")], tmp_path / "bare.sqlite", progress=False)
+    a = summary_dict(db)["aggregation"]
+    assert a["mfu"]["mfu"] is not None and a["graph_replay"]["matrix_kernel_time_ns"] == 4 * 30 * US
+    assert a["mfu_lower_bound"] is True and a["mfu_note"].startswith("a lower bound: it counts the ops with a FLOP "
+                                                                     "model only; 120.00 µs of matrix-product kernels")
+    assert f"MFU ≥ {100 * a['mfu']['mfu']:.1f}%" in " ".join(render_summary(summary_dict(db)).split())
+
+
 def test_a_run_whose_products_all_have_a_model_is_not_a_lower_bound(tmp_path):
     t = KinetoTrace()
     for step in range(2):

@@ -29,6 +29,14 @@ from ..experts.precision_names import is_math_kernel
 from ..format import fmt_ns, fmt_pct, readable_value
 
 
+def is_matrix_product(kernel_name: str | None, on_tensor_cores) -> bool:
+    """A kernel that computes matrix products: one on Tensor Cores (they do nothing else), or a GEMM, convolution
+    or attention kernel by its name (``precision_names``: CUDA-core FP32 GEMMs too). The one test for the graph
+    replays' and the op nodes without a FLOP model's matrix work: a mangled CUTLASS convolution whose template
+    names its epilogue is missed by name and caught by its Tensor Core verdict."""
+    return bool(on_tensor_cores) or is_math_kernel(kernel_name or "")
+
+
 def _has_tables(conn: sqlite3.Connection, *names: str) -> bool:
     got = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     return all(n in got for n in names)
@@ -57,7 +65,7 @@ def graph_replay_facts(conn: sqlite3.Connection, agg_id: int) -> dict | None:
         f"WHERE k.api_id IN ({calls}) GROUP BY k.name", (agg_id, *names)).fetchall()
     if not rows:
         return None
-    math = [r for r in rows if is_math_kernel(r[0] or "")]
+    math = [r for r in rows if is_matrix_product(r[0], r[3])]
     nodes = []
     if _has_tables(conn, "op_instances", "agg_ops"):
         nodes = conn.execute(
@@ -85,7 +93,7 @@ def unmodelled_matrix_work(conn: sqlite3.Connection, agg_id: int) -> dict | None
         "SELECT o.op_name, k.kernel_name, k.uses_tc, k.calls, k.gpu_time_ns, COALESCE(o.model_flops, 0) "
         "FROM agg_op_kernels k JOIN agg_ops o ON o.agg_id = k.agg_id AND o.node_id = k.node_id "
         "WHERE k.agg_id = ?", (agg_id,)).fetchall()
-    math = [r for r in rows if r[2] == 1 or is_math_kernel(r[1] or "")]
+    math = [r for r in rows if is_matrix_product(r[1], r[2] == 1)]
     left = [r for r in math if not r[5]]
     if not left:
         return None
@@ -152,6 +160,10 @@ def tc_efficiency_note(aggregation: dict, facts: dict | None, units_singular: st
 LOWER_BOUND = "a lower bound"
 
 
+def _replays_math(facts: dict | None) -> bool:
+    return facts is not None and facts["matrix_kernel_time_ns"] > 0
+
+
 def mfu_note(mfu: dict, facts: dict | None, gpu_ran: bool = True, unmodelled: dict | None = None) -> str | None:
     """Why MFU is n/a, or what it leaves out; None when there is nothing to say. ``mfu``: the summary JSON's
     ``aggregation.mfu`` (``model_flops``: the window's total; ``model_flops_per_iteration`` None without
@@ -159,7 +171,8 @@ def mfu_note(mfu: dict, facts: dict | None, gpu_ran: bool = True, unmodelled: di
     against: its ops' FLOP rate is said instead); ``unmodelled``: :func:`unmodelled_matrix_work` (said where no
     CUDA graph replay explains the FLOPs left out)."""
     replay = ""
-    if facts is not None and facts["matrix_kernel_time_ns"] > 0:
+    if _replays_math(facts):
+        assert facts is not None
         replay = (f"{fmt_ns(facts['matrix_kernel_time_ns'])} of matrix-product kernels "
                   f"({facts['matrix_kernel_count']:,} kernels) ran replayed from CUDA graphs, which record no input "
                   "shapes, so their FLOPs are not counted")
@@ -170,7 +183,7 @@ def mfu_note(mfu: dict, facts: dict | None, gpu_ran: bool = True, unmodelled: di
         total = mfu.get("model_flops_per_iteration")  # a summary without the window's total
     if total is None:  # no shapes at all: every op node lacks a model, and only a graph replay adds a reason
         shapes = "no op recorded input shapes: record them with record_shapes=True"
-        return f"{shapes}; besides, {replay}" if replay and facts else shapes
+        return f"{shapes}; besides, {replay}" if replay and _replays_math(facts) else shapes
     if mfu.get("mfu") is not None:
         return f"{LOWER_BOUND}: it counts the ops with a FLOP model only; {replay}" if replay else None
     if not total:
@@ -219,6 +232,7 @@ def figure_notes(conn: sqlite3.Connection, aggregation: dict, units_singular: st
             "tc_kernel_efficiency_note": tc_efficiency_note(aggregation, facts, units_singular, units_plural),
             "mfu_note": mfu_note(mfu, facts, gpu_ran=bool(aggregation.get("kernel_count")), unmodelled=unmodelled),
             "mfu_unmodelled": unmodelled,
-            # MFU has a value but matrix products ran under op nodes it cannot count (graph replays included)
-            "mfu_lower_bound": mfu.get("mfu") is not None and unmodelled is not None,
+            # MFU has a value but leaves matrix products out: under op nodes it cannot count, or replayed from a graph
+            # (a graph launched outside any op has no op node at all)
+            "mfu_lower_bound": mfu.get("mfu") is not None and (unmodelled is not None or _replays_math(facts)),
             "model_summary_note": model_note(model, facts)}
