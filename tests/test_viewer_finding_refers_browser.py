@@ -28,8 +28,13 @@ def test_the_gaps_finding_links_to_the_data_loading_finding(server, page):  # no
     assert "50% of the gaps' time the host was loading data" in gaps.inner_text()
     link = gaps.get_by_test_id("see-finding")
     assert link.inner_text() == "→ dataloader_bottleneck"
+    page.evaluate("document.querySelector('.p-experts').dataset.mark = 'before'")
+    # a table's URL tweak first (the dashboard's details toggle does this), as the app makes it
+    page.evaluate("import('/static/js/state.mjs').then((m) => m.update({details: 'kernels'}))")
     link.click()
-    assert page.url.endswith("#finding-dataloader_bottleneck")
+    assert page.url.endswith("?details=kernels#finding-dataloader_bottleneck")
+    # an in-page jump: the dashboard is not rendered again (the panel marked before the click is still there)
+    assert page.locator(".p-experts[data-mark='before']").count() == 1
     target = page.locator(".experts tr:target")
     assert target.count() == 1 and "DataLoader(num_workers=N>0" in target.inner_text()
     assert page.locator("#finding-dataloader_bottleneck").get_by_test_id("see-finding").count() == 0

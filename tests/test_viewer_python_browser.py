@@ -68,6 +68,12 @@ def test_flame_graph_root_and_a_clicked_frame_show_the_raw_totals(bert_server, p
     page.select_option("[data-testid=python-thread]", f"0:{thread[0]}:{thread[1]}")
     page.wait_for_selector("body[data-ready='1']")
     assert shown_ns(page, "total") == sum(t for k, t in total.items() if k[:2] == thread and len(k[2]) == 1)
+    # Back to the page as first drawn draws all threads again (the view drew the thread without a page render)
+    page.go_back()
+    page.wait_for_function(f"document.querySelector('[data-testid=detail-total]')?.dataset.ns === '{roots}'",
+                           timeout=10_000)
+    page.select_option("[data-testid=python-thread]", f"0:{thread[0]}:{thread[1]}")
+    page.wait_for_selector("body[data-ready='1']")
     # click the frame of the BERT layer's forward with the most time, the ops' frame
     stored = db_paths(bert_server.db)
     started = raw_ops_started_in(path)
@@ -90,6 +96,12 @@ def test_flame_graph_root_and_a_clicked_frame_show_the_raw_totals(bert_server, p
     page.click("[data-testid=flame-root]")
     page.wait_for_selector("body[data-ready='1']")
     assert shown_ns(page, "total") == total[(*key[:2], key[2][:-1])]
+    # the browser's Back walks the drill-down back: the frame, the thread, then all threads as first drawn
+    for want in (total[key], sum(t for k, t in total.items() if k[:2] == thread and len(k[2]) == 1), roots):
+        page.go_back()  # the view is drawn again for that URL: its total comes back (polled: drawing is async)
+        page.wait_for_function(f"document.querySelector('[data-testid=detail-total]')?.dataset.ns === '{want}'",
+                               timeout=10_000)
+    assert "frame=" not in page.url and "thread=" not in page.url
     assert page.errors == []
 
 

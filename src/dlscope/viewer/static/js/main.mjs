@@ -1,6 +1,6 @@
 // Boot: navigation bar (view, aggregation, profile), banners, and the router drawing the current view.
 
-import { boot, params, update, viewUrl, getJSON, shownAggregation, rankTitle } from "./state.mjs";
+import { boot, params, update, viewUrl, getJSON, shownAggregation, rankTitle, markShown, isShown } from "./state.mjs";
 import { el } from "./format.mjs";
 import { resumeJob } from "./jobs.mjs";
 
@@ -76,9 +76,8 @@ function navbar() {
 }
 
 let first = true;
-let shownAt = null;  // the page (path and query) last rendered: a change of the #fragment alone is an in-page jump
 async function render() {
-  shownAt = location.pathname + location.search;
+  markShown();
   const content = document.getElementById("content");
   let data = boot.initial;
   if (!first) {
@@ -96,7 +95,7 @@ async function render() {
   window.scrollTo(0, scroll);
 }
 
-window.addEventListener("popstate", () => { if (location.pathname + location.search !== shownAt) render(); });
+window.addEventListener("popstate", () => { if (!isShown()) render(); });  // a #fragment alone is an in-page jump
 navbar();
 render();
 resumeJob();

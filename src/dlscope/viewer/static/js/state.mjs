@@ -14,7 +14,14 @@ export function update(changes, push = false) {
   }
   const url = `${location.pathname}?${p.toString()}`;
   if (push) history.pushState(null, "", url); else history.replaceState(null, "", url);
+  markShown();
 }
+
+let shown = null;
+/** The page (path and query) on screen: set by each render and each URL update, so that a history step that
+ * changes only the #fragment (an in-page link) is told from one back to another page. */
+export function markShown() { shown = location.pathname + location.search; }
+export function isShown() { return shown === location.pathname + location.search; }
 
 /** Parameters shared by every API call of this page (database, aggregation, selections). */
 export function pageScope(extra = {}) {
