@@ -61,6 +61,13 @@ NAMES = {
     # both operands in FP4 (E2m1): Blackwell's FP4 rate, whatever the output type
     "bmm_Bfloat16_E2m1E2m1_Fp32_t128x8x512u2_s6_et128x8_m128x8x64_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f": "fp4",
     "bmm_E2m1_E2m1E2m1_Fp32_t128x8x512u2_s6_et128x8_m128x8x64_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f": "fp4",
+    "bmm_E4m3_E2m1E2m1_Fp32_t128x8x512u2_s6_et128x8_m128x8x64_cga1x1x1_16dp256b_TN_transOut_schedS_sm100f": "fp4",
+    # CUTLASS block-scaled NVFP4: ue4m3 is the scale factors' type, not an operand's
+    ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
+     "cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm100TmaUmmaWarpSpecializedBlockScaled, "
+     "cute::tuple<cutlass::nv_float4_t<cutlass::float_e2m1_t>, cutlass::float_ue4m3_t> > >(int)"): "fp4",
+    # trtllm-gen FP16: the mixed-case type token
+    "bmm_Fp16_Fp16Fp16_Fp32_t128x128x64_s4_et64x128_m128x128x16_cga1x1x1_16dp256b_TN_schedS_sm100f": "fp16",
     "turing_int8_i8816gemm_128x128_nn": "int8",
     "ampere_dgemm_64x64_nn": "fp64",
     # not math kernels, or names that do not tell
