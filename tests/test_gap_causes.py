@@ -13,8 +13,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import data_file
-from experts_helpers import findings
+from conftest import data_file, requires_shared
+from experts_helpers import findings, stored_findings
 from raw_kineto import KERNEL_CATS, LAUNCH_CATS, MEMOP_CATS, events
 from test_host_bound import LOADER, _covered, _merged, _op
 from trace_builder import KinetoTrace
@@ -217,3 +217,20 @@ def test_underutilization_points_to_the_finding_that_owns_its_largest_share(tmp_
     alone = findings(db, off)["gpu_underutilized"]
     assert "finding says what to change" not in alone["recommendation"]
     assert ("DataLoader workers" if cause == "dataloader_bottleneck" else "CUDA graphs") in alone["recommendation"]
+
+
+@requires_shared
+@pytest.mark.slow
+def test_python_outside_ops_points_to_the_host_bound_finding(tmp_path):
+    """HTA's sampled 128-rank job (two ranks): the largest non-GPU category is *Other* (Python outside any op), the
+    time host_bound counts as "between ops": where host_bound fired, gpu_underutilized points to it."""
+    db = build_database([data_file("kineto", "hta_128rank_sampled")], tmp_path / "job.sqlite", progress=False)
+    with sqlite3.connect(db) as conn:
+        aggs = [r[0] for r in conn.execute("SELECT agg_id FROM aggregations ORDER BY agg_id")]
+    assert len(aggs) == 2
+    for agg_id in aggs:
+        got = stored_findings(db, agg_id)
+        f = got["gpu_underutilized"]
+        assert f["evidence"]["dominant_category"] == "other" and "host_bound" in got
+        assert f["evidence"]["see_findings"] == ["host_bound"]
+        assert "(Python between ops and steps) while the GPU waits: the host_bound finding says" in f["recommendation"]

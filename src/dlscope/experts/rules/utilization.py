@@ -2,8 +2,9 @@
 non-GPU category of the resource breakdown, whose time (GPU idle by construction) is the saving.
 
 It is a symptom: where the rule that owns its largest category's cause fired (data loading:
-``dataloader_bottleneck``; the host's own work: ``host_bound``, or ``launch_bound``), the recommendation points
-to that finding, which says what to change and prices it by replay, rather than repeating its advice."""
+``dataloader_bottleneck``; the host's work in ops: ``host_bound``, or ``launch_bound``; the Python outside ops,
+*Other*: ``host_bound``, whose waits count the time between ops), the recommendation points to that finding, which
+says what to change and prices it by replay, rather than repeating its advice."""
 
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ ADVICE = {
 
 
 #: the non-GPU category -> the rules whose finding owns its cause, first fired first
-CAUSES = {"dataloader": ("dataloader_bottleneck",), "cpu": ("host_bound", "launch_bound")}
+CAUSES = {"dataloader": ("dataloader_bottleneck",), "cpu": ("host_bound", "launch_bound"),
+          "other": ("host_bound",)}
 CAUSE_WORDS = {"dataloader": "It is time spent loading data",
-               "cpu": "It is the host's own work (framework ops, Python, kernel launches) while the GPU waits"}
+               "cpu": "It is the host's work in framework ops (and the kernel launches they make) while the GPU waits",
+               "other": "It is time outside any op or kernel (Python between ops and steps) while the GPU waits"}
 
 #: batch-size advice is for training runs only (an inference batch is set by the requests)
 BATCH = ", and raise the batch size so each step does more work per launch"
