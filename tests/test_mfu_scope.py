@@ -127,3 +127,23 @@ def test_the_dashboard_marks_a_lower_bound_mfu(tmp_path, page):  # noqa: F811
         assert page.errors == []
     finally:
         served.stop()
+
+
+def test_diff_marks_a_lower_bound_mfu(tmp_path):
+    """``dlscope diff`` shows MFU as the summary does: "≥" on the side that leaves matrix products out."""
+    from dlscope.compare import compare
+    from dlscope.compare.render import render_markdown
+
+    t = KinetoTrace()
+    for step in range(2):
+        b = 1000.0 * step
+        t.step(step + 1, b, b + 1000)
+        t.op("aten::mm", b + 10, b + 60, **{"Input Dims": [[64, 64], [64, 64]], "Input type": ["c10::Half"] * 2})
+        t.launch(b + 20, b + 30, TC_GEMM, b + 100, b + 200)
+    whole = build_database([t.write(tmp_path / "mm.json")], tmp_path / "mm.sqlite", progress=False)
+    d = compare(whole, _custom_op_trace(tmp_path))
+    mfu = next(m for m in d["metrics"] if m["metric"] == "mfu")
+    assert mfu["lower_bound"] == {"base": False, "new": True}
+    row = next(line for line in render_markdown(d).splitlines() if line.startswith("| MFU"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert not cells[1].startswith("≥") and cells[2].startswith("≥ ")

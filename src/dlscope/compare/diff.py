@@ -55,7 +55,10 @@ def _metrics(base: Run, new: Run, per_iter: bool) -> list[dict]:
                     "category": bool(spec.get("category")), "share": bool(spec.get("share")),
                     "base": _num(b), "new": _num(n), "delta": _num(delta), "ratio": _ratio(b, n),
                     "change_pct": _num(100 * delta / abs(b)) if delta is not None and b else None,
-                    "verdict": verdict, "unavailable": why_b and f"base: {why_b}" or why_n and f"new: {why_n}"})
+                    "verdict": verdict, "unavailable": why_b and f"base: {why_b}" or why_n and f"new: {why_n}",
+                    # a value that leaves work out and is shown "≥" (MFU beside matrix products it cannot count)
+                    "lower_bound": {"base": bool(base.notes.get(f"{name}_lower_bound")),
+                                    "new": bool(new.notes.get(f"{name}_lower_bound"))}})
     return out
 
 
@@ -265,7 +268,7 @@ def _regressions(metrics: list[dict]) -> list[dict]:
     kernel time. A share that fell only because the iteration grew (the Tensor Core time held or rose: work was
     added elsewhere, none left the Tensor Cores) is the share metric's "worse", not a lost use."""
     m = {x["metric"]: x for x in metrics}
-    share, time = m.get("tensor_core_share"), m.get("tc_kernel_time")
+    share, time = m.get("tensor_core_share"), m.get("tensor_core")  # the share's own time: the union on Tensor Cores
     out = []
     held = time is not None and time["base"] is not None and time["new"] is not None and time["new"] >= time["base"]
     if share and share["verdict"] == "worse" and share["base"] and not held:
@@ -273,7 +276,7 @@ def _regressions(metrics: list[dict]) -> list[dict]:
         out.append({"metric": "tensor_core_share", "base": share["base"], "new": share["new"],
                     "text": f"Tensor Core share {'lost' if lost else 'fell'}: "
                             f"{_pct(share['base'])} → {_pct(share['new'])} of the iteration"
-                            + (f" (Tensor Core kernel time {_fmt_time(time['base'])} → {_fmt_time(time['new'])})"
+                            + (f" (time on Tensor Cores {_fmt_time(time['base'])} → {_fmt_time(time['new'])})"
                                if time and time["base"] is not None and time["new"] is not None else "")
                             + ": work left the Tensor Cores."})
     return out

@@ -28,6 +28,13 @@ ROW_TABLES = (("op_types", "op_type", "diff_op_types"), ("ops", "op_name", "diff
               ("kernels", "kernel_name", "diff_kernels"))
 
 
+def shown_value(m: dict, side: str) -> str:
+    """A metric's ``side`` ("base"/"new") as shown: "≥ " before a value that is a lower bound (MFU that leaves
+    matrix products out, as the summary shows it)."""
+    return ("≥ " if (m.get("lower_bound") or {}).get(side) and m[side] is not None else "") + \
+        fmt_value(m[side], m["unit"])
+
+
 def fmt_value(v, unit: str) -> str:
     if v is None:
         return "n/a"
@@ -110,7 +117,7 @@ def render_diff(d: dict, width: int = 120) -> str:
         if m["share"]:
             continue
         label = m["label"] + (" time" if m["category"] else "")
-        mt.add_row(escape(label), fmt_value(m["base"], m["unit"]), fmt_value(m["new"], m["unit"]), fmt_delta(m),
+        mt.add_row(escape(label), shown_value(m, "base"), shown_value(m, "new"), fmt_delta(m),
                    fmt_ratio(m["ratio"]), escape(m["verdict"] or (m["unavailable"] or "")))
     con.print(mt)
 
@@ -171,8 +178,8 @@ def render_markdown(d: dict) -> str:
     if d["batch_size"]:
         out.append(f"\nBatch size changed: {d['batch_size']['base']} → {d['batch_size']['new']}.")
     out += ["", "## Metrics", "", markdown_table(pd.DataFrame(
-        [{"metric": m["label"] + (" time" if m["category"] else ""), "base": fmt_value(m["base"], m["unit"]),
-          "new": fmt_value(m["new"], m["unit"]), "delta": fmt_delta(m), "ratio": fmt_ratio(m["ratio"]),
+        [{"metric": m["label"] + (" time" if m["category"] else ""), "base": shown_value(m, "base"),
+          "new": shown_value(m, "new"), "delta": fmt_delta(m), "ratio": fmt_ratio(m["ratio"]),
           "verdict": m["verdict"] or m["unavailable"] or ""} for m in d["metrics"]]))]
     for key, name_col, _ in ROW_TABLES:
         rows = d[key][:MD_TOP]

@@ -230,8 +230,8 @@ def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) ->
 
 #: kernel_precision.json patterns that name a type explicitly (not the structural FP32 fallbacks, which a CUTLASS
 #: name with a float accumulator would match whatever its inputs).
-EXPLICIT_TOKENS = ("trtllm_gen_fp4_operands", "fp8_token", "fp4_token", "int8_token", "fp64_token", "bf16_token", "fp16_token", "tf32_token",
-                   "tf32_sm80_s1688")
+EXPLICIT_TOKENS = ("trtllm_gen_fp4_operands", "fp8_token", "fp4_token", "int8_token", "fp64_token", "bf16_token",
+                   "fp16_token", "tf32_token", "tf32_sm80_s1688")
 
 
 @lru_cache(maxsize=1)
