@@ -31,15 +31,23 @@ def _gap_trace() -> KinetoTrace:
     aten::mm on [b + 4000, b + 5110); a DataLoader op runs on [b + 1500, b + 3500). The idles after B (500 µs to the
     step's end, 120 µs into the next) are under the rule's 1 ms. Per gap: 2,000 µs loading data, 110 in the launch
     call, 1,000 in the op around it, 890 outside any op."""
+    def loader_then_mm(t: KinetoTrace, b: float) -> None:
+        t.op(LOADER, b + 1500, b + 3500)
+        t.op("aten::mm", b + 4000, b + 5110)
+        t.launch(b + 5000, b + 5110, "ampere_sgemm_128x64_nn", b + 5120, b + 9500)
+    return _steps_after_a(loader_then_mm)
+
+
+def _steps_after_a(then) -> KinetoTrace:
+    """3 steps of 10,000 µs, each opening with kernel A (launched at b + 100 under an aten::relu, run on
+    [b + 120, b + 1120)), then ``then(trace, b)``."""
     t = KinetoTrace()
     for i in range(3):
         b = 10_000.0 * i
         t.step(i + 1, b, b + 10_000)
         t.op("aten::relu", b + 90, b + 115)
         t.launch(b + 100, b + 110, "vectorized_elementwise_kernel", b + 120, b + 1120)
-        t.op(LOADER, b + 1500, b + 3500)
-        t.op("aten::mm", b + 4000, b + 5110)
-        t.launch(b + 5000, b + 5110, "ampere_sgemm_128x64_nn", b + 5120, b + 9500)
+        then(t, b)
     return t
 
 
@@ -78,19 +86,14 @@ def test_gaps_point_to_the_data_loading_finding_where_it_fired(gap_db, tmp_path)
 
 
 def test_a_gap_before_a_kernel_queued_earlier_is_not_the_host_s(tmp_path):
-    """3 steps of 10,000 µs: kernel A on stream 7 runs [b + 120, b + 1120); kernel B, launched at b + 200 on stream
-    8, starts only at b + 4120 (it waited for something on the GPU side): 3,000 µs a step in which the host cannot
-    be the cause, whatever it did; the idles after B (from b + 4620) are short of 1 ms only at the last step's end,
-    so each step also has a 5,500 µs idle tail up to the next step that a later launch ends."""
-    t = KinetoTrace()
-    for i in range(3):
-        b = 10_000.0 * i
-        t.step(i + 1, b, b + 10_000)
-        t.op("aten::relu", b + 90, b + 115)
-        t.launch(b + 100, b + 110, "vectorized_elementwise_kernel", b + 120, b + 1120)
+    """After kernel A (stream 7, [b + 120, b + 1120)), kernel B, launched at b + 200 on stream 8, starts only at
+    b + 4120 (it waited for something on the GPU side): 3 × 3,000 µs in which the host cannot be the cause, whatever
+    it did. (The idle after B up to the next step's kernel A is the host's: A is launched inside it.)"""
+    def queued_b(t: KinetoTrace, b: float) -> None:
         t.op("aten::mm", b + 190, b + 215)
         t.launch(b + 200, b + 210, "ampere_sgemm_128x64_nn", b + 4120, b + 4620, stream=8)
-    db = build_database([t.write(tmp_path / "queued.json")], tmp_path / "queued.sqlite", progress=False)
+    db = build_database([_steps_after_a(queued_b).write(tmp_path / "queued.json")], tmp_path / "queued.sqlite",
+                        progress=False)
     f = findings(db)["gpu_gaps"]
     split = f["evidence"]["host_split_ns"]
     assert split["queued"] == 3 * 3_000 * US

@@ -25,20 +25,29 @@ US = 1000
 ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half> >(int)"
 
 
-def _custom_op_trace(tmp_path: Path) -> Path:
-    """4 steps of 1 ms: aten::mm (64×64 by 64×64, FP16, shapes recorded) runs a 100 µs Tensor Core GEMM; a custom
-    op my_ext::fused_moe (no FLOP model) runs a 300 µs Tensor Core GEMM and a 50 µs elementwise kernel. Matrix
-    products: 4 × 400 µs, of which 4 × 300 µs are not counted (75.0 %)."""
+def _mm_steps(tmp_path: Path, name: str, steps: int, then=None) -> Path:
+    """``steps`` steps of 1 ms, each an aten::mm (64×64 by 64×64, FP16, shapes recorded) running a 100 µs Tensor
+    Core GEMM, then ``then(trace, step_start)``; imported."""
     t = KinetoTrace()
-    for step in range(4):
+    for step in range(steps):
         b = 1000.0 * step
         t.step(step + 1, b, b + 1000)
         t.op("aten::mm", b + 10, b + 60, **{"Input Dims": [[64, 64], [64, 64]], "Input type": ["c10::Half"] * 2})
         t.launch(b + 20, b + 30, TC_GEMM, b + 100, b + 200)
+        if then is not None:
+            then(t, b)
+    return build_database([t.write(tmp_path / f"{name}.json")], tmp_path / f"{name}.sqlite", progress=False)
+
+
+def _custom_op_trace(tmp_path: Path) -> Path:
+    """4 steps of 1 ms: aten::mm (64×64 by 64×64, FP16, shapes recorded) runs a 100 µs Tensor Core GEMM; a custom
+    op my_ext::fused_moe (no FLOP model) runs a 300 µs Tensor Core GEMM and a 50 µs elementwise kernel. Matrix
+    products: 4 × 400 µs, of which 4 × 300 µs are not counted (75.0 %)."""
+    def custom(t: KinetoTrace, b: float) -> None:
         t.op("my_ext::fused_moe", b + 200, b + 260)
         t.launch(b + 210, b + 220, TC_GEMM, b + 300, b + 600)
         t.launch(b + 230, b + 240, ELEMENTWISE, b + 600, b + 650)
-    return build_database([t.write(tmp_path / "custom.json")], tmp_path / "custom.sqlite", progress=False)
+    return _mm_steps(tmp_path, "custom", 4, custom)
 
 
 def test_matrix_products_under_a_custom_op_make_mfu_a_lower_bound(tmp_path):
@@ -60,15 +69,10 @@ def test_matrix_products_under_a_custom_op_make_mfu_a_lower_bound(tmp_path):
 def test_a_graph_replayed_outside_any_op_makes_mfu_a_lower_bound_too(tmp_path):
     """A bare ``g.replay()`` with no op around it: its 4 × 30 µs Tensor Core GEMM has no op node, so only the graph
     facts know it; the note and the "≥" agree."""
-    t = KinetoTrace()
-    for step in range(4):
-        b = 1000.0 * step
-        t.step(step + 1, b, b + 1000)
-        t.op("aten::mm", b + 10, b + 60, **{"Input Dims": [[64, 64], [64, 64]], "Input type": ["c10::Half"] * 2})
-        t.launch(b + 20, b + 30, TC_GEMM, b + 100, b + 200)
+    def bare_replay(t: KinetoTrace, b: float) -> None:
         t.launch(b + 300, b + 320, TC_GEMM, b + 400, b + 430)
-        t.events[-2]["name"] = "cudaGraphLaunch"
-    db = build_database([t.write(tmp_path / "bare.json")], tmp_path / "bare.sqlite", progress=False)
+        t.events[-2]["name"] = "cudaGraphLaunch"  # (the launch call, written before its kernel)
+    db = _mm_steps(tmp_path, "bare", 4, bare_replay)
     a = summary_dict(db)["aggregation"]
     assert a["mfu"]["mfu"] is not None and a["graph_replay"]["matrix_kernel_time_ns"] == 4 * 30 * US
     assert a["mfu_lower_bound"] is True and a["mfu_note"].startswith("a lower bound: it counts the ops with a FLOP "
@@ -77,14 +81,7 @@ def test_a_graph_replayed_outside_any_op_makes_mfu_a_lower_bound_too(tmp_path):
 
 
 def test_a_run_whose_products_all_have_a_model_is_not_a_lower_bound(tmp_path):
-    t = KinetoTrace()
-    for step in range(2):
-        b = 1000.0 * step
-        t.step(step + 1, b, b + 1000)
-        t.op("aten::mm", b + 10, b + 60, **{"Input Dims": [[64, 64], [64, 64]], "Input type": ["c10::Half"] * 2})
-        t.launch(b + 20, b + 30, TC_GEMM, b + 100, b + 200)
-    a = summary_dict(build_database([t.write(tmp_path / "mm.json")], tmp_path / "mm.sqlite",
-                                    progress=False))["aggregation"]
+    a = summary_dict(_mm_steps(tmp_path, "mm", 2))["aggregation"]
     assert a["mfu"]["mfu"] is not None and a["mfu_unmodelled"] is None and a["mfu_lower_bound"] is False
     assert a["mfu_note"] is None
 
@@ -134,13 +131,7 @@ def test_diff_marks_a_lower_bound_mfu(tmp_path):
     from dlscope.compare import compare
     from dlscope.compare.render import render_markdown
 
-    t = KinetoTrace()
-    for step in range(2):
-        b = 1000.0 * step
-        t.step(step + 1, b, b + 1000)
-        t.op("aten::mm", b + 10, b + 60, **{"Input Dims": [[64, 64], [64, 64]], "Input type": ["c10::Half"] * 2})
-        t.launch(b + 20, b + 30, TC_GEMM, b + 100, b + 200)
-    whole = build_database([t.write(tmp_path / "mm.json")], tmp_path / "mm.sqlite", progress=False)
+    whole = _mm_steps(tmp_path, "mm", 2)
     d = compare(whole, _custom_op_trace(tmp_path))
     mfu = next(m for m in d["metrics"] if m["metric"] == "mfu")
     assert mfu["lower_bound"] == {"base": False, "new": True}
