@@ -7,6 +7,7 @@ from their names) ran under custom ops."""
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -129,7 +130,7 @@ def test_the_dashboard_marks_a_lower_bound_mfu(tmp_path, page):  # noqa: F811
 def test_diff_marks_a_lower_bound_mfu(tmp_path):
     """``dlscope diff`` shows MFU as the summary does: "≥" on the side that leaves matrix products out."""
     from dlscope.compare import compare
-    from dlscope.compare.render import render_markdown
+    from dlscope.compare.render import render_markdown, write_diff
 
     whole = _mm_steps(tmp_path, "mm", 2)
     d = compare(whole, _custom_op_trace(tmp_path))
@@ -138,3 +139,7 @@ def test_diff_marks_a_lower_bound_mfu(tmp_path):
     row = next(line for line in render_markdown(d).splitlines() if line.startswith("| MFU"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert not cells[1].startswith("≥") and cells[2].startswith("≥ ")
+    write_diff(d, tmp_path, ["csv"])
+    with open(tmp_path / "diff_metrics.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r["metric"] == "mfu")
+    assert (row["base_lower_bound"], row["new_lower_bound"]) == ("False", "True")

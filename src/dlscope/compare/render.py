@@ -160,8 +160,12 @@ def render_diff(d: dict, width: int = 120) -> str:
 
 
 def _metrics_frame(d: dict) -> pd.DataFrame:
-    return pd.DataFrame([{k: m[k] for k in ("metric", "label", "unit", "better", "base", "new", "delta", "ratio",
-                                            "change_pct", "verdict", "unavailable")} for m in d["metrics"]])
+    """The metrics as rows (CSV/XLSX), a lower bound flagged per side (``base_lower_bound``: the value leaves work
+    out, shown "≥" in the terminal and markdown)."""
+    return pd.DataFrame([{**{k: m[k] for k in ("metric", "label", "unit", "better", "base", "new", "delta", "ratio",
+                                               "change_pct", "verdict", "unavailable")},
+                          **{f"{side}_lower_bound": bool((m.get("lower_bound") or {}).get(side))
+                             for side in ("base", "new")}} for m in d["metrics"]])
 
 
 def render_markdown(d: dict) -> str:
