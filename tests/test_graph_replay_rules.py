@@ -82,7 +82,6 @@ def test_kernels_still_launched_one_by_one_beside_a_graph_are_advised_into_it(tm
     """12 steps of 500 µs: 15 kernels of 2 µs each launched one by one (15 µs launch calls, the GPU idle 18 µs
     before each), then 10 of 2 µs run by graph launches: judged are the 180 launched one by one, all short."""
     t = KinetoTrace()
-    graph_calls = set()
     for step in range(12):
         b = 500.0 * step
         t.step(step + 1, b, b + 500)
@@ -92,10 +91,7 @@ def test_kernels_still_launched_one_by_one_beside_a_graph_are_advised_into_it(tm
             t.launch(at, at + 15, "void at::native::vectorized_elementwise_kernel<4>", at + 16, at + 18)
         for j in range(10):
             at = b + 320 + 5 * j
-            graph_calls.add(t.launch(at, at + 15, "void gemv_kernel", at + 40 + 3 * j, at + 42 + 3 * j))
-    for e in t.events:
-        if e["cat"] == "cuda_runtime" and e["args"]["correlation"] in graph_calls:
-            e["name"] = "cudaGraphLaunch"
+            t.launch(at, at + 15, "void gemv_kernel", at + 40 + 3 * j, at + 42 + 3 * j, graph=True)
     db = build_database([t.write(tmp_path / "graph_beside.json")], tmp_path / "graph_beside.sqlite", progress=False)
     host = findings(db)["host_bound"]
     # host_bound (which subsumes launch_bound here) counts the same waits, uncapped, plus the first step's first
@@ -151,20 +147,14 @@ def _chains(tmp_path, graphed) -> dict:
     is not Tensor Core-eligible; ``graphed(j)``: whether chain j of a step is replayed from a CUDA graph (its two
     launch calls are cudaGraphLaunch)."""
     t = KinetoTrace()
-    graph_calls = set()
     for step in range(12):
         b = 400.0 * step
         t.step(step + 1, b, b + 400)
         t.op("Graphed", b + 1, b + 390)
         for j in range(6):
             at = b + 50 + 40 * j
-            calls = (t.launch(b + 5 + 10 * j, b + 6 + 10 * j, ADD, at, at + 8),
-                     t.launch(b + 7 + 10 * j, b + 8 + 10 * j, MUL, at + 11, at + 17))
-            if graphed(j):
-                graph_calls.update(calls)
-    for e in t.events:
-        if e["cat"] == "cuda_runtime" and e["args"]["correlation"] in graph_calls:
-            e["name"] = "cudaGraphLaunch"
+            t.launch(b + 5 + 10 * j, b + 6 + 10 * j, ADD, at, at + 8, graph=graphed(j))
+            t.launch(b + 7 + 10 * j, b + 8 + 10 * j, MUL, at + 11, at + 17, graph=graphed(j))
     name = f"chains_{sum(map(graphed, range(6)))}"
     return findings(build_database([t.write(tmp_path / f"{name}.json")], tmp_path / f"{name}.sqlite",
                                    progress=False))["fusion_candidates"]

@@ -71,8 +71,7 @@ def test_a_graph_replayed_outside_any_op_makes_mfu_a_lower_bound_too(tmp_path):
     """A bare ``g.replay()`` with no op around it: its 4 × 30 µs Tensor Core GEMM has no op node, so only the graph
     facts know it; the note and the "≥" agree."""
     def bare_replay(t: KinetoTrace, b: float) -> None:
-        t.launch(b + 300, b + 320, TC_GEMM, b + 400, b + 430)
-        t.events[-2]["name"] = "cudaGraphLaunch"  # (the launch call, written before its kernel)
+        t.launch(b + 300, b + 320, TC_GEMM, b + 400, b + 430, graph=True)
     db = _mm_steps(tmp_path, "bare", 4, bare_replay)
     a = summary_dict(db)["aggregation"]
     assert a["mfu"]["mfu"] is not None and a["graph_replay"]["matrix_kernel_time_ns"] == 4 * 30 * US

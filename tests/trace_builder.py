@@ -31,9 +31,12 @@ class KinetoTrace:
                             "dur": end - ts, "args": args})
 
     def launch(self, ts: float, end: float, kernel: str, k_ts: float, k_end: float, stream: int = 7,
-               device: int = 0, kind: str = "kernel", tid: int = TID, **kargs) -> int:
+               device: int = 0, kind: str = "kernel", tid: int = TID, graph: bool = False, **kargs) -> int:
+        """A launch call and its GPU activity; ``graph``: the call is a cudaGraphLaunch (the kernel replayed from a
+        CUDA graph)."""
         self._corr += 1
         api = {"kernel": "cudaLaunchKernel", "gpu_memcpy": "cudaMemcpyAsync", "gpu_memset": "cudaMemsetAsync"}[kind]
+        api = "cudaGraphLaunch" if graph else api
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": api, "pid": PID, "tid": tid, "ts": ts,
                             "dur": end - ts, "args": {"correlation": self._corr}})
         self.events.append({"ph": "X", "cat": kind, "name": kernel, "pid": device, "tid": stream, "ts": k_ts,
