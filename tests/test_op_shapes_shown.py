@@ -4,7 +4,11 @@ shows its shapes; a name that appears once is left as it is. Oracle: the shapes 
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from conftest import data_file, requires_shared
+from raw_kineto import events
 from test_graph_replay_figures import TC_GEMM
 from test_viewer_browser import Server, page, ready  # noqa: F401  (page: the browser page fixture)
 from trace_builder import KinetoTrace
@@ -70,3 +74,28 @@ def test_the_dashboard_tells_op_nodes_of_one_name_apart(tmp_path, page):  # noqa
         assert page.errors == []
     finally:
         served.stop()
+
+
+@requires_shared
+@pytest.mark.slow
+def test_the_b200_linear_layers_are_told_apart_by_their_raw_shapes(tmp_path):
+    """The B200 vLLM rank's Top 10 holds three aten::linear nodes and two vllm::all_reduce nodes: each row's shapes
+    are the raw JSON's "Input Dims" of calls of that name, distinct within the name, and the summary prints them
+    (tensors only, "×"-joined, worked out here from the raw lists)."""
+    path = data_file("kineto", "tracelens_b200_llm_serving_rank0of8.json.gz")
+    raw: dict[str, set] = {}
+    for e in events(path):
+        if e.cat == "cpu_op" and "Input Dims" in e.args:
+            raw.setdefault(e.name, set()).add(json.dumps(e.args["Input Dims"], separators=(",", ":")))
+    s = summary_dict(build_database([path], tmp_path / "b200.sqlite", progress=False))
+    top = s["aggregation"]["top_gpu_ops"]
+    names = [o["op_name"] for o in top]
+    repeated = [o for o in top if names.count(o["op_name"]) > 1]
+    assert sorted({o["op_name"] for o in repeated}) == ["aten::linear", "vllm::all_reduce"]
+    text = " ".join(render_summary(s).split())
+    for name in ("aten::linear", "vllm::all_reduce"):
+        mine = [o["input_shapes"] for o in repeated if o["op_name"] == name]
+        assert len(set(mine)) == len(mine) and set(mine) <= raw[name]
+        for shapes in mine:
+            shown = ", ".join("×".join(str(d) for d in dims) for dims in json.loads(shapes) if dims)
+            assert shown in text
