@@ -37,6 +37,15 @@ def fmt_shapes(input_shapes: str | None) -> str:
                      if isinstance(s, list) and s and all(isinstance(d, int) for d in s))
 
 
+def shapes_where_repeated(names: list[str], input_shapes: list[str | None]) -> list[str]:
+    """Per row (an op node): :func:`fmt_shapes` of its input shapes where its name repeats among the rows (op nodes
+    of one name differ by their shapes), else "". The one rule for the summary, the HTML report and the dashboard."""
+    from collections import Counter
+
+    counts = Counter(names)
+    return [fmt_shapes(shapes) if counts[name] > 1 else "" for name, shapes in zip(names, input_shapes)]
+
+
 def fmt_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 

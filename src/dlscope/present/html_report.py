@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from markupsafe import Markup
 from ..analyze.aggregation import CATEGORIES
 from ..analyze.throughput import throughput_facts
 from ..errors import DlscopeError
-from ..format import fmt_bytes, fmt_ns, fmt_pct, fmt_shapes
+from ..format import fmt_bytes, fmt_ns, fmt_pct, shapes_where_repeated
 from ..store import reader
 from ..version import __version__
 from .summary import (
@@ -144,9 +143,9 @@ def report_context(db_path: Path, agg_id: int | None = None, rank: int | None = 
                           f"{on_path['agg_ops']} AS critical_path_ns "
                           "FROM agg_ops WHERE agg_id = ? ORDER BY gpu_time_ns DESC, cpu_time_ns DESC LIMIT ?",
                     (a, TOP_ROWS))
-        named = Counter(o["op_name"] for o in ops)
-        for o in ops:  # what tells op nodes of one name apart, shown under a name that repeats
-            o["shapes"] = fmt_shapes(o.pop("input_shapes")) if named[o["op_name"]] > 1 else ""
+        for o, shapes in zip(ops, shapes_where_repeated([o["op_name"] for o in ops],
+                                                        [o.pop("input_shapes") for o in ops])):
+            o["shapes"] = shapes  # what tells op nodes of one name apart
         kernels = _rows(conn, "SELECT kernel_name, uses_tc, calls, gpu_time_ns, avg_ns, min_ns, max_ns, "
                               f"{on_path['agg_kernels']} AS critical_path_ns FROM agg_kernels "
                               "WHERE agg_id = ? ORDER BY gpu_time_ns DESC LIMIT ?", (a, TOP_ROWS))

@@ -16,7 +16,7 @@ from ..analyze.tensor_core import MatrixUnits, matrix_units, rank_matrix_units
 from ..analyze.throughput import throughput, throughput_facts
 from ..distributed import summary_ranks
 from ..distributed.job import collective_calls, describe_gpus, job_section, physical_gpus, rank_agg_id, run_aggregations
-from ..format import fmt_bytes, fmt_ns, fmt_pct, fmt_shapes
+from ..format import fmt_bytes, fmt_ns, fmt_pct, shapes_where_repeated
 from ..nanoseconds import round_ns
 from ..roofline.quadrants import min_modelled_share
 from ..store import reader
@@ -417,10 +417,9 @@ def _render_roofline(console, roofline: dict | None, escape, counters_only: bool
             console.print(escape(f"  Run{where}: {figures} ({util['quadrant_label']})"
                                  + (f"; {util['advice'][0]}" if util.get("advice") else "")))
     shown = roofline.get("furthest_below", [])[:3]
-    names = [op["op_name"] for op in shown]
-    for op in shown:
+    for op, shapes in zip(shown, shapes_where_repeated([o["op_name"] for o in shown],
+                                                       [o.get("input_shapes") for o in shown])):
         pct = op.get("pct_of_ceiling")
-        shapes = fmt_shapes(op.get("input_shapes")) if names.count(op["op_name"]) > 1 else ""
         console.print(escape(f"  {op['op_name']}{f' ({shapes})' if shapes else ''}: "
                              f"{fmt_pct(pct / 100 if pct is not None else None)} of its "
                              f"{op.get('bound')} ceiling, {fmt_ns(op.get('gpu_time_ns'))} GPU time"))
@@ -595,10 +594,9 @@ def render_summary(summary: dict) -> str:
         top = Table(title="Top 10 GPU ops", title_justify="left")
         for col in ("GPU time", "Op", "Type", "Calls", f"{units.short} eligible", f"Using {units.short}"):
             top.add_column(escape(col), justify="right" if col in ("GPU time", "Calls") else "left")
-        names = [op["op_name"] for op in a["top_gpu_ops"]]
-        for op in a["top_gpu_ops"]:
-            # op nodes of one name differ by their shapes (or direction, scope): shown where the name repeats
-            shapes = fmt_shapes(op.get("input_shapes")) if names.count(op["op_name"]) > 1 else ""
+        ops = a["top_gpu_ops"]
+        for op, shapes in zip(ops, shapes_where_repeated([o["op_name"] for o in ops],
+                                                         [o.get("input_shapes") for o in ops])):
             top.add_row(fmt_ns(op["gpu_time_ns"]), escape(op["op_name"][:60] + (f"\n{shapes[:60]}" if shapes else "")),
                         escape(op["op_type"][:30]),
                         f"{op['calls']:,}", "yes" if op["tc_eligible"] else "no", "yes" if op["using_tc"] else "no")

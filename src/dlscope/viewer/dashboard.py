@@ -11,7 +11,7 @@ from typing import Any
 from dlscope.analyze.aggregation import CATEGORIES, CATEGORY_LABELS
 from dlscope.analyze.throughput import throughput, throughput_facts
 from dlscope.distributed.job import describe_gpus, physical_gpus
-from dlscope.format import fmt_shapes
+from dlscope.format import shapes_where_repeated
 from dlscope.system import panel_rows
 from dlscope.viewer.profile_db import ProfileDB
 
@@ -150,8 +150,9 @@ def dashboard_data(db: ProfileDB, agg_id: int | None) -> dict:
                                "using_tc, input_shapes FROM agg_ops WHERE agg_id = ? AND gpu_time_ns > 0 "
                                "ORDER BY gpu_time_ns DESC LIMIT 10", (a,)) \
         if db.has("agg_ops") else []
-    for op in out["top_ops"]:  # shown under a name that repeats: what tells its op nodes apart
-        op["shapes"] = fmt_shapes(op.pop("input_shapes"))
+    for op, shapes in zip(out["top_ops"], shapes_where_repeated([o["op_name"] for o in out["top_ops"]],
+                                                                [o.pop("input_shapes") for o in out["top_ops"]])):
+        op["shapes"] = shapes  # shown under a name that repeats: what tells its op nodes apart
     out["notes"] = figure_notes_of(db, agg)
     out["iterations"] = iteration_series(db, a)
     out["iteration_on_gpu"] = iteration_on_gpu(db, agg)

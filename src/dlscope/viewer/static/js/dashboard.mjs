@@ -255,8 +255,7 @@ export function renderDashboard(content, data) {
     el("tbody", {}, d.top_ops.map((o) => el("tr", {},
       el("td", { class: "num" }, nsSpan(o.gpu_time_ns)),
       el("td", {}, el("a", { href: viewUrl("ops-kernels", { node: o.node_id }), title: o.op_name, text: o.op_name }),
-        o.shapes && d.top_ops.filter((p) => p.op_name === o.op_name).length > 1
-          ? el("div", { class: "hint shapes", "data-testid": "top-op-shapes", text: o.shapes }) : null),
+        o.shapes ? el("div", { class: "hint shapes", "data-testid": "top-op-shapes", text: o.shapes }) : null),
       hasDir ? el("td", { text: o.direction || "" }) : null,
       el("td", { text: o.op_type || "" }), el("td", { class: "num", text: int(o.calls) }),
       el("td", {}, boolMark(o.tc_eligible)), el("td", {}, boolMark(o.using_tc))))));
