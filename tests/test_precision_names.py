@@ -40,6 +40,13 @@ NAMES = {
      "int)"): "tf32",
     "ampere_tf32_s1688gemm_tf32_128x128_ldg8_f2f_stages_32x3_nn": "tf32",
     "_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolutionENS_10tfloat32_tE": "tf32",
+    # a CUTLASS convolution names cutlass::epilogue in its template arguments; that does not make it a helper
+    # (a kernel of the A100 NCCL trace in ../shared/data, its name cut short after the epilogue)
+    ("_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolutionINS1_11threadblock22ImplicitGemm"
+     "MultistageINS_4gemm9GemmShapeILi128ELi128ELi32EEENS_10tfloat32_tENS_8epilogue11threadblock8EpilogueIS8_S1F_"
+     "Li1EEEEEvNT_6ParamsE"): "tf32",
+    ("void cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1, cutlass::epilogue::thread::LinearCombination<"
+     "float> >(int)"): "fp32",
     # 16-bit, 8-bit, 64-bit
     "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn": "fp16",
     "volta_h884gemm_64x64_ldg8_nn": "fp16",
@@ -82,6 +89,9 @@ NAMES = {
     "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)": "",
     "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_TNN": "",
     "triton_poi_fused_addmm_gelu_view_15": "",
+    # cuBLASLt's epilogue kernel (bias, activation after a GEMM): float operands, but not the GEMM
+    ("void epilogue::impl::globalKernel<float, float, float, true, true>(int, int, long, float*, cublasLtEpilogue_t, "
+     "int, float*, long, void*, long, long, long, float*, long, int*)"): "",
     "": "",
 }
 

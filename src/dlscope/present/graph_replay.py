@@ -32,8 +32,8 @@ from ..format import fmt_ns, fmt_pct, readable_value
 def is_matrix_product(kernel_name: str | None, on_tensor_cores) -> bool:
     """A kernel that computes matrix products: one on Tensor Cores (they do nothing else), or a GEMM, convolution
     or attention kernel by its name (``precision_names``: CUDA-core FP32 GEMMs too). The one test for the graph
-    replays' and the op nodes without a FLOP model's matrix work: a mangled CUTLASS convolution whose template
-    names its epilogue is missed by name and caught by its Tensor Core verdict."""
+    replays' and the op nodes without a FLOP model's matrix work: a kernel whose name does not tell is still caught
+    by its Tensor Core verdict."""
     return bool(on_tensor_cores) or is_math_kernel(kernel_name or "")
 
 
