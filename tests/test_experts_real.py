@@ -284,9 +284,9 @@ def test_exposed_communication_and_memory_on_multi_gpu_training(rules, import_db
 
 
 def test_stored_evidence_is_strict_json_where_an_op_has_no_precision(import_db):
-    """ResNet-50 with 4 workers: one of the roofline finding's ops has no precision, which was stored as the
-    non-JSON token ``NaN``; every finding's evidence must parse as strict JSON, that op's precision null."""
-    conn, _ = _raw(import_db, W4)
+    """The A100 16-rank job's rank 0: two of the roofline finding's ops have no precision, which was stored as the
+    non-JSON token ``NaN``; every finding's evidence must parse as strict JSON, those ops' precision null."""
+    conn, _ = _raw(import_db, A100_16)
     rows = conn.execute("SELECT rule, evidence_json FROM findings").fetchall()
     assert rows
     parsed = {rule: json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in stored evidence"))

@@ -140,11 +140,15 @@ def place(flops: float, nbytes: float, time_ns: float, peak: float | None, bandw
 
 
 def _op_rows(conn: sqlite3.Connection, agg_id: int) -> pd.DataFrame:
-    """One row per op node with GPU time, plus its shapes, dtypes and scalar arguments (op_nodes)."""
-    query = """
+    """One row per op node with GPU time, plus its shapes, dtypes and scalar arguments (op_nodes), and the
+    output shape its backward told where the trace recorded no geometry (a database older than that column:
+    none)."""
+    columns = {r[1] for r in conn.execute('PRAGMA table_info("agg_ops")')}
+    output = "a.output_shape" if "output_shape" in columns else "NULL AS output_shape"
+    query = f"""
         SELECT a.node_id, a.op_name, a.op_type, a.direction, a.scope, a.calls, a.kernel_count,
                a.gpu_time_ns, a.using_tc, a.tc_eligible, o.input_shapes, o.input_dtypes, o.concrete_inputs,
-               o.data_type
+               o.data_type, {output}
         FROM agg_ops a
         LEFT JOIN op_nodes o ON o.node_id = a.node_id
         WHERE a.agg_id = ? AND a.gpu_time_ns > 0
@@ -161,8 +165,8 @@ def _add_quadrant(point: dict, flops, nbytes, time_ns, peak, dram) -> None:
 
 
 @lru_cache(maxsize=1 << 16)
-def _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type):
-    return _cost_at(op_cost(op_name, input_shapes, input_dtypes, concrete_inputs), data_type)
+def _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type, output_shape):
+    return _cost_at(op_cost(op_name, input_shapes, input_dtypes, concrete_inputs, output_shape), data_type)
 
 
 def _cost_at(cost: OpCost | None, data_type) -> OpCost | None:
@@ -175,13 +179,15 @@ def _cost_at(cost: OpCost | None, data_type) -> OpCost | None:
     return dataclasses.replace(cost, precision=precision)
 
 
-def node_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type=None):
+def node_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type=None, output_shape=None):
     """:func:`op_cost` at the precision the node ran at (``data_type``), memoized when its arguments are the
-    stored texts (the ranks of a job repeat the same op nodes: one model per distinct call, not per rank)."""
+    stored texts (the ranks of a job repeat the same op nodes: one model per distinct call, not per rank).
+    ``output_shape``: ``agg_ops.output_shape``, a convolution's output where the trace recorded no geometry."""
+    output_shape = None if output_shape is None or pd.isna(output_shape) else output_shape
     try:
-        return _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type)
+        return _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type, output_shape)
     except TypeError:  # unhashable: the lists of a Kineto event
-        return _cost_at(op_cost(op_name, input_shapes, input_dtypes, concrete_inputs), data_type)
+        return _cost_at(op_cost(op_name, input_shapes, input_dtypes, concrete_inputs, output_shape), data_type)
 
 
 def roof_of(cost: OpCost, using_tc, ceilings: GpuCeilings | None) -> tuple[str | None, bool, tuple | None]:
@@ -205,7 +211,7 @@ def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) ->
     dram = ceilings.bandwidth.get("dram") if ceilings else None
     for row in rows.itertuples(index=False) if isinstance(rows, pd.DataFrame) else rows:
         cost = node_cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs,
-                         getattr(row, "data_type", None))
+                         getattr(row, "data_type", None), getattr(row, "output_shape", None))
         if cost is None:
             unmodelled_ns += int(row.gpu_time_ns)
             continue

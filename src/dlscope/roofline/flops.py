@@ -128,10 +128,13 @@ def ran_at(data_type) -> str | None:
 class _Args:
     """One op call's arguments: which are tensors, their sizes in elements and bytes."""
 
-    def __init__(self, shapes: Any, dtypes: Any, concrete: Any):
+    def __init__(self, shapes: Any, dtypes: Any, concrete: Any, output: Any = None):
         self.shapes = _as_list(shapes)
         self.dtypes = _as_list(dtypes)
         self.concrete = _as_list(concrete)
+        # the output's shape where the ops around the call tell it (``roofline.completion``), else None
+        output = _as_list(output)
+        self.output = output if output and _is_shape(output) else None
 
     def shape(self, i: int | None) -> list | None:
         s = _at(self.shapes, i)
@@ -229,15 +232,37 @@ def _conv_macs(x: list, w: list, y: list, transposed: bool) -> int:
     return y[0] * y[1] * _numel(y[2:]) * per_point
 
 
+#: the arguments that decide a convolution's output size
+_GEOMETRY = ("stride", "padding", "dilation", "output_padding", "transposed")
+
+
+def _geometry_recorded(spec: dict, a: _Args) -> bool:
+    """Whether the trace recorded every geometry argument of the op's schema. Traces of torch < 2.1 record shapes
+    but no scalar arguments; taking stride 1 and padding 0 there counts a stride-2 convolution four times over."""
+    return all(a.value(spec[key]) is not None for key in _GEOMETRY if key in spec)
+
+
+def _conv_output_shape(spec: dict, a: _Args, x: list, w: list) -> list | None:
+    """The output's shape: from the geometry arguments, else the shape the ops around the call tell (checked
+    against the input and the weight), else None."""
+    if _geometry_recorded(spec, a):
+        out, transposed, groups = _conv_geometry(spec, a, x, w)
+        return [x[0], w[1] * groups if transposed else w[0], *out]
+    y = a.output
+    transposed = bool(spec.get("transposed_always")) or bool(a.value(spec.get("transposed")))
+    channels_fit = y is not None and len(y) == len(x) and y[0] == x[0] and (
+        y[1] % w[1] == 0 if transposed else y[1] == w[0])
+    return y if channels_fit else None
+
+
 def _conv(spec: dict, a: _Args) -> tuple[int, int] | None:
     x, w = a.shape(spec["input"]), a.shape(spec["weight"])
     if not x or not w or len(x) != len(w) or len(w) < 3:
         return None
-    out, transposed, groups = _conv_geometry(spec, a, x, w)
-    out_channels = w[1] * groups if transposed else w[0]
-    y = [x[0], out_channels, *out]
-    if min(out) <= 0:
+    y = _conv_output_shape(spec, a, x, w)
+    if y is None or min(y[2:]) <= 0:
         return None
+    transposed = bool(spec.get("transposed_always")) or bool(a.value(spec.get("transposed")))
     flops = 2 * _conv_macs(x, w, y, transposed)
     if a.shape(spec.get("bias")):
         flops += 2 * _numel(y)                  # seed 002: the bias is one more multiply-add per output
@@ -251,7 +276,8 @@ def _conv_bwd(spec: dict, a: _Args) -> tuple[int, int] | None:
     if not (_is_shape(dy) and _is_shape(x) and _is_shape(w)) or len(w) < 3:
         return None
     transposed = bool(a.value(spec.get("transposed")))
-    mask = spec.get("fixed_mask") or a.value(spec.get("output_mask")) or [True, True, True]
+    mask = (spec.get("fixed_mask") or a.value(spec.get("output_mask")) or spec.get("default_mask")
+            or [True, True, True])
     mask = [bool(m) for m in mask] + [False] * (3 - len(mask))
     macs = _conv_macs(x, w, dy, transposed)
     flops = 2 * macs * (int(mask[0]) + int(mask[1])) + (_numel(dy) if mask[2] and spec.get("bias_flops", True) else 0)
@@ -387,7 +413,8 @@ def op_family(op_name: str) -> str | None:
 MODEL_FAMILIES = ("gemm", "conv", "conv_bwd", "attention")
 
 
-def model_flops(op_name: str, input_shapes: Any, input_dtypes: Any = None, concrete_inputs: Any = None) -> int | None:
+def model_flops(op_name: str, input_shapes: Any, input_dtypes: Any = None, concrete_inputs: Any = None,
+                output_shape: Any = None) -> int | None:
     """FLOPs of one call as MFU counts a model's work, or None when the op is no matrix product or its shapes
     are missing: GEMMs, convolutions and their gradients and attention only, without bias adds and without
     recomputation (attention backward = 2 × forward: dV, dP, dQ, dK) — PaLM's model FLOPs and
@@ -397,23 +424,24 @@ def model_flops(op_name: str, input_shapes: Any, input_dtypes: Any = None, concr
         return None
     spec = {**_table()["ops"].get(_canonical(op_name), {}), "bias": None, "bias_flops": False, "recompute": False}
     try:
-        result = _FAMILIES[family](spec, _Args(input_shapes, input_dtypes, concrete_inputs))
+        result = _FAMILIES[family](spec, _Args(input_shapes, input_dtypes, concrete_inputs, output_shape))
     except (TypeError, ValueError, IndexError, ZeroDivisionError):
         return None
     return None if result is None else int(result[0])
 
 
 def op_cost(op_name: str, input_shapes: Any, input_dtypes: Any = None,
-            concrete_inputs: Any = None) -> OpCost | None:
+            concrete_inputs: Any = None, output_shape: Any = None) -> OpCost | None:
     """FLOPs, bytes and precision of one call, or None when the op has no model or shapes are missing.
 
     ``input_shapes`` / ``input_dtypes`` / ``concrete_inputs`` are JSON text (as stored in the ``ops``
-    table) or the lists a Kineto event carries in ``Input Dims`` / ``Input type`` / ``Concrete Inputs``.
+    table) or the lists a Kineto event carries in ``Input Dims`` / ``Input type`` / ``Concrete Inputs``;
+    ``output_shape`` the output's shape where the trace's arguments do not give it (``roofline.completion``).
     """
     family = op_family(op_name)
     if family is None:
         return None
-    a = _Args(input_shapes, input_dtypes, concrete_inputs)
+    a = _Args(input_shapes, input_dtypes, concrete_inputs, output_shape)
     canonical = _canonical(op_name)
     short = canonical.removeprefix("aten::")
     spec = _table()["ops"].get(canonical, {})

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .ceilings import find_ceilings
+from .completion import conv_output_shapes, masks_from_children
 from .flops import model_flops, precision_of, ran_at
 
 #: the aggregation's figures (aggregations table, summary JSON ``aggregation.mfu``)
@@ -24,14 +25,18 @@ ROW_KEYS = ("model_flops", "model_flops_per_iteration", "achieved_flops_per_s", 
 
 
 def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per op call: ``model_flops`` (int64; -1 when it has no model or an enclosing op counts instead) and
+    """Per op call: ``model_flops`` (int64; -1 when it has no model or an enclosing op counts instead),
     ``precision`` (the precision its data type says it ran at, else its first floating input's; "tf32" for FP32
-    on Tensor Cores, "" unknown). Each distinct (name, shapes, dtypes, arguments, data type) is modelled once."""
+    on Tensor Cores, "" unknown) and ``output_shape`` (a convolution's, where only its backward tells it:
+    ``completion``). Each distinct (name, shapes, dtypes, arguments, output, data type) is modelled once."""
     n = len(ops)
     ran_at = ["data_type"] if "data_type" in ops.columns else []
-    codes, uniques = distinct_rows(ops, ["name", "input_shapes", "input_dtypes", "concrete_inputs", *ran_at])
-    per_key = np.array([_flops(*k[:4]) for k in uniques], dtype=np.int64) if len(uniques) else np.zeros(0, np.int64)
-    prec_key = (np.array([_precision(k[2], k[4] if ran_at else None) for k in uniques], dtype=object)
+    outputs = conv_output_shapes(ops)
+    completed = ops.assign(concrete_inputs=masks_from_children(ops), output_shape=outputs)
+    codes, uniques = distinct_rows(completed, ["name", "input_shapes", "input_dtypes", "concrete_inputs",
+                                               "output_shape", *ran_at])
+    per_key = np.array([_flops(*k[:5]) for k in uniques], dtype=np.int64) if len(uniques) else np.zeros(0, np.int64)
+    prec_key = (np.array([_precision(k[2], k[5] if ran_at else None) for k in uniques], dtype=object)
                 if len(uniques) else np.zeros(0, object))
     flops = per_key[codes] if n else np.zeros(0, np.int64)
     counted = flops >= 0
@@ -47,7 +52,18 @@ def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
     tensor = ops["using_tc"].fillna(0).astype(bool).to_numpy()
     precision = np.where(tensor & (precision == "fp32"), "tf32", precision)
     return pd.DataFrame({"model_flops": np.where(counted, flops, -1), "precision": precision,
-                         "tensor": tensor}, index=ops.index)
+                         "tensor": tensor, "output_shape": outputs}, index=ops.index)
+
+
+def node_output_shapes(ops: pd.DataFrame, figures: pd.DataFrame) -> pd.Series:
+    """Per op node (``node_id``): the output shape its calls' backward told (:func:`op_model_flops`'s
+    ``output_shape`` of the node's own calls), for the roofline to place the node; a node whose calls were told
+    two shapes gets none."""
+    own = ops["op_id"].to_numpy(np.int64) == ops["root_id"].to_numpy(np.int64)
+    own &= figures["output_shape"].notna().to_numpy()
+    told = pd.DataFrame({"node_id": ops["node_id"].to_numpy(np.int64)[own],
+                         "shape": figures["output_shape"].astype(object).to_numpy()[own]}).drop_duplicates()
+    return told[~told.duplicated("node_id", keep=False)].set_index("node_id")["shape"]
 
 
 def distinct_rows(frame: pd.DataFrame, columns: list[str]) -> tuple[np.ndarray, list[tuple]]:
@@ -97,6 +113,8 @@ class JobMFU:
         keep = in_range & self.modelled[np.maximum(code, 0)]  # a rank that recorded no shapes has nothing to model
         mine, code = ops[keep], code[keep]
         figures = op_model_flops(mine)
+        self.node_output = node_output_shapes(mine, figures).reindex(nodes["node_id"].to_numpy(np.int64)).to_numpy(
+            dtype=object)
         hit = figures["model_flops"].to_numpy() >= 0
         ids = mine["op_id"].to_numpy(np.int64)
         root_pos = pd.Index(ids).get_indexer(mine["root_id"].to_numpy(np.int64)[hit])
@@ -145,12 +163,14 @@ class JobMFU:
         n = len(self.nodes)
         flops = pd.array([pd.NA] * n, dtype="Int64")
         mfu = np.full(n, np.nan)
+        output = np.full(n, None, dtype=object)
         if n and self.modelled.any():
             at = pd.Index(self.ranks).get_indexer(self.nodes["rank"].to_numpy(np.int64))
             rows = np.flatnonzero((at >= 0) & self.modelled[np.maximum(at, 0)])
             flops[rows] = self.node_flops[rows]
             mfu[rows] = self.node_mfu[rows]
-        return {"model_flops": flops, "mfu": mfu}
+            output[rows] = self.node_output[rows]
+        return {"model_flops": flops, "mfu": mfu, "output_shape": output}
 
     def add(self, rank: int, row: dict, agg_ops: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
         """:func:`add_mfu` of one rank's aggregation row and op nodes; op nodes that already have the columns
@@ -160,11 +180,13 @@ class JobMFU:
         if "model_flops" in agg_ops.columns and "mfu" in agg_ops.columns:
             nodes = agg_ops
         elif not self.modelled[i]:
-            nodes = agg_ops.assign(model_flops=pd.array([pd.NA] * len(agg_ops), dtype="Int64"), mfu=np.nan)
+            nodes = agg_ops.assign(model_flops=pd.array([pd.NA] * len(agg_ops), dtype="Int64"), mfu=np.nan,
+                                   output_shape=None)
         else:
             at = self.node_index.get_indexer(agg_ops["node_id"].to_numpy(np.int64))
             assert (at >= 0).all(), "the aggregation's op nodes are the job's"
-            nodes = agg_ops.assign(model_flops=pd.array(self.node_flops[at], dtype="Int64"), mfu=self.node_mfu[at])
+            nodes = agg_ops.assign(model_flops=pd.array(self.node_flops[at], dtype="Int64"), mfu=self.node_mfu[at],
+                                   output_shape=self.node_output[at])
         if not self.modelled[i]:
             return {**row, **out}, nodes
         total = int(self.total[i])
@@ -190,9 +212,9 @@ def _gpu_key(gpus: pd.DataFrame) -> tuple:
 
 
 @lru_cache(maxsize=1 << 16)
-def _flops(name, shapes, dtypes, concrete) -> int:
+def _flops(name, shapes, dtypes, concrete, output) -> int:
     """Memoized: the ranks of a job repeat the same ops (one model per distinct op, not per rank)."""
-    got = model_flops(name, shapes, dtypes, concrete)
+    got = model_flops(name, shapes, dtypes, concrete, None if pd.isna(output) else output)
     return -1 if got is None else got
 
 
@@ -222,11 +244,13 @@ def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFr
     figures None when the GPU's peak at that precision is unknown, the per-iteration figure when no iterations
     were found."""
     out = dict.fromkeys(ROW_KEYS)
-    nodes = agg_ops.assign(model_flops=pd.array([pd.NA] * len(agg_ops), dtype="Int64"), mfu=np.nan)
+    nodes = agg_ops.assign(model_flops=pd.array([pd.NA] * len(agg_ops), dtype="Int64"), mfu=np.nan,
+                           output_shape=None)
     mine = ops[ops["iteration"].between(int(row["iter_start"]), int(row["iter_stop"]))]
     if mine.empty or not (mine["input_shapes"].fillna("") != "").any():
         return {**row, **out}, nodes
     figures = op_model_flops(mine)
+    nodes["output_shape"] = nodes["node_id"].map(node_output_shapes(mine, figures)).astype(object)
     hit = figures["model_flops"].to_numpy() >= 0
     ids = mine["op_id"].to_numpy(np.int64)
     root_pos = pd.Index(ids).get_indexer(mine["root_id"].to_numpy(np.int64)[hit])

@@ -176,14 +176,16 @@ CREATE TABLE agg_iterations (
 -- One row per op node (the outermost ops) with its calls summed; each call's GPU figures include everything
 -- launched beneath it. gpu_time_ns = kernel and memory-operation time; kernels: its kernels by GPU time;
 -- model_flops (its calls' matrix-product FLOPs) and mfu (model_flops / gpu_time_ns against the dense peak);
--- stack: the innermost user Python frame (file:line) of its first call, '' when no Python stack was recorded.
+-- stack: the innermost user Python frame (file:line) of its first call, '' when no Python stack was recorded;
+-- output_shape: a convolution's output shape (JSON) where the trace recorded no stride or padding and its
+-- backward's gradient told it (roofline.completion), NULL elsewhere.
 CREATE TABLE agg_ops (
     agg_id INTEGER, node_id INTEGER, rank INTEGER, op_name TEXT, op_type TEXT, direction TEXT,
     scope TEXT, input_shapes TEXT, data_type TEXT, calls INTEGER, kernel_count INTEGER,
     tc_kernel_count INTEGER, kernel_time_ns INTEGER, gpu_time_ns INTEGER, tc_gpu_time_ns INTEGER,
     cpu_time_ns INTEGER, api_time_ns INTEGER, cpu_overhead_ns INTEGER, gpu_idle_ns INTEGER,
     tc_eligible INTEGER, using_tc INTEGER, kernels TEXT, model_flops INTEGER, mfu REAL, critical_path_ns INTEGER,
-    stack TEXT, PRIMARY KEY (agg_id, node_id)
+    stack TEXT, output_shape TEXT, PRIMARY KEY (agg_id, node_id)
 );
 
 CREATE TABLE agg_op_types (

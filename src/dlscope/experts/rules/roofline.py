@@ -23,8 +23,8 @@ from ..registry import rule
 def _op_rows(ctx) -> tuple[list, ...]:
     """The aggregation's op nodes with GPU time, GPU time descending then node id (the roofline report's
     rows), as columns of plain Python values: node id, op name, calls, uses Tensor Cores, GPU time, the
-    shapes, dtypes and arguments of the node's first call, and the node's data type (a frame of a rank's
-    hundred nodes cost more to make and walk than the rule's work)."""
+    shapes, dtypes and arguments of the node's first call, the node's data type and output shape (a frame of a
+    rank's hundred nodes cost more to make and walk than the rule's work)."""
     nodes = ctx.aggregation.ops
     node_ids, first = ctx.frames.first_calls()  # every rank's, made once
     ids, gpu = nodes["node_id"].to_numpy(np.int64), nodes["gpu_time_ns"].to_numpy(np.int64)
@@ -34,7 +34,9 @@ def _op_rows(ctx) -> tuple[list, ...]:
     return (ids[order].tolist(), nodes["op_name"].to_numpy()[order].tolist(), nodes["calls"].to_numpy()[order].tolist(),
             nodes["using_tc"].to_numpy()[order].astype(np.int64).tolist(), gpu[order].tolist(),
             *(first[c][pos[order]].tolist() for c in ("input_shapes", "input_dtypes", "concrete_inputs")),
-            nodes["data_type"].astype(object).to_numpy()[order].tolist())
+            nodes["data_type"].astype(object).to_numpy()[order].tolist(),
+            (nodes["output_shape"].astype(object).to_numpy()[order].tolist() if "output_shape" in nodes.columns
+             else [None] * len(order)))
 
 
 def _modelled(ctx, ceilings) -> tuple[list[dict], dict[str, list]]:
@@ -47,8 +49,9 @@ def _modelled(ctx, ceilings) -> tuple[list[dict], dict[str, list]]:
     points: list[dict] = []
     placed: dict[str, list] = {c: [] for c in ("node_id", "op_name", "precision", "bound", "pct_of_ceiling", "flops",
                                                "bytes", "peak", "gpu_time_ns")}
-    for node_id, op_name, calls, using_tc, time_ns, shapes, dtypes, concrete, data_type in zip(*_op_rows(ctx)):
-        cost = node_cost(op_name, shapes, dtypes, concrete, data_type)
+    for node_id, op_name, calls, using_tc, time_ns, shapes, dtypes, concrete, data_type, output in zip(
+            *_op_rows(ctx)):
+        cost = node_cost(op_name, shapes, dtypes, concrete, data_type, output)
         if cost is None:
             continue
         calls = int(calls) if calls and calls > 0 else 1
