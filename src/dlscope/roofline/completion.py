@@ -73,11 +73,13 @@ def conv_output_shapes(ops: pd.DataFrame) -> pd.Series:
     grad_index = _per_name(ops, lambda n: specs.get(_canonical(n), {}).get("grad_output", -1) if n else -1)
     rows = ops.iloc[backward]
     codes, shape_texts = _column_codes(rows["input_shapes"])
-    pairs = pd.DataFrame({"code": codes, "at": grad_index[backward].astype(np.int64)}).drop_duplicates()
-    grad = {(c, i): _shape_at(shape_texts[c] if c >= 0 else "", i) for c, i in pairs.itertuples(index=False)}
+    pairs = pd.DataFrame({"code": codes, "at": grad_index[backward].astype(np.int64)})
+    distinct = pairs.drop_duplicates()  # each distinct (shapes, position) parsed once
+    distinct = distinct.assign(grad=[_shape_at(shape_texts[c] if c >= 0 else "", i)
+                                     for c, i in distinct.itertuples(index=False)])
     received = pd.DataFrame({
         "rank": rows["rank"].to_numpy(np.int64), "seq": _autograd_seq(ops)[backward],
-        "grad": [grad[(c, i)] for c, i in zip(codes, grad_index[backward])]})
+        "grad": pairs.merge(distinct, on=["code", "at"], how="left")["grad"].to_numpy(dtype=object)})
     received = received[(received["seq"] >= 0) & (received["grad"] != "")].drop_duplicates()
     # a sequence number whose backward received two gradient shapes says nothing certain
     received = received[~received.duplicated(["rank", "seq"], keep=False)]
