@@ -323,7 +323,7 @@ def test_mfu_columns_added_to_the_job_op_nodes_once_equal_each_rank_modelled_alo
     a model included (its FLOPs missing, as the rank alone gives)."""
     from dlscope.analyze.aggregation import JobAggregation
     from dlscope.analyze.analysis import analyse
-    from dlscope.roofline.mfu import JobMFU, add_mfu
+    from dlscope.roofline.mfu import EXTRA_COLUMNS, JobMFU, add_mfu
 
     an = analyse(load_profiles_parallel(expand_inputs([job(folder)]), workers=1))
     job_agg = JobAggregation(an, an.ranks, iter_start, iter_stop)
@@ -333,9 +333,9 @@ def test_mfu_columns_added_to_the_job_op_nodes_once_equal_each_rank_modelled_alo
     job_agg.add_node_columns(mfu.node_columns())
     for rank in an.ranks:
         agg = job_agg.aggregate(rank)
-        assert {"model_flops", "mfu", "output_shape"} <= set(agg.ops.columns)  # in the slice, before add
+        assert {"model_flops", "mfu", *EXTRA_COLUMNS} <= set(agg.ops.columns)  # in the slice, before add
         row, nodes = mfu.add(rank, agg.row, agg.ops)
-        bare = agg.ops.drop(columns=["model_flops", "mfu", "output_shape"])
+        bare = agg.ops.drop(columns=["model_flops", "mfu", *EXTRA_COLUMNS])
         row_alone, nodes_alone = add_mfu(agg.row, bare, an.rank_tables(rank)["ops"], gpus[rank])
         assert json.dumps(row, sort_keys=True) == json.dumps(row_alone, sort_keys=True)
         pd.testing.assert_frame_equal(nodes, nodes_alone, obj=f"rank {rank} op nodes")

@@ -219,7 +219,7 @@ def test_distinct_rows_codes_each_distinct_tuple_once_with_missing_values_and_ca
     import numpy as np
     import pandas as pd
 
-    from dlscope.roofline.mfu import distinct_rows
+    from dlscope.roofline.frames import distinct_rows
 
     # hand-made: rows 0 and 3 equal, rows 1 and 4 equal (NaN in a categorical), row 2 alone; a plain column too
     frame = pd.DataFrame({"name": pd.Categorical(["mm", "mm", "conv", "mm", "mm"]),

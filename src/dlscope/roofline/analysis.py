@@ -140,15 +140,15 @@ def place(flops: float, nbytes: float, time_ns: float, peak: float | None, bandw
 
 
 def _op_rows(conn: sqlite3.Connection, agg_id: int) -> pd.DataFrame:
-    """One row per op node with GPU time, plus its shapes, dtypes and scalar arguments (op_nodes), and the
-    output shape its backward told where the trace recorded no geometry (a database older than that column:
-    none)."""
+    """One row per op node with GPU time, plus its shapes, dtypes and scalar arguments (op_nodes), the output
+    shape its backward told where the trace recorded no geometry, and the cost of the modelled ops beneath a node
+    without a model (a database older than those columns: none)."""
     columns = {r[1] for r in conn.execute('PRAGMA table_info("agg_ops")')}
-    output = "a.output_shape" if "output_shape" in columns else "NULL AS output_shape"
+    stored = ", ".join(f"a.{c}" if c in columns else f"NULL AS {c}" for c in ("output_shape", *NESTED_COLUMNS))
     query = f"""
         SELECT a.node_id, a.op_name, a.op_type, a.direction, a.scope, a.calls, a.kernel_count,
                a.gpu_time_ns, a.using_tc, a.tc_eligible, o.input_shapes, o.input_dtypes, o.concrete_inputs,
-               o.data_type, {output}
+               o.data_type, {stored}
         FROM agg_ops a
         LEFT JOIN op_nodes o ON o.node_id = a.node_id
         WHERE a.agg_id = ? AND a.gpu_time_ns > 0
@@ -190,6 +190,20 @@ def node_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type=No
         return _cost_at(op_cost(op_name, input_shapes, input_dtypes, concrete_inputs, output_shape), data_type)
 
 
+#: ``agg_ops``' columns with the roofline's cost of the modelled ops beneath an op node without a model of its
+#: own (``roofline.nested``, written at aggregation)
+NESTED_COLUMNS = ("roofline_flops", "roofline_bytes", "roofline_precision", "roofline_family")
+
+
+def nested_cost(flops, nbytes, precision, family) -> OpCost | None:
+    """The stored cost of the ops beneath a node without a model (:data:`NESTED_COLUMNS`: totals over its calls),
+    or None when there is none."""
+    if flops is None or pd.isna(flops) or nbytes is None or pd.isna(nbytes) or not isinstance(family, str):
+        return None
+    return OpCost(flops=int(flops), bytes=int(nbytes), precision=precision if isinstance(precision, str) else None,
+                  family=family)
+
+
 def roof_of(cost: OpCost, using_tc, ceilings: GpuCeilings | None) -> tuple[str | None, bool, tuple | None]:
     """The precision an op node's math runs at, whether on matrix units (its node used Tensor Cores and its
     family can), and its roof: the ceiling's (name, FLOP/s), or None."""
@@ -212,17 +226,21 @@ def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) ->
     for row in rows.itertuples(index=False) if isinstance(rows, pd.DataFrame) else rows:
         cost = node_cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs,
                          getattr(row, "data_type", None), getattr(row, "output_shape", None))
-        if cost is None:
-            unmodelled_ns += int(row.gpu_time_ns)
-            continue
         calls = int(row.calls) if row.calls and row.calls > 0 else 1
+        if cost is not None:
+            flops, nbytes = cost.flops * calls, cost.bytes * calls
+        else:  # the modelled ops beneath it, summed over its calls
+            cost = nested_cost(*(getattr(row, c, None) for c in NESTED_COLUMNS))
+            if cost is None:
+                unmodelled_ns += int(row.gpu_time_ns)
+                continue
+            flops, nbytes = cost.flops, cost.bytes
         precision, tensor, peak = roof_of(cost, row.using_tc, ceilings)
-        flops, nbytes = cost.flops * calls, cost.bytes * calls
         op = {"node_id": int(row.node_id), "op_name": row.op_name, "op_type": row.op_type,
               "direction": row.direction, "scope": row.scope, "input_shapes": row.input_shapes or "",
               "family": cost.family, "calls": calls,
               "precision": precision, "tensor_cores": tensor, "flops": flops, "bytes": nbytes,
-              "flops_per_call": cost.flops, "bytes_per_call": cost.bytes, "gpu_time_ns": int(row.gpu_time_ns),
+              "flops_per_call": flops // calls, "bytes_per_call": nbytes // calls, "gpu_time_ns": int(row.gpu_time_ns),
               "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None,
               "ceiling_bytes_per_s": dram}
         op.update(place(flops, nbytes, row.gpu_time_ns, peak[1] if peak else None, dram))

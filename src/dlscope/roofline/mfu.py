@@ -11,6 +11,7 @@ FLOPs, on Tensor Cores when those ops used them (FP32 on Tensor Cores is TF32; o
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,9 @@ import pandas as pd
 from .ceilings import find_ceilings
 from .completion import conv_output_shapes, masks_from_children
 from .flops import model_flops, precision_of, ran_at
+from .frames import distinct_rows
+from .nested import COLUMNS as NESTED_COLUMNS
+from .nested import nested_node_costs
 
 #: the aggregation's figures (aggregations table, summary JSON ``aggregation.mfu``)
 ROW_KEYS = ("model_flops", "model_flops_per_iteration", "achieved_flops_per_s", "peak_flops_per_s",
@@ -55,6 +59,29 @@ def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
                          "tensor": tensor, "output_shape": outputs}, index=ops.index)
 
 
+#: the op-node columns that help the roofline place a node, made in the same pass as its FLOPs
+EXTRA_COLUMNS = ("output_shape", *NESTED_COLUMNS)
+
+
+def _no_extra(n: int) -> dict[str, Any]:
+    """The :data:`EXTRA_COLUMNS` of ``n`` op nodes with nothing known."""
+    return {c: (pd.array([pd.NA] * n, dtype="Int64") if c in ("roofline_flops", "roofline_bytes")
+                else np.full(n, None, dtype=object)) for c in EXTRA_COLUMNS}
+
+
+def _node_extra(ops: pd.DataFrame, figures: pd.DataFrame, node_ids: np.ndarray) -> dict[str, Any]:
+    """Per op node of ``node_ids``: the output shape its backward told (``output_shape``) and the roofline's cost of
+    the modelled ops beneath a node without a model (``nested.nested_node_costs``)."""
+    extra = _no_extra(len(node_ids))
+    extra["output_shape"] = node_output_shapes(ops, figures).reindex(node_ids).to_numpy(dtype=object)
+    nested = nested_node_costs(ops).reindex(node_ids)
+    for column in NESTED_COLUMNS:
+        values = nested[column]
+        extra[column] = (pd.array(values, dtype="Int64") if column in ("roofline_flops", "roofline_bytes")
+                         else values.astype(object).where(values.notna(), None).to_numpy(dtype=object))
+    return extra
+
+
 def node_output_shapes(ops: pd.DataFrame, figures: pd.DataFrame) -> pd.Series:
     """Per op node (``node_id``): the output shape its calls' backward told (:func:`op_model_flops`'s
     ``output_shape`` of the node's own calls), for the roofline to place the node; a node whose calls were told
@@ -66,31 +93,11 @@ def node_output_shapes(ops: pd.DataFrame, figures: pd.DataFrame) -> pd.Series:
     return told[~told.duplicated("node_id", keep=False)].set_index("node_id")["shape"]
 
 
-def distinct_rows(frame: pd.DataFrame, columns: list[str]) -> tuple[np.ndarray, list[tuple]]:
-    """Each row's code among the distinct value tuples of ``columns``, and those tuples (missing values as NaN):
-    what ``MultiIndex.from_frame(...).factorize()`` gives, up to the order of the tuples, without building the
-    tuple of every row (a categorical column is already coded; the codes are combined column by column)."""
-    codes = np.zeros(len(frame), dtype=np.int64)
-    per_column = []
-    for col in columns:
-        column = frame[col]
-        if isinstance(column.dtype, pd.CategoricalDtype):
-            own = column.cat.codes.to_numpy(np.int64)
-            uniq = np.append(np.asarray(column.cat.categories, dtype=object), np.nan)  # code -1: the last
-        else:
-            own, found = pd.factorize(column.to_numpy(dtype=object), use_na_sentinel=False)
-            uniq = np.asarray(found, dtype=object)
-        per_column.append((own, uniq))
-        codes = pd.factorize(codes * (len(uniq) + 1) + own + 1)[0].astype(np.int64)  # small: at most the rows
-    first = np.unique(codes, return_index=True)[1]  # the first row of each code, codes 0..n-1
-    tuples = list(zip(*(uniq[own[first]].tolist() for own, uniq in per_column)))
-    return codes, tuples
-
-
 class JobMFU:
     """:func:`add_mfu` of every rank at once: the ops of all ranks modelled, summed per op node and per rank and
-    their dominant precisions found in one pass (op node ids are unique across ranks); :meth:`add` then only
-    looks a rank's figures up, so each is what the rank alone gives.
+    their dominant precisions found in one pass (op node ids are unique across ranks), with the op-node columns
+    the roofline places nodes by (:data:`EXTRA_COLUMNS`); :meth:`add` then only looks a rank's figures up, so
+    each is what the rank alone gives.
 
     ``ops``: every rank's op calls; ``ranges``: rank -> (iter_start, iter_stop) of its aggregation (inclusive);
     ``gpus``: rank -> its GPUs table; ``nodes``: the op nodes of all ranks (``node_id``, ``gpu_time_ns``, and
@@ -113,8 +120,7 @@ class JobMFU:
         keep = in_range & self.modelled[np.maximum(code, 0)]  # a rank that recorded no shapes has nothing to model
         mine, code = ops[keep], code[keep]
         figures = op_model_flops(mine)
-        self.node_output = node_output_shapes(mine, figures).reindex(nodes["node_id"].to_numpy(np.int64)).to_numpy(
-            dtype=object)
+        self.node_extra = _node_extra(mine, figures, nodes["node_id"].to_numpy(np.int64))
         hit = figures["model_flops"].to_numpy() >= 0
         ids = mine["op_id"].to_numpy(np.int64)
         root_pos = pd.Index(ids).get_indexer(mine["root_id"].to_numpy(np.int64)[hit])
@@ -163,14 +169,15 @@ class JobMFU:
         n = len(self.nodes)
         flops = pd.array([pd.NA] * n, dtype="Int64")
         mfu = np.full(n, np.nan)
-        output = np.full(n, None, dtype=object)
+        extra = _no_extra(n)
         if n and self.modelled.any():
             at = pd.Index(self.ranks).get_indexer(self.nodes["rank"].to_numpy(np.int64))
             rows = np.flatnonzero((at >= 0) & self.modelled[np.maximum(at, 0)])
             flops[rows] = self.node_flops[rows]
             mfu[rows] = self.node_mfu[rows]
-            output[rows] = self.node_output[rows]
-        return {"model_flops": flops, "mfu": mfu, "output_shape": output}
+            for column, values in extra.items():
+                values[rows] = self.node_extra[column][rows]
+        return {"model_flops": flops, "mfu": mfu, **extra}
 
     def add(self, rank: int, row: dict, agg_ops: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
         """:func:`add_mfu` of one rank's aggregation row and op nodes; op nodes that already have the columns
@@ -181,12 +188,12 @@ class JobMFU:
             nodes = agg_ops
         elif not self.modelled[i]:
             nodes = agg_ops.assign(model_flops=pd.array([pd.NA] * len(agg_ops), dtype="Int64"), mfu=np.nan,
-                                   output_shape=None)
+                                   **_no_extra(len(agg_ops)))
         else:
             at = self.node_index.get_indexer(agg_ops["node_id"].to_numpy(np.int64))
             assert (at >= 0).all(), "the aggregation's op nodes are the job's"
             nodes = agg_ops.assign(model_flops=pd.array(self.node_flops[at], dtype="Int64"), mfu=self.node_mfu[at],
-                                   output_shape=self.node_output[at])
+                                   **{column: values[at] for column, values in self.node_extra.items()})
         if not self.modelled[i]:
             return {**row, **out}, nodes
         total = int(self.total[i])
@@ -245,12 +252,12 @@ def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFr
     were found."""
     out = dict.fromkeys(ROW_KEYS)
     nodes = agg_ops.assign(model_flops=pd.array([pd.NA] * len(agg_ops), dtype="Int64"), mfu=np.nan,
-                           output_shape=None)
+                           **_no_extra(len(agg_ops)))
     mine = ops[ops["iteration"].between(int(row["iter_start"]), int(row["iter_stop"]))]
     if mine.empty or not (mine["input_shapes"].fillna("") != "").any():
         return {**row, **out}, nodes
     figures = op_model_flops(mine)
-    nodes["output_shape"] = nodes["node_id"].map(node_output_shapes(mine, figures)).astype(object)
+    nodes = nodes.assign(**_node_extra(mine, figures, nodes["node_id"].to_numpy(np.int64)))
     hit = figures["model_flops"].to_numpy() >= 0
     ids = mine["op_id"].to_numpy(np.int64)
     root_pos = pd.Index(ids).get_indexer(mine["root_id"].to_numpy(np.int64)[hit])

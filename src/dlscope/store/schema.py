@@ -178,14 +178,17 @@ CREATE TABLE agg_iterations (
 -- model_flops (its calls' matrix-product FLOPs) and mfu (model_flops / gpu_time_ns against the dense peak);
 -- stack: the innermost user Python frame (file:line) of its first call, '' when no Python stack was recorded;
 -- output_shape: a convolution's output shape (JSON) where the trace recorded no stride or padding and its
--- backward's gradient told it (roofline.completion), NULL elsewhere.
+-- backward's gradient told it (roofline.completion), NULL elsewhere; roofline_flops, roofline_bytes,
+-- roofline_precision, roofline_family: for an op node without a model of its own (an autograd node, a custom
+-- op), the roofline's cost of the modelled ops beneath it summed over its calls (roofline.nested), NULL elsewhere.
 CREATE TABLE agg_ops (
     agg_id INTEGER, node_id INTEGER, rank INTEGER, op_name TEXT, op_type TEXT, direction TEXT,
     scope TEXT, input_shapes TEXT, data_type TEXT, calls INTEGER, kernel_count INTEGER,
     tc_kernel_count INTEGER, kernel_time_ns INTEGER, gpu_time_ns INTEGER, tc_gpu_time_ns INTEGER,
     cpu_time_ns INTEGER, api_time_ns INTEGER, cpu_overhead_ns INTEGER, gpu_idle_ns INTEGER,
     tc_eligible INTEGER, using_tc INTEGER, kernels TEXT, model_flops INTEGER, mfu REAL, critical_path_ns INTEGER,
-    stack TEXT, output_shape TEXT, PRIMARY KEY (agg_id, node_id)
+    stack TEXT, output_shape TEXT, roofline_flops INTEGER, roofline_bytes INTEGER, roofline_precision TEXT,
+    roofline_family TEXT, PRIMARY KEY (agg_id, node_id)
 );
 
 CREATE TABLE agg_op_types (

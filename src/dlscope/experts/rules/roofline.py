@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...roofline.analysis import node_cost, place, roof_of
+from ...roofline.analysis import NESTED_COLUMNS, nested_cost, node_cost, place, roof_of
 from ...roofline.quadrants import run_utilization
 from ..evidence import fmt_ns
 from ..finding import Finding
@@ -23,8 +23,9 @@ from ..registry import rule
 def _op_rows(ctx) -> tuple[list, ...]:
     """The aggregation's op nodes with GPU time, GPU time descending then node id (the roofline report's
     rows), as columns of plain Python values: node id, op name, calls, uses Tensor Cores, GPU time, the
-    shapes, dtypes and arguments of the node's first call, the node's data type and output shape (a frame of a
-    rank's hundred nodes cost more to make and walk than the rule's work)."""
+    shapes, dtypes and arguments of the node's first call, the node's data type, output shape and the stored cost
+    of the modelled ops beneath it (a frame of a rank's hundred nodes cost more to make and walk than the rule's
+    work)."""
     nodes = ctx.aggregation.ops
     node_ids, first = ctx.frames.first_calls()  # every rank's, made once
     ids, gpu = nodes["node_id"].to_numpy(np.int64), nodes["gpu_time_ns"].to_numpy(np.int64)
@@ -35,8 +36,8 @@ def _op_rows(ctx) -> tuple[list, ...]:
             nodes["using_tc"].to_numpy()[order].astype(np.int64).tolist(), gpu[order].tolist(),
             *(first[c][pos[order]].tolist() for c in ("input_shapes", "input_dtypes", "concrete_inputs")),
             nodes["data_type"].astype(object).to_numpy()[order].tolist(),
-            (nodes["output_shape"].astype(object).to_numpy()[order].tolist() if "output_shape" in nodes.columns
-             else [None] * len(order)))
+            *((nodes[c].astype(object).to_numpy()[order].tolist() if c in nodes.columns else [None] * len(order))
+              for c in ("output_shape", *NESTED_COLUMNS)))
 
 
 def _modelled(ctx, ceilings) -> tuple[list[dict], dict[str, list]]:
@@ -49,18 +50,22 @@ def _modelled(ctx, ceilings) -> tuple[list[dict], dict[str, list]]:
     points: list[dict] = []
     placed: dict[str, list] = {c: [] for c in ("node_id", "op_name", "precision", "bound", "pct_of_ceiling", "flops",
                                                "bytes", "peak", "gpu_time_ns")}
-    for node_id, op_name, calls, using_tc, time_ns, shapes, dtypes, concrete, data_type, output in zip(
+    for node_id, op_name, calls, using_tc, time_ns, shapes, dtypes, concrete, data_type, output, *nested in zip(
             *_op_rows(ctx)):
         cost = node_cost(op_name, shapes, dtypes, concrete, data_type, output)
-        if cost is None:
-            continue
         calls = int(calls) if calls and calls > 0 else 1
+        if cost is not None:
+            flops, nbytes = cost.flops * calls, cost.bytes * calls
+        else:  # the modelled ops beneath it, summed over its calls
+            cost = nested_cost(*nested)
+            if cost is None:
+                continue
+            flops, nbytes = cost.flops, cost.bytes
         key = (cost.precision, cost.family, bool(using_tc))
         if key not in roofs:
             roofs[key] = roof_of(cost, using_tc, ceilings)
         precision, tensor, roof = roofs[key]
         peak = roof[1] if roof else None
-        flops, nbytes = cost.flops * calls, cost.bytes * calls
         points.append({"time_ns": time_ns, "flops": flops, "bytes": nbytes, "peak": peak, "precision": precision,
                        "tensor_cores": tensor, "family": cost.family})
         spot = place(flops, nbytes, time_ns, peak, dram)
