@@ -195,7 +195,7 @@ def test_an_autocast_linear_runs_at_fp16_in_its_data_type_roofline_and_mfu(tmp_p
     """A transformer under autocast (FP16): every aten::linear is called on FP32 activations (after an FP32
     layer norm) or FP16 ones, and its GEMM runs FP16 on Tensor Cores. Its data type is what its kernels'
     launchers ran at (checked node call by node call against the raw JSON); the roofline places it under the
-    FP16 Tensor Core roof, never above a roof, and MFU's precision is FP16."""
+    FP16 Tensor Core roof, no math above a roof, and MFU's precision is FP16."""
     trace = H200 / "lm_amp_eager_w0.pt.trace.json.gz"
     db = build_database([trace], tmp_path / "lm.sqlite", progress=False)
     rows = _check_data_types(trace, db)
@@ -208,7 +208,10 @@ def test_an_autocast_linear_runs_at_fp16_in_its_data_type_roofline_and_mfu(tmp_p
         report = roofline_report(conn, 1)
     linear_ops = [op for op in report["ops"] if op["op_name"] == "aten::linear"]
     assert linear_ops and {(op["precision"], op["tensor_cores"]) for op in linear_ops} == {("fp16", True)}
-    assert not any(op.get("above_roof") for op in report["ops"])
+    # no math above its roof (a TF32 roof would put these GEMMs over it); memory-bound copies of a few MB can beat
+    # DRAM from the L2, as the report's reason says
+    assert not any(op.get("above_roof") and op["bound"] == "math" for op in report["ops"])
+    assert all("cache" in op["above_roof_reason"] for op in report["ops"] if op.get("above_roof"))
     with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("SELECT mfu_precision FROM aggregations").fetchone()[0] == "fp16"
 
