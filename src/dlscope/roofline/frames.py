@@ -25,3 +25,16 @@ def distinct_rows(frame: pd.DataFrame, columns: list[str]) -> tuple[np.ndarray, 
     first = np.unique(codes, return_index=True)[1]  # the first row of each code, codes 0..n-1
     tuples = list(zip(*(uniq[own[first]].tolist() for own, uniq in per_column)))
     return codes, tuples
+
+
+def outermost(has: np.ndarray, ops: pd.DataFrame) -> np.ndarray:
+    """The op calls where ``has`` holds and no enclosing call's does (``ops``: ``op_id``, ``parent_id``,
+    ``depth``): an op with a model counts and the ops nested in it do not. Levels top down, one vectorized step per
+    depth."""
+    pos = pd.Index(ops["op_id"].to_numpy(np.int64)).get_indexer(ops["parent_id"].to_numpy(np.int64))
+    covered = np.zeros(len(ops), dtype=bool)
+    depth = ops["depth"].to_numpy(np.int64)
+    for d in np.unique(depth):
+        rows = np.flatnonzero((depth == d) & (pos >= 0))
+        covered[rows] = covered[pos[rows]] | has[pos[rows]]
+    return has & ~covered

@@ -19,7 +19,7 @@ import pandas as pd
 from .ceilings import find_ceilings
 from .completion import conv_output_shapes, masks_from_children
 from .flops import model_flops, precision_of, ran_at
-from .frames import distinct_rows
+from .frames import distinct_rows, outermost
 from .nested import COLUMNS as NESTED_COLUMNS
 from .nested import nested_node_costs
 
@@ -43,15 +43,7 @@ def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
     prec_key = (np.array([_precision(k[2], k[5] if ran_at else None) for k in uniques], dtype=object)
                 if len(uniques) else np.zeros(0, object))
     flops = per_key[codes] if n else np.zeros(0, np.int64)
-    counted = flops >= 0
-    # an op counts only when no enclosing op counts (levels top down: one vectorized step per depth)
-    pos = pd.Index(ops["op_id"].to_numpy(np.int64)).get_indexer(ops["parent_id"].to_numpy(np.int64))
-    covered = np.zeros(n, dtype=bool)
-    depth = ops["depth"].to_numpy(np.int64)
-    for d in np.unique(depth):
-        rows = np.flatnonzero((depth == d) & (pos >= 0))
-        covered[rows] = covered[pos[rows]] | counted[pos[rows]]
-    counted &= ~covered
+    counted = outermost(flops >= 0, ops)  # an op counts only when no enclosing op counts
     precision = prec_key[codes] if n else np.zeros(0, object)
     tensor = ops["using_tc"].fillna(0).astype(bool).to_numpy()
     precision = np.where(tensor & (precision == "fp32"), "tf32", precision)

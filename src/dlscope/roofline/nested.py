@@ -16,7 +16,7 @@ import pandas as pd
 from .analysis import NESTED_COLUMNS as COLUMNS
 from .analysis import node_cost
 from .completion import conv_output_shapes, masks_from_children
-from .frames import distinct_rows
+from .frames import distinct_rows, outermost
 
 
 def nested_node_costs(ops: pd.DataFrame) -> pd.DataFrame:
@@ -37,17 +37,11 @@ def nested_node_costs(ops: pd.DataFrame) -> pd.DataFrame:
     codes, uniques = distinct_rows(completed, keys)
     costs = [node_cost(*(None if pd.isna(v) else v for v in key)) for key in uniques]
     has = np.array([c is not None for c in costs], dtype=bool)[codes]
-    # an op counts where no enclosing op has a model (top down, one vectorized step per depth)
-    pos = pd.Index(ops["op_id"].to_numpy(np.int64)).get_indexer(ops["parent_id"].to_numpy(np.int64))
-    covered = np.zeros(len(ops), dtype=bool)
-    depth = ops["depth"].to_numpy(np.int64)
-    for d in np.unique(depth):
-        rows = np.flatnonzero((depth == d) & (pos >= 0))
-        covered[rows] = covered[pos[rows]] | has[pos[rows]]
     ids = ops["op_id"].to_numpy(np.int64)
     root_pos = pd.Index(ids).get_indexer(ops["root_id"].to_numpy(np.int64))
-    # nested work only: the op is not its node's root, and the root (its op node's call) has no model
-    counted = has & ~covered & (root_pos >= 0) & (root_pos != np.arange(len(ops)))
+    # nested work only: an op that counts (no enclosing op has a model) and is not its node's root, whose root
+    # (its op node's call) has no model
+    counted = outermost(has, ops) & (root_pos >= 0) & (root_pos != np.arange(len(ops)))
     counted[counted] &= ~has[root_pos[counted]]
     if not counted.any():
         return empty
