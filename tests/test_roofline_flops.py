@@ -171,3 +171,53 @@ def test_agrees_with_torch_flop_counter():
     assert fwd.flops == counts["aten.convolution"]
     assert bwd.flops == counts["aten.convolution_backward"]
     assert bmm.flops == counts["aten.bmm"]
+
+
+@pytest.mark.parametrize("size, kernel, stride, padding, ceil", [
+    (64, 2, 2, 0, False), (7, 3, 2, 1, True), (8, 3, 2, 0, True), (7, 3, 3, 0, False), (112, 3, 2, 1, False)])
+def test_max_pool_output_is_torchs_and_its_flops_one_compare_per_window_element(size, kernel, stride, padding, ceil):
+    torch = pytest.importorskip("torch")
+    y = torch.nn.functional.max_pool2d(torch.zeros(2, 3, size, size), kernel, stride, padding, 1, ceil)
+    args = ([[2, 3, size, size], [], [], [], [], []], ["float"] + ["ScalarList"] * 4 + ["Scalar"],
+            ["", f"[{kernel}, {kernel}]", f"[{stride}, {stride}]", f"[{padding}, {padding}]", "[1, 1]", str(ceil)])
+    cost = op_cost("aten::max_pool2d", *args)
+    assert cost.family == "pool" and cost.flops == y.numel() * kernel * kernel
+    assert cost.bytes == 4 * (2 * 3 * size * size + y.numel())
+    # with indices: the int64 indices are written too
+    assert op_cost("aten::max_pool2d_with_indices", *args).bytes == cost.bytes + 8 * y.numel()
+
+
+def test_max_pool_without_its_recorded_geometry_or_stride_defaulting_to_the_kernel():
+    shapes = [[1, 1, 7, 7], [], [], [], [], []]
+    assert op_cost("aten::max_pool2d", shapes, ["float"] * 6, None) is None   # torch < 2.1: nothing recorded
+    # stride=[] (the default) is the kernel size: 7 // 3 = 2 outputs a side
+    cost = op_cost("aten::max_pool2d", shapes, ["float"] * 6, ["", "[3, 3]", "[]", "[0, 0]", "[1, 1]", "False"])
+    assert cost.flops == 2 * 2 * 9
+
+
+def test_max_pool_backward_adds_each_gradient_element_once():
+    cost = op_cost("aten::max_pool2d_with_indices_backward",
+                   [[64, 128, 16, 16], [64, 128, 32, 32], [], [], [], [], [], [64, 128, 16, 16]],
+                   ["float", "float", "ScalarList", "ScalarList", "ScalarList", "ScalarList", "Scalar", "long int"],
+                   ["", "", "[2, 2]", "[2, 2]", "[0, 0]", "[1, 1]", "False", ""])
+    dy, x = 64 * 128 * 16 * 16, 64 * 128 * 32 * 32
+    assert (cost.family, cost.flops) == ("pool_bwd", dy)
+    assert cost.bytes == 4 * dy + 4 * x + 8 * dy + 4 * x       # grad_output, self, int64 indices read; dx written
+
+
+def test_a_foreach_op_is_elementwise_over_its_first_tensor_list():
+    params = [[64, 3, 3, 3], [64], [10, 1024]]
+    n = 64 * 27 + 64 + 10 * 1024
+    cost = op_cost("aten::_foreach_add_", [params, params, []], ["TensorList", "TensorList", "Scalar"], ["", "", "1"])
+    assert (cost.family, cost.flops) == ("elementwise", n)
+    assert cost.bytes == 4 * 3 * n                               # two lists read, one written (4 B: no dtype recorded)
+
+
+def test_a_convolution_without_recorded_geometry_takes_the_output_it_is_given():
+    shapes = [[8, 16, 32, 32], [32, 16, 3, 3], [], [], [], [], []]
+    assert op_cost("aten::conv2d", shapes, ["float", "float"]) is None
+    cost = op_cost("aten::conv2d", shapes, ["float", "float"], None, "[8,32,16,16]")
+    assert cost.flops == 2 * 8 * 32 * 16 * 16 * 16 * 9
+    # an output that does not fit the weight's channels or the batch is not taken
+    assert op_cost("aten::conv2d", shapes, ["float", "float"], None, "[8,64,16,16]") is None
+    assert op_cost("aten::conv2d", shapes, ["float", "float"], None, "[4,32,16,16]") is None

@@ -232,8 +232,8 @@ def _conv_macs(x: list, w: list, y: list, transposed: bool) -> int:
     return y[0] * y[1] * _numel(y[2:]) * per_point
 
 
-#: the arguments that decide a convolution's output size
-_GEOMETRY = ("stride", "padding", "dilation", "output_padding", "transposed")
+#: the arguments that decide a convolution's or a pooling's output size
+_GEOMETRY = ("stride", "padding", "dilation", "output_padding", "transposed", "ceil_mode")
 
 
 def _geometry_recorded(spec: dict, a: _Args) -> bool:
@@ -349,10 +349,50 @@ def _softmax(spec: dict, a: _Args) -> tuple[int, int] | None:
     return factors["softmax_bwd" if spec["pass"] == "bwd" else "softmax_fwd"] * n, n
 
 
+def _pool(spec: dict, a: _Args) -> tuple[int, int] | None:
+    """Max pooling: one comparison per window element per output; the output (and, ``with_indices``, its int64
+    indices) written. The output's size needs the recorded geometry (kernel, stride, padding, dilation, ceil_mode)."""
+    x = a.shape(spec["input"])
+    kernel = _parse_scalar(_at(a.concrete, spec["kernel_size"]))
+    if not x or len(x) < 3 or kernel is None or not _geometry_recorded(spec, a):
+        return None
+    nd = len(x) - 2
+    kernel = _ints(kernel, nd, 1)
+    stride = _ints(a.value(spec["stride"]), nd, 1) if a.value(spec["stride"]) not in ([], None) else kernel
+    padding, dilation = _ints(a.value(spec["padding"]), nd, 0), _ints(a.value(spec["dilation"]), nd, 1)
+    ceil = bool(a.value(spec.get("ceil_mode")))
+    out = []
+    for size, k, st, pad, dil in zip(x[2:], kernel, stride, padding, dilation):
+        span = size + 2 * pad - dil * (k - 1) - 1
+        length = (-(-span // st) if ceil else span // st) + 1
+        if ceil and (length - 1) * st >= size + pad:  # PyTorch: the last window must start inside the input
+            length -= 1
+        out.append(length)
+    if min(out) <= 0:
+        return None
+    y = _numel([*x[:2], *out])
+    written = y + (y * 8 // a.element_bytes(spec["input"], 4) if spec.get("with_indices") else 0)
+    return y * _numel(kernel), written
+
+
+def _pool_bwd(spec: dict, a: _Args) -> tuple[int, int] | None:
+    """Max pooling's gradient: each grad_output element added to the input position its index names; the input's
+    gradient written."""
+    dy, x = a.shape(spec["grad_output"]), a.shape(spec["input"])
+    if not dy or not x:
+        return None
+    return _numel(dy), _numel(x)
+
+
 def _elementwise(a: _Args) -> tuple[int, int] | None:
     shapes = [tuple(a.shapes[i]) for i in a.tensor_indices() if _is_shape(a.shapes[i])]
     if not shapes:
-        return None
+        # a foreach op (``_foreach_add_``): one result per element of its first tensor list
+        lists = [a.shapes[i] for i in a.tensor_indices() if all(_is_shape(s) for s in a.shapes[i])]
+        if not lists:
+            return None
+        out = _numel(lists[0])
+        return out * _table()["flops_per_element"]["elementwise"], out
     try:
         out = _numel(list(np.broadcast_shapes(*shapes)))
     except ValueError:
@@ -391,9 +431,9 @@ def _data_movement(name: str, a: _Args) -> tuple[int, int] | None:
 # ---------------------------------------------------------------------------------------------- entry
 
 _FAMILIES = {"gemm": _gemm, "conv": _conv, "conv_bwd": _conv_bwd, "attention": _attention,
-             "norm": _norm, "softmax": _softmax}
+             "norm": _norm, "softmax": _softmax, "pool": _pool, "pool_bwd": _pool_bwd}
 _MAIN_OPERAND = {"gemm": "a", "conv": "input", "conv_bwd": "grad_output", "attention": "q",
-                 "norm": "input", "softmax": "input"}
+                 "norm": "input", "softmax": "input", "pool": "input", "pool_bwd": "grad_output"}
 
 
 def op_family(op_name: str) -> str | None:
