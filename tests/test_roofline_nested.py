@@ -69,6 +69,7 @@ def test_an_autograd_node_is_placed_by_the_modelled_ops_beneath_it(tmp_path):
     assert node["calls"] == 2
     assert (node["flops"], node["bytes"]) == (2 * (mm + linear), 2 * (mm_bytes + linear_bytes))
     assert (node["family"], node["precision"], node["tensor_cores"]) == ("gemm", "fp16", True)
+    assert node["cost_from"] == "ops beneath"
     assert node["gpu_time_ns"] == 2 * 200_000
     # a node whose ops have no model either stays out, and so does one whose modelled ops did not launch all of
     # its kernels: their GPU time counts as unmodelled
@@ -105,7 +106,8 @@ def test_the_backward_convolutions_of_an_h200_capture_are_placed_from_their_raw_
     nodes = [o for o in report["ops"] if o["op_name"].endswith(": ConvolutionBackward0")]
     assert calls and sum(o["calls"] for o in nodes) == calls
     assert (sum(o["flops"] for o in nodes), sum(o["bytes"] for o in nodes)) == (flops, nbytes)
-    assert {o["family"] for o in nodes} == {"conv_bwd"}
+    assert {o["family"] for o in nodes} == {"conv_bwd"} and {o["cost_from"] for o in nodes} == {"ops beneath"}
+    assert {o["cost_from"] for o in report["ops"] if o["op_name"] == "aten::conv2d"} == {"own shapes"}
     # the loss's backward runs its kernel from aten::nll_loss_backward, which has no model: the aten::zero_ beneath
     # it (a modelled fill) does not stand for the node's work, so the node stays out
     assert not any(o["op_name"].endswith(": NllLossBackward0") for o in report["ops"])

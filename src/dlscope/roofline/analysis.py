@@ -227,10 +227,11 @@ def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) ->
         cost = node_cost(row.op_name, row.input_shapes, row.input_dtypes, row.concrete_inputs,
                          getattr(row, "data_type", None), getattr(row, "output_shape", None))
         calls = int(row.calls) if row.calls and row.calls > 0 else 1
+        cost_from = "own shapes"
         if cost is not None:
             flops, nbytes = cost.flops * calls, cost.bytes * calls
         else:  # the modelled ops beneath it, summed over its calls
-            cost = nested_cost(*(getattr(row, c, None) for c in NESTED_COLUMNS))
+            cost, cost_from = nested_cost(*(getattr(row, c, None) for c in NESTED_COLUMNS)), "ops beneath"
             if cost is None:
                 unmodelled_ns += int(row.gpu_time_ns)
                 continue
@@ -238,7 +239,7 @@ def roofline_ops(rows: pd.DataFrame | Iterable, ceilings: GpuCeilings | None) ->
         precision, tensor, peak = roof_of(cost, row.using_tc, ceilings)
         op = {"node_id": int(row.node_id), "op_name": row.op_name, "op_type": row.op_type,
               "direction": row.direction, "scope": row.scope, "input_shapes": row.input_shapes or "",
-              "family": cost.family, "calls": calls,
+              "family": cost.family, "cost_from": cost_from, "calls": calls,
               "precision": precision, "tensor_cores": tensor, "flops": flops, "bytes": nbytes,
               "flops_per_call": flops // calls, "bytes_per_call": nbytes // calls, "gpu_time_ns": int(row.gpu_time_ns),
               "ceiling": peak[0] if peak else None, "ceiling_flops_per_s": peak[1] if peak else None,

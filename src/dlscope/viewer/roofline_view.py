@@ -21,6 +21,7 @@ ROOFLINE_OPS = TableSpec(
      Column("op_type", "Op Type", "op_type", "text"),
      Column("direction", "Direction", "direction", "text"),
      Column("family", "Family", "family", "text", hidden=True),
+     Column("cost_from", "Costed From", "cost_from", "text", hidden=True),
      Column("precision", "Precision", "precision", "text"),
      Column("tensor_cores", "Tensor Cores", "tensor_cores", "bool"),
      Column("bound", "Bound", "bound", "text"),
