@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import data_file
 from test_cli_errors import assert_one_line_error, run_cli
+from trace_builder import KinetoTrace
 
 TRACE = "hta_event_sync_a100.json.gz"  # 92 events: 4 kernels, a ProfilerStep, 8 GPUs in deviceProperties
 
@@ -382,3 +383,25 @@ def test_a_small_bomb_without_a_budget_streams_instead_of_failing(tmp_path):
     bomb = _bomb(tmp_path / "bomb.json.gz", 2**25)
     profile = load_kineto(bomb, max_memory=3 * 2**24)  # a budget whose in-memory share the text exceeds
     assert len(profile.kernels) == 2
+
+
+def test_absurd_op_shapes_import_with_those_ops_unmodelled(tmp_path):
+    """Shapes whose FLOPs pass int64 (2^40-sized dimensions) or are negative crashed MFU with an internal
+    OverflowError; such a call now has no model, and the run imports."""
+    from test_graph_replay_figures import TC_GEMM
+
+    t = KinetoTrace()
+    big = 2 ** 40
+    for step in range(2):
+        b = 1000.0 * step
+        t.step(step + 1, b, b + 1000)
+        t.op("autograd::engine::evaluate_function: MmBackward0", b + 10, b + 200)
+        t.op("aten::mm", b + 20, b + 60, **{"Input Dims": [[big, big], [big, big]], "Input type": ["float"] * 2})
+        t.launch(b + 30, b + 40, TC_GEMM, b + 300, b + 400)
+        t.op("aten::mm", b + 400, b + 450, **{"Input Dims": [[-8, 4], [4, 4]], "Input type": ["float"] * 2})
+        t.launch(b + 410, b + 420, TC_GEMM, b + 500, b + 600)
+    res = run_cli("import", t.write(tmp_path / "absurd.json"), "-o", tmp_path / "absurd.sqlite", "-q")
+    assert res.returncode == 0, res.stderr
+    with sqlite3.connect(tmp_path / "absurd.sqlite") as conn:
+        rows = conn.execute("SELECT model_flops, roofline_flops FROM agg_ops").fetchall()
+    assert rows and all(not flops and nested is None for flops, nested in rows)

@@ -221,3 +221,12 @@ def test_a_convolution_without_recorded_geometry_takes_the_output_it_is_given():
     # an output that does not fit the weight's channels or the batch is not taken
     assert op_cost("aten::conv2d", shapes, ["float", "float"], None, "[8,64,16,16]") is None
     assert op_cost("aten::conv2d", shapes, ["float", "float"], None, "[4,32,16,16]") is None
+
+
+@pytest.mark.parametrize("shapes", [[[2 ** 40, 2 ** 40], [2 ** 40, 2 ** 40]],      # 2^121 FLOPs: int64 would wrap
+                                    [[-64, 32], [32, 16]]])                        # a negative dimension
+def test_absurd_shapes_have_no_model(shapes):
+    from dlscope.roofline.flops import model_flops
+
+    assert op_cost("aten::mm", shapes, ["float", "float"]) is None
+    assert model_flops("aten::mm", shapes, ["float", "float"]) is None

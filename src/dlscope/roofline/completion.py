@@ -44,7 +44,7 @@ def _shape_at(shapes_text, index: int) -> str:
     except ValueError:
         return ""
     shape = shapes[index] if isinstance(shapes, list) and 0 <= index < len(shapes) else None
-    ok = isinstance(shape, list) and shape and all(isinstance(d, int) for d in shape)
+    ok = isinstance(shape, list) and shape and all(isinstance(d, int) and d > 0 for d in shape)
     return json.dumps(shape, separators=(",", ":")) if ok else ""
 
 

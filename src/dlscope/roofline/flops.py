@@ -21,6 +21,7 @@ Conventions (also in docs/roofline.md):
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -32,6 +33,15 @@ from ..analyze.dtypes import dtype_info
 
 #: Attention backward does 5 matmuls of the forward's 2 (recompute QKᵀ, dP, dV, dQ, dK).
 ATTENTION_BWD_FACTOR = 2.5
+
+#: The most FLOPs or bytes one call can be modelled with (2^53, 9 PFLOP: seconds of a whole GPU for one op; exact
+#: as a float). Beyond it, or below zero, the shapes are absurd (a hostile or corrupt trace) and the call has no
+#: model, so sums over a trace's calls stay far from int64's limit.
+MOST_PER_CALL = 2 ** 53
+
+
+def _plausible(*values: int) -> bool:
+    return all(0 <= v <= MOST_PER_CALL for v in values)
 
 
 @dataclass(frozen=True)
@@ -110,7 +120,7 @@ def _numel(shape: Any) -> int:
         return 0
     if shape and all(isinstance(s, list) for s in shape):      # TensorList recorded as a list of shapes
         return sum(_numel(s) for s in shape)
-    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return math.prod(int(d) for d in shape)  # exact: int64 would wrap on absurd shapes
 
 
 def precision_of(dtype: str) -> str | None:
@@ -467,7 +477,7 @@ def model_flops(op_name: str, input_shapes: Any, input_dtypes: Any = None, concr
         result = _FAMILIES[family](spec, _Args(input_shapes, input_dtypes, concrete_inputs, output_shape))
     except (TypeError, ValueError, IndexError, ZeroDivisionError):
         return None
-    return None if result is None else int(result[0])
+    return None if result is None or not _plausible(int(result[0])) else int(result[0])
 
 
 def op_cost(op_name: str, input_shapes: Any, input_dtypes: Any = None,
@@ -508,6 +518,8 @@ def op_cost(op_name: str, input_shapes: Any, input_dtypes: Any = None,
     element = info["bytes"] if info else 4
     skip = (0,) if short in _table()["write_only_destination"] and a.tensor_indices()[:1] == [0] else ()
     total_bytes = a.input_bytes(element, skip) + out_elems * element
+    if not _plausible(int(flops), int(total_bytes)):
+        return None
     return OpCost(flops=int(flops), bytes=int(total_bytes),
                   precision=info["precision"] if info else None, family=family, dtype=dtype)
 
