@@ -153,3 +153,33 @@ def test_unknown_gpu_still_plots_the_ops(tmp_path, page):
         assert page.errors == []
     finally:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def h200_training(import_db):
+    from test_roofline_nested import H200
+
+    s = Server([import_db(H200 / "fp32_eager_w0.pt.trace.json.gz")])
+    yield s
+    s.stop()
+
+
+def test_backward_nodes_show_the_flops_of_the_convolutions_beneath_them(h200_training, page):
+    """The H200 FP32 training step's ConvolutionBackward0 autograd nodes, placed by the convolution gradients
+    beneath them: their GFLOP cells add up to the raw JSON's aten::convolution_backward FLOPs (computed in the test
+    from Input Dims and Concrete Inputs), each cell shown to 3 decimals."""
+    from test_roofline_nested import H200, _convolution_backward_oracle
+
+    flops, _, _ = _convolution_backward_oracle(H200 / "fp32_eager_w0.pt.trace.json.gz")
+    ready(page, f"{h200_training.base}/roofline")
+    page.wait_for_selector("section[data-prefix='ops'] .tabulator-row")
+    page.locator("section[data-prefix='ops'] .tabulator-col[tabulator-field='op_name'] input").press_sequentially(
+        "ConvolutionBackward0")
+    page.wait_for_function("location.search.includes('ops.f.op_name=')")
+    page.wait_for_load_state("networkidle")
+    names = page.locator("section[data-prefix='ops'] .tabulator-cell[tabulator-field='op_name']").all_inner_texts()
+    cells = page.locator("section[data-prefix='ops'] .tabulator-cell[tabulator-field='gflops']").all_inner_texts()
+    assert names and all(n.endswith(": ConvolutionBackward0") for n in names) and len(cells) == len(names)
+    shown = sum(float(c.replace(",", "")) for c in cells)
+    assert shown == pytest.approx(flops / 1e9, abs=0.0005 * len(cells) + 1e-9)
+    assert page.errors == []

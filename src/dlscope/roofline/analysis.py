@@ -183,7 +183,7 @@ def node_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type=No
     """:func:`op_cost` at the precision the node ran at (``data_type``), memoized when its arguments are the
     stored texts (the ranks of a job repeat the same op nodes: one model per distinct call, not per rank).
     ``output_shape``: ``agg_ops.output_shape``, a convolution's output where the trace recorded no geometry."""
-    output_shape = None if output_shape is None or pd.isna(output_shape) else output_shape
+    output_shape = output_shape if isinstance(output_shape, str) else None  # stored JSON text; NULL / NaN: none
     try:
         return _memo_cost(op_name, input_shapes, input_dtypes, concrete_inputs, data_type, output_shape)
     except TypeError:  # unhashable: the lists of a Kineto event

@@ -22,6 +22,13 @@ import pandas as pd
 from .flops import _canonical, _table, op_family
 
 
+def completed_arguments(ops: pd.DataFrame) -> pd.DataFrame:
+    """``ops`` with what the ops around each call tell: ``concrete_inputs`` with the output masks read from the
+    children (:func:`masks_from_children`), and ``output_shape`` (:func:`conv_output_shapes`). Made once per
+    aggregation pass; MFU and the roofline's nested costs read the same frame."""
+    return ops.assign(concrete_inputs=masks_from_children(ops), output_shape=conv_output_shapes(ops))
+
+
 def _column_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Codes and the distinct values of a text column (a categorical's own; -1 for a missing value)."""
     if isinstance(column.dtype, pd.CategoricalDtype):
@@ -110,18 +117,16 @@ def masks_from_children(ops: pd.DataFrame) -> pd.Series:
     rows = parent_rows[bits[parent_rows] > 0]
     if not len(rows):
         return ops["concrete_inputs"]
-    column = ops["concrete_inputs"].astype(object)
-    values = column.to_numpy(dtype=object).copy()
+    values = ops["concrete_inputs"].to_numpy(dtype=object).copy()
     concrete = pd.Series(values[rows], dtype=object)
     frame = pd.DataFrame({"name": names.to_numpy(dtype=object)[rows],
                           "concrete": concrete.where(concrete.notna(), "").to_numpy(dtype=object),
                           "bits": bits[rows]})
-    filled = {}
-    for name, concrete, mask_bits in frame.drop_duplicates().itertuples(index=False):  # a few distinct values
-        spec = parents_of[name]
-        filled[(name, concrete, mask_bits)] = _with_mask(concrete, spec["output_mask"],
-                                                         len(spec["output_mask_from_children"]), mask_bits)
-    values[rows] = [filled[key] for key in frame.itertuples(index=False, name=None)]
+    distinct = frame.drop_duplicates()  # a few distinct values, each filled once and merged back
+    distinct = distinct.assign(filled=[
+        _with_mask(concrete, parents_of[name]["output_mask"], len(parents_of[name]["output_mask_from_children"]),
+                   mask_bits) for name, concrete, mask_bits in distinct.itertuples(index=False)])
+    values[rows] = frame.merge(distinct, on=["name", "concrete", "bits"], how="left")["filled"].to_numpy(dtype=object)
     return pd.Series(values, index=ops.index)
 
 

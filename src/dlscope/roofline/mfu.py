@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .ceilings import find_ceilings
-from .completion import conv_output_shapes, masks_from_children
+from .completion import completed_arguments
 from .flops import model_flops, precision_of, ran_at
 from .frames import distinct_rows, outermost
 from .nested import COLUMNS as NESTED_COLUMNS
@@ -29,16 +29,15 @@ ROW_KEYS = ("model_flops", "model_flops_per_iteration", "achieved_flops_per_s", 
 
 
 def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per op call: ``model_flops`` (int64; -1 when it has no model or an enclosing op counts instead),
+    """Per op call: ``model_flops`` (int64; -1 when it has no model or an enclosing op counts instead) and
     ``precision`` (the precision its data type says it ran at, else its first floating input's; "tf32" for FP32
-    on Tensor Cores, "" unknown) and ``output_shape`` (a convolution's, where only its backward tells it:
-    ``completion``). Each distinct (name, shapes, dtypes, arguments, output, data type) is modelled once."""
+    on Tensor Cores, "" unknown). ``ops``: op calls with their arguments completed
+    (``completion.completed_arguments``). Each distinct (name, shapes, dtypes, arguments, output, data type) is
+    modelled once."""
     n = len(ops)
     ran_at = ["data_type"] if "data_type" in ops.columns else []
-    outputs = conv_output_shapes(ops)
-    completed = ops.assign(concrete_inputs=masks_from_children(ops), output_shape=outputs)
-    codes, uniques = distinct_rows(completed, ["name", "input_shapes", "input_dtypes", "concrete_inputs",
-                                               "output_shape", *ran_at])
+    codes, uniques = distinct_rows(ops, ["name", "input_shapes", "input_dtypes", "concrete_inputs", "output_shape",
+                                         *ran_at])
     per_key = np.array([_flops(*k[:5]) for k in uniques], dtype=np.int64) if len(uniques) else np.zeros(0, np.int64)
     prec_key = (np.array([_precision(k[2], k[5] if ran_at else None) for k in uniques], dtype=object)
                 if len(uniques) else np.zeros(0, object))
@@ -48,7 +47,7 @@ def op_model_flops(ops: pd.DataFrame) -> pd.DataFrame:
     tensor = ops["using_tc"].fillna(0).astype(bool).to_numpy()
     precision = np.where(tensor & (precision == "fp32"), "tf32", precision)
     return pd.DataFrame({"model_flops": np.where(counted, flops, -1), "precision": precision,
-                         "tensor": tensor, "output_shape": outputs}, index=ops.index)
+                         "tensor": tensor}, index=ops.index)
 
 
 #: the op-node columns that help the roofline place a node, made in the same pass as its FLOPs
@@ -61,11 +60,11 @@ def _no_extra(n: int) -> dict[str, Any]:
                 else np.full(n, None, dtype=object)) for c in EXTRA_COLUMNS}
 
 
-def _node_extra(ops: pd.DataFrame, figures: pd.DataFrame, node_ids: np.ndarray) -> dict[str, Any]:
+def _node_extra(ops: pd.DataFrame, node_ids: np.ndarray) -> dict[str, Any]:
     """Per op node of ``node_ids``: the output shape its backward told (``output_shape``) and the roofline's cost of
-    the modelled ops beneath a node without a model (``nested.nested_node_costs``)."""
+    the modelled ops beneath a node without a model (``nested.nested_node_costs``). ``ops``: completed calls."""
     extra = _no_extra(len(node_ids))
-    extra["output_shape"] = node_output_shapes(ops, figures).reindex(node_ids).to_numpy(dtype=object)
+    extra["output_shape"] = node_output_shapes(ops).reindex(node_ids).to_numpy(dtype=object)
     nested = nested_node_costs(ops).reindex(node_ids)
     for column in NESTED_COLUMNS:
         values = nested[column]
@@ -74,14 +73,13 @@ def _node_extra(ops: pd.DataFrame, figures: pd.DataFrame, node_ids: np.ndarray) 
     return extra
 
 
-def node_output_shapes(ops: pd.DataFrame, figures: pd.DataFrame) -> pd.Series:
-    """Per op node (``node_id``): the output shape its calls' backward told (:func:`op_model_flops`'s
-    ``output_shape`` of the node's own calls), for the roofline to place the node; a node whose calls were told
-    two shapes gets none."""
+def node_output_shapes(ops: pd.DataFrame) -> pd.Series:
+    """Per op node (``node_id``): the output shape its calls' backward told (the completed ``output_shape`` of the
+    node's own calls), for the roofline to place the node; a node whose calls were told two shapes gets none."""
     own = ops["op_id"].to_numpy(np.int64) == ops["root_id"].to_numpy(np.int64)
-    own &= figures["output_shape"].notna().to_numpy()
+    own &= ops["output_shape"].notna().to_numpy()
     told = pd.DataFrame({"node_id": ops["node_id"].to_numpy(np.int64)[own],
-                         "shape": figures["output_shape"].astype(object).to_numpy()[own]}).drop_duplicates()
+                         "shape": ops["output_shape"].astype(object).to_numpy()[own]}).drop_duplicates()
     return told[~told.duplicated("node_id", keep=False)].set_index("node_id")["shape"]
 
 
@@ -110,9 +108,9 @@ class JobMFU:
         if not self.modelled.any():
             return
         keep = in_range & self.modelled[np.maximum(code, 0)]  # a rank that recorded no shapes has nothing to model
-        mine, code = ops[keep], code[keep]
+        mine, code = completed_arguments(ops[keep]), code[keep]
         figures = op_model_flops(mine)
-        self.node_extra = _node_extra(mine, figures, nodes["node_id"].to_numpy(np.int64))
+        self.node_extra = _node_extra(mine, nodes["node_id"].to_numpy(np.int64))
         hit = figures["model_flops"].to_numpy() >= 0
         ids = mine["op_id"].to_numpy(np.int64)
         root_pos = pd.Index(ids).get_indexer(mine["root_id"].to_numpy(np.int64)[hit])
@@ -248,8 +246,9 @@ def add_mfu(row: dict, agg_ops: pd.DataFrame, ops: pd.DataFrame, gpus: pd.DataFr
     mine = ops[ops["iteration"].between(int(row["iter_start"]), int(row["iter_stop"]))]
     if mine.empty or not (mine["input_shapes"].fillna("") != "").any():
         return {**row, **out}, nodes
+    mine = completed_arguments(mine)
     figures = op_model_flops(mine)
-    nodes = nodes.assign(**_node_extra(mine, figures, nodes["node_id"].to_numpy(np.int64)))
+    nodes = nodes.assign(**_node_extra(mine, nodes["node_id"].to_numpy(np.int64)))
     hit = figures["model_flops"].to_numpy() >= 0
     ids = mine["op_id"].to_numpy(np.int64)
     root_pos = pd.Index(ids).get_indexer(mine["root_id"].to_numpy(np.int64)[hit])

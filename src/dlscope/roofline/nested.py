@@ -15,7 +15,6 @@ import pandas as pd
 
 from .analysis import NESTED_COLUMNS as COLUMNS
 from .analysis import node_cost
-from .completion import conv_output_shapes, masks_from_children
 from .frames import distinct_rows, outermost
 
 
@@ -24,17 +23,17 @@ def nested_node_costs(ops: pd.DataFrame) -> pd.DataFrame:
     and ``roofline_bytes`` (sums over the calls in ``ops``), ``roofline_precision`` and ``roofline_family``
     (those of the nested work with the most FLOPs; without FLOPs, the most bytes).
 
-    ``ops``: op calls with ``op_id``, ``parent_id``, ``root_id``, ``depth``, ``node_id``, ``name``, ``seq``,
-    ``rank``, ``input_shapes``, ``input_dtypes``, ``concrete_inputs``, ``data_type`` and ``kernel_count``
-    (inclusive). A node is costed only where the ops counted beneath it launched all of its kernels."""
+    ``ops``: op calls with their arguments completed (``completion.completed_arguments``): ``op_id``,
+    ``parent_id``, ``root_id``, ``depth``, ``node_id``, ``name``, ``input_shapes``, ``input_dtypes``,
+    ``concrete_inputs``, ``output_shape``, ``data_type`` (when known) and ``kernel_count`` (inclusive). A node is
+    costed only where the ops counted beneath it launched all of its kernels."""
     empty = pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS}, index=pd.Index([], name="node_id"))
     if ops.empty:
         return empty
-    completed = ops.assign(concrete_inputs=masks_from_children(ops), output_shape=conv_output_shapes(ops))
-    if "data_type" not in completed.columns:
-        completed["data_type"] = None
+    if "data_type" not in ops.columns:
+        ops = ops.assign(data_type=None)
     keys = ["name", "input_shapes", "input_dtypes", "concrete_inputs", "data_type", "output_shape"]
-    codes, uniques = distinct_rows(completed, keys)
+    codes, uniques = distinct_rows(ops, keys)
     costs = [node_cost(*(None if pd.isna(v) else v for v in key)) for key in uniques]
     has = np.array([c is not None for c in costs], dtype=bool)[codes]
     ids = ops["op_id"].to_numpy(np.int64)
